@@ -1,0 +1,64 @@
+"""The error hierarchy of zephon_ref.
+
+Theory of operation
+-------------------
+Every error that bad input or a broken contract can produce derives from
+:class:`ZephonRefError`, and *also* from the builtin a caller written against
+``zephon`` 0.2.0 would catch:
+
+* bad configuration or arguments        -> :class:`ConfigError` (``ValueError``)
+* wrong type of argument                -> :class:`ConfigTypeError` (``TypeError``)
+* a contract violated at run time       -> :class:`ContractError` (``RuntimeError``)
+* a checkpoint/state that is malformed  -> :class:`StateFormatError` (``ValueError``)
+* a well-formed state that belongs to
+  another lane, layout or pipeline      -> :class:`StateMismatchError`
+  (both ``ValueError`` and ``RuntimeError``: zephon raises RuntimeError for
+  these, the issue tracker asks for ValueError; deriving from both keeps either
+  ``except`` clause working).
+
+Messages say what was expected and what was received.  Use :func:`expected` to
+build them so every message has the same shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "ConfigTypeError",
+    "ContractError",
+    "StateFormatError",
+    "StateMismatchError",
+    "ZephonRefError",
+    "expected",
+]
+
+
+class ZephonRefError(Exception):
+    """Root of every error zephon_ref raises on purpose."""
+
+
+class ConfigError(ZephonRefError, ValueError):
+    """An argument or configuration value is invalid."""
+
+
+class ConfigTypeError(ZephonRefError, TypeError):
+    """An argument has the wrong type."""
+
+
+class ContractError(ZephonRefError, RuntimeError):
+    """A run-time contract was violated (by an operator, a source, or the caller)."""
+
+
+class StateFormatError(ZephonRefError, ValueError):
+    """A state dict / checkpoint is malformed (missing keys, wrong types, bad version)."""
+
+
+class StateMismatchError(ZephonRefError, ValueError, RuntimeError):
+    """A well-formed state belongs to another lane, layout, fingerprint or capture."""
+
+
+def expected(what: str, expect: str, got: Any) -> str:
+    """Format ``"<what>: expected <expect>, received <got!r>"``."""
+    return f"{what}: expected {expect}, received {got!r}"
