@@ -25,10 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CheckpointCorrupt",
+    "CheckpointNotFound",
+    "CheckpointRefused",
     "ConfigError",
     "ConfigTypeError",
     "ContractError",
     "StateFormatError",
+    "PublishConflict",
     "StateMismatchError",
     "ZephonRefError",
     "expected",
@@ -57,6 +61,45 @@ class StateFormatError(ZephonRefError, ValueError):
 
 class StateMismatchError(ZephonRefError, ValueError, RuntimeError):
     """A well-formed state belongs to another lane, layout, fingerprint or capture."""
+
+
+class CheckpointCorrupt(StateFormatError):
+    """A stored checkpoint is damaged or unreadable: a missing or truncated file, a
+    digest mismatch, a malformed manifest or an unknown format/schema version.
+
+    ``reason`` is a short stable code (``"missing-shard"``, ``"digest-mismatch"``,
+    ...) so tests and tools can count refusals by cause.
+    """
+
+    def __init__(self, message: str, *, reason: str = "corrupt") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CheckpointRefused(StateMismatchError):
+    """A well-formed stored checkpoint that may not be restored here: another
+    pipeline's fingerprint, another ``canonical_replicas``, a shard of another
+    capture, or a generation older than one already restored (a reset cursor)."""
+
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CheckpointNotFound(ZephonRefError, FileNotFoundError):
+    """No published generation (or not the requested one) exists in a directory."""
+
+    def __init__(self, message: str, *, reason: str = "not-found") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class PublishConflict(ZephonRefError, FileExistsError):
+    """A durable publish found its target name already taken; nothing was replaced."""
+
+    def __init__(self, message: str, *, reason: str = "target-exists") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def expected(what: str, expect: str, got: Any) -> str:
