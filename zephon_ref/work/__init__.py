@@ -1,0 +1,19 @@
+"""The source layer: datasets, mixtures, chunks and work sources (no I/O in the sources)."""
+
+from zephon_ref.work.base import WorkChunk, WorkSource
+from zephon_ref.work.dataset import Dataset, InMemoryShard, JsonlShard
+from zephon_ref.work.mixture import MixtureSpec
+from zephon_ref.work.static_mixture import StaticMixtureWorkSource
+from zephon_ref.work.synthetic import SyntheticCorpus, synthetic_corpus
+
+__all__ = [
+    "Dataset",
+    "InMemoryShard",
+    "JsonlShard",
+    "MixtureSpec",
+    "StaticMixtureWorkSource",
+    "SyntheticCorpus",
+    "WorkChunk",
+    "WorkSource",
+    "synthetic_corpus",
+]

@@ -1,0 +1,251 @@
+"""WorkChunk and the WorkSource contract.
+
+Theory of operation
+-------------------
+A work source produces :class:`WorkChunk` objects: lists of sample pointers
+grouped by mixture component, in component order.  It does no I/O.  The engine
+clones the user's source once per lane (:meth:`WorkSource.clone_for_lane`) and
+calls :meth:`WorkSource.next_chunk` on each clone; a clone's
+:meth:`~WorkSource.state_dict` must let a fresh clone continue identically.
+
+Invariants:
+
+* Iterating a chunk yields ``(sample_id, component)`` in the smooth weighted
+  round-robin order of :func:`~zephon_ref.work.mixture.swrr_order`; a pointer's
+  position in that order is its *offset* in the chunk.
+* ``source_exhausted`` is a sorted tuple of unique non-empty names, cumulative
+  over a lane's chunks (the engine checks cumulativeness).
+* ``target_mixture``, when set, is normalised.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from zephon_ref.errors import (
+    ConfigError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
+from zephon_ref.types import SampleId
+from zephon_ref.work.mixture import normalize_weights, swrr_order
+
+__all__ = ["WORK_CHUNK_VERSION", "WorkChunk", "WorkSource"]
+
+WORK_CHUNK_VERSION = 3
+
+
+class WorkChunk:
+    """A chunk of sample pointers grouped by component (insertion order is the tie-break)."""
+
+    __slots__ = ("_order_cache", "components", "seed", "source_exhausted", "target_mixture")
+
+    def __init__(
+        self,
+        components: Mapping[str, Sequence[SampleId]],
+        seed: int | None = None,
+        target_mixture: Mapping[str, float] | None = None,
+        source_exhausted: Sequence[str] = (),
+    ) -> None:
+        if not isinstance(components, Mapping):
+            raise ConfigError(expected("WorkChunk components", "a mapping name -> list of SampleIds", components))
+        names = source_exhausted
+        if (
+            not isinstance(names, (tuple, list))
+            or any(not isinstance(n, str) or not n for n in names)
+            or len(set(names)) != len(names)
+        ):
+            raise ConfigError(
+                expected("WorkChunk source_exhausted", "a tuple of unique non-empty names", names)
+            )
+        self.components: dict[str, list[SampleId]] = {str(k): list(v) for k, v in components.items()}
+        self.seed = seed
+        self.target_mixture: dict[str, float] | None = (
+            None if target_mixture is None
+            else normalize_weights(target_mixture, what="WorkChunk target_mixture")
+        )
+        self.source_exhausted: tuple[str, ...] = tuple(sorted(names))
+        self._order_cache: list[tuple[SampleId, str]] | None = None
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.components.values())
+
+    @property
+    def mixture(self) -> dict[str, float]:
+        """The counted composition of the non-empty components, normalised."""
+        counts = {k: len(v) for k, v in self.components.items() if v}
+        return normalize_weights(counts, what="chunk mixture") if counts else {}
+
+    def ordered(self) -> list[tuple[SampleId, str]]:
+        """``[(sample_id, component), ...]`` in offset order (computed once, cached)."""
+        if self._order_cache is None:
+            self._order_cache = list(swrr_order(self.components))
+        return self._order_cache
+
+    def __iter__(self) -> Iterator[tuple[SampleId, str]]:
+        return iter(self.ordered())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkChunk):
+            return NotImplemented
+        return (
+            list(self.components.items()) == list(other.components.items())
+            and self.seed == other.seed
+            and self.target_mixture == other.target_mixture
+            and self.source_exhausted == other.source_exhausted
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        sizes = {k: len(v) for k, v in self.components.items()}
+        return (
+            f"WorkChunk(sizes={sizes}, seed={self.seed}, target_mixture={self.target_mixture}, "
+            f"source_exhausted={self.source_exhausted})"
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """A plain, JSON/msgpack-friendly snapshot."""
+        return {
+            "version": WORK_CHUNK_VERSION,
+            "seed": self.seed,
+            "components": [[k, [[int(a), int(b), int(c)] for a, b, c in v]] for k, v in self.components.items()],
+            "component_order": list(self.components),
+            "total_samples": len(self),
+            "source_exhausted": list(self.source_exhausted),
+            "target_mixture": None if self.target_mixture is None else dict(self.target_mixture),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> WorkChunk:
+        """Rebuild a chunk from :meth:`state_dict`; malformed input raises StateFormatError."""
+        if not isinstance(state, Mapping):
+            raise StateFormatError(expected("WorkChunk state", "a mapping", type(state).__name__))
+        if state.get("version") != WORK_CHUNK_VERSION:
+            raise StateFormatError(expected("WorkChunk state version", str(WORK_CHUNK_VERSION), state.get("version")))
+        try:
+            comps: dict[str, list[SampleId]] = {}
+            for name, items in state["components"]:
+                sids = []
+                for raw in items:
+                    if len(raw) != 3:
+                        raise StateFormatError(expected(f"SampleId in component {name!r}", "3 ints", raw))
+                    sids.append(SampleId(int(raw[0]), int(raw[1]), int(raw[2])))
+                comps[str(name)] = sids
+            order = state.get("component_order") or list(comps)
+            if sorted(order) != sorted(comps):
+                raise StateFormatError(expected("WorkChunk component_order", f"a permutation of {list(comps)}", order))
+            comps = {n: comps[n] for n in order}
+            chunk = cls(
+                comps,
+                seed=state.get("seed"),
+                target_mixture=state.get("target_mixture"),
+                source_exhausted=tuple(state.get("source_exhausted") or ()),
+            )
+        except StateFormatError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateFormatError(f"WorkChunk state is malformed: {exc}") from exc
+        total = state.get("total_samples")
+        if total is not None and total != len(chunk):
+            raise StateFormatError(expected("WorkChunk total_samples", str(len(chunk)), total))
+        return chunk
+
+
+class WorkSource:
+    """Abstract producer of :class:`WorkChunk` objects for one lane.
+
+    Subclasses implement :meth:`next_chunk`, :meth:`component_ids` and usually
+    :meth:`state_dict` / :meth:`load_state_dict` (calling :meth:`_verify_base_state`).
+    """
+
+    def __init__(self) -> None:
+        self._lane: int | None = None
+        self._canon: int | None = None
+        self._cloned = False
+
+    # -- lane binding ---------------------------------------------------------------
+    @property
+    def lane_id(self) -> int | None:
+        return self._lane
+
+    @property
+    def canonical_replicas(self) -> int | None:
+        return self._canon
+
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> WorkSource:
+        """An independent copy bound to ``lane_id`` of ``canonical_replicas`` lanes."""
+        self._check_clone_args(lane_id, canonical_replicas)
+        clone = copy.deepcopy(self)
+        clone._cloned = True
+        clone._lane, clone._canon = int(lane_id), int(canonical_replicas)
+        return clone
+
+    def _check_clone_args(self, lane_id: int, canonical_replicas: int) -> None:
+        if self._cloned:
+            raise ContractError(
+                "clone_for_lane: expected the user's unbound work source, received a lane clone "
+                f"(lane {self._lane} of {self._canon})"
+            )
+        for name, v, lo in (("canonical_replicas", canonical_replicas, 1), ("lane_id", lane_id, 0)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ConfigError(expected(name, f"an int >= {lo}", v))
+        if lane_id >= canonical_replicas:
+            raise ConfigError(expected("lane_id", f"an int in [0, {canonical_replicas})", lane_id))
+
+    def _require_lane(self) -> tuple[int, int]:
+        if self._lane is None or self._canon is None:
+            raise ContractError(
+                "next_chunk: expected a lane clone (call clone_for_lane(lane_id, canonical_replicas) "
+                "first), received the unbound source"
+            )
+        return self._lane, self._canon
+
+    def _verify_base_state(self, lane_id: Any, canonical_replicas: Any) -> None:
+        lane, canon = self._require_lane()
+        if canonical_replicas != canon:
+            raise StateMismatchError(
+                expected("state canonical_replicas", f"{canon} (this source's)", canonical_replicas)
+                + "; a different canonical_replicas needs a migration"
+            )
+        if lane_id != lane:
+            raise StateMismatchError(expected("state lane_id", f"{lane} (this clone's lane)", lane_id))
+
+    # -- the contract -----------------------------------------------------------------
+    def next_chunk(self) -> WorkChunk | None:
+        raise NotImplementedError
+
+    def component_ids(self) -> Mapping[str, int]:
+        raise NotImplementedError
+
+    def continues_after_exhaustion(self) -> frozenset[str]:
+        return frozenset()
+
+    def chunk_size_hint(self) -> int | None:
+        return None
+
+    @property
+    def requires_token_priming(self) -> bool:
+        return False
+
+    def prime(self, **_: Any) -> None:
+        """Driver-side calibration hook; nothing to do for sample-unit sources."""
+
+    def supports_indexing(self) -> bool:
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "lane_id": self._lane,
+            "canonical_replicas": self._canon,
+            "chunk_size_hint": self.chunk_size_hint(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping) or "lane_id" not in state or "canonical_replicas" not in state:
+            raise StateFormatError(expected("work source state", "a mapping with lane_id and canonical_replicas", state))
+        self._verify_base_state(state["lane_id"], state["canonical_replicas"])

@@ -1,0 +1,155 @@
+"""Datasets: shards with known sample counts, samples addressed by index.
+
+Theory of operation
+-------------------
+A :class:`Dataset` is a name plus a mapping ``shard_id -> shard``; a shard is
+anything with ``len()`` and ``__getitem__(int)``.  The work source only needs
+the sorted shard ids and their counts (:meth:`Dataset.ids`, :meth:`Dataset.counts`);
+the fetch step reads rows with :meth:`Dataset.get`.  Shard ids are kept in
+ascending order, which is the order zephon's ``discover()`` yields and which the
+shard shuffle permutes.
+
+Two constructors: :meth:`Dataset.from_dict` over :class:`InMemoryShard` objects,
+and :meth:`Dataset.from_path` over a directory of JSONL shards (one file per
+shard, read lazily and cached; the shard id is the file's index in sorted name
+order).  No I/O happens in the work source.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+
+__all__ = ["Dataset", "InMemoryShard", "JsonlShard"]
+
+
+class _Shard(Protocol):
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> Any: ...
+
+
+class InMemoryShard:
+    """A list-backed shard (same name and constructor as zephon's)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: Sequence[Any]) -> None:
+        if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+            raise ConfigTypeError(expected("InMemoryShard rows", "a list of rows", type(rows).__name__))
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: int) -> Any:
+        return self._rows[index]
+
+    def getsamples(self, indices: Sequence[int]) -> list[Any]:
+        return [self._rows[i] for i in indices]
+
+
+class JsonlShard:
+    """One JSONL file; its line count is read at construction, rows lazily."""
+
+    __slots__ = ("_count", "_path", "_rows")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = Path(path)
+        self._rows: list[Any] | None = None
+        with self._path.open("rb") as fh:
+            self._count = sum(1 for line in fh if line.strip())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _load(self) -> list[Any]:
+        if self._rows is None:
+            with self._path.open("r", encoding="utf-8") as fh:
+                self._rows = [json.loads(line) for line in fh if line.strip()]
+        return self._rows
+
+    def __getitem__(self, index: int) -> Any:
+        return self._load()[index]
+
+
+class Dataset:
+    """A named collection of shards with known counts."""
+
+    __slots__ = ("_counts", "_ids", "_shards", "name", "path")
+
+    def __init__(self, name: str, shards: Mapping[int, _Shard], *, path: str | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigError(expected("Dataset name", "a non-empty str", name))
+        if not isinstance(shards, Mapping):
+            raise ConfigTypeError(expected("Dataset shards", "a mapping shard_id -> shard", type(shards).__name__))
+        norm: dict[int, _Shard] = {}
+        for sid, shard in shards.items():
+            if isinstance(sid, bool) or not isinstance(sid, (int, np.integer)) or int(sid) < 0:
+                raise ConfigError(expected(f"shard id in dataset {name!r}", "an int >= 0", sid))
+            norm[int(sid)] = shard
+        self.name = name
+        self.path = path
+        self._shards = norm
+        ids = sorted(norm)
+        self._ids = np.array(ids, dtype=np.int64)
+        self._counts = np.array([len(norm[i]) for i in ids], dtype=np.int64)
+        self._ids.setflags(write=False)
+        self._counts.setflags(write=False)
+
+    @classmethod
+    def from_dict(cls, name: str, shards: Mapping[int, _Shard]) -> Dataset:
+        return cls(name, shards)
+
+    @classmethod
+    def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
+        """A dataset over a directory of ``*.jsonl`` files (or one JSONL file)."""
+        if fmt not in (None, "jsonl"):
+            raise ConfigError(expected("fmt", "None or 'jsonl' (the only format zephon_ref reads)", fmt))
+        p = Path(path)
+        if p.is_file():
+            files = [p]
+        elif p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl")
+        else:
+            raise ConfigError(expected("path", "an existing JSONL file or directory", str(path)))
+        if not files:
+            raise ConfigError(expected("path", "a directory holding at least one .jsonl file", str(path)))
+        return cls(name, {i: JsonlShard(f) for i, f in enumerate(files)}, path=str(p))
+
+    def ids(self) -> np.ndarray:
+        """Shard ids, ascending (read-only int64 array)."""
+        return self._ids
+
+    def counts(self) -> np.ndarray:
+        """Per-shard sample counts aligned with :meth:`ids` (read-only int64 array)."""
+        return self._counts
+
+    def total(self) -> int:
+        return int(self._counts.sum())
+
+    def max_count(self) -> int:
+        return int(self._counts.max(initial=0))
+
+    def shard_count(self) -> int:
+        return int(self._ids.size)
+
+    def __len__(self) -> int:
+        return self.total()
+
+    def get(self, shard_id: int, index: int) -> Any:
+        """The row at ``index`` in shard ``shard_id``."""
+        return self._shards[shard_id][index]
+
+    def layout(self) -> tuple[tuple[int, int], ...]:
+        """``((shard_id, count), ...)``: what a checkpoint's layout check compares."""
+        return tuple(zip(self._ids.tolist(), self._counts.tolist()))
+
+    def __repr__(self) -> str:
+        return f"Dataset(name={self.name!r}, shards={self.shard_count()}, total={self.total()})"

@@ -1,0 +1,758 @@
+"""StaticMixtureWorkSource: a fixed mixture of datasets, cut into chunks, routed to lanes.
+
+Theory of operation
+-------------------
+Every lane clone enumerates the *whole* global chunk sequence ``g = 0, 1, 2, ...``
+and keeps only the chunks it owns ("compute everywhere, discard locally"), so
+lanes never talk to each other and the union of all lanes' chunks is exactly the
+global sequence, each chunk once.
+
+One global chunk is produced in two steps:
+
+1. *Quotas*: how many samples each dataset gives.  ``accumulator`` (default)
+   carries a fractional accumulator per dataset (Bresenham style): add
+   ``w * chunk_size``, truncate, then hand out or take back the rounding
+   difference by largest (smallest) remainder so the quotas sum to
+   ``chunk_size``.  ``legacy_fixed`` uses one fixed largest-remainder split with
+   at least one sample per dataset.
+2. *Exhaustion*: a dataset whose epoch cannot fill its quota is, by policy,
+   clamped (``redistribute``), reset to its next epoch and the whole quota
+   computation retried from the saved accumulators (``repeat``), or the stream
+   ends (``stop``, a repeat cap, ``stop_after_passes``).  Every terminal return
+   restores the accumulators first: a refused chunk has no side effects, which
+   matters because the engine may ask ahead and then checkpoint.
+
+Owner of ``g``: ``g mod C`` (``modulo``) or slot ``g mod C`` of the permutation
+of ``0..C-1`` drawn by ``random.Random(seed + (g div C) * GOLDEN)`` (``permute``,
+default), so each block of C chunks gives every lane exactly one.
+
+Arithmetic: weights and accumulators are IEEE floats computed in the same order
+as zephon 0.2.0, because the quotas must agree with it chunk for chunk.  They
+are deterministic on every conforming platform; exact rationals would drift
+from zephon after a few chunks (see docs/divergences.md).
+
+State: the global chunk index, each cursor's ``(epoch, position, block
+snapshot)`` and the accumulators: restore is O(1) in training progress.
+
+What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from zephon_ref.errors import (
+    ConfigError,
+    ConfigTypeError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
+from zephon_ref.types import SampleId
+from zephon_ref.work.base import WorkChunk, WorkSource
+from zephon_ref.work.cursor import GOLDEN, DatasetCursor
+from zephon_ref.work.dataset import Dataset
+from zephon_ref.work.mixture import MixtureSpec, normalize_weights
+
+__all__ = ["STATIC_MIXTURE_SCHEMA", "StaticMixtureWorkSource"]
+
+STATIC_MIXTURE_SCHEMA = "zephon_ref.static_mixture/1"
+AUTO_BLOCK_FACTOR = 8
+_POLICIES = ("stop", "redistribute", "repeat")
+_MODES = ("accumulator", "legacy_fixed")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def _per_dataset(value: Any, names: Sequence[str], *, default: Any, arg: str) -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            raise ConfigError(expected(arg, f"keys among the dataset names {list(names)}", f"unknown {unknown}"))
+        return {n: value.get(n, default) for n in names}
+    return dict.fromkeys(names, value)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _Config:
+    """The immutable allocation parameters (shared by lane clones)."""
+
+    __slots__ = ("chunk_size", "max_repeats", "order", "policy", "redistributing", "reshuffle",
+                 "stop_after_passes", "weights")
+
+    def __init__(self, order: tuple[str, ...], weights: dict[str, float], chunk_size: int,
+                 policy: dict[str, str], reshuffle: dict[str, bool], max_repeats: dict[str, int | None],
+                 stop_after_passes: int | None) -> None:
+        self.order = order
+        self.weights = weights
+        self.chunk_size = chunk_size
+        self.policy = policy
+        self.reshuffle = reshuffle
+        self.max_repeats = max_repeats
+        self.stop_after_passes = stop_after_passes
+        self.redistributing = frozenset(n for n in order if policy[n] == "redistribute")
+
+    def unbounded(self) -> bool:
+        if self.stop_after_passes is not None:
+            return False
+        survivors = [n for n in self.order if n not in self.redistributing]
+        return bool(survivors) and all(
+            self.policy[n] == "repeat" and self.max_repeats[n] is None for n in survivors
+        )
+
+    def effective_remaining(self, name: str, cur: DatasetCursor) -> int | None:
+        """Samples ``name`` can still give before it ends for good; None if never."""
+        if self.policy[name] == "repeat":
+            cap = self.max_repeats[name]
+            if cap is None:
+                return None
+            return cur.remaining + max(0, cap - cur.epoch) * cur.total
+        return cur.remaining
+
+    def passes_reached(self, cursors: Mapping[str, DatasetCursor], exhausting: str | None = None) -> bool:
+        """Has every dataset completed ``stop_after_passes`` passes?"""
+        assert self.stop_after_passes is not None
+        for n in self.order:
+            cur = cursors[n]
+            done = cur.epoch + (1 if (n == exhausting or cur.remaining == 0) else 0)
+            if done < self.stop_after_passes:
+                return False
+        return True
+
+
+class _Allocator:
+    """Quota policy plus exhaustion handling; owns only its carry state."""
+
+    mode = ""
+
+    def __init__(self, cfg: _Config) -> None:
+        self.cfg = cfg
+        self.last_failed: str | None = None
+
+    def active_weights(self, cursors: Mapping[str, DatasetCursor]) -> dict[str, float]:
+        cfg = self.cfg
+        if not cfg.redistributing:
+            return cfg.weights
+        active = {n: w for n, w in cfg.weights.items() if n not in cfg.redistributing or cursors[n].remaining > 0}
+        if len(active) == len(cfg.weights):
+            return cfg.weights
+        total = sum(active.values())
+        return {n: w / total for n, w in active.items()}
+
+    def target_mixture(self, cursors: Mapping[str, DatasetCursor]) -> dict[str, float] | None:
+        return dict(self.active_weights(cursors)) if self.cfg.redistributing else None
+
+    def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
+        raise NotImplementedError
+
+    def produce(self, cursors: dict[str, DatasetCursor]) -> dict[str, list[SampleId]] | None:
+        q = self.quotas(cursors)
+        if q is None:
+            return None
+        out: dict[str, list[SampleId]] = {}
+        for n in self.cfg.order:
+            k = q.get(n, 0)
+            if k <= 0:
+                continue
+            got = cursors[n].next_many(k)
+            # invariant: the exhaustion pass guaranteed every quota fits
+            assert len(got) == k, (n, len(got), k)
+            out[n] = got
+        return out
+
+    def state(self) -> dict[str, float] | None:
+        return None
+
+    def clone(self) -> _Allocator:
+        raise NotImplementedError
+
+    def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
+        """Refuse a repeat dataset too small to ever fill one chunk's quota."""
+
+
+class _AccumulatorAllocator(_Allocator):
+    mode = "accumulator"
+
+    def __init__(self, cfg: _Config, acc: Mapping[str, float] | None = None) -> None:
+        super().__init__(cfg)
+        self.acc: dict[str, float] = dict(acc) if acc is not None else dict.fromkeys(cfg.order, 0.0)
+
+    def clone(self) -> _AccumulatorAllocator:
+        return _AccumulatorAllocator(self.cfg, self.acc)
+
+    def state(self) -> dict[str, float]:
+        return {n: float(v) for n, v in self.acc.items()}
+
+    def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
+        cfg = self.cfg
+        shares = cfg.weights
+        if cfg.redistributing:
+            surv = {n: w for n, w in cfg.weights.items() if n not in cfg.redistributing}
+            tot = sum(surv.values())
+            shares = {n: w / tot for n, w in surv.items()}
+        for n in cfg.order:
+            if cfg.policy[n] != "repeat":
+                continue
+            share = shares[n] * cfg.chunk_size
+            need = int(share) if share.is_integer() else min(math.ceil(share) + 1, cfg.chunk_size)
+            if cursors[n].total < need:
+                raise ConfigError(
+                    expected(
+                        f"dataset {n!r} size",
+                        f">= {need} samples for exhausted_policy='repeat' (one chunk's worst-case "
+                        f"quota at weight {shares[n]:.4g} x chunk_size {cfg.chunk_size})",
+                        cursors[n].total,
+                    ) + "; use a larger dataset or a smaller chunk_size"
+                )
+
+    def _advance(self, weights: Mapping[str, float]) -> dict[str, int]:
+        cfg = self.cfg
+        acc = self.acc
+        names = [n for n in cfg.order if n in weights]
+        q: dict[str, int] = {}
+        total = 0
+        for n in names:
+            acc[n] += weights[n] * cfg.chunk_size
+            k = int(acc[n])  # truncation toward zero
+            acc[n] -= k
+            q[n] = k
+            total += k
+        diff = cfg.chunk_size - total
+        if diff > 0:
+            for _, n in sorted(enumerate(names), key=lambda p: (-acc[p[1]], p[0])):
+                if diff <= 0:
+                    break
+                q[n] += 1
+                acc[n] -= 1.0
+                diff -= 1
+        elif diff < 0:
+            for _, n in sorted(enumerate(names), key=lambda p: (acc[p[1]], p[0])):
+                if diff >= 0:
+                    break
+                if q[n] > 0:
+                    q[n] -= 1
+                    acc[n] += 1.0
+                    diff += 1
+        if sum(q.values()) != cfg.chunk_size:
+            raise ContractError(expected("quota sum", str(cfg.chunk_size), sum(q.values())))
+        return q
+
+    def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
+        cfg = self.cfg
+        weights = self.active_weights(cursors)
+        if not weights:
+            return None
+        zero_carry = any(n not in weights and self.acc[n] != 0.0 for n in cfg.redistributing)
+        while True:
+            saved = dict(self.acc)
+            if zero_carry:
+                self.acc = dict.fromkeys(cfg.order, 0.0)
+            q = self._advance(weights)
+            retry = False
+            for n in cfg.order:
+                k = q.get(n, 0)
+                cur = cursors[n]
+                if cur.remaining >= k:
+                    continue
+                self.last_failed = n
+                pol = cfg.policy[n]
+                if pol == "redistribute":
+                    q[n] = cur.remaining
+                    continue
+                if pol == "stop":
+                    self.acc = saved
+                    return None
+                cap = cfg.max_repeats[n]
+                if cap is not None and cur.epoch >= cap:
+                    self.acc = saved
+                    return None
+                if cfg.stop_after_passes is not None and cfg.passes_reached(cursors, n):
+                    self.acc = saved
+                    return None
+                if k > cur.total:
+                    self.acc = saved
+                    raise ContractError(
+                        f"dataset {n!r} ({cur.total} samples) drew a quota of {k} in one chunk: more "
+                        "than a full pass, so a repeat cannot fill it (the liveness bound was violated)"
+                    )
+                cur.reset(reshuffle=cfg.reshuffle[n])
+                self.acc = saved
+                retry = True
+                break
+            if retry:
+                continue
+            if cfg.stop_after_passes is not None and cfg.passes_reached(cursors):
+                self.acc = saved
+                return None
+            return q
+
+
+class _LegacyFixedAllocator(_Allocator):
+    mode = "legacy_fixed"
+
+    def __init__(self, cfg: _Config) -> None:
+        super().__init__(cfg)
+        if cfg.redistributing:
+            raise ConfigError(expected("exhausted_policy with allocation_mode='legacy_fixed'",
+                                       "no 'redistribute' dataset", sorted(cfg.redistributing)))
+        self.fixed = self._split()
+
+    def _split(self) -> dict[str, int]:
+        cfg = self.cfg
+        small = [n for n in cfg.order if cfg.chunk_size * cfg.weights[n] < 1.0]
+        if small:
+            need = math.ceil(1.0 / min(cfg.weights[n] for n in small))
+            raise ConfigError(expected(
+                "chunk_size with allocation_mode='legacy_fixed'",
+                f">= {need} so every component gets at least one sample per chunk", cfg.chunk_size,
+            ) + f" (components below one sample: {small})")
+        q = dict.fromkeys(cfg.order, 1)
+        left = cfg.chunk_size - len(cfg.order)
+        extras = [(max(0.0, cfg.chunk_size * cfg.weights[n] - 1.0), i, n) for i, n in enumerate(cfg.order)]
+        fracs = []
+        for ex, i, n in sorted(extras, key=lambda t: (-t[0], t[1])):
+            if left > 0:
+                give = min(int(math.floor(ex)), left)
+                q[n] += give
+                left -= give
+            fracs.append((ex - math.floor(ex), i, n))
+        for _, _, n in sorted(fracs, key=lambda t: (-t[0], t[1])):
+            if left <= 0:
+                break
+            q[n] += 1
+            left -= 1
+        if left != 0:
+            raise ContractError(expected("legacy quota slots left", "0", left))
+        return q
+
+    def clone(self) -> _LegacyFixedAllocator:
+        c = _LegacyFixedAllocator.__new__(_LegacyFixedAllocator)
+        _Allocator.__init__(c, self.cfg)
+        c.fixed = dict(self.fixed)
+        return c
+
+    def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
+        cfg = self.cfg
+        for n in cfg.order:
+            cur = cursors[n]
+            if cur.remaining >= self.fixed[n]:
+                continue
+            self.last_failed = n
+            cap = cfg.max_repeats[n]
+            if cfg.policy[n] != "repeat" or (cap is not None and cur.epoch >= cap):
+                return None
+            cur.reset(reshuffle=cfg.reshuffle[n])
+        return dict(self.fixed)
+
+
+def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = None) -> _Allocator:
+    if mode == "accumulator":
+        return _AccumulatorAllocator(cfg, acc)
+    return _LegacyFixedAllocator(cfg)
+
+
+class StaticMixtureWorkSource(WorkSource):
+    """A weighted mixture of datasets emitted in chunks of ``chunk_size`` pointers.
+
+    Arguments and defaults follow zephon 0.2.0.  ``allocation_mode`` is a
+    zephon_ref addition (keyword-only): zephon selects ``legacy_fixed`` only when
+    restoring a pre-accumulator checkpoint.
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Dataset],
+        mixture: MixtureSpec | Mapping[str, float],
+        chunk_size: int = 16384,
+        seed: int = 0,
+        shuffle_shards: bool = True,
+        shuffle_within_shard: bool = False,
+        shuffle_block_size: int | str | None = None,
+        exhausted_policy: str | Mapping[str, str] | None = None,
+        reshuffle_on_repeat: Any = UNSET,
+        max_repeats: Any = None,
+        stop_after_passes: Any = UNSET,
+        lane_assignment: str = "permute",
+        token_estimation: Any = None,
+        *,
+        allocation_mode: str = "accumulator",
+    ) -> None:
+        super().__init__()
+        # -- validate everything before building anything ------------------------------
+        if not _is_int(chunk_size) or chunk_size <= 0:
+            raise ConfigError(expected("chunk_size", "an int > 0", chunk_size))
+        if not _is_int(seed) or seed < 0:
+            raise ConfigError(expected("seed", "an int >= 0", seed))
+        if isinstance(datasets, (str, bytes)) or not isinstance(datasets, Sequence):
+            raise ConfigTypeError(expected("datasets", "a list of Dataset", type(datasets).__name__))
+        if not datasets:
+            raise ConfigError(expected("datasets", "at least one Dataset", list(datasets)))
+        for d in datasets:
+            if not isinstance(d, Dataset):
+                raise ConfigTypeError(expected("datasets entry", "a zephon_ref.work.Dataset", type(d).__name__))
+        names = tuple(d.name for d in datasets)
+        if len(set(names)) != len(names):
+            raise ConfigError(expected("dataset names", "unique names", list(names)))
+        if lane_assignment not in ("modulo", "permute"):
+            raise ConfigError(expected("lane_assignment", "'modulo' or 'permute'", lane_assignment))
+        if allocation_mode not in _MODES:
+            raise ConfigError(expected("allocation_mode", "'accumulator' or 'legacy_fixed'", allocation_mode))
+        if token_estimation is not None:
+            raise ConfigError(expected(
+                "token_estimation", "None (token-aware allocation is not implemented in zephon_ref yet)",
+                token_estimation,
+            ))
+        for flag, v in (("shuffle_shards", shuffle_shards), ("shuffle_within_shard", shuffle_within_shard)):
+            if not isinstance(v, bool):
+                raise ConfigTypeError(expected(flag, "a bool", v))
+        if isinstance(mixture, MixtureSpec):
+            spec = mixture
+        elif isinstance(mixture, Mapping):
+            spec = MixtureSpec(mixture)
+        else:
+            raise ConfigTypeError(expected("mixture", "a MixtureSpec or a mapping name -> weight", type(mixture).__name__))
+        spec.validate_for(names)
+        block_sizes = self._resolve_block_sizes(shuffle_block_size, datasets)
+
+        explicit = frozenset(
+            k for k, given in (
+                ("exhausted_policy", exhausted_policy is not None),
+                ("reshuffle_on_repeat", reshuffle_on_repeat is not UNSET),
+                ("max_repeats", max_repeats is not None),
+                ("stop_after_passes", stop_after_passes is not UNSET),
+            ) if given
+        )
+        if stop_after_passes is UNSET:
+            stop_after_passes = 1 if (exhausted_policy is None and max_repeats is None) else None
+        if stop_after_passes is not None and (not _is_int(stop_after_passes) or stop_after_passes < 1):
+            raise ConfigError(expected("stop_after_passes", "a positive int or None", stop_after_passes))
+        default_policy = "repeat" if stop_after_passes is not None else "stop"
+        policy = _per_dataset(exhausted_policy if exhausted_policy is not None else default_policy,
+                              names, default=default_policy, arg="exhausted_policy")
+        for n, p in policy.items():
+            if p not in _POLICIES:
+                raise ConfigError(expected(f"exhausted_policy[{n!r}]", f"one of {list(_POLICIES)}", p))
+        if stop_after_passes is not None:
+            bad = sorted(n for n, p in policy.items() if p != "repeat")
+            if bad:
+                raise ConfigError(expected(
+                    "exhausted_policy with stop_after_passes", "'repeat' for every dataset",
+                    {n: policy[n] for n in bad},
+                ))
+            if max_repeats is not None:
+                raise ConfigError(expected("max_repeats with stop_after_passes", "None (use one or the other)", max_repeats))
+        reshuffle = _per_dataset(True if reshuffle_on_repeat is UNSET else reshuffle_on_repeat,
+                                 names, default=True, arg="reshuffle_on_repeat")
+        for n, v in reshuffle.items():
+            if not isinstance(v, bool):
+                raise ConfigTypeError(expected(f"reshuffle_on_repeat[{n!r}]", "a bool", v))
+        caps = _per_dataset(max_repeats, names, default=None, arg="max_repeats")
+        for n, v in caps.items():
+            if v is not None and (not _is_int(v) or v < 0):
+                raise ConfigError(expected(f"max_repeats[{n!r}]", "None or an int >= 0", v))
+        has_repeat = "repeat" in policy.values()
+        for arg, given, default in (("max_repeats", max_repeats, None), ("reshuffle_on_repeat", reshuffle_on_repeat, True)):
+            if given is UNSET:
+                continue
+            if isinstance(given, Mapping):
+                for n, v in given.items():
+                    if v != default and policy[n] != "repeat":
+                        warnings.warn(f"{arg}[{n!r}]={v!r} has no effect with exhausted_policy[{n!r}]={policy[n]!r}",
+                                      RuntimeWarning, stacklevel=2)
+            elif given != default and not has_repeat:
+                warnings.warn(f"{arg}={given!r} has no effect without a repeating dataset", RuntimeWarning, stacklevel=2)
+        for d in datasets:
+            if policy[d.name] == "stop" and d.total() == 0:
+                raise ConfigError(expected(f"dataset {d.name!r}", "at least one sample with exhausted_policy='stop'", 0))
+
+        # -- build -------------------------------------------------------------------------
+        self._datasets = list(datasets)
+        self._names = names
+        self._dataset_ids = {n: i for i, n in enumerate(names)}
+        self._seed = seed
+        self._shuffle_shards = shuffle_shards
+        self._shuffle_within_shard = shuffle_within_shard
+        self._block_spec = shuffle_block_size
+        self._block_sizes = block_sizes
+        self._lane_assignment = lane_assignment
+        self._explicit = explicit
+        self._cfg = _Config(names, spec.normalized_for(names), chunk_size, policy, reshuffle, caps, stop_after_passes)
+        self._cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards,
+                                            within=shuffle_within_shard)
+        self._alloc = _make_allocator(allocation_mode, self._cfg)
+        self._alloc.check_liveness(self._cursors)
+        if not any(c.total for c in self._cursors.values()):
+            raise ConfigError(expected("datasets", "at least one sample in total", 0))
+        self._g = 0
+        self._perm: tuple[int, list[int]] = (-1, [])
+        # the first chunk must be producible; find out now, on throwaway copies
+        trial = self._alloc.clone()
+        if not trial.produce({n: c.clone() for n, c in self._cursors.items()}):
+            who = f"dataset {trial.last_failed!r}" if trial.last_failed else "a dataset"
+            raise ConfigError(
+                f"first chunk: expected every dataset to supply its quota of a {chunk_size}-sample chunk, "
+                f"received too few samples from {who}; reduce chunk_size or change the mixture or policies"
+            )
+
+    # -- construction helpers ------------------------------------------------------------------
+    @staticmethod
+    def _resolve_block_sizes(spec: Any, datasets: Sequence[Dataset]) -> dict[str, int | None]:
+        if spec is None:
+            return {d.name: None for d in datasets}
+        if spec == "auto":
+            biggest = max(d.max_count() for d in datasets)
+            if biggest <= 0:
+                raise ConfigError(expected("shuffle_block_size='auto'", "at least one non-empty shard", "only empty shards"))
+            return {d.name: min(AUTO_BLOCK_FACTOR * biggest, d.total()) for d in datasets}
+        if spec == "global":
+            return {d.name: d.total() for d in datasets}
+        if _is_int(spec) and spec > 0:
+            return {d.name: min(spec, d.total()) for d in datasets}
+        raise ConfigError(expected("shuffle_block_size", "None, an int > 0, 'auto' or 'global'", spec))
+
+    def _fresh_cursors(self, block_sizes: Mapping[str, int | None], *, seed: int, shuffle_shards: bool,
+                       within: bool) -> dict[str, DatasetCursor]:
+        return {
+            d.name: DatasetCursor(
+                i, d.ids(), d.counts(), seed=seed, shuffle_shards=shuffle_shards,
+                shuffle_within_shard=within, block_size=block_sizes[d.name],
+            )
+            for i, d in enumerate(self._datasets)
+        }
+
+    # -- WorkSource surface -------------------------------------------------------------------
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> StaticMixtureWorkSource:
+        """A lane clone sharing the immutable orders and copying only cursor state."""
+        self._check_clone_args(lane_id, canonical_replicas)
+        c = object.__new__(type(self))
+        c.__dict__.update(self.__dict__)
+        c._cursors = {n: cur.clone() for n, cur in self._cursors.items()}
+        c._alloc = self._alloc.clone()
+        c._perm = (-1, [])
+        c._cloned = True
+        c._lane, c._canon = int(lane_id), int(canonical_replicas)
+        return c
+
+    def chunk_size_hint(self) -> int:
+        return self._cfg.chunk_size
+
+    @property
+    def datasets_by_id(self) -> dict[int, Dataset]:
+        return dict(enumerate(self._datasets))
+
+    @property
+    def dataset_ids(self) -> dict[str, int]:
+        return dict(self._dataset_ids)
+
+    def component_ids(self) -> dict[str, int]:
+        return dict(self._dataset_ids)
+
+    def continues_after_exhaustion(self) -> frozenset[str]:
+        return self._cfg.redistributing
+
+    @property
+    def global_chunk_index(self) -> int:
+        return self._g
+
+    @property
+    def allocation_mode(self) -> str:
+        return self._alloc.mode
+
+    @property
+    def total_samples(self) -> int | float:
+        return float("inf") if self._cfg.unbounded() else len(self)
+
+    def __len__(self) -> int:
+        """An estimate of the samples still to come (exact only for all-redistribute)."""
+        cfg = self._cfg
+        if cfg.unbounded():
+            raise TypeError("len() of an unbounded work source (a 'repeat' dataset with max_repeats=None)")
+        rate = {n: (self._alloc.fixed[n] if isinstance(self._alloc, _LegacyFixedAllocator) else cfg.weights[n] * cfg.chunk_size)
+                for n in cfg.order}
+        if cfg.stop_after_passes is not None:
+            chunks = 0.0
+            for n in cfg.order:
+                cur = self._cursors[n]
+                if rate[n] > 0 and cur.epoch < cfg.stop_after_passes:
+                    left = cur.remaining + (cfg.stop_after_passes - cur.epoch - 1) * cur.total
+                    chunks = max(chunks, left / rate[n])
+            return int(chunks) * cfg.chunk_size
+        if len(cfg.redistributing) == len(cfg.order):
+            return sum(c.remaining for c in self._cursors.values())
+        limit = math.inf
+        for n in cfg.order:
+            left = cfg.effective_remaining(n, self._cursors[n])
+            if n not in cfg.redistributing and left is not None and rate[n] > 0:
+                limit = min(limit, left / rate[n])
+        if math.isinf(limit):
+            return 0
+        if cfg.redistributing:
+            return int(sum(min(self._cursors[n].remaining, rate[n] * limit) if n in cfg.redistributing
+                           else rate[n] * limit for n in cfg.order))
+        return int(limit) * cfg.chunk_size
+
+    def lane_for_chunk(self, g: int) -> int:
+        """The lane that owns global chunk ``g``."""
+        _, canon = self._require_lane()
+        if self._lane_assignment == "modulo":
+            return g % canon
+        block, slot = divmod(g, canon)
+        if self._perm[0] != block:
+            order = list(range(canon))
+            random.Random(self._seed + block * GOLDEN).shuffle(order)
+            self._perm = (block, order)
+        return self._perm[1][slot]
+
+    def next_chunk(self) -> WorkChunk | None:
+        """This lane's next chunk, or None when the stream has ended."""
+        lane, _ = self._require_lane()
+        while True:
+            g = self._g
+            mine = self.lane_for_chunk(g) == lane
+            target = self._alloc.target_mixture(self._cursors) if mine else None
+            comps = self._alloc.produce(self._cursors)
+            if not comps:
+                # refusals are side-effect free: asking again gives None again
+                return None
+            self._g = g + 1
+            if mine:
+                return WorkChunk(comps, seed=self._seed, target_mixture=target,
+                                 source_exhausted=self._exhausted_names())
+
+    def _exhausted_names(self) -> tuple[str, ...]:
+        cfg = self._cfg
+        return tuple(n for n in cfg.order if cfg.effective_remaining(n, self._cursors[n]) == 0)
+
+    # -- state ----------------------------------------------------------------------------
+    def _layout(self) -> dict[str, list[list[int]]]:
+        return {d.name: [list(p) for p in d.layout()] for d in self._datasets}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a fresh clone of the same source needs to continue identically."""
+        lane, canon = self._require_lane()
+        cfg = self._cfg
+        return {
+            "schema": STATIC_MIXTURE_SCHEMA,
+            "lane_id": lane,
+            "canonical_replicas": canon,
+            "chunk_size_hint": cfg.chunk_size,
+            "seed": self._seed,
+            "chunk_size": cfg.chunk_size,
+            "knobs": {"shuffle_shards": self._shuffle_shards, "shuffle_within_shard": self._shuffle_within_shard},
+            "shuffle_block_size_spec": self._block_spec,
+            "cursor_block_sizes": dict(self._block_sizes),
+            "global_chunk_index": self._g,
+            "weights": dict(cfg.weights),
+            "component_order": list(cfg.order),
+            "dataset_ids": dict(self._dataset_ids),
+            "layout": self._layout(),
+            "cursor_states": {n: c.state() for n, c in self._cursors.items()},
+            "exhausted_policy": dict(cfg.policy),
+            "reshuffle_on_repeat": dict(cfg.reshuffle),
+            "max_repeats": dict(cfg.max_repeats),
+            "stop_after_passes": cfg.stop_after_passes,
+            "lane_assignment": self._lane_assignment,
+            "allocation_mode": self._alloc.mode,
+            "accumulators": self._alloc.state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``.  Validates everything first; a refusal changes nothing."""
+        if not isinstance(state, Mapping):
+            raise StateFormatError(expected("work source state", "a mapping", type(state).__name__))
+        if state.get("schema") != STATIC_MIXTURE_SCHEMA:
+            raise StateFormatError(expected("work source state schema", repr(STATIC_MIXTURE_SCHEMA), state.get("schema")))
+        try:
+            self._verify_base_state(state["lane_id"], state["canonical_replicas"])
+            dataset_ids = {str(k): int(v) for k, v in state["dataset_ids"].items()}
+            if dataset_ids != self._dataset_ids:
+                raise StateMismatchError(expected("state dataset_ids", str(self._dataset_ids), dataset_ids))
+            layout = {str(k): [list(map(int, p)) for p in v] for k, v in state["layout"].items()}
+            if layout != self._layout():
+                raise StateMismatchError(
+                    expected("state dataset layout (shard ids and counts)", "this source's layout", "a different layout")
+                    + f"; differing datasets: {sorted(n for n in self._names if layout.get(n) != self._layout()[n])}"
+                )
+            order = tuple(str(n) for n in state["component_order"])
+            if order != self._names:
+                raise StateMismatchError(expected("state component_order", str(list(self._names)), list(order)))
+            mode = state["allocation_mode"]
+            if mode not in _MODES:
+                raise StateFormatError(expected("state allocation_mode", f"one of {list(_MODES)}", mode))
+            seed = state["seed"]
+            chunk_size = state["chunk_size"]
+            if not _is_int(seed) or seed < 0 or not _is_int(chunk_size) or chunk_size <= 0:
+                raise StateFormatError(expected("state seed / chunk_size", "ints >= 0 / > 0", (seed, chunk_size)))
+            normalize_weights({str(k): v for k, v in state["weights"].items()}, what="state weights")  # validates
+            weights = {n: float(state["weights"][n]) for n in order}  # stored already normalised
+            policy = {n: str(state["exhausted_policy"][n]) for n in order}
+            if any(p not in _POLICIES for p in policy.values()):
+                raise StateFormatError(expected("state exhausted_policy", f"values in {list(_POLICIES)}", policy))
+            reshuffle = {n: bool(state["reshuffle_on_repeat"][n]) for n in order}
+            caps = {n: (None if state["max_repeats"][n] is None else int(state["max_repeats"][n])) for n in order}
+            sap = state["stop_after_passes"]
+            sap = None if sap is None else int(sap)
+            cfg = _Config(order, weights, chunk_size, policy, reshuffle, caps, sap)
+            conflicts = [
+                f"{arg}: constructor={mine!r} != checkpoint={theirs!r}"
+                for arg, mine, theirs in (
+                    ("exhausted_policy", self._cfg.policy, cfg.policy),
+                    ("reshuffle_on_repeat", self._cfg.reshuffle, cfg.reshuffle),
+                    ("max_repeats", self._cfg.max_repeats, cfg.max_repeats),
+                    ("stop_after_passes", self._cfg.stop_after_passes, cfg.stop_after_passes),
+                ) if arg in self._explicit and mine != theirs
+            ]
+            if conflicts:
+                raise StateMismatchError("explicit exhaustion-policy arguments contradict the checkpoint: "
+                                         + "; ".join(conflicts))
+            lane_assignment = state["lane_assignment"]
+            if lane_assignment not in ("modulo", "permute"):
+                raise StateFormatError(expected("state lane_assignment", "'modulo' or 'permute'", lane_assignment))
+            knobs = state["knobs"]
+            shuffle_shards, within = bool(knobs["shuffle_shards"]), bool(knobs["shuffle_within_shard"])
+            block_sizes = {n: (None if state["cursor_block_sizes"][n] is None else int(state["cursor_block_sizes"][n]))
+                           for n in order}
+            g = state["global_chunk_index"]
+            if not _is_int(g) or g < 0:
+                raise StateFormatError(expected("state global_chunk_index", "an int >= 0", g))
+            acc = None
+            if mode == "accumulator":
+                acc = {n: float(state["accumulators"][n]) for n in order}
+            cursor_states = state["cursor_states"]
+            # build the replacement completely before touching self
+            cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards, within=within)
+            for n in order:
+                cs = cursor_states[n]
+                ep, pos = cs["epoch"], cs["position"]
+                if not _is_int(ep) or ep < 0 or not _is_int(pos) or not 0 <= pos <= cursors[n].total:
+                    raise StateFormatError(expected(f"state cursor {n!r}", "epoch >= 0 and 0 <= position <= total", cs))
+                cursors[n].seek(ep, pos, reshuffle=reshuffle[n], block_rng_snapshot=cs.get("block_rng_snapshot"))
+            alloc = _make_allocator(mode, cfg, acc)
+        except (StateFormatError, StateMismatchError, ConfigError):
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StateFormatError(f"work source state is malformed: {type(exc).__name__}: {exc}") from exc
+        # -- commit (nothing below can fail) ----------------------------------------------------
+        self._seed, self._shuffle_shards, self._shuffle_within_shard = seed, shuffle_shards, within
+        self._block_spec = state.get("shuffle_block_size_spec")
+        self._block_sizes = block_sizes
+        self._lane_assignment = lane_assignment
+        self._cfg = cfg
+        self._cursors = cursors
+        self._alloc = alloc
+        self._g = g
+        self._perm = (-1, [])
