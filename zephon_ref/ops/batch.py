@@ -1,0 +1,76 @@
+"""batch: lane-pure micro-batches, and the one operator allowed to stall.
+
+Theory of operation
+-------------------
+:class:`BatchAccumulator` is a per-lane :class:`CountingAccumulator` of
+``microbatch_size``; ``process_many`` wraps each lane-pure ready list in a
+:class:`~zephon_ref.types.SampleBatch`.  With ``drop_last=True`` a flush
+discards partial batches, so a flush sentinel for lane L cannot be honoured
+while L has buffered records: the runner *stalls* the sentinel and asks
+:meth:`BatchAccumulator.try_epoch_reset` after each push.  It answers True (and
+the sentinel is released) once no buffered record of lane L has
+``chunk_id < boundary``: from then on the buffer holds only post-boundary
+records, so the lane behaves as a fresh accumulator fed that suffix.
+
+Invariants: every emitted batch is lane-pure and exactly ``microbatch_size``
+long, except partial batches emitted by a ``drop_last=False`` flush.
+
+What may not live here: the stall bookkeeping itself (which sentinels are
+held, in which order they are released) belongs to the runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    CountingAccumulator,
+    OpTraits,
+    check_bool,
+    check_int,
+)
+from zephon_ref.types import SampleBatch, SampleRecord
+
+__all__ = ["Batch", "BatchAccumulator"]
+
+
+class BatchAccumulator(CountingAccumulator[SampleRecord]):
+    """Counting accumulator whose ``try_epoch_reset`` looks at buffered chunk ids."""
+
+    def __init__(self, max_batch: int, *, drop_last: bool = True) -> None:
+        super().__init__(max_batch, drop_last=drop_last)
+
+    def try_epoch_reset(self, boundary_chunk_id: int, lane_id: int | None = None) -> bool:
+        lanes = sorted(self._buffers) if lane_id is None else [lane_id]
+        for lane in lanes:
+            for rec in self._buffers.get(lane, ()):
+                if rec.meta.chunk_id < boundary_chunk_id:
+                    return False
+        return True
+
+
+class Batch(BaseOp):
+    """``batch(microbatch_size, *, drop_last=True)``."""
+
+    def __init__(self, microbatch_size: int, *, drop_last: bool = True, parallelism: int = 1) -> None:
+        super().__init__()
+        check_int("microbatch_size", microbatch_size, minimum=1)
+        check_bool("drop_last", drop_last)
+        check_int("parallelism", parallelism, minimum=1)
+        self.microbatch_size = microbatch_size
+        self.drop_last = drop_last
+        self.parallelism = parallelism
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, indexable=False, parallelism=self.parallelism)
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return BatchAccumulator(self.microbatch_size, drop_last=self.drop_last)
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        if not elems:
+            return []
+        assert len({r.meta.lane_id for r in elems}) == 1, "batch must be lane-pure"
+        return [SampleBatch(tuple(elems))]

@@ -1,0 +1,441 @@
+"""ensure_mixture: reorder records per lane so emitted mass follows a target mixture.
+
+Theory of operation
+-------------------
+Per lane, :class:`MixtureAccumulator` keeps a smooth weighted round robin
+(:class:`Swrr`: normalized target ``T``, emitted mass ``E``; deficit
+``T_k * max(1, sum_{j in T} E_j) - E_k``; ties go to the earlier component in
+its order, initially sorted ids) and buffers: one FIFO per component for
+single-component records, a FIFO of multi-component (packed) records, and an
+*obsolete* FIFO for records whose contributions are off-target.
+
+* The target is adopted from the explicit ``mixture`` or the chunk's mixture
+  (``get_chunk_mixture(lane, chunk_id)``) when a record arrives with a chunk id
+  higher than the last adopted one; components removed by continuing
+  end-of-data announcements (except the final one) are filtered out.
+* After each push, each touched lane emits while it can: every
+  ``int(1 / obsolete_drain_rate)`` normal emissions one obsolete record goes
+  out; otherwise, unless *forced* (buffer >= ``max_buffer_size``, draining down
+  to ``drain_target_ratio * max``), the lane waits until the ideal (peeked)
+  component is buffered; then: ideal single, best pack containing the ideal,
+  best available single, best pack overall, and (forced) an obsolete record.
+* ``flush``: bounded mode emits everything (forced); strict mode
+  (``max_buffer_size=None``) discards everything and emits tombstones for the
+  closing contributors.  ``reset=True`` replaces the lane's state by a fresh one.
+
+Deficits are floats computed in the same order as zephon 0.2.0 so that
+selections agree bit for bit; weights are inherently real (token shares).
+
+What may not live here: the ordered retirement groups zephon keeps for
+components removed mid-epoch (records of removed components go to the single
+obsolete FIFO here), warnings of drift, clocks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.lineage import tombstones_for_record
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    OpTraits,
+    ReadyBatch,
+    SourceExhaustion,
+    check_int,
+)
+from zephon_ref.ops.pack import resolve_token_field, value_length
+from zephon_ref.types import SampleRecord
+
+__all__ = ["EnsureMixture", "MixtureAccumulator", "Swrr"]
+
+TOMBSTONE_BATCH = 1024
+
+
+class Swrr:
+    """Smooth weighted round robin over integer component ids (float weights)."""
+
+    def __init__(self, target: Mapping[int, float], order: Sequence[int]) -> None:
+        total = sum(w for w in target.values() if w > 0)
+        self.target: dict[int, float] = {}
+        self.order: list[int] = []
+        if total > 0:
+            self.target = {k: w / total for k, w in target.items() if w > 0}
+            self.order = [k for k in order if k in self.target]
+        self.index = {k: i for i, k in enumerate(self.order)}
+        self.emitted: dict[int, float] = {}
+
+    def deficits(self) -> dict[int, float]:
+        total = sum(self.emitted.get(k, 0.0) for k in self.target)
+        eff = max(1.0, total)
+        return {k: self.target[k] * eff - self.emitted.get(k, 0.0) for k in self.target}
+
+    def _best(self, keys: list[int]) -> int | None:
+        if not keys:
+            return None
+        if len(keys) == 1:
+            return keys[0]
+        d = self.deficits()
+        return max(keys, key=lambda k: (d[k], -self.index[k]))
+
+    def peek(self) -> int | None:
+        if not self.target:
+            return None
+        return self._best([k for k in self.order if k in self.target])
+
+    def select(self, available: set[int]) -> int | None:
+        return self._best([k for k in self.order if k in available and k in self.target])
+
+    def record(self, contributions: Mapping[int, float]) -> None:
+        for k, w in contributions.items():
+            self.emitted[k] = self.emitted.get(k, 0.0) + w
+
+    def update_target(self, new: Mapping[int, float]) -> None:
+        total = sum(w for w in new.values() if w > 0)
+        if total <= 0:
+            self.target = {}
+            return
+        self.target = {k: w / total for k, w in new.items() if w > 0}
+        for k in new:
+            if k not in self.index:
+                self.index[k] = len(self.order)
+                self.order.append(k)
+
+
+@dataclass(slots=True)
+class _Item:
+    record: SampleRecord
+    contributions: dict[int, float]
+
+
+@dataclass(slots=True)
+class _MixLane:
+    singles: dict[int, deque[_Item]] = field(default_factory=dict)
+    packs: deque[_Item] = field(default_factory=deque)
+    obsolete: deque[_Item] = field(default_factory=deque)
+    pack_counts: dict[int, int] = field(default_factory=dict)
+    swrr: Swrr | None = None
+    target_chunk_id: int | None = None
+    total_buffered: int = 0
+    since_obsolete: int = 0
+    removed: frozenset[int] | None = None
+
+    def has_buffered(self) -> bool:
+        return any(self.singles.values()) or bool(self.packs) or bool(self.obsolete)
+
+
+class MixtureAccumulator(Accumulator[SampleRecord]):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        max_buffer_size: int | None = 1000,
+        drain_target_ratio: float = 0.8,
+        obsolete_drain_rate: float = 0.1,
+        weight_by: str | Callable[[SampleRecord], float] = "auto",
+        mixture: Mapping[int, float] | None = None,
+        get_chunk_mixture: Callable[[int, int], Mapping[int, float] | None] | None = None,
+        get_source_exhaustion: Callable[[int], SourceExhaustion] | None = None,
+    ) -> None:
+        self.max_buffer_size = max_buffer_size
+        self.drain_target_ratio = drain_target_ratio
+        self.weight_by = weight_by
+        self.mixture = dict(mixture) if mixture else None
+        self.get_chunk_mixture = get_chunk_mixture
+        self.get_source_exhaustion = get_source_exhaustion
+        self.interval = int(1.0 / obsolete_drain_rate) if obsolete_drain_rate else None
+        self.discarded = 0  # diagnostics only
+        self._lanes: dict[int, _MixLane] = {}
+
+    @property
+    def reads_payload(self) -> bool:
+        return True
+
+    def has_pending_data(self, lane_id: int | None = None) -> bool:
+        if lane_id is None:
+            return any(s.has_buffered() for s in self._lanes.values())
+        s = self._lanes.get(lane_id)
+        return s is not None and s.has_buffered()
+
+    # -- weights ----------------------------------------------------------------
+
+    def _contributions(self, rec: SampleRecord) -> dict[int, float]:
+        m = rec.meta
+        if self.weight_by == "samples":
+            return {c: float(n) for c, n in m.component_sample_counts.items()}
+        if m.component_token_counts is not None:
+            return {c: float(n) for c, n in m.component_token_counts.items()}
+        if callable(self.weight_by):
+            total = float(self.weight_by(rec))
+        else:
+            name = resolve_token_field(rec.payload, "auto" if self.weight_by == "auto" else self.weight_by)
+            total = float(value_length(rec.payload[name], name))
+        n_samples = sum(m.component_sample_counts.values())
+        if n_samples == 0:
+            return {0: total}
+        return {c: total * (n / n_samples) for c, n in m.component_sample_counts.items()}
+
+    # -- targets ----------------------------------------------------------------
+
+    def _removals(self, lane: int) -> frozenset[int]:
+        if self.get_source_exhaustion is None:
+            return frozenset()
+        ex = self.get_source_exhaustion(lane)
+        if ex.final_component is not None:
+            return ex.continuing - {ex.final_component}
+        return ex.continuing
+
+    def _set_target(self, st: _MixLane, target: Mapping[int, float] | None) -> None:
+        assert st.removed is not None
+        old = set(st.swrr.target) if st.swrr is not None else None
+        if target is None:
+            st.swrr = None
+            new: set[int] | None = None
+        else:
+            filtered = {c: w for c, w in target.items() if w > 0 and c not in st.removed}
+            if st.swrr is None:
+                st.swrr = Swrr(filtered, sorted(filtered))
+            else:
+                st.swrr.update_target(filtered)
+            new = set(filtered)
+        if not st.total_buffered or old == new:
+            return
+        if old is not None and new is not None:
+            gone, added = old - new, new - old
+            affected = any(st.singles.get(c) or st.pack_counts.get(c) for c in gone)
+            if not (affected or ((gone or added) and st.obsolete)):
+                return
+        # reclassify everything buffered against the new target
+        singles, packs, obsolete = st.singles, st.packs, st.obsolete
+        st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
+        for item in obsolete:
+            self._buffer(st, item)
+        for q in singles.values():
+            for item in q:
+                self._buffer(st, item)
+        for item in packs:
+            self._buffer(st, item)
+
+    def _buffer(self, st: _MixLane, item: _Item) -> None:
+        target = st.swrr.target if st.swrr is not None else None
+        contrib = item.contributions
+        if len(contrib) == 1:
+            (cid,) = contrib
+            if target is None or cid in target:
+                st.singles.setdefault(cid, deque()).append(item)
+                return
+        elif target is None or (
+            any(c in target for c in contrib)
+            and not any(w > 0 and c not in target for c, w in contrib.items())
+        ):
+            st.packs.append(item)
+            for c in contrib:
+                st.pack_counts[c] = st.pack_counts.get(c, 0) + 1
+            return
+        st.obsolete.append(item)
+
+    # -- push / emit --------------------------------------------------------------
+
+    def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
+        touched: list[int] = []
+        for rec in elems:
+            lane, cid = rec.meta.lane_id, rec.meta.chunk_id
+            st = self._lanes.setdefault(lane, _MixLane())
+            if st.target_chunk_id is None or cid > st.target_chunk_id:
+                if st.removed is None:
+                    st.removed = self._removals(lane)
+                target = self.mixture
+                if not target and self.get_chunk_mixture is not None:
+                    target = dict(self.get_chunk_mixture(lane, cid) or {})
+                self._set_target(st, target or None)
+                st.target_chunk_id = cid
+            self._buffer(st, _Item(rec, self._contributions(rec)))
+            st.total_buffered += 1
+            if lane not in touched:
+                touched.append(lane)
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane in sorted(touched):
+            ready.extend(self._emit_ready(self._lanes[lane]))
+        return ready
+
+    def _emit_ready(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
+        cap = self.max_buffer_size
+        force = cap is not None and st.total_buffered >= cap
+        floor = int(self.drain_target_ratio * cap) if cap is not None else 0
+        out: list[SampleRecord] = []
+        while st.has_buffered():
+            rec = self._emit_one(st, force=force and st.total_buffered > floor)
+            if rec is None:
+                break
+            st.total_buffered -= 1
+            out.append(rec)
+        return [(out, 0)] if out else []
+
+    def _finish(self, st: _MixLane, item: _Item, *, obsolete: bool) -> SampleRecord:
+        if st.swrr is not None:
+            st.swrr.record(item.contributions)
+        if obsolete:
+            st.since_obsolete = 0
+        elif self.interval is not None:
+            st.since_obsolete = min(st.since_obsolete + 1, self.interval)
+        return item.record
+
+    def _take_pack(self, st: _MixLane, idx: int) -> _Item:
+        item = st.packs[idx]
+        del st.packs[idx]
+        for c in item.contributions:
+            st.pack_counts[c] -= 1
+            if not st.pack_counts[c]:
+                del st.pack_counts[c]
+        return item
+
+    def _emit_one(self, st: _MixLane, *, force: bool) -> SampleRecord | None:
+        if st.obsolete and self.interval is not None and st.since_obsolete >= self.interval:
+            return self._finish(st, st.obsolete.popleft(), obsolete=True)
+        ideal = st.swrr.peek() if st.swrr is not None else None
+        ideal_ok = st.swrr is None or (
+            ideal is not None and bool(st.singles.get(ideal) or st.pack_counts.get(ideal))
+        )
+        if not force and not ideal_ok:
+            return None
+        available = {c for c, q in st.singles.items() if q}
+        if ideal is not None and ideal in available:
+            return self._finish(st, st.singles[ideal].popleft(), obsolete=False)
+        with_ideal = [(i, p) for i, p in enumerate(st.packs) if ideal is not None and ideal in p.contributions]
+        if not with_ideal and available:
+            chosen = st.swrr.select(available) if st.swrr is not None else None
+            if chosen is None:
+                chosen = min(available)
+            return self._finish(st, st.singles[chosen].popleft(), obsolete=False)
+        if with_ideal or st.packs:
+            cands = with_ideal or list(enumerate(st.packs))
+            d = st.swrr.deficits() if st.swrr is not None else {}
+            best_i, _ = max(cands, key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
+            return self._finish(st, self._take_pack(st, best_i), obsolete=False)
+        if force and st.obsolete:
+            return self._finish(st, st.obsolete.popleft(), obsolete=True)
+        return None
+
+    def on_source_exhausted(self, lane_id: int, component_id: int) -> list[ReadyBatch[SampleRecord]]:
+        if self.get_source_exhaustion is None:
+            return []
+        if component_id not in self.get_source_exhaustion(lane_id).continuing:
+            return []
+        st = self._lanes.setdefault(lane_id, _MixLane())
+        st.removed = self._removals(lane_id)
+        if st.swrr is not None:
+            self._set_target(st, dict(st.swrr.target))
+        return self._emit_ready(st)
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
+        lanes = list(self._lanes) if lane_id is None else ([lane_id] if lane_id in self._lanes else [])
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane in lanes:
+            st = self._lanes[lane]
+            if self.max_buffer_size is None:
+                ready.extend(self._discard(st))
+            else:
+                out: list[SampleRecord] = []
+                while st.has_buffered():
+                    rec = self._emit_one(st, force=True)
+                    if rec is None:
+                        break
+                    st.total_buffered -= 1
+                    out.append(rec)
+                if out:
+                    ready.append((out, 0))
+            if reset:
+                self._lanes[lane] = _MixLane()
+        return ready
+
+    def _discard(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
+        tombs: list[SampleRecord] = []
+        order = [i for q in st.singles.values() for i in q] + list(st.packs) + list(st.obsolete)
+        for item in order:
+            tombs.extend(tombstones_for_record(item.record))
+        self.discarded += len(order)
+        st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
+        st.total_buffered = 0
+        return [(tombs[i : i + TOMBSTONE_BATCH], 0) for i in range(0, len(tombs), TOMBSTONE_BATCH)]
+
+
+def _check_ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigTypeError(expected(name, "a number", value))
+    ok_lo = value > lo if lo_open else value >= lo
+    ok_hi = value < hi if hi_open else value <= hi
+    if not (ok_lo and ok_hi):
+        interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise ConfigError(expected(name, f"a number in {interval}", value))
+
+
+class EnsureMixture(BaseOp):
+    """``ensure_mixture(*, max_buffer_size=1000, drain_target_ratio=0.8, ...)``."""
+
+    def __init__(
+        self,
+        *,
+        max_buffer_size: int | None = 1000,
+        drain_target_ratio: float = 0.8,
+        obsolete_drain_rate: float = 0.1,
+        weight_by: str | Callable[[SampleRecord], float] = "auto",
+        warn_tolerance: float | None = None,
+        mixture: Mapping[Any, float] | None = None,
+    ) -> None:
+        super().__init__()
+        check_int("max_buffer_size", max_buffer_size, minimum=1, allow_none=True)
+        _check_ratio("drain_target_ratio", drain_target_ratio, 0, 1, lo_open=True, hi_open=True)
+        _check_ratio("obsolete_drain_rate", obsolete_drain_rate, 0, 1, lo_open=False, hi_open=False)
+        if warn_tolerance is not None:
+            _check_ratio("warn_tolerance", warn_tolerance, 0, 1, lo_open=False, hi_open=False)
+        if not (callable(weight_by) or (isinstance(weight_by, str) and weight_by)):
+            raise ConfigTypeError(expected("weight_by", "'auto', 'samples', a field name or a callable", weight_by))
+        if mixture is not None:
+            if not isinstance(mixture, Mapping) or not mixture:
+                raise ConfigError(expected("mixture", "a non-empty mapping component -> weight", mixture))
+            for k, w in mixture.items():
+                if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+                    raise ConfigError(expected(f"mixture[{k!r}]", "a number >= 0", w))
+        self.max_buffer_size = max_buffer_size
+        self.drain_target_ratio = float(drain_target_ratio)
+        self.obsolete_drain_rate = float(obsolete_drain_rate)
+        self.weight_by = weight_by
+        self.warn_tolerance = warn_tolerance
+        self.mixture = dict(mixture) if mixture is not None else None
+
+    @property
+    def strict(self) -> bool:
+        return self.max_buffer_size is None
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=False, indexable=False, calibration_replayable=not self.strict)
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        by_id: dict[int, float] | None = None
+        if self.mixture is not None:
+            by_id = {}
+            resolve = ctx.get("get_component_id")
+            for k, w in self.mixture.items():
+                if isinstance(k, int) and not isinstance(k, bool):
+                    by_id[k] = float(w)
+                elif isinstance(k, str) and resolve is not None:
+                    by_id[int(resolve(k))] = float(w)
+                else:
+                    raise ConfigError(expected("mixture key", "a component id, or a name with get_component_id", k))
+        return MixtureAccumulator(
+            max_buffer_size=self.max_buffer_size,
+            drain_target_ratio=self.drain_target_ratio,
+            obsolete_drain_rate=self.obsolete_drain_rate,
+            weight_by=self.weight_by,
+            mixture=by_id,
+            get_chunk_mixture=ctx.get("get_chunk_mixture"),
+            get_source_exhaustion=ctx.get("get_source_exhaustion"),
+        )
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        return list(elems)

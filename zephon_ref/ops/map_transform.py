@@ -1,0 +1,82 @@
+"""map_transform: apply a deterministic payload function, dropping on None.
+
+Theory of operation
+-------------------
+Owns nothing across calls: the accumulator is a per-lane
+:class:`~zephon_ref.ops.base.CountingAccumulator` (count-only boundaries), and
+``process_many`` maps each record independently.  When ``fn`` returns None and
+``drop_none`` is set, the record is replaced by ``tombstones_for_record`` so its
+closing contributors still close; with ``drop_none=False`` the record passes
+unchanged.  Tombstones pass through untouched.  Order is preserved
+(``preserves_cursor_order=True``).
+
+What may not live here: any per-record state, randomness, or batch-shape
+dependence (the function sees one payload at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from zephon_ref.errors import ConfigTypeError, expected
+from zephon_ref.lineage import tombstones_for_record
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    CountingAccumulator,
+    OpTraits,
+    check_bool,
+    check_int,
+)
+from zephon_ref.types import SampleRecord
+
+__all__ = ["MapTransform"]
+
+
+class MapTransform(BaseOp):
+    """``map_transform(fn, *, drop_none=True)``."""
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        drop_none: bool = True,
+        max_batch: int = 64,
+        parallelism: int = 4,
+    ) -> None:
+        super().__init__()
+        if not callable(fn):
+            raise ConfigTypeError(expected("fn", "a callable payload -> payload | None", fn))
+        check_bool("drop_none", drop_none)
+        check_int("max_batch", max_batch, minimum=1)
+        check_int("parallelism", parallelism, minimum=1)
+        self.fn = fn
+        self.drop_none = drop_none
+        self.max_batch = max_batch
+        self.parallelism = parallelism
+
+    def traits(self) -> OpTraits:
+        return OpTraits(
+            preserves_cursor_order=True, calibration_replayable=True, parallelism=self.parallelism
+        )
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return CountingAccumulator(self.max_batch)
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        out: list[SampleRecord] = []
+        for rec in elems:
+            if rec.meta.tombstone:
+                out.append(rec)
+                continue
+            new = self.fn(rec.payload)
+            if new is None:
+                if self.drop_none:
+                    out.extend(tombstones_for_record(rec))
+                else:
+                    out.append(rec)
+                continue
+            out.append(replace(rec, payload=new))
+        return out

@@ -1,0 +1,379 @@
+"""shuffle: deterministic streaming (reservoir) and block shuffles.
+
+Theory of operation
+-------------------
+**streaming** (default).  Per lane a reservoir list, a counter
+``emitted_since_reset`` and closer bookkeeping.  A record is appended; if the
+reservoir is now longer than its target ``min(buffer_size, W + counter)``
+(``W = max(1, min(128, buffer_size // 16))``, or target 0 when
+``buffer_size == 1``), one victim leaves by swap-pop at index
+``stable_index(seed, lane, salt(record), counter, size)``.  The index is a pure
+function of those values, so the output does not depend on how the input is
+split into ``push_many`` calls.  ``flush`` drains the reservoir with the fixed
+flush salt, counters running on from the lane's counter and sizes shrinking to
+1, then forgets the lane.
+
+Closer rewriting keeps the lineage invariant under reordering: records with
+explicit contributors are counted per ``(lane, chunk, offset)``; when one is
+emitted a ref closes iff a closer of that offset was seen and no sibling stays
+buffered, so ``is_last_child`` moves to the last-emitted sibling.  Records
+without contributors are their own sole closer and need no tracking.
+
+**block** / **block_warmup**.  A per-lane count accumulator forms blocks
+(``buffer_size``, or a size growing from ``W`` by ``warmup_growth``), and
+``process_many`` shuffles each lane-pure block with
+``random.Random(batch_seed(seed, block))`` (an explicitly seeded generator, no
+global state), then moves each offset's closing flag to its last occurrence.
+
+``batch_seed`` folds cursor keys as zephon 0.2.0 does, including its use of
+CPython's ``hash()`` of the lineage and sample-id *int tuples*.  Int-tuple
+hashes do not depend on ``PYTHONHASHSEED`` (string hashes do), so this is
+deterministic across processes; we compute that hash explicitly
+(:func:`int_tuple_hash`, CPython >= 3.8 on 64-bit) rather than call ``hash()``,
+so the value does not silently change with the interpreter.
+
+What may not live here: wall clock, global ``random``, string hashing.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    CountingAccumulator,
+    OpTraits,
+    ReadyBatch,
+    check_choice,
+    check_int,
+    lane_of,
+)
+from zephon_ref.types import ContributorRef, SampleMeta, SampleRecord
+
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "FLUSH_SALT",
+    "BlockWarmupAccumulator",
+    "Shuffle",
+    "StreamingShuffleAccumulator",
+    "batch_seed",
+    "cursor_salt",
+    "int_tuple_hash",
+    "move_closers_to_last",
+    "stable_index",
+    "warmup_window",
+]
+
+DEFAULT_BUFFER_SIZE = 8192
+ALGORITHMS = ("streaming", "block", "block_warmup")
+FLUSH_SALT = 0xD1B54A32D192ED03
+
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+# ----------------------------------------------------------------------------
+# stable hashing
+# ----------------------------------------------------------------------------
+
+
+def _avalanche(x: int) -> int:
+    """splitmix64 finaliser."""
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def _fold(acc: int, value: int) -> int:
+    return _avalanche(acc ^ _avalanche(value + _GOLDEN))
+
+
+def stable_index(seed: int, lane: int, salt: int, counter: int, size: int) -> int:
+    """Victim index in ``[0, size)``: a pure function of its five arguments."""
+    assert size >= 1
+    acc = _avalanche(seed)
+    for v in (lane, salt, counter, size):
+        acc = _fold(acc, v)
+    return acc % size
+
+
+def cursor_salt(meta: SampleMeta) -> int:
+    """32-bit FNV-1a over chunk, offset, lineage and sample id (each as two 32-bit halves)."""
+    h = 0x811C9DC5
+    for v in (meta.chunk_id, meta.chunk_offset, *meta.lineage, *meta.sample_id):
+        v &= _M64
+        for half in (v & _M32, v >> 32):
+            h = ((h ^ half) * 0x01000193) & _M32
+    return h
+
+
+_PY_MODULUS = (1 << 61) - 1
+_XX1 = 11400714785074694791
+_XX2 = 14029467366897019727
+_XX5 = 2870177450012600261
+
+
+def _int_hash(n: int) -> int:
+    """CPython's hash() of an int (64-bit build)."""
+    h = abs(n) % _PY_MODULUS
+    if n < 0:
+        h = -h
+    return -2 if h == -1 else h
+
+
+def int_tuple_hash(values: Sequence[int]) -> int:
+    """CPython >= 3.8 ``hash(tuple_of_ints)`` on a 64-bit build, computed explicitly."""
+    acc = _XX5
+    for v in values:
+        lane = _int_hash(int(v)) & _M64
+        acc = (acc + lane * _XX2) & _M64
+        acc = ((acc << 31) | (acc >> 33)) & _M64
+        acc = (acc * _XX1) & _M64
+    acc = (acc + (len(values) ^ (_XX5 ^ 3527539))) & _M64
+    if acc == _M64:
+        return 1546275796
+    return acc - (1 << 64) if acc >> 63 else acc
+
+
+def batch_seed(base_seed: int, elems: Sequence[SampleRecord]) -> int:
+    """32-bit seed folded from a block's cursor keys (zephon 0.2.0's formula)."""
+    acc = base_seed
+    for rec in elems:
+        m = rec.meta
+        acc = (acc * 1315423911) ^ (m.chunk_id * 2654435761) ^ (m.chunk_offset << 8)
+        acc = acc ^ int_tuple_hash(m.lineage) ^ int_tuple_hash(tuple(m.sample_id))
+    return acc & _M32
+
+
+def warmup_window(buffer_size: int) -> int:
+    return 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
+
+
+# ----------------------------------------------------------------------------
+# closer bookkeeping
+# ----------------------------------------------------------------------------
+
+
+def move_closers_to_last(records: Sequence[SampleRecord]) -> list[SampleRecord]:
+    """After a pure reorder, let only the last occurrence of each base offset close.
+
+    An offset closes at all only if some occurrence carried a closer.  Records
+    without contributors count as closers of their own offset.
+    """
+    last: dict[tuple[int, int], int] = {}
+    has_closer: set[tuple[int, int]] = set()
+    for i, rec in enumerate(records):
+        for ref in rec.meta.contribution_refs():
+            key = ref.cursor.base_offset
+            last[key] = i
+            if ref.is_last_child:
+                has_closer.add(key)
+    out: list[SampleRecord] = []
+    for i, rec in enumerate(records):
+        refs = rec.meta.contribution_refs()
+        new = tuple(
+            ContributorRef(r.cursor, r.cursor.base_offset in has_closer and last[r.cursor.base_offset] == i)
+            for r in refs
+        )
+        if new == refs:
+            out.append(rec)
+        else:
+            out.append(SampleRecord(rec.meta.with_contributors(new), rec.payload))
+    return out
+
+
+@dataclass(slots=True)
+class _OffsetTally:
+    buffered: int = 0
+    closer_seen: bool = False
+
+
+@dataclass(slots=True)
+class _StreamingLane:
+    reservoir: list[SampleRecord] = field(default_factory=list)
+    counter: int = 0
+    tallies: dict[tuple[int, int], _OffsetTally] = field(default_factory=dict)
+
+
+class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
+    """Per-lane deterministic reservoir; see the module docstring."""
+
+    def __init__(self, buffer_size: int, seed: int = 0) -> None:
+        check_int("buffer_size", buffer_size, minimum=1)
+        check_int("seed", seed)
+        self.buffer_size = buffer_size
+        self.seed = seed
+        self.warmup = warmup_window(buffer_size)
+        self._lanes: dict[int, _StreamingLane] = {}
+
+    def has_pending_data(self, lane_id: int | None = None) -> bool:
+        if lane_id is None:
+            return any(s.reservoir for s in self._lanes.values())
+        s = self._lanes.get(lane_id)
+        return s is not None and bool(s.reservoir)
+
+    def _target(self, counter: int) -> int:
+        if self.buffer_size == 1:
+            return 0
+        return min(self.buffer_size, self.warmup + counter)
+
+    def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
+        out: list[SampleRecord] = []
+        for rec in elems:
+            lane = lane_of(rec)
+            st = self._lanes.setdefault(lane, _StreamingLane())
+            self._register(st, rec)
+            st.reservoir.append(rec)
+            size = len(st.reservoir)
+            if size > self._target(st.counter):
+                idx = stable_index(self.seed, lane, cursor_salt(rec.meta), st.counter, size)
+                st.counter += 1
+                out.append(self._release(st, _swap_pop(st.reservoir, idx)))
+        return [(out, 0)] if out else []
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
+        lanes = sorted(self._lanes) if lane_id is None else [lane_id]
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane in lanes:
+            st = self._lanes.pop(lane, None)
+            if st is None or not st.reservoir:
+                continue
+            out: list[SampleRecord] = []
+            while st.reservoir:
+                size = len(st.reservoir)
+                idx = stable_index(self.seed, lane, FLUSH_SALT, st.counter, size)
+                st.counter += 1
+                out.append(self._release(st, _swap_pop(st.reservoir, idx)))
+            assert not st.tallies, "every tracked offset drains with the reservoir"
+            ready.append((out, 0))
+        return ready
+
+    @staticmethod
+    def _register(st: _StreamingLane, rec: SampleRecord) -> None:
+        for ref in rec.meta.contributors:
+            t = st.tallies.setdefault(ref.cursor.base_offset, _OffsetTally())
+            t.buffered += 1
+            t.closer_seen = t.closer_seen or ref.is_last_child
+
+    @staticmethod
+    def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:
+        refs = rec.meta.contributors
+        if not refs:
+            return rec
+        new: list[ContributorRef] = []
+        for ref in refs:
+            key = ref.cursor.base_offset
+            t = st.tallies[key]
+            t.buffered -= 1
+            new.append(ContributorRef(ref.cursor, t.closer_seen and t.buffered == 0))
+            if t.buffered == 0:
+                del st.tallies[key]
+        new_t = tuple(new)
+        if new_t == refs:
+            return rec
+        return SampleRecord(rec.meta.with_contributors(new_t), rec.payload)
+
+
+def _swap_pop(buf: list[SampleRecord], idx: int) -> SampleRecord:
+    rec = buf[idx]
+    tail = buf.pop()
+    if idx < len(buf):
+        buf[idx] = tail
+    return rec
+
+
+class BlockWarmupAccumulator(Accumulator[SampleRecord]):
+    """Per-lane blocks whose size starts at ``W`` and grows by ``growth`` to ``buffer_size``."""
+
+    def __init__(self, buffer_size: int, *, growth: float = 1.5) -> None:
+        check_int("buffer_size", buffer_size, minimum=1)
+        if not isinstance(growth, (int, float)) or isinstance(growth, bool) or not growth > 1.0:
+            raise ConfigError(expected("warmup_growth", "a number > 1.0", growth))
+        self.buffer_size = buffer_size
+        self.growth = float(growth)
+        self.initial = min(buffer_size, max(1, warmup_window(buffer_size)))
+        self._buffers: dict[int, list[SampleRecord]] = {}
+        self._targets: dict[int, int] = {}
+
+    def has_pending_data(self, lane_id: int | None = None) -> bool:
+        if lane_id is None:
+            return any(self._buffers.values())
+        return bool(self._buffers.get(lane_id))
+
+    def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for rec in elems:
+            lane = lane_of(rec)
+            buf = self._buffers.setdefault(lane, [])
+            target = self._targets.setdefault(lane, self.initial)
+            buf.append(rec)
+            if len(buf) >= target:
+                ready.append((buf, 0))
+                self._buffers[lane] = []
+                grown = math.ceil(target * self.growth)
+                self._targets[lane] = min(self.buffer_size, max(target + 1, grown))
+        return ready
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
+        lanes = sorted(set(self._buffers) | set(self._targets)) if lane_id is None else [lane_id]
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane in lanes:
+            buf = self._buffers.pop(lane, None)
+            self._targets.pop(lane, None)
+            if buf:
+                ready.append((buf, 0))
+        return ready
+
+
+class Shuffle(BaseOp):
+    """``shuffle(buffer_size=None, *, seed=0, algorithm="streaming", warmup_growth=1.5)``."""
+
+    def __init__(
+        self,
+        buffer_size: int | None = None,
+        *,
+        seed: int = 0,
+        algorithm: str = "streaming",
+        warmup_growth: float = 1.5,
+    ) -> None:
+        super().__init__()
+        if buffer_size is None:
+            buffer_size = DEFAULT_BUFFER_SIZE
+        check_int("buffer_size", buffer_size, minimum=1)
+        check_int("seed", seed)
+        check_choice("algorithm", algorithm, ALGORITHMS)
+        if isinstance(warmup_growth, bool) or not isinstance(warmup_growth, (int, float)):
+            raise ConfigTypeError(expected("warmup_growth", "a number > 1.0", warmup_growth))
+        if not warmup_growth > 1.0:
+            raise ConfigError(expected("warmup_growth", "a number > 1.0", warmup_growth))
+        self.buffer_size = buffer_size
+        self.seed = seed
+        self.algorithm = algorithm
+        self.warmup_growth = float(warmup_growth)
+
+    def traits(self) -> OpTraits:
+        return OpTraits(
+            preserves_cursor_order=False, indexable=False, calibration_replayable=True, parallelism=1
+        )
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        if self.algorithm == "streaming":
+            return StreamingShuffleAccumulator(self.buffer_size, self.seed)
+        if self.algorithm == "block_warmup":
+            return BlockWarmupAccumulator(self.buffer_size, growth=self.warmup_growth)
+        return CountingAccumulator(self.buffer_size)
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        if not elems or self.algorithm == "streaming":
+            return list(elems)
+        block = list(elems)
+        random.Random(batch_seed(self.seed, block)).shuffle(block)
+        return move_closers_to_last(block)

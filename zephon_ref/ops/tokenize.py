@@ -1,0 +1,333 @@
+"""tokenize: text field -> ``input_ids`` (+ ``attention_mask``), optional split.
+
+Theory of operation
+-------------------
+``process_many`` is a pure function of each record (no cross-call state; the
+accumulator is a count-only :class:`CountingAccumulator`).  Per record:
+
+1. take the text from ``payload[field]`` (``missing_field="empty"`` -> ``""``);
+   the output payload starts empty, or as a copy of the upstream payload when
+   ``preserve_upstream_payload``;
+2. call the tokenizer in the Hugging Face convention
+   ``tok(texts, add_special_tokens=, padding=False, truncation=, [max_length=])
+   -> {"input_ids": [[...]], "attention_mask": [[...]]}``; when the operator owns
+   the specials (every mode but ``"tokenizer_default"``) it asks for no specials
+   and reserves room for them under truncation;
+3. bracket with BOS/EOS per ``special_tokens`` (mask grows with 1s);
+4. pad to ``max_length`` when ``padding="max_length"`` (not when splitting);
+5. with ``split_long_samples`` cut into ``max_length`` windows; more than one
+   window fans out with :func:`~zephon_ref.lineage.spawn_child` (child index =
+   window index, only the last child closes).
+
+:class:`HashTokenizer` is the built-in tokenizer: whitespace words, each id =
+``crc32(word utf-8) % vocab_size + offset``; no download, identical in every
+process (crc32 is not salted, unlike ``hash()`` of a string).
+
+What may not live here: batch-shape dependent behaviour (padding to the batch
+longest is refused), downloads, or per-call state.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.lineage import spawn_child
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    CountingAccumulator,
+    OpTraits,
+    check_bool,
+    check_choice,
+    check_int,
+)
+from zephon_ref.types import SampleRecord
+
+__all__ = ["HashTokenizer", "Tokenize"]
+
+SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
+MISSING_FIELD_MODES = ("error", "empty")
+
+
+@dataclass(frozen=True, slots=True)
+class HashTokenizer:
+    """Deterministic, download-free tokenizer with the HF call convention."""
+
+    vocab_size: int = 32000
+    offset: int = 3
+    pad_token_id: int = 0
+    bos_token_id: int = 1
+    eos_token_id: int = 2
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, minimum=1)
+        check_int("offset", self.offset, minimum=0)
+
+    def encode(self, text: str) -> list[int]:
+        return [
+            zlib.crc32(w.encode("utf-8")) % self.vocab_size + self.offset for w in text.split()
+        ]
+
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        **_ignored: Any,
+    ) -> dict[str, list[list[int]]]:
+        batch = [texts] if isinstance(texts, str) else list(texts)
+        ids_out: list[list[int]] = []
+        for text in batch:
+            ids = self.encode(text)
+            if add_special_tokens:
+                ids = [self.bos_token_id, *ids, self.eos_token_id]
+            if truncation and max_length is not None:
+                ids = ids[:max_length]
+            ids_out.append(ids)
+        masks = [[1] * len(ids) for ids in ids_out]
+        if padding == "max_length" and max_length is not None:
+            for ids, mask in zip(ids_out, masks, strict=True):
+                pad = max_length - len(ids)
+                if pad > 0:
+                    ids.extend([self.pad_token_id] * pad)
+                    mask.extend([0] * pad)
+        return {"input_ids": ids_out, "attention_mask": masks}
+
+
+def _as_list(seq: Any) -> list[int]:
+    if hasattr(seq, "tolist"):
+        return [int(x) for x in seq.tolist()]
+    return [int(x) for x in seq]
+
+
+class Tokenize(BaseOp):
+    """``tokenize(tokenizer=None, *, field, ...)`` with the knobs of zephon 0.2.0."""
+
+    def __init__(
+        self,
+        tokenizer: Callable[..., Any] | None = None,
+        *,
+        field: str,
+        missing_field: str = "error",
+        add_attention_mask: bool = True,
+        max_length: int | None = None,
+        padding: bool | str = False,
+        truncation: bool = False,
+        split_long_samples: bool = False,
+        preserve_upstream_payload: bool = False,
+        special_tokens: str = "bos_eos",
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        max_batch: int = 64,
+        parallelism: int = 1,
+    ) -> None:
+        super().__init__()
+        if tokenizer is not None and not callable(tokenizer):
+            raise ConfigTypeError(expected("tokenizer", "an HF-style callable or None", tokenizer))
+        if not isinstance(field, str) or not field:
+            raise ConfigTypeError(expected("field", "a non-empty str", field))
+        check_choice("missing_field", missing_field, MISSING_FIELD_MODES)
+        check_choice("special_tokens", special_tokens, SPECIAL_TOKENS_MODES)
+        for name, val in (
+            ("add_attention_mask", add_attention_mask),
+            ("truncation", truncation),
+            ("split_long_samples", split_long_samples),
+            ("preserve_upstream_payload", preserve_upstream_payload),
+        ):
+            check_bool(name, val)
+        check_int("max_length", max_length, minimum=1, allow_none=True)
+        check_int("bos_token_id", bos_token_id, minimum=0, allow_none=True)
+        check_int("eos_token_id", eos_token_id, minimum=0, allow_none=True)
+        check_int("max_batch", max_batch, minimum=1)
+        check_int("parallelism", parallelism, minimum=1)
+        if padding == "do_not_pad":
+            padding = False
+        if padding is not False and padding != "max_length":
+            raise ConfigError(
+                expected(
+                    "padding",
+                    "False or 'max_length' (padding to the batch longest depends on "
+                    "batch shape and is not part of the reference semantics)",
+                    padding,
+                )
+            )
+        if split_long_samples and truncation:
+            raise ConfigError(
+                expected("split_long_samples", "False when truncation=True (mutually exclusive)", True)
+            )
+        if split_long_samples and max_length is None:
+            raise ConfigError(expected("max_length", "an int >= 1 when split_long_samples=True", None))
+        if padding == "max_length" and max_length is None:
+            raise ConfigError(expected("max_length", "an int >= 1 when padding='max_length'", None))
+        owns = special_tokens != "tokenizer_default"
+        n_specials = (special_tokens in ("bos_eos", "bos")) + (special_tokens in ("bos_eos", "eos"))
+        if owns and truncation and max_length is None:
+            raise ConfigError(
+                expected("max_length", f"an int when truncation=True and special_tokens={special_tokens!r}", None)
+            )
+        if owns and truncation and max_length is not None and max_length - n_specials <= 0:
+            raise ConfigError(
+                expected("max_length", f"an int > {n_specials} (room for the special tokens)", max_length)
+            )
+        if special_tokens in ("tokenizer_default", "none") and (
+            bos_token_id is not None or eos_token_id is not None
+        ):
+            raise ConfigError(
+                expected(
+                    "bos_token_id/eos_token_id",
+                    f"None under special_tokens={special_tokens!r}",
+                    (bos_token_id, eos_token_id),
+                )
+            )
+        self.tokenizer: Callable[..., Any] = tokenizer if tokenizer is not None else HashTokenizer()
+        self.field = field
+        self.missing_field = missing_field
+        self.add_attention_mask = add_attention_mask
+        self.max_length = max_length
+        self.padding = padding
+        self.truncation = truncation
+        self.split_long_samples = split_long_samples
+        self.preserve_upstream_payload = preserve_upstream_payload
+        self.special_tokens = special_tokens
+        self.max_batch = max_batch
+        self.parallelism = parallelism
+        self._owns_specials = owns
+        self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
+        self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
+        self._bos = self._resolve_special("bos", bos_token_id) if self._n_bos else None
+        self._eos = self._resolve_special("eos", eos_token_id) if self._n_eos else None
+
+    def _resolve_special(self, which: str, override: int | None) -> int:
+        value = override if override is not None else getattr(self.tokenizer, f"{which}_token_id", None)
+        if value is None:
+            raise ConfigError(
+                expected(
+                    f"{which}_token_id",
+                    f"an id (the tokenizer has no {which}_token_id) for special_tokens={self.special_tokens!r}",
+                    None,
+                )
+            )
+        return int(value)
+
+    def _pad_id(self) -> int:
+        for name in ("pad_token_id", "eos_token_id"):
+            v = getattr(self.tokenizer, name, None)
+            if v is not None:
+                return int(v)
+        return 0
+
+    def traits(self) -> OpTraits:
+        return OpTraits(
+            preserves_cursor_order=True, calibration_replayable=True, parallelism=self.parallelism
+        )
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return CountingAccumulator(self.max_batch)
+
+    def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
+        payload = rec.payload
+        if not isinstance(payload, Mapping):
+            return str(payload), {}
+        if self.field in payload:
+            text = payload[self.field]
+        elif self.missing_field == "empty":
+            text = ""
+        else:
+            raise ConfigError(
+                expected(
+                    f"payload of sample {tuple(rec.meta.sample_id)!r}",
+                    f"a {self.field!r} field (have {sorted(map(repr, payload))})",
+                    "no such field",
+                )
+            )
+        base = dict(payload) if self.preserve_upstream_payload else {}
+        return str(text), base
+
+    def _hf_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"add_special_tokens": not self._owns_specials}
+        splitting = self.split_long_samples
+        kw["padding"] = self.padding if (not self._owns_specials and not splitting) else False
+        kw["truncation"] = False if splitting else self.truncation
+        max_len = None if splitting else self.max_length
+        if self._owns_specials and self.truncation and self.max_length is not None and not splitting:
+            max_len = self.max_length - self._n_bos - self._n_eos
+        if max_len is not None:
+            kw["max_length"] = max_len
+        return kw
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        if not elems:
+            return []
+        texts_bases = [self._text_and_base(r) for r in elems]
+        enc = self.tokenizer([t for t, _ in texts_bases], **self._hf_kwargs())
+        raw_ids = enc["input_ids"]
+        raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
+        out: list[SampleRecord] = []
+        for i, rec in enumerate(elems):
+            ids = _as_list(raw_ids[i])
+            mask = _as_list(raw_masks[i]) if raw_masks is not None else None
+            if self._owns_specials and (self._bos is not None or self._eos is not None):
+                pre = [self._bos] if self._bos is not None else []
+                post = [self._eos] if self._eos is not None else []
+                ids = pre + ids + post
+                if mask is not None:
+                    mask = [1] * len(pre) + mask + [1] * len(post)
+                elif self.add_attention_mask:
+                    mask = [1] * len(ids)
+            if self._owns_specials and self.padding == "max_length" and not self.split_long_samples:
+                assert self.max_length is not None
+                pad = self.max_length - len(ids)
+                if pad > 0:
+                    ids = ids + [self._pad_id()] * pad
+                    if mask is not None:
+                        mask = mask + [0] * pad
+            out.extend(self._emit(rec, texts_bases[i][1], ids, mask))
+        return out
+
+    def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
+        p = dict(base)
+        p["input_ids"] = ids
+        if self.add_attention_mask and mask is not None:
+            p["attention_mask"] = mask
+        return p
+
+    def _emit(
+        self, rec: SampleRecord, base: dict[str, Any], ids: list[int], mask: list[int] | None
+    ) -> list[SampleRecord]:
+        if not self.split_long_samples:
+            return [SampleRecord(rec.meta, self._payload(base, ids, mask))]
+        assert self.max_length is not None
+        n = self.max_length
+        if mask is None and self.add_attention_mask:
+            mask = [1] * len(ids)
+        windows: list[tuple[list[int], list[int] | None]] = []
+        if not ids:
+            windows.append(([], [] if mask is not None else None))
+        for start in range(0, len(ids), n):
+            windows.append((ids[start : start + n], None if mask is None else mask[start : start + n]))
+        if self.padding == "max_length":
+            pad_id = self._pad_id()
+            padded: list[tuple[list[int], list[int] | None]] = []
+            for w_ids, w_mask in windows:
+                pad = n - len(w_ids)
+                padded.append(
+                    (
+                        w_ids + [pad_id] * pad,
+                        None if w_mask is None else w_mask + [0] * pad,
+                    )
+                )
+            windows = padded
+        if len(windows) == 1:
+            return [SampleRecord(rec.meta, self._payload(base, *windows[0]))]
+        last = len(windows) - 1
+        return [
+            SampleRecord(spawn_child(rec.meta, i, is_last_child=(i == last)), self._payload(base, w, m))
+            for i, (w, m) in enumerate(windows)
+        ]
