@@ -1,0 +1,184 @@
+"""Operators against zephon 0.2.0's own ops/accumulators on identical record streams.
+
+Each case drives both implementations with the same pushes (zephon records built
+by tests/conformance/adapters.py) and compares, per lane, cursor keys,
+contributors with is_last_child, tombstones, component counts, packing metadata
+and payloads.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+zephon = pytest.importorskip("zephon", reason="zephon 0.2.0 (the conformance extra) is not installed")
+
+from zephon._internal.ops.batch import Batch as ZBatch  # noqa: E402
+from zephon._internal.ops.ensure_mixture import EnsureMixture as ZEnsureMixture  # noqa: E402
+from zephon._internal.ops.map_transform import MapTransform as ZMapTransform  # noqa: E402
+from zephon._internal.ops.pack_sequences import PackSequences as ZPack  # noqa: E402
+from zephon._internal.ops.shuffle_buffer import ShuffleBuffer as ZShuffle  # noqa: E402
+from zephon._internal.ops.tokenize_text import TokenizeText as ZTokenize  # noqa: E402
+from zephon.ops import OpContext as ZOpContext  # noqa: E402
+
+from tests.conformance.adapters import per_lane, to_zephon_all  # noqa: E402
+from tests.unit.test_ops_helpers import rec, run, split, stream  # noqa: E402
+from zephon_ref.lineage import spawn_child  # noqa: E402
+from zephon_ref.ops import (  # noqa: E402
+    Batch,
+    EnsureMixture,
+    HashTokenizer,
+    MapTransform,
+    PackSequences,
+    Shuffle,
+    Tokenize,
+)
+from zephon_ref.ops.base import OpContext  # noqa: E402
+from zephon_ref.types import SampleRecord  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+
+
+def both(ours, theirs, pushes, *, ctx=None):  # type: ignore[no-untyped-def]
+    # the runner calls setup() once per worker before any process_many
+    ours.setup(OpContext(ctx or {}))
+    theirs.setup(ZOpContext(ctx or {}))
+    mine = run(ours, pushes, ctx=ctx)
+    z = run(theirs, to_zephon_all(pushes), ctx=ctx)
+    return per_lane(mine), per_lane(z)
+
+
+def fanned(lanes, chunks, per_chunk, *, every=3, pieces=2):  # type: ignore[no-untyped-def]
+    """A stream where every ``every``-th record is split into children (contributors)."""
+    out = []
+    for r in stream(lanes, chunks, per_chunk):
+        if r.meta.chunk_offset % every == 0:
+            ids = r.payload["input_ids"]
+            for i in range(pieces):
+                meta = spawn_child(r.meta, i, is_last_child=(i == pieces - 1))
+                out.append(SampleRecord(meta, {"input_ids": ids[i::pieces] or [7]}))
+        else:
+            out.append(r)
+    return out
+
+
+CUTS = [[], [1, 5, 17], [3, 4, 40, 41, 60]]
+
+
+@pytest.mark.parametrize("buffer_size", [1, 2, 7, 64])
+@pytest.mark.parametrize("cuts", CUTS)
+def test_streaming_shuffle(buffer_size: int, cuts: list[int]) -> None:
+    recs = fanned([0, 1, 2], 5, 6)
+    a, b = both(Shuffle(buffer_size, seed=11), ZShuffle(buffer_size, seed=11), split(recs, cuts))
+    assert a == b
+
+
+@pytest.mark.parametrize("algorithm", ["block", "block_warmup"])
+@pytest.mark.parametrize("buffer_size", [1, 5, 16])
+def test_block_shuffle(algorithm: str, buffer_size: int) -> None:
+    recs = fanned([0, 3], 4, 7)
+    a, b = both(
+        Shuffle(buffer_size, seed=5, algorithm=algorithm),
+        ZShuffle(buffer_size, seed=5, algorithm=algorithm),
+        split(recs, [9, 10, 33]),
+    )
+    assert a == b
+
+
+PACK_CASES = [
+    dict(algorithm="first_fit", num_bins=2),
+    dict(algorithm="first_fit", num_bins=3, flush_strategy="fullest"),
+    dict(algorithm="first_fit", num_bins=2, max_sequences_per_bin=2),
+    dict(algorithm="first_fit", num_bins=4, min_sequence_length=3),
+    dict(algorithm="best_fit", num_bins=3),
+    dict(algorithm="best_fit", num_bins=2, flush_strategy="fullest", max_sequences_per_bin=3),
+    dict(algorithm="wrap"),
+    dict(algorithm="wrap", max_sequences_per_bin=2),
+    dict(algorithm="first_fit", num_bins=2, shuffle_strategy="length"),
+    dict(algorithm="best_fit", num_bins=2, shuffle_strategy="random", shuffle_seed=3),
+]
+
+
+@pytest.mark.parametrize("knobs", PACK_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
+def test_packing(knobs: dict[str, object]) -> None:
+    recs = fanned([0, 1], 4, 5)
+    recs.insert(3, rec(0, 0, 99, n_tokens=30))  # oversized for first/best, split by wrap
+    recs.insert(8, rec(1, 0, 98, n_tokens=0))  # empty
+    a, b = both(PackSequences(10, **knobs), ZPack(10, **knobs), split(recs, [4, 13]))
+    assert a == b
+
+
+def test_packing_token_counts_follow_components() -> None:
+    recs = [rec(0, 0, i, n_tokens=4 + i, comp=i % 3) for i in range(9)]
+    a, b = both(PackSequences(7, algorithm="wrap"), ZPack(7, algorithm="wrap"), [recs])
+    assert a == b
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_batch(drop_last: bool) -> None:
+    recs = stream([0, 1, 2], 3, 5)
+    a, b = both(Batch(4, drop_last=drop_last), ZBatch(4, drop_last=drop_last), split(recs, [2, 20]))
+    assert a == b
+
+
+MIX_CASES = [
+    dict(max_buffer_size=6, weight_by="samples"),
+    dict(max_buffer_size=3, drain_target_ratio=0.5, weight_by="samples"),
+    dict(max_buffer_size=None, weight_by="samples"),
+    dict(max_buffer_size=8, weight_by="auto"),
+    dict(max_buffer_size=5, weight_by="samples", obsolete_drain_rate=0.5),
+    dict(max_buffer_size=10, weight_by="input_ids", obsolete_drain_rate=0.0),
+]
+
+
+@pytest.mark.parametrize("knobs", MIX_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
+def test_ensure_mixture(knobs: dict[str, object]) -> None:
+    # component 0 arrives in runs, 1 sparsely, 2 is off-target (obsolete)
+    recs = []
+    for lane in (0, 1):
+        for c in range(4):
+            for o in range(8):
+                comp = 0 if o < 5 else (1 if o < 7 else 2)
+                recs.append(rec(lane, c, o, comp=comp))
+    mix = {0: 0.6, 1: 0.4}
+    ctx = {"get_chunk_mixture": lambda lane, cid: dict(mix)}
+    a, b = both(EnsureMixture(**knobs), ZEnsureMixture(**knobs), split(recs, [5, 6, 30]), ctx=ctx)
+    assert a == b
+
+
+def test_ensure_mixture_packed_records() -> None:
+    packed = run(PackSequences(12, algorithm="first_fit", num_bins=2), [[rec(0, c, o, comp=(c + o) % 2) for c in range(3) for o in range(6)]])
+    ctx = {"get_chunk_mixture": lambda lane, cid: {0: 0.5, 1: 0.5}}
+    a, b = both(EnsureMixture(max_buffer_size=4), ZEnsureMixture(max_buffer_size=4), [packed], ctx=ctx)
+    assert a == b
+
+
+def test_map_transform() -> None:
+    recs = stream([0, 1], 2, 5)
+
+    def fn(p):  # type: ignore[no-untyped-def]
+        return None if len(p["input_ids"]) % 3 == 0 else {"n": len(p["input_ids"])}
+
+    a, b = both(MapTransform(fn), ZMapTransform(fn), [recs])
+    assert a == b
+
+
+TOK_CASES = [
+    dict(),
+    dict(special_tokens="bos"),
+    dict(special_tokens="none", add_attention_mask=False),
+    dict(max_length=4, truncation=True),
+    dict(max_length=3, split_long_samples=True),
+    dict(max_length=5, split_long_samples=True, padding="max_length"),
+    dict(max_length=12, padding="max_length"),
+    dict(preserve_upstream_payload=True, special_tokens="eos"),
+    dict(special_tokens="tokenizer_default", max_length=4, truncation=True),
+]
+
+
+@pytest.mark.parametrize("knobs", TOK_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()) or "default")
+def test_tokenize(knobs: dict[str, object]) -> None:
+    texts = ["a b c d e f g", "", "hello world", "one two three four five six seven eight nine"]
+    recs = [rec(0, 0, i, payload={"text": t, "k": i}) for i, t in enumerate(texts)]
+    tok = HashTokenizer(vocab_size=50)
+    a, b = both(Tokenize(tok, field="text", **knobs), ZTokenize(tok, field="text", **knobs), [recs])
+    assert a == b
