@@ -97,7 +97,13 @@ def swrr_order(components: Mapping[str, Sequence[T]]) -> Iterator[tuple[T, str]]
         for item in components[only]:
             yield item, only
         return
-    target = normalize_weights({n: len(components[n]) for n in order}, what="chunk mixture")
+    shares = normalize_weights({n: len(components[n]) for n in order}, what="chunk mixture")
+    # zephon normalises the already-normalised shares once more; the second division
+    # can move a share by an ulp, which decides near-ties, so do the same
+    share_sum = 0.0
+    for n in order:
+        share_sum += shares[n]
+    target = {n: shares[n] / share_sum for n in order}
     emitted = dict.fromkeys(order, 0.0)
     pos = dict.fromkeys(order, 0)
     alive = list(order)  # still believed to hold items, in tie-break order
