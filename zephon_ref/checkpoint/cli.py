@@ -46,7 +46,8 @@ def _describe(m: Manifest, out: TextIO) -> None:
         print(f"    lane {e.lane:>4}: {e.size:>9} B  sha256 {e.digest[:16]}  delivered={delivered}", file=out)
 
 
-def cmd_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def cmd_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = sys.stdout if out is None else out
     if not list_generations(args.directory):
         print(f"{args.directory}: no published generation", file=out)
         return 2
@@ -60,7 +61,8 @@ def cmd_inspect(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 1 if bad else 0
 
 
-def cmd_verify(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = sys.stdout if out is None else out
     gens = list_generations(args.directory)
     if not gens:
         print(f"FAIL {args.directory}: no published generation", file=out)

@@ -18,7 +18,9 @@ file is never replaced), unlink the temp, fsync the directory.  :func:`save`
 publishes the shards first and the manifest *last*; a generation exists exactly
 when its manifest does.  A save that fails (or is killed) before the manifest
 link leaves only invisible leftovers and the previous generation loadable; it
-raises, so it never reports success.  Files are made read-only once published.
+raises, so it never reports success.  A failure *after* the manifest link (the
+directory fsync) also raises, but leaves that whole generation in place: once
+visible, a generation is never modified or removed.  Files are made read-only once published.
 
 **Restore.**  :func:`load` validates everything before it returns anything:
 manifest self-digest and canonical form, format and schema version, expected
@@ -269,16 +271,22 @@ def save(state: Mapping[str, Any], directory: PathLike, *, fingerprint: str | No
         lanes=tuple(e for e, _ in files[1:]),
     )
     published: list[Path] = []
+    manifest_bytes = encode_manifest(manifest)
+    manifest_path = root / manifest_file_name(generation)
     try:
         for entry, data in files:
             target = root / entry.file_name(generation)
             publish_bytes(target, data)
             published.append(target)
-        publish_bytes(root / manifest_file_name(generation), encode_manifest(manifest))
+        publish_bytes(manifest_path, manifest_bytes)
     except BaseException:
-        for p in published:  # unreferenced: no manifest names them
-            with contextlib.suppress(OSError):
-                os.unlink(p)
+        # If our manifest got linked before the failure (e.g. the directory fsync
+        # failed), the generation is visible and whole: never touch it.  The
+        # caller still gets the error, so it never reports success.
+        if _read(manifest_path) != manifest_bytes:
+            for p in published:  # unreferenced: no manifest names them
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
         raise
     return generation
 
