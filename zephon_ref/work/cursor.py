@@ -183,7 +183,7 @@ class DatasetCursor:
             while want > 0:
                 buf = self._buf
                 if buf is None or not (self._buf_start <= at < self._buf_start + len(buf)):
-                    self._fill(at)
+                    self._fill(self._fill_index(at))
                     buf = self._buf
                     assert buf is not None
                 lo = at - self._buf_start
@@ -195,32 +195,56 @@ class DatasetCursor:
         self.position += n
         return list(map(SampleId._make, rows.tolist()))
 
-    def _fill(self, at: int) -> None:
-        """Shuffle the fill that starts at the block holding ``at`` into the buffer."""
+    # Fills lie on a fixed grid of `_fill_blocks` blocks, so the snapshot a state
+    # carries depends only on (epoch, position): a restored cursor writes the same
+    # state as one that never stopped.
+    @property
+    def _fill_blocks(self) -> int:
+        b = self._knobs.block_size
+        assert b is not None
+        return max(1, -(-BLOCK_FILL_TARGET // b))
+
+    def _fill_index(self, at: int) -> int:
+        b = self._knobs.block_size
+        assert b is not None
+        return (at // b) // self._fill_blocks
+
+    def _fill(self, k: int) -> None:
+        """Shuffle fill ``k`` (blocks ``[k*F, (k+1)*F)``) into the buffer."""
         b = self._knobs.block_size
         assert b is not None and self._block_rng is not None
-        first = at // b
+        first = k * self._fill_blocks
         # invariant: the generator sits after exactly `_rng_blocks` block shuffles
         assert self._rng_blocks == first, (self._rng_blocks, first)
         start = first * b
-        n_blocks = max(1, -(-min(BLOCK_FILL_TARGET, self.total - start) // b))
-        rows = self._order.raw_slice(start, n_blocks * b)
+        rows = self._order.raw_slice(start, self._fill_blocks * b)
         self._snap_state = self._block_rng.bit_generator.state
         self._snap_blocks = first
-        for k in range(0, len(rows), b):
-            perm = np.arange(min(b, len(rows) - k), dtype=np.intp)
+        for j in range(0, len(rows), b):
+            perm = np.arange(min(b, len(rows) - j), dtype=np.intp)
             self._block_rng.shuffle(perm)
-            rows[k:k + len(perm)] = rows[k:k + len(perm)][perm]
+            rows[j:j + len(perm)] = rows[j:j + len(perm)][perm]
         self._rng_blocks = first + -(-len(rows) // b)
         self._buf = rows
         self._buf_start = start
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """``{position, epoch[, block_rng_snapshot]}``: enough to :meth:`seek` back here."""
+        """``{position, epoch[, block_rng_snapshot]}``: enough to :meth:`seek` back here.
+
+        The snapshot is the generator state before the fill that holds ``position``
+        (none once the epoch is used up).
+        """
         out: dict[str, Any] = {"position": self.position, "epoch": self.epoch}
-        if self.has_blocks and self._snap_state is not None:
-            out["block_rng_snapshot"] = {"rng_state": self._snap_state, "block_count": self._snap_blocks}
+        if self.has_blocks and self.position < self.total:
+            first = self._fill_index(self.position) * self._fill_blocks
+            if self._buf is not None and self._snap_blocks == first:
+                snap = self._snap_state
+            else:
+                # position is at the first block of the next, not yet shuffled, fill
+                assert self._block_rng is not None and self._rng_blocks == first, (self._rng_blocks, first)
+                snap = self._block_rng.bit_generator.state
+            out["block_rng_snapshot"] = {"rng_state": snap, "block_count": first}
         return out
 
     def seek(self, epoch: int, position: int, *, reshuffle: bool,
@@ -232,18 +256,18 @@ class DatasetCursor:
         self.position = max(0, min(position, self.total))
         if not self.has_blocks or self.position >= self.total:
             return
-        b = self._knobs.block_size
-        assert b is not None and self._block_rng is not None
-        target = self.position // b
+        assert self._block_rng is not None
+        k = self._fill_index(self.position)
+        first = k * self._fill_blocks
         done = 0
-        if block_rng_snapshot is not None and int(block_rng_snapshot["block_count"]) <= target:
+        if block_rng_snapshot is not None and int(block_rng_snapshot["block_count"]) <= first:
             self._block_rng.bit_generator.state = block_rng_snapshot["rng_state"]
             done = int(block_rng_snapshot["block_count"])
-        # advance the generator past blocks [done, target) without materialising them
-        for k in range(done, target):
-            self._block_rng.shuffle(np.arange(self._order.block_len(k), dtype=np.intp))
-        self._rng_blocks = target
-        self._fill(self.position)
+        # advance the generator past blocks [done, first) without materialising them
+        for j in range(done, first):
+            self._block_rng.shuffle(np.arange(self._order.block_len(j), dtype=np.intp))
+        self._rng_blocks = first
+        self._fill(k)
 
     def clone(self) -> DatasetCursor:
         """An independent cursor at the same place (the order object is shared: immutable)."""
