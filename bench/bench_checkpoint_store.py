@@ -1,0 +1,59 @@
+"""Save/load time of the durable checkpoint store against checkpoint size.
+
+usage: PYTHONPATH=. python bench/bench_checkpoint_store.py [--repeat 3] [--dir /tmp/x]
+
+Prints one row per (lanes, inflight chunks per lane) with the on-disk size and
+the median save and load (full validation) times.  Measurements only: no
+assertions; timings never feed back into any decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from zephon_ref.checkpoint import store
+from zephon_ref.checkpoint.fabricate import fabricate_engine_state
+
+SIZES = [(4, 2, 8), (16, 4, 16), (64, 8, 32), (256, 8, 64), (512, 16, 64)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    base = Path(args.dir or tempfile.mkdtemp(prefix="zref-bench-"))
+    print(f"{'lanes':>6} {'chunks':>6} {'samples':>7} {'files':>5} {'bytes':>11} {'save ms':>9} {'load ms':>9} {'MB/s load':>9}")
+    for lanes, chunks, samples in SIZES:
+        state = fabricate_engine_state(
+            random.Random(lanes), canonical_replicas=lanes, inflight_chunks=chunks, samples_per_component=samples
+        )
+        saves, loads = [], []
+        nbytes = nfiles = 0
+        for r in range(args.repeat):
+            d = base / f"l{lanes}-r{r}"
+            t0 = time.perf_counter()  # clock-ok: benchmark timing only
+            store.save(state, d)
+            t1 = time.perf_counter()  # clock-ok
+            out = store.load(d)
+            t2 = time.perf_counter()  # clock-ok
+            assert out == state
+            saves.append(t1 - t0)
+            loads.append(t2 - t1)
+            files = list(d.iterdir())
+            nfiles, nbytes = len(files), sum(p.stat().st_size for p in files)
+            shutil.rmtree(d)
+        s_ms, l_ms = statistics.median(saves) * 1e3, statistics.median(loads) * 1e3
+        print(f"{lanes:>6} {chunks:>6} {samples:>7} {nfiles:>5} {nbytes:>11,} {s_ms:>9.1f} {l_ms:>9.1f} {nbytes / 1e6 / (l_ms / 1e3):>9.1f}")
+    if args.dir is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
