@@ -160,6 +160,8 @@ class _PackLane:
     auto_field: str | None = None
     # cursor key of a split record -> tokens already charged per component
     charged: dict[SampleCursorKey, dict[int, int]] = field(default_factory=dict)
+    # first/best fit: base offset -> [fragments buffered in bins, closer seen]
+    tally: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def pending(self) -> bool:
         return bool(self.bins) or self.wrap_total > 0
@@ -264,8 +266,20 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     expected("record length", f"<= max_length={self.max_length} (drop_oversized=False)", n)
                 )
             self.dropped_oversized += 1
-            return tombstones_for_record(rec)
+            # A sibling still in a bin will carry the closer instead (see _close_refs).
+            keep: list[SampleRecord] = []
+            for t in tombstones_for_record(rec):
+                tal = st.tally.get(t.meta.contributors[0].cursor.base_offset)
+                if tal is not None and rec.meta.contributors:
+                    tal[1] = 1
+                else:
+                    keep.append(t)
+            return keep
         lane = rec.meta.lane_id
+        for ref in rec.meta.contributors:
+            tal = st.tally.setdefault(ref.cursor.base_offset, [0, 0])
+            tal[0] += 1
+            tal[1] = tal[1] or int(ref.is_last_child)
         seg = _Segment(rec, 0, n, n, is_last=True)
         chosen: _Bin | None = None
         if self.algorithm == "first_fit":
@@ -358,8 +372,11 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         tokens: dict[int, int] = {}
         for seg in segments:
             rec = seg.record
-            for ref in rec.meta.contribution_refs():
-                refs.append(ContributorRef(ref.cursor, ref.is_last_child and seg.is_last))
+            if self.algorithm != "wrap" and rec.meta.contributors:
+                refs.extend(self._close_refs(st, rec))
+            else:
+                for ref in rec.meta.contribution_refs():
+                    refs.append(ContributorRef(ref.cursor, ref.is_last_child and seg.is_last))
             if seg.is_last:
                 for cid, cnt in rec.meta.component_sample_counts.items():
                     samples[cid] = samples.get(cid, 0) + cnt
@@ -399,6 +416,24 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         entries = [self._entry(s) for s in segments]
         payload = self.pack_payloads(entries) if self.pack_payloads is not None else entries
         return SampleRecord(meta, {"packed_samples": payload})
+
+    @staticmethod
+    def _close_refs(st: _PackLane, rec: SampleRecord) -> list[ContributorRef]:
+        """first/best fit: a ref closes iff its offset's closer was seen and no sibling stays binned.
+
+        zephon 0.2.0 keeps the incoming flag, so a closing child packed into an
+        earlier-emitted bin than its sibling closes the offset too early (see
+        docs/divergences.md).
+        """
+        out: list[ContributorRef] = []
+        for ref in rec.meta.contributors:
+            key = ref.cursor.base_offset
+            tal = st.tally[key]
+            tal[0] -= 1
+            out.append(ContributorRef(ref.cursor, bool(tal[1]) and tal[0] == 0))
+            if tal[0] == 0:
+                del st.tally[key]
+        return out
 
     @staticmethod
     def _entry(seg: _Segment) -> Any:

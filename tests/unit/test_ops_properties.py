@@ -1,0 +1,150 @@
+"""Hypothesis properties that hold for every built-in operator.
+
+* lineage: per base offset exactly one closing contributor/tombstone over
+  push + flush, after every other fragment of that offset;
+* reset: ``flush(reset=True, lane_id=L)`` leaves lane L like a fresh accumulator
+  and does not touch other lanes;
+* split independence: outputs do not depend on how the input is cut into
+  ``push_many`` calls (streaming shuffle, packers without shuffle_strategy, batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.test_ops_helpers import check_lineage, rec, run, split
+from zephon_ref.lineage import spawn_child
+from zephon_ref.ops import (
+    Batch,
+    EnsureMixture,
+    MapTransform,
+    PackSequences,
+    Shuffle,
+    Tokenize,
+)
+from zephon_ref.ops.base import BaseOp
+from zephon_ref.types import SampleBatch, SampleRecord
+
+SETTINGS = settings(max_examples=40, deadline=None, database=None)
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> list[SampleRecord]:
+    """Per-lane increasing chunks; some records fanned out into children."""
+    lanes = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True))
+    out: list[SampleRecord] = []
+    next_chunk = dict.fromkeys(lanes, 0)
+    for _ in range(draw(st.integers(1, 6))):
+        lane = draw(st.sampled_from(lanes))
+        c = next_chunk[lane]
+        next_chunk[lane] += 1
+        for o in range(draw(st.integers(1, 5))):
+            n = draw(st.integers(0, 14))
+            r = rec(lane, c, o, n_tokens=n, comp=draw(st.integers(0, 2)))
+            pieces = draw(st.integers(1, 3))
+            if pieces == 1:
+                out.append(r)
+            else:
+                for i in range(pieces):
+                    meta = spawn_child(r.meta, i, is_last_child=(i == pieces - 1))
+                    ids = r.payload["input_ids"][i::pieces]
+                    out.append(SampleRecord(meta, {"input_ids": ids, "mask": [1] * len(ids)}))
+    return out
+
+
+def _texts(recs: list[SampleRecord]) -> list[SampleRecord]:
+    return [SampleRecord(r.meta, {"text": " ".join(["w"] * len(r.payload["input_ids"]))}) for r in recs]
+
+
+OPS: dict[str, Callable[[], BaseOp]] = {
+    "map": lambda: MapTransform(lambda p: None if len(p["input_ids"]) % 4 == 1 else p),
+    "tokenize_split": lambda: Tokenize(field="text", max_length=3, split_long_samples=True),
+    "shuffle_streaming": lambda: Shuffle(5, seed=3),
+    "shuffle_block": lambda: Shuffle(4, seed=3, algorithm="block"),
+    "first_fit": lambda: PackSequences(10, num_bins=2),
+    "best_fit": lambda: PackSequences(10, num_bins=3, algorithm="best_fit", flush_strategy="fullest"),
+    "wrap": lambda: PackSequences(10, algorithm="wrap"),
+    "wrap_capped": lambda: PackSequences(10, algorithm="wrap", max_sequences_per_bin=2),
+    "mixture_bounded": lambda: EnsureMixture(max_buffer_size=4, weight_by="samples", mixture={0: 1.0, 1: 2.0}),
+    "mixture_strict": lambda: EnsureMixture(max_buffer_size=None, mixture={0: 1.0, 1: 1.0, 2: 1.0}),
+    "batch_keep": lambda: Batch(3, drop_last=False),
+}
+
+
+def _flat(out: list[Any]) -> list[SampleRecord]:
+    res: list[SampleRecord] = []
+    for x in out:
+        res.extend(x.records if isinstance(x, SampleBatch) else [x])
+    return res
+
+
+def _prep(name: str, recs: list[SampleRecord]) -> list[SampleRecord]:
+    if name.startswith("wrap"):
+        # Known gap (docs/divergences.md): wrap tombstones an empty closing child at
+        # once, ahead of a sibling still in its buffer, as zephon 0.2.0 does.
+        recs = [r if r.payload["input_ids"] else SampleRecord(r.meta, {"input_ids": [5], "mask": [1]}) for r in recs]
+    return _texts(recs) if name.startswith("tokenize") else recs
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 60), max_size=4), st.sampled_from(sorted(OPS)))
+def test_every_op_closes_each_offset_exactly_once_and_last(
+    recs: list[SampleRecord], cuts: list[int], name: str
+) -> None:
+    recs = _prep(name, recs)
+    assume(recs)
+    out = _flat(run(OPS[name](), split(recs, cuts)))
+    check_lineage(recs, out)
+
+
+def _key(out: list[Any]) -> list[Any]:
+    return [
+        (r.meta.lane_id, r.meta.cursor, r.meta.contributors, r.meta.tombstone, r.payload)
+        for r in _flat(out)
+    ]
+
+
+@SETTINGS
+@given(streams(), streams(), st.sampled_from(sorted(OPS)))
+def test_flush_reset_makes_lane_fresh_and_leaves_others(
+    before: list[SampleRecord], after: list[SampleRecord], name: str
+) -> None:
+    before, after = _prep(name, before), _prep(name, after)
+    assume(before)
+    op = OPS[name]()
+    lane = before[0].meta.lane_id
+    # a fresh accumulator fed only `after` (lane L), vs one that saw `before` then flushed L
+    after_l = [r for r in after if r.meta.lane_id == lane]
+    used = op.accumulator(deterministic=True, ctx={})
+    others_before = [r for r in before if r.meta.lane_id != lane]
+    run(op, [before], acc=used, flush=False)
+    flushed = [x for b, _ in used.flush(reset=True, lane_id=lane) for x in op.process_many(list(b))]
+    assert all(r.meta.lane_id == lane for r in _flat(flushed))
+    assert not used.has_pending_data(lane)
+    fresh = op.accumulator(deterministic=True, ctx={})
+    got = [r for r in _flat(run(op, [after_l], acc=used, flush=False)) if r.meta.lane_id == lane]
+    want = _flat(run(op, [after_l], acc=fresh, flush=False))
+    assert _key(got) == _key(want)
+    # other lanes: same as if lane L had never been flushed
+    ref = op.accumulator(deterministic=True, ctx={})
+    run(op, [others_before], acc=ref, flush=False)
+    rest_used = [r for r in _flat(run(op, [], acc=used)) if r.meta.lane_id != lane]
+    rest_ref = [r for r in _flat(run(op, [], acc=ref)) if r.meta.lane_id != lane]
+    assert _key(rest_used) == _key(rest_ref)
+
+
+SPLIT_FREE = ["shuffle_streaming", "first_fit", "best_fit", "wrap", "wrap_capped", "batch_keep", "map"]
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 60), max_size=5), st.sampled_from(SPLIT_FREE))
+def test_output_does_not_depend_on_push_boundaries(
+    recs: list[SampleRecord], cuts: list[int], name: str
+) -> None:
+    whole = run(OPS[name](), [recs])
+    pieces = run(OPS[name](), split(recs, cuts))
+    assert _key(whole) == _key(pieces)
