@@ -1,0 +1,94 @@
+"""Source-layer benchmark: zephon_ref against zephon 0.2.0, side by side in one run.
+
+1. Chunks per second of one lane's StaticMixtureWorkSource on the same config
+   (3 datasets, within-shard + block shuffle, 4 lanes, chunk_size 1024): each
+   implementation alternates, 3 rounds, median reported, and the ratio.
+2. State-restore time at global chunk 10 and at global chunk 1,000,000 (a real run
+   to that point with chunk_size 1), zephon_ref only: the restore must not grow
+   with progress.
+
+Run: python3 bench/bench_source.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from properties.sources import SourceConfig, build_source, zephon_available  # noqa: E402
+
+THROUGHPUT = SourceConfig(
+    {"web": (40_000, 25_000, 35_000), "code": (18_000, 12_000), "books": (6_000, 4_000, 2_000, 3_000)},
+    {"web": 0.6, "code": 0.3, "books": 0.1}, 4,
+    {"chunk_size": 1024, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": 4096,
+     "exhausted_policy": "repeat"},
+)
+
+
+def chunks_per_second(impl: str, n_chunks: int) -> float:
+    src = build_source(impl, THROUGHPUT)
+    lane = src.clone_for_lane(1, THROUGHPUT.canonical_replicas)
+    t0 = time.perf_counter()
+    for _ in range(n_chunks):
+        ch = lane.next_chunk()
+        assert ch is not None
+        for _ in ch:  # the engine reads every chunk in offset order
+            pass
+    return n_chunks / (time.perf_counter() - t0)
+
+
+def restore_seconds(at_chunk: int) -> tuple[float, int]:
+    from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
+
+    dsets = [Dataset.from_dict("a", {0: InMemoryShard([0] * 50_000), 1: InMemoryShard([0] * 30_000)}),
+             Dataset.from_dict("b", {0: InMemoryShard([0] * 20_000)})]
+    mk = lambda: StaticMixtureWorkSource(dsets, {"a": 0.7, "b": 0.3}, chunk_size=1, seed=3,  # noqa: E731
+                                         shuffle_within_shard=True, shuffle_block_size=1000,
+                                         exhausted_policy="repeat")
+    lane = mk().clone_for_lane(0, 1)
+    for _ in range(at_chunk):
+        lane.next_chunk()
+    state = lane.state_dict()
+    expected = [lane.next_chunk() for _ in range(5)]
+    times = []
+    for _ in range(5):
+        fresh = mk().clone_for_lane(0, 1)
+        t0 = time.perf_counter()
+        fresh.load_state_dict(state)
+        first = fresh.next_chunk()
+        times.append(time.perf_counter() - t0)
+        assert [first] + [fresh.next_chunk() for _ in range(4)] == expected
+    return statistics.median(times), state["global_chunk_index"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
+    args = ap.parse_args()
+    n = 150 if args.quick else 600
+    print(f"== source throughput: one lane of {THROUGHPUT.canonical_replicas}, chunk_size 1024, {n} chunks")
+    impls = ["zephon_ref"] + (["zephon"] if zephon_available() else [])
+    res: dict[str, list[float]] = {i: [] for i in impls}
+    for _ in range(3):
+        for impl in impls:
+            res[impl].append(chunks_per_second(impl, n))
+    for impl in impls:
+        print(f"  {impl:10s} {statistics.median(res[impl]):9.1f} chunks/s  (rounds: "
+              + ", ".join(f"{x:.1f}" for x in res[impl]) + ")")
+    if "zephon" in res:
+        print(f"  ratio zephon_ref / zephon = {statistics.median(res['zephon_ref']) / statistics.median(res['zephon']):.2f}x")
+    print("== state restore to first chunk (zephon_ref), median of 5")
+    far = 100_000 if args.quick else 1_000_000
+    for at in (10, far):
+        t0 = time.perf_counter()
+        secs, g = restore_seconds(at)
+        print(f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   (reaching it took {time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
