@@ -339,8 +339,8 @@ def decode_manifest(data: bytes) -> Manifest:
         universal=_entry(obj["universal"], universal=True),
         lanes=tuple(_entry(e, universal=False) for e in lanes_raw),
     )
-    lanes = [e.lane for e in m.lanes]
-    if lanes != sorted(set(lanes)) or any(x >= m.canonical_replicas for x in lanes if x is not None):  # type: ignore[operator]
+    lanes = [e.lane for e in m.lanes if e.lane is not None]
+    if lanes != sorted(set(lanes)) or any(x >= m.canonical_replicas for x in lanes):
         raise _corrupt("manifest lane ordinals", f"ascending, unique, < {m.canonical_replicas}", lanes)
     if [p[0] for p in delivered] != sorted({p[0] for p in delivered}):
         raise _corrupt("capture delivered lanes", "ascending and unique", delivered)
