@@ -24,7 +24,7 @@ def _describe(chunk: WorkChunk, width: int = 6) -> str:
     return f"[{sizes}] {head} ..."
 
 
-def _views(chunks: list[WorkChunk | None]) -> list[dict | None]:
+def _views(chunks: list[WorkChunk | None]) -> list[dict[str, object] | None]:
     return [None if c is None else c.state_dict() for c in chunks]
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, TypeAlias, Union
+from typing import Any, NamedTuple, TypeAlias
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
@@ -291,7 +291,7 @@ class SampleBatch:
         return tuple(r.meta.lineage for r in self.records)
 
 
-StreamItem: TypeAlias = Union[SampleRecord, SampleBatch]
+StreamItem: TypeAlias = SampleRecord | SampleBatch
 
 _DUMMY_SID = SampleId(0, 0, 0)
 

@@ -95,7 +95,7 @@ def test_state_round_trip_continues_identically(cfg: SourceConfig, data) -> None
 def test_quotas_sum_to_chunk_size_and_track_the_weights(raw, chunk_size, n_chunks) -> None:
     names = tuple(f"d{i}" for i in range(len(raw)))
     total = sum(raw)
-    w = {k: r / total for k, r in zip(names, raw)}
+    w = {k: r / total for k, r in zip(names, raw, strict=False)}
     rep = dict.fromkeys(names, "repeat")
     cfg = _Config(names, w, chunk_size, rep, dict.fromkeys(names, True), dict.fromkeys(names, None), None)
     alloc = _AccumulatorAllocator(cfg)

@@ -10,8 +10,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon_ref.errors import ConfigError, ContractError, StateFormatError, StateMismatchError, ZephonRefError
-from zephon_ref.work import Dataset, InMemoryShard, MixtureSpec, StaticMixtureWorkSource, WorkChunk, synthetic_corpus
+from zephon_ref.errors import (
+    ConfigError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    ZephonRefError,
+)
+from zephon_ref.work import (
+    Dataset,
+    InMemoryShard,
+    MixtureSpec,
+    StaticMixtureWorkSource,
+    WorkChunk,
+    synthetic_corpus,
+)
 from zephon_ref.work import cursor as cursor_mod
 from zephon_ref.work.cursor import GOLDEN, DatasetCursor
 from zephon_ref.work.mixture import swrr_order
@@ -143,7 +156,7 @@ def test_redistribute_clamps_then_renormalises_and_marks_exhaustion_cumulatively
     assert out[0].target_mixture == {"a": 0.5, "b": 0.5}
     assert out[1].components["b"] and len(out[1]) == 3  # short chunk keeps the old target
     assert out[1].source_exhausted == ("b",)
-    for prev, nxt in zip(out[1:], out[2:]):  # cumulative: never loses a name
+    for prev, nxt in zip(out[1:], out[2:], strict=False):  # cumulative: never loses a name
         assert set(prev.source_exhausted) <= set(nxt.source_exhausted)
     assert out[-1].source_exhausted == ("a", "b")  # 'a' (stop) ran dry exactly at the end
     assert out[2].target_mixture == {"a": 1.0}
@@ -329,3 +342,13 @@ def test_no_warning_noise_by_default():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         StaticMixtureWorkSource(two(), {"a": 1, "b": 1}, chunk_size=4)
+
+
+def test_len_estimates_remaining_samples():
+    stop = StaticMixtureWorkSource([ds("a", 7)], {"a": 1}, chunk_size=3, exhausted_policy="stop")
+    assert len(stop) == 6 == sum(len(c) for c in chunks(stop))  # the 7th sample never fits a chunk
+    red = StaticMixtureWorkSource([ds("a", 5), ds("b", 4)], {"a": 1, "b": 1}, chunk_size=2,
+                                  exhausted_policy="redistribute")
+    assert len(red) == 9 == sum(len(c) for c in chunks(red))  # all-redistribute is exact
+    passes = StaticMixtureWorkSource([ds("a", 8), ds("b", 4)], {"a": 0.5, "b": 0.5}, chunk_size=2)
+    assert len(passes) == 16 == sum(len(c) for c in chunks(passes))  # a needs 8 chunks for its pass

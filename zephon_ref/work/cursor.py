@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -146,7 +147,7 @@ class DatasetCursor:
         self._buf_start = 0
         self._block_rng: np.random.Generator | None = None
         self._rng_blocks = 0  # blocks the generator has shuffled so far
-        self._snap_state: dict[str, Any] | None = None
+        self._snap_state: Mapping[str, Any] | None = None
         self._snap_blocks = 0
         if self.has_blocks:
             self._block_rng = np.random.default_rng(self._order._seed ^ GOLDEN)

@@ -149,7 +149,7 @@ class Dataset:
 
     def layout(self) -> tuple[tuple[int, int], ...]:
         """``((shard_id, count), ...)``: what a checkpoint's layout check compares."""
-        return tuple(zip(self._ids.tolist(), self._counts.tolist()))
+        return tuple(zip(self._ids.tolist(), self._counts.tolist(), strict=False))
 
     def __repr__(self) -> str:
         return f"Dataset(name={self.name!r}, shards={self.shard_count()}, total={self.total()})"

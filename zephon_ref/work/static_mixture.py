@@ -595,9 +595,9 @@ class StaticMixtureWorkSource(WorkSource):
             return sum(c.remaining for c in self._cursors.values())
         limit = math.inf
         for n in cfg.order:
-            left = cfg.effective_remaining(n, self._cursors[n])
-            if n not in cfg.redistributing and left is not None and rate[n] > 0:
-                limit = min(limit, left / rate[n])
+            eff = cfg.effective_remaining(n, self._cursors[n])
+            if n not in cfg.redistributing and eff is not None and rate[n] > 0:
+                limit = min(limit, eff / rate[n])
         if math.isinf(limit):
             return 0
         if cfg.redistributing:
@@ -704,8 +704,8 @@ class StaticMixtureWorkSource(WorkSource):
                 raise StateFormatError(expected("state exhausted_policy", f"values in {list(_POLICIES)}", policy))
             reshuffle = {n: bool(state["reshuffle_on_repeat"][n]) for n in order}
             caps = {n: (None if state["max_repeats"][n] is None else int(state["max_repeats"][n])) for n in order}
-            sap = state["stop_after_passes"]
-            sap = None if sap is None else int(sap)
+            raw_sap = state["stop_after_passes"]
+            sap = None if raw_sap is None else int(raw_sap)
             cfg = _Config(order, weights, chunk_size, policy, reshuffle, caps, sap)
             conflicts = [
                 f"{arg}: constructor={mine!r} != checkpoint={theirs!r}"
