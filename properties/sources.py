@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IMPLEMENTATIONS", "SourceConfig", "build_source", "chunk_view", "lane_chunks", "zephon_available"]
+__all__ = ["IMPLEMENTATIONS", "SourceConfig", "build_source", "chunk_view", "lane_chunks", "read_chunks", "zephon_available"]
 
 IMPLEMENTATIONS = ("zephon_ref", "zephon")
 
@@ -68,13 +68,17 @@ def chunk_view(chunk: Any) -> dict[str, Any]:
     }
 
 
-def lane_chunks(source: Any, lane: int, canonical_replicas: int, max_chunks: int) -> list[dict[str, Any]]:
-    """Up to ``max_chunks`` chunk views of one lane (stops early at the end of the stream)."""
-    clone = source.clone_for_lane(lane, canonical_replicas)
+def read_chunks(clone: Any, max_chunks: int) -> list[Any]:
+    """Up to ``max_chunks`` chunks of a lane clone (stops early at the end of the stream)."""
     out = []
     for _ in range(max_chunks):
         ch = clone.next_chunk()
         if ch is None:
             break
-        out.append(chunk_view(ch))
+        out.append(ch)
     return out
+
+
+def lane_chunks(source: Any, lane: int, canonical_replicas: int, max_chunks: int) -> list[dict[str, Any]]:
+    """Up to ``max_chunks`` chunk views of one lane of ``source``."""
+    return [chunk_view(ch) for ch in read_chunks(source.clone_for_lane(lane, canonical_replicas), max_chunks)]

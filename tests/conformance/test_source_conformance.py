@@ -96,20 +96,14 @@ def test_fixed_configs_match_zephon(cfg: SourceConfig) -> None:
 
 def _zephon_legacy_lane(cfg: SourceConfig, lane: int) -> list[dict]:
     """zephon selects legacy_fixed only from an old checkpoint: rewrite a fresh state into one."""
-    from properties.sources import chunk_view
+    from properties.sources import chunk_view, read_chunks
 
     clone = build_source("zephon", cfg).clone_for_lane(lane, cfg.canonical_replicas)
     state = clone.state_dict()
     state["allocation_mode"] = "legacy_fixed"
     state["accumulators"] = None
     clone.load_state_dict(state)
-    out = []
-    for _ in range(MAX_CHUNKS):
-        ch = clone.next_chunk()
-        if ch is None:
-            break
-        out.append(chunk_view(ch))
-    return out
+    return [chunk_view(ch) for ch in read_chunks(clone, MAX_CHUNKS)]
 
 
 @pytest.mark.parametrize("weights,chunk_size", [({"a": 0.7, "b": 0.3}, 10), ({"a": 5, "b": 1, "c": 1}, 9),

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from properties.sources import read_chunks
 from zephon_ref.errors import (
     ConfigError,
     ContractError,
@@ -113,14 +114,7 @@ def test_seek_replays_at_most_one_fill_of_blocks(monkeypatch):
 # -- quotas ------------------------------------------------------------------------------------
 
 def chunks(src, lane=0, canon=1, n=10_000):
-    c = src.clone_for_lane(lane, canon)
-    out = []
-    for _ in range(n):
-        ch = c.next_chunk()
-        if ch is None:
-            break
-        out.append(ch)
-    return out
+    return read_chunks(src.clone_for_lane(lane, canon), n)
 
 
 def test_quotas_sum_to_chunk_size_and_zero_quota_components_are_left_out():
