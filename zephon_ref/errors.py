@@ -25,6 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AggregationError",
+    "AggregationTimeout",
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "CheckpointRefused",
@@ -35,6 +37,7 @@ __all__ = [
     "PublishConflict",
     "StateMismatchError",
     "ZephonRefError",
+    "LeaderFailed",
     "expected",
 ]
 
@@ -100,6 +103,50 @@ class PublishConflict(ZephonRefError, FileExistsError):
     def __init__(self, message: str, *, reason: str = "target-exists") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class AggregationError(ContractError):
+    """A multi-rank aggregation round failed (``RuntimeError``, as in zephon).
+
+    ``reason`` is a short stable code (``"timeout"``, ``"leader-failed"``,
+    ``"mapping-mismatch"``, ``"rank-mismatch"``, ``"duplicate-participant"``,
+    ``"merge"``, ``"publish-conflict"``, ``"storage"``, ...).
+    """
+
+    def __init__(self, message: str, *, reason: str = "aggregation") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class AggregationTimeout(AggregationError):
+    """The round's single ``aggregate_timeout_s`` budget ran out.
+
+    ``waiting_for`` names the step (``"announcement"``, ``"shards"``,
+    ``"outcome"``, ``"acks"``); ``missing_ranks`` / ``missing_lanes`` (shards) and
+    ``missing_participants`` (acks) say who was late.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        waiting_for: str,
+        missing_ranks: tuple[int, ...] = (),
+        missing_lanes: tuple[int, ...] = (),
+        missing_participants: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, reason="timeout")
+        self.waiting_for = waiting_for
+        self.missing_ranks = missing_ranks
+        self.missing_lanes = missing_lanes
+        self.missing_participants = missing_participants
+
+
+class LeaderFailed(AggregationError):
+    """A follower found the leader's failure notice for its round."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="leader-failed")
 
 
 def expected(what: str, expect: str, got: Any) -> str:

@@ -1,0 +1,484 @@
+"""Merge the per-participant engine states of one aggregation round (notes 5.1, 5.2).
+
+Theory of operation
+-------------------
+:func:`merge` is a pure function: a list of engine-state dicts in (one per
+participant: a rank, or one DataLoader worker of a rank), one merged engine
+state out.  It owns the rules that decide whether a set of shards *is* one
+consistent checkpoint:
+
+1. **Shape.**  Every shard is a version-2 engine state with a full ``world``
+   (canonical_replicas, world_size, global_rank, dp_group_id, mapping).  Lane
+   and cid keys may be ints or digit strings (json round trips); the output
+   always uses ints.
+2. **Universal fields agree**: canonical_replicas, world_size, last_round_id,
+   checkpoint_reload_count, the DP-group lane mapping and any extra top-level
+   key (a fingerprint, say).  These are checked *before* DP-peer dedupe so a
+   divergent peer cannot hide by being dropped.
+3. **DP-peer dedupe.**  Ranks that share a ``dp_group_id`` (TP/PP peers) own the
+   same lanes.  The lowest rank of the group represents it; every other rank
+   must agree with it on ``progress`` and ``replay_cursors`` lane by lane, and
+   on every ``rr_next_idx`` entry they share.  rr entries are unioned (peers
+   may split lanes across DataLoader workers differently).
+4. **Union of lane-keyed fields.**  After dedupe every lane comes from exactly
+   one shard; a lane reported by two shards that survive dedupe is an error.
+5. **Coverage.**  Every canonical lane has progress, lane_next_cid and
+   lane_ws_state exactly once; no lane outside ``[0, C)`` appears.
+
+The merged ``world`` holds only canonical_replicas and world_size; work_source
+is None; work_config is the first non-empty one in participant order.  Output
+maps are built in sorted key order, so equal inputs give equal (and equally
+encoded) outputs whatever order the shards arrive in.  Inputs are never
+mutated; the output shares no mutable object with them.
+
+What may not live here: I/O, clocks, the round protocol, coverage *waiting*
+(that is the leader's job in :mod:`zephon_ref.coordination.protocol`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zephon_ref.errors import ContractError, StateFormatError, expected
+
+__all__ = [
+    "ENGINE_VERSION",
+    "LANE_FIELDS",
+    "REQUIRED_LANE_FIELDS",
+    "UNIVERSAL_FIELDS",
+    "ShardWorld",
+    "merge",
+    "shard_world",
+]
+
+ENGINE_VERSION = 2
+
+# Lane-keyed fields, in the order they are merged and reported.
+LANE_FIELDS: tuple[str, ...] = (
+    "inflight",
+    "progress",
+    "lane_next_cid",
+    "lane_ws_state",
+    "replay_cursors",
+    "epoch_boundaries",
+    "lane_emitted",
+)
+# Fields every canonical lane must have in a merged state (a restore refuses
+# a lane without them, notes 4.3).
+REQUIRED_LANE_FIELDS: tuple[str, ...] = ("progress", "lane_next_cid", "lane_ws_state")
+UNIVERSAL_FIELDS: tuple[str, ...] = (
+    "version",
+    "world",
+    "last_round_id",
+    "checkpoint_reload_count",
+    "rr_next_idx",
+    "work_source",
+    "work_config",
+)
+# Fields that must be present in every shard (the others default to empty).
+_REQUIRED_TOP = ("version", "world", "progress", "lane_next_cid", "lane_ws_state")
+# Fields that DP peers must agree on, lane by lane.
+_DELIVERY_SYNCED = ("progress", "replay_cursors")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardWorld:
+    """The validated ``world`` of one shard, with int keys."""
+
+    canonical_replicas: int
+    world_size: int
+    global_rank: int
+    dp_group_id: int
+    mapping: tuple[tuple[int, tuple[int, ...]], ...]  # sorted (dp_group, sorted lanes)
+    lanes: tuple[int, ...]  # sorted lanes this shard reports (progress keys)
+
+    def group_lanes(self) -> tuple[int, ...]:
+        for group, lanes in self.mapping:
+            if group == self.dp_group_id:
+                return lanes
+        raise AssertionError("shard_world() checked the group is mapped")  # pragma: no cover
+
+
+def _int(value: Any, what: str, *, lo: int | None = None) -> int:
+    if type(value) is bool or not isinstance(value, int):
+        raise StateFormatError(expected(what, "an int", value))
+    if lo is not None and value < lo:
+        raise StateFormatError(expected(what, f"an int >= {lo}", value))
+    return int(value)
+
+
+def _key(raw: Any, what: str) -> int:
+    """A lane or cid key: an int, or a digit string as json leaves it."""
+    if type(raw) is int:
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        return int(raw)
+    raise StateFormatError(expected(what, "an int (or a digit string)", raw))
+
+
+def _lane_map(state: Mapping[str, Any], field: str, who: str, c: int) -> dict[int, Any]:
+    raw = state.get(field)
+    if raw is None:
+        if field in _REQUIRED_TOP:
+            raise StateFormatError(expected(f"{who} field {field!r}", "a dict keyed by lane", None))
+        return {}
+    if not isinstance(raw, Mapping):
+        raise StateFormatError(
+            expected(f"{who} field {field!r}", "a dict keyed by lane", type(raw).__name__)
+        )
+    out: dict[int, Any] = {}
+    for k, v in raw.items():
+        lane = _key(k, f"{who} lane key of {field!r}")
+        if not 0 <= lane < c:
+            raise StateFormatError(
+                expected(f"{who} lane key of {field!r}", f"a lane in [0, {c})", k)
+            )
+        if lane in out:
+            raise StateFormatError(expected(f"{who} lane keys of {field!r}", "unique lanes", k))
+        out[lane] = v
+    return out
+
+
+def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
+    """Validate the parts of one shard the round protocol and merge rely on."""
+    if not isinstance(state, Mapping):
+        raise StateFormatError(expected(who, "an engine-state dict", type(state).__name__))
+    for name in _REQUIRED_TOP:
+        if name not in state:
+            raise StateFormatError(
+                expected(f"{who} keys", f"a {name!r} entry", sorted(map(str, state)))
+            )
+    if state["version"] != ENGINE_VERSION:
+        raise StateFormatError(expected(f"{who} version", str(ENGINE_VERSION), state["version"]))
+    world = state["world"]
+    if not isinstance(world, Mapping):
+        raise StateFormatError(expected(f"{who} world", "a dict", type(world).__name__))
+    for name in ("canonical_replicas", "world_size", "global_rank", "dp_group_id", "mapping"):
+        if name not in world:
+            raise StateFormatError(
+                expected(
+                    f"{who} world", f"a {name!r} entry (a per-rank state)", sorted(map(str, world))
+                )
+            )
+    c = _int(world["canonical_replicas"], f"{who} world.canonical_replicas", lo=1)
+    ws = _int(world["world_size"], f"{who} world.world_size", lo=1)
+    rank = _int(world["global_rank"], f"{who} world.global_rank", lo=0)
+    if rank >= ws:
+        raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
+    group = _int(world["dp_group_id"], f"{who} world.dp_group_id", lo=0)
+    raw_mapping = world["mapping"]
+    if not isinstance(raw_mapping, Mapping) or not raw_mapping:
+        raise StateFormatError(
+            expected(f"{who} world.mapping", "a non-empty dict dp_group -> lanes", raw_mapping)
+        )
+    mapping: dict[int, tuple[int, ...]] = {}
+    owner: dict[int, int] = {}
+    for g_raw, lanes_raw in raw_mapping.items():
+        g = _key(g_raw, f"{who} world.mapping key")
+        if g in mapping:
+            raise StateFormatError(expected(f"{who} world.mapping keys", "unique DP groups", g_raw))
+        if not isinstance(lanes_raw, (list, tuple)):
+            raise StateFormatError(
+                expected(f"{who} world.mapping[{g}]", "a list of lanes", lanes_raw)
+            )
+        lanes = []
+        for x in lanes_raw:
+            lane = _int(x, f"{who} world.mapping[{g}] lane", lo=0)
+            if lane >= c:
+                raise StateFormatError(
+                    expected(f"{who} world.mapping[{g}] lane", f"a lane in [0, {c})", lane)
+                )
+            if lane in owner:
+                raise StateFormatError(
+                    expected(
+                        f"{who} world.mapping lane {lane}",
+                        "owned by one DP group",
+                        f"groups {owner[lane]} and {g}",
+                    )
+                )
+            owner[lane] = g
+            lanes.append(lane)
+        mapping[g] = tuple(sorted(lanes))
+    if group not in mapping:
+        raise StateFormatError(
+            expected(
+                f"{who} world.dp_group_id", f"one of the mapped groups {sorted(mapping)}", group
+            )
+        )
+    progress = _lane_map(state, "progress", who, c)
+    own = set(mapping[group])
+    stray = sorted(set(progress) - own)
+    if stray:
+        raise StateFormatError(
+            expected(
+                f"{who} lanes (rank {rank}, DP group {group})",
+                f"a subset of the group's lanes {sorted(own)}",
+                stray,
+            )
+        )
+    return ShardWorld(
+        canonical_replicas=c,
+        world_size=ws,
+        global_rank=rank,
+        dp_group_id=group,
+        mapping=tuple(sorted(mapping.items())),
+        lanes=tuple(sorted(progress)),
+    )
+
+
+@dataclass(slots=True)
+class _Shard:
+    index: int
+    world: ShardWorld
+    lanes: dict[str, dict[int, Any]]  # field -> lane -> value
+    rr: dict[str, int]
+    state: Mapping[str, Any]
+
+    @property
+    def who(self) -> str:
+        return f"states[{self.index}] (rank {self.world.global_rank})"
+
+
+def _load(index: int, state: Any) -> _Shard:
+    who = f"states[{index}]"
+    world = shard_world(state, who=who)
+    c = world.canonical_replicas
+    lanes = {f: _lane_map(state, f, who, c) for f in LANE_FIELDS}
+    reported = set(world.lanes)
+    for field in LANE_FIELDS:
+        extra = sorted(set(lanes[field]) - reported)
+        if extra:
+            raise StateFormatError(
+                expected(
+                    f"{who} lanes of {field!r}",
+                    f"lanes the shard reports progress for {sorted(reported)}",
+                    extra,
+                )
+            )
+    for field in REQUIRED_LANE_FIELDS:
+        missing = sorted(reported - set(lanes[field]))
+        if missing:
+            raise StateFormatError(
+                expected(
+                    f"{who} field {field!r}",
+                    f"an entry for every reported lane {sorted(reported)}",
+                    f"missing lanes {missing}",
+                )
+            )
+    for lane, p in lanes["progress"].items():
+        if not isinstance(p, Mapping) or "chunk_id" not in p or "offset" not in p:
+            raise StateFormatError(
+                expected(f"{who} progress[{lane}]", "a dict with chunk_id and offset", p)
+            )
+        _int(p["chunk_id"], f"{who} progress[{lane}].chunk_id", lo=-1)
+        _int(p["offset"], f"{who} progress[{lane}].offset", lo=0)
+    for lane, n in lanes["lane_next_cid"].items():
+        _int(n, f"{who} lane_next_cid[{lane}]", lo=0)
+    for lane, n in lanes["lane_emitted"].items():
+        _int(n, f"{who} lane_emitted[{lane}]", lo=0)
+    for lane, chunks in lanes["inflight"].items():
+        if not isinstance(chunks, Mapping):
+            raise StateFormatError(
+                expected(
+                    f"{who} inflight[{lane}]", "a dict cid -> chunk state", type(chunks).__name__
+                )
+            )
+        for cid in chunks:
+            _key(cid, f"{who} inflight[{lane}] cid")
+    for lane, bounds in lanes["epoch_boundaries"].items():
+        if not isinstance(bounds, (list, tuple)):
+            raise StateFormatError(
+                expected(f"{who} epoch_boundaries[{lane}]", "a list of cids", bounds)
+            )
+        for b in bounds:
+            _int(b, f"{who} epoch_boundaries[{lane}] cid", lo=0)
+    raw_rr = state.get("rr_next_idx") or {}
+    if not isinstance(raw_rr, Mapping):
+        raise StateFormatError(
+            expected(f"{who} rr_next_idx", "a dict key -> index", type(raw_rr).__name__)
+        )
+    rr: dict[str, int] = {}
+    for k, v in raw_rr.items():
+        if not isinstance(k, str):
+            raise StateFormatError(
+                expected(f"{who} rr_next_idx key", "a str 'worker/active:lanes'", k)
+            )
+        rr[k] = _int(v, f"{who} rr_next_idx[{k!r}]", lo=0)
+    return _Shard(index=index, world=world, lanes=lanes, rr=rr, state=state)
+
+
+def _check_universal(shards: Sequence[_Shard]) -> None:
+    first = shards[0]
+    checks: list[tuple[str, Any]] = [
+        ("world.canonical_replicas", lambda s: s.world.canonical_replicas),
+        ("world.world_size", lambda s: s.world.world_size),
+        ("world.mapping", lambda s: s.world.mapping),
+        ("last_round_id", lambda s: s.state.get("last_round_id")),
+        ("checkpoint_reload_count", lambda s: s.state.get("checkpoint_reload_count", 0)),
+    ]
+    extra = sorted(
+        {str(k) for s in shards for k in s.state} - set(LANE_FIELDS) - set(UNIVERSAL_FIELDS)
+    )
+    for name in extra:
+        checks.append((name, lambda s, name=name: s.state.get(name)))
+    for name, get in checks:
+        want = get(first)
+        for s in shards[1:]:
+            got = get(s)
+            if got != want:
+                raise ContractError(
+                    expected(
+                        f"{name} of {s.who}",
+                        f"the same value in every shard ({first.who} has {want!r})",
+                        got,
+                    )
+                )
+
+
+def _dedupe(shards: Sequence[_Shard]) -> tuple[list[_Shard], dict[str, int]]:
+    """Keep the lowest rank's shards per DP group; check peers; union rr entries."""
+    by_group: dict[int, dict[int, list[_Shard]]] = {}
+    for s in shards:
+        by_group.setdefault(s.world.dp_group_id, {}).setdefault(s.world.global_rank, []).append(s)
+    kept: list[_Shard] = []
+    rr: dict[str, int] = {}
+    rr_from: dict[str, str] = {}
+    for group in sorted(by_group):
+        ranks = by_group[group]
+        rep_rank = min(ranks)
+        rep = ranks[rep_rank]
+        kept.extend(rep)
+        synced = {
+            f: {lane: v for s in rep for lane, v in s.lanes[f].items()} for f in _DELIVERY_SYNCED
+        }
+        for rank in sorted(ranks):
+            for s in ranks[rank]:
+                if rank != rep_rank:
+                    for lane in s.world.lanes:
+                        for field in _DELIVERY_SYNCED:
+                            want = synced[field].get(lane)
+                            got = s.lanes[field].get(lane)
+                            if lane in synced["progress"] and got != want:
+                                raise ContractError(
+                                    f"DP group {group} lane {lane}: {field} of rank {rank}: expected the value of "
+                                    f"rank {rep_rank} (the group's representative) {want!r}, received {got!r}; "
+                                    "DP peers diverged: call a barrier before checkpoint() so every peer has "
+                                    "delivered the same batches"
+                                )
+                for key in sorted(s.rr):
+                    value = s.rr[key]
+                    if key in rr and rr[key] != value:
+                        raise ContractError(
+                            f"rr_next_idx[{key!r}] of {s.who}: expected {rr[key]!r} as in {rr_from[key]}, "
+                            f"received {value!r}; DP peers diverged: call a barrier before checkpoint()"
+                        )
+                    rr[key] = value
+                    rr_from.setdefault(key, s.who)
+    return kept, rr
+
+
+def _mid_window_warning(emitted: Mapping[int, int], c: int) -> None:
+    if len(emitted) != c or not emitted:
+        return
+    lo, hi = min(emitted.values()), max(emitted.values())
+    if lo != hi:
+        warnings.warn(
+            f"checkpoint taken mid-window: lane_emitted ranges over [{lo}..{hi}] across {c} lanes; "
+            "restoring onto another topology permutes the rest of the current global window",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def merge(states: Sequence[Mapping[str, Any]], *, warn_mid_window: bool = True) -> dict[str, Any]:
+    """Merge one round's per-participant engine states into one engine state.
+
+    Raises StateFormatError for a malformed shard, ContractError for shards that
+    do not form one consistent checkpoint (universal fields differ, DP peers
+    diverge, a lane twice, a canonical lane missing).  Never mutates ``states``.
+    """
+    if isinstance(states, Mapping) or not isinstance(states, Sequence):
+        raise StateFormatError(
+            expected("merge() states", "a list of engine-state dicts", type(states).__name__)
+        )
+    if not states:
+        raise ContractError(expected("merge() states", "at least one shard", 0))
+    shards = [_load(i, s) for i, s in enumerate(states)]
+    _check_universal(shards)
+    # Deterministic participant order: by rank, then by the shard's first lane.
+    shards.sort(key=lambda s: (s.world.global_rank, s.world.lanes, s.index))
+    kept, rr = _dedupe(shards)
+    c = shards[0].world.canonical_replicas
+
+    lanes: dict[str, dict[int, Any]] = {f: {} for f in LANE_FIELDS}
+    source: dict[int, str] = {}
+    for s in kept:
+        for lane in s.world.lanes:
+            if lane in source:
+                raise ContractError(
+                    expected(
+                        f"lane {lane}",
+                        f"reported by one shard after DP-peer dedupe (already in {source[lane]})",
+                        f"a second report in {s.who}",
+                    )
+                )
+            source[lane] = s.who
+        for field in LANE_FIELDS:
+            lanes[field].update(s.lanes[field])
+
+    for field in REQUIRED_LANE_FIELDS:
+        missing = [lane for lane in range(c) if lane not in lanes[field]]
+        if missing:
+            raise ContractError(
+                expected(
+                    f"merged {field!r}",
+                    f"an entry for every canonical lane 0..{c - 1}",
+                    f"missing lanes {missing}",
+                )
+            )
+
+    first = shards[0]
+    out: dict[str, Any] = {
+        "version": ENGINE_VERSION,
+        "world": {"canonical_replicas": c, "world_size": first.world.world_size},
+        "inflight": {
+            lane: {
+                _key(cid, "cid"): copy.deepcopy(ch)
+                for cid, ch in sorted(
+                    lanes["inflight"][lane].items(), key=lambda kv: _key(kv[0], "cid")
+                )
+            }
+            for lane in sorted(lanes["inflight"])
+        },
+        "progress": {
+            lane: {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
+            for lane, p in sorted(lanes["progress"].items())
+        },
+        "lane_next_cid": {lane: int(n) for lane, n in sorted(lanes["lane_next_cid"].items())},
+        "lane_ws_state": {
+            lane: copy.deepcopy(v) for lane, v in sorted(lanes["lane_ws_state"].items())
+        },
+        "work_source": None,
+        "work_config": copy.deepcopy(
+            next((s.state.get("work_config") for s in shards if s.state.get("work_config")), None)
+        ),
+        "last_round_id": first.state.get("last_round_id"),
+        "checkpoint_reload_count": first.state.get("checkpoint_reload_count", 0),
+        "rr_next_idx": dict(sorted(rr.items())),
+        "replay_cursors": {
+            lane: copy.deepcopy(v) for lane, v in sorted(lanes["replay_cursors"].items())
+        },
+        "epoch_boundaries": {
+            lane: [int(b) for b in v] for lane, v in sorted(lanes["epoch_boundaries"].items()) if v
+        },
+        "lane_emitted": {lane: int(n) for lane, n in sorted(lanes["lane_emitted"].items())},
+    }
+    for name in sorted({str(k) for k in first.state} - set(out)):
+        out[name] = copy.deepcopy(first.state[name])
+    if warn_mid_window:
+        _mid_window_warning(out["lane_emitted"], c)
+    return dict(sorted(out.items()))
