@@ -1,0 +1,183 @@
+"""Lane streams: chunk admission, chunk ids, flush sentinels, end-of-data sentinels, replay.
+
+Theory of operation
+-------------------
+A :class:`LaneStream` owns one lane's work-source clone and everything the
+checkpoint needs about that lane's *input* side: the next chunk id, the
+inflight chunks (admitted, not yet evicted), the epoch boundaries and the
+announced end-of-data components.  :meth:`LaneStream.items` yields the lane's
+source items in order:
+
+* **Phase 1 (replay)**: the restored inflight chunks in ascending chunk id, a
+  flush sentinel before every chunk whose id is a stored boundary, then one for
+  every stored boundary beyond the last inflight chunk (the trailing boundary);
+* **Phase 2 (new chunks)**: admit ``next_chunk()`` as chunk ``next_cid``; every
+  ``K`` admitted chunks append boundary ``cid + 1``; yield the chunk's samples,
+  then that boundary's flush sentinel.
+
+Admission and boundary recording happen together under the engine lock, so a
+checkpoint never sees a chunk without its boundary, and the work-source state it
+captures matches the admitted chunks exactly.
+
+A sample is the raw tuple ``(sample_id, lane, cid, offset, component_id)``;
+sentinels are records (:func:`~zephon_ref.types.flush_sentinel`,
+:func:`~zephon_ref.types.eod_sentinel`).  Eviction is not decided here (see
+``completion.py``); it only removes chunks through :meth:`LaneStream.evict`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from zephon_ref.errors import ContractError, StateFormatError, expected
+from zephon_ref.types import SampleRecord, eod_sentinel, flush_sentinel
+from zephon_ref.work.base import WorkChunk, WorkSource
+
+__all__ = ["LaneStream", "SourceItem"]
+
+#: ``(sample_id, lane_id, chunk_id, chunk_offset, component_id)`` or a sentinel record
+SourceItem = tuple[Any, int, int, int, int] | SampleRecord
+
+
+class LaneStream:
+    """One lane's input side: admission, replay, sentinels."""
+
+    def __init__(self, lane: int, source: WorkSource, *, k: int, lock: threading.RLock) -> None:
+        self.lane = lane
+        self.source = source
+        self.k = k
+        self._lock = lock
+        self.next_cid = 0
+        self.inflight: dict[int, WorkChunk] = {}
+        # chunk mixtures for ensure_mixture; pruned only when a flush sentinel reaches the
+        # tail (every operator has then seen the last record below it), never by eviction,
+        # so what an operator reads does not depend on how far delivery has got
+        self.mixtures: dict[int, dict[str, float]] = {}
+        self.boundaries: list[int] = []
+        self.chunks_in_epoch = 0
+        self._ids = dict(source.component_ids())
+        self._continuing = frozenset(source.continues_after_exhaustion())
+        self.exhausted = False
+
+    # -- checkpoint ---------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """This lane's input-side state (caller holds the engine lock)."""
+        # invariant: next_cid == max(inflight) + 1 whenever inflight is non-empty
+        assert not self.inflight or self.next_cid == max(self.inflight) + 1, (self.next_cid, sorted(self.inflight))
+        return {
+            "inflight": {cid: self.inflight[cid].state_dict() for cid in sorted(self.inflight)},
+            "lane_next_cid": self.next_cid,
+            "lane_ws_state": self.source.state_dict(),
+            "epoch_boundaries": list(self.boundaries),
+        }
+
+    def load(self, *, inflight: Mapping[Any, Any], next_cid: Any, ws_state: Any, boundaries: Any) -> None:
+        """Restore (validated by the caller's schema check; a bad value raises StateFormatError)."""
+        try:
+            chunks = {int(cid): WorkChunk.from_state(st) for cid, st in inflight.items()}
+            nxt = int(next_cid)
+            bounds = sorted(int(b) for b in (boundaries or ()))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise StateFormatError(f"lane {self.lane}: malformed inflight/boundary state: {exc}") from exc
+        if chunks and nxt != max(chunks) + 1:
+            raise StateFormatError(expected(f"lane {self.lane} lane_next_cid", f"{max(chunks) + 1}", nxt))
+        self.source.load_state_dict(ws_state)
+        self.inflight = chunks
+        self.mixtures = {cid: self._mixture_of(ch) for cid, ch in chunks.items()}
+        self.next_cid = nxt
+        self.boundaries = bounds
+        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt
+
+    @staticmethod
+    def _mixture_of(chunk: WorkChunk) -> dict[str, float]:
+        return dict(chunk.target_mixture) if chunk.target_mixture is not None else chunk.mixture
+
+    def mixture(self, cid: int) -> dict[str, float] | None:
+        with self._lock:
+            return self.mixtures.get(cid)
+
+    def prune_mixtures(self, below: int) -> None:
+        with self._lock:
+            for cid in [c for c in self.mixtures if c < below]:
+                del self.mixtures[cid]
+
+    # -- eviction -------------------------------------------------------------------------
+    def evict(self, cids: list[int]) -> None:
+        with self._lock:
+            for cid in cids:
+                self.inflight.pop(cid, None)
+            if cids:
+                top = max(cids)
+                self.boundaries = [b for b in self.boundaries if b > top]
+
+    # -- the item stream ----------------------------------------------------------------------
+    def items(self) -> Iterator[SourceItem]:
+        announced: list[str] = []
+        replay = sorted(self.inflight)
+        bset = set(self.boundaries)
+        for cid in replay:
+            if cid in bset:
+                yield flush_sentinel(self.lane, cid)
+            yield from self._chunk_items(cid, self.inflight[cid], announced)
+        last = replay[-1] if replay else -1
+        for b in self.boundaries:
+            if b > last:
+                yield flush_sentinel(self.lane, b)
+        while True:
+            with self._lock:
+                chunk = self.source.next_chunk()
+                if chunk is None:
+                    self.exhausted = True
+                    return
+                cid = self.next_cid
+                self.next_cid += 1
+                self.inflight[cid] = chunk
+                self.mixtures[cid] = self._mixture_of(chunk)
+                self.chunks_in_epoch += 1
+                boundary = None
+                if self.k > 0 and self.chunks_in_epoch >= self.k:
+                    boundary = cid + 1
+                    self.boundaries.append(boundary)
+                    self.chunks_in_epoch = 0
+            yield from self._chunk_items(cid, chunk, announced)
+            if boundary is not None:
+                yield flush_sentinel(self.lane, boundary)
+
+    def _eod(self, name: str, announced: list[str]) -> SampleRecord:
+        announced.append(name)
+        final = len(announced) == len(self._ids)
+        return eod_sentinel(self.lane, self._ids[name], continues=name in self._continuing, final=final)
+
+    def _chunk_items(self, cid: int, chunk: WorkChunk, announced: list[str]) -> Iterator[SourceItem]:
+        lane = self.lane
+        ids = self._ids
+        gone = [n for n in announced if n not in chunk.source_exhausted]
+        if gone:
+            raise ContractError(expected(f"lane {lane} chunk {cid} source_exhausted",
+                                         f"a superset of the announced {announced}", chunk.source_exhausted))
+        fresh = [n for n in chunk.source_exhausted if n not in announced]
+        for n in fresh:
+            if n not in ids:
+                raise ContractError(expected("exhausted component", f"one of {sorted(ids)}", n))
+        # components newly exhausted with no samples here are announced before the chunk
+        with_samples = {n for n in fresh if chunk.components.get(n)}
+        for n in fresh:
+            if n not in with_samples:
+                yield self._eod(n, announced)
+        last_at = {}
+        order = chunk.ordered()
+        for off, (_, comp) in enumerate(order):
+            last_at[comp] = off
+        for comp in chunk.components:
+            if comp in announced and chunk.components[comp]:
+                raise ContractError(f"lane {lane} chunk {cid}: component {comp!r} was announced exhausted "
+                                    "but produced samples again")
+            if comp not in ids:
+                raise ContractError(expected("chunk component", f"one of {sorted(ids)}", comp))
+        closing = {last_at[n]: n for n in with_samples}
+        for off, (sid, comp) in enumerate(order):
+            yield (sid, lane, cid, off, ids[comp])
+            if off in closing:
+                yield self._eod(closing[off], announced)

@@ -1,0 +1,105 @@
+"""``stateful_transform``: user push/flush callbacks as a per-lane accumulator.
+
+Theory of operation
+-------------------
+The user's state is kept per lane, created lazily by ``init_state()``.  Each
+``push_many`` groups records by lane (lanes in first-seen order) and calls
+``push(state, lane_records) -> (new_state, outputs)``; when ``should_flush(state)``
+is true the lane's ``flush(state)`` output follows and its state resets.
+``flush(reset=True, lane_id=L)`` drains lane L through ``flush`` and drops its
+state.  ``transform`` (optional) maps each ready batch on a worker.
+
+As in zephon, a record the user drops here needs a tombstone the user emits
+(``tombstones_for_record``); nothing is added automatically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from zephon_ref.errors import ConfigTypeError, expected
+from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits, ReadyBatch, lane_of
+from zephon_ref.types import SampleRecord
+
+__all__ = ["StatefulTransform", "StatefulTransformAccumulator"]
+
+
+class StatefulTransformAccumulator(Accumulator[SampleRecord]):
+    def __init__(self, init_state: Callable[[], Any], push: Callable[[Any, list[SampleRecord]], Any],
+                 flush: Callable[[Any], list[SampleRecord]] | None,
+                 should_flush: Callable[[Any], bool] | None) -> None:
+        self._init = init_state
+        self._push = push
+        self._flush = flush
+        self._should_flush = should_flush
+        self._states: dict[int, Any] = {}
+
+    def has_pending_data(self, lane_id: int | None = None) -> bool:
+        # a lane with live state may hold buffered records only if there is a flush callback
+        if self._flush is None:
+            return False
+        return bool(self._states) if lane_id is None else lane_id in self._states
+
+    def _emit(self, out: list[SampleRecord], ready: list[ReadyBatch[SampleRecord]]) -> None:
+        if out:
+            ready.append((list(out), 0))
+
+    def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
+        groups: dict[int, list[SampleRecord]] = {}
+        for e in elems:
+            groups.setdefault(lane_of(e), []).append(e)
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane, recs in groups.items():
+            state = self._states[lane] if lane in self._states else self._init()
+            result = self._push(state, recs)
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise ConfigTypeError(expected("stateful_transform push() result", "(new_state, outputs)", result))
+            state, outputs = result
+            self._states[lane] = state
+            self._emit(list(outputs), ready)
+            if self._should_flush is not None and self._should_flush(state):
+                self._emit(list(self._flush(state)) if self._flush else [], ready)
+                del self._states[lane]
+        return ready
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
+        lanes = sorted(self._states) if lane_id is None else [lane_id]
+        ready: list[ReadyBatch[SampleRecord]] = []
+        for lane in lanes:
+            if lane not in self._states:
+                continue
+            state = self._states.pop(lane)
+            if self._flush is not None:
+                self._emit(list(self._flush(state)), ready)
+        return ready
+
+
+class StatefulTransform(BaseOp):
+    def __init__(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
+                 flush: Callable[[Any], list[SampleRecord]] | None = None,
+                 should_flush: Callable[[Any], bool] | None = None,
+                 transform: Callable[[list[SampleRecord]], list[SampleRecord]] | None = None,
+                 parallelism: int = 1, indexable: bool = False, preserves_cursor_order: bool = True) -> None:
+        super().__init__()
+        for arg, fn in (("init_state", init_state), ("push", push)):
+            if not callable(fn):
+                raise ConfigTypeError(expected(arg, "a callable", fn))
+        for arg, opt in (("flush", flush), ("should_flush", should_flush), ("transform", transform)):
+            if opt is not None and not callable(opt):
+                raise ConfigTypeError(expected(arg, "None or a callable", opt))
+        self.name = name
+        self.init_state, self.push, self.flush_fn = init_state, push, flush
+        self.should_flush, self.transform = should_flush, transform
+        self.parallelism, self.indexable = parallelism, indexable
+        self.preserves_cursor_order = preserves_cursor_order
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=self.preserves_cursor_order, indexable=self.indexable,
+                        parallelism=self.parallelism)
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return StatefulTransformAccumulator(self.init_state, self.push, self.flush_fn, self.should_flush)
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        return list(self.transform(list(elems))) if self.transform else list(elems)

@@ -1,0 +1,340 @@
+"""The Pipeline: a fluent builder over a work source, iteration, checkpoint() and restore().
+
+Theory of operation
+-------------------
+``Pipeline(work_source)`` collects operators (each validated at its builder
+call) and options.  Options split in two, and only the first kind reaches the
+data path:
+
+* **data settings** — the work source's configuration and seed,
+  ``canonical_replicas``, the operator chain with its knobs, the batch shape
+  and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
+  carries and every restore checks;
+* **execution settings** — runner, parallelism, queue sizes, topology —
+  change speed, never output (with ``deterministic=True``).
+
+``iter(pipeline)`` builds an :class:`~zephon_ref.engine.core.Engine` (from a
+pending restore if there is one) and yields delivered items.  ``checkpoint()``
+returns the engine state dict (section 5.1 of the zephon notes, plus the
+fingerprint).  ``restore(state)`` validates eagerly — schema, canonical
+replicas, fingerprint, and a dry-run load of every owned lane — and refuses with
+a typed error that leaves the pipeline exactly as it was; an accepted state is
+applied at the next iteration.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from zephon_ref.engine.core import ENGINE_SCHEMA, ENGINE_VERSION, Engine
+from zephon_ref.engine.world import World
+from zephon_ref.errors import (
+    ConfigError,
+    ConfigTypeError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
+from zephon_ref.ops.base import BaseOp, OpTraits
+from zephon_ref.ops.batch import Batch
+from zephon_ref.ops.ensure_mixture import EnsureMixture
+from zephon_ref.ops.map_transform import MapTransform
+from zephon_ref.ops.pack import PackSequences
+from zephon_ref.ops.shuffle import Shuffle
+from zephon_ref.ops.stateful import StatefulTransform
+from zephon_ref.ops.tokenize import Tokenize
+from zephon_ref.work.base import WorkSource
+
+__all__ = ["Pipeline"]
+
+_EXEC_OPTIONS = {
+    "runner": None, "max_workers": None, "deterministic": True, "op_queue_capacity": None,
+    "prefetch_batches": None, "run_id": "default_run_id", "world_size": 1, "global_rank": 0,
+    "dp_degree": None, "dp_group_id": None, "mapping_strategy": None, "aggregate_dir": None,
+    "aggregate_store": None, "aggregate_timeout_s": 180.0,
+}
+_DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
+_REFUSED = ("shm_min_size", "coalesce_tensors")
+
+
+def _describe(value: Any, depth: int = 0) -> Any:
+    """A canonical, JSON-able description of an operator knob (callables by qualified name)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_describe(v, depth + 1) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"callable:{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    if depth < 3 and hasattr(value, "__dict__"):
+        return {"type": f"{type(value).__module__}.{type(value).__qualname__}",
+                **{k: _describe(v, depth + 1) for k, v in sorted(vars(value).items()) if not k.startswith("_")}}
+    return f"type:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
+    knobs = {k: _describe(v) for k, v in sorted(vars(op).items())
+             if not k.startswith("_") and k not in ("stage_info", "parallelism")}
+    return {"name": name, "op": op.plan_identity(), "knobs": knobs}
+
+
+class Pipeline:
+    """Builder and iterator; method names and keywords follow zephon 0.2.0."""
+
+    def __init__(self, work_source: WorkSource) -> None:
+        if not isinstance(work_source, WorkSource):
+            raise ConfigTypeError(expected("work_source", "a zephon_ref WorkSource", type(work_source).__name__))
+        self._source = work_source
+        self._ops: list[tuple[str, BaseOp]] = []
+        self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
+        self._engine: Engine | None = None
+        self._pending: dict[str, Any] | None = None
+        self._iterating = False
+
+    # -- builder ------------------------------------------------------------------------------
+    def _add(self, name: str, op: BaseOp) -> Pipeline:
+        if self._iterating:
+            raise ContractError("pipeline: expected no graph change while iterating, received one")
+        if any(isinstance(o, Batch) for _, o in self._ops) and not isinstance(op, BaseOp):
+            raise ConfigError("pipeline: expected operators before batch")
+        if any(isinstance(o, Batch) for _, o in self._ops):
+            raise ConfigError(expected(f"{name}", "to be added before batch()", "an operator after batch()"))
+        names = {n for n, _ in self._ops}
+        base, i = name, 1
+        while name in names:
+            i += 1
+            name = f"{base}_{i}"
+        self._ops.append((name, op))
+        self._engine = None
+        return self
+
+    def add_op(self, op: BaseOp, /, *, name: str | None = None, placement: str = "auto") -> Pipeline:
+        if not isinstance(op, BaseOp):
+            raise ConfigTypeError(expected("add_op op", "a BaseOp instance", type(op).__name__))
+        traits = op.traits()
+        if not isinstance(traits, OpTraits):
+            raise ConfigTypeError(expected(f"{type(op).__name__}.traits()", "an OpTraits", traits))
+        return self._add(name or type(op).__name__.lower(), op)
+
+    def map_transform(self, fn: Callable[[Any], Any], *, drop_none: bool = True, placement: str = "auto",
+                      parallelism: int | None = None) -> Pipeline:
+        return self._add("map_transform", MapTransform(fn, drop_none=drop_none, parallelism=parallelism or 4))
+
+    def stateful_transform(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
+                           flush: Callable[[Any], list[Any]] | None = None,
+                           should_flush: Callable[[Any], bool] | None = None,
+                           transform: Callable[[list[Any]], list[Any]] | None = None, placement: str = "auto",
+                           parallelism: int = 1, indexable: bool = False,
+                           preserves_cursor_order: bool = True) -> Pipeline:
+        op = StatefulTransform(name, init_state=init_state, push=push, flush=flush, should_flush=should_flush,
+                               transform=transform, parallelism=parallelism, indexable=indexable,
+                               preserves_cursor_order=preserves_cursor_order)
+        return self._add(name, op)
+
+    def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
+                 placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
+        if tokenizer_id not in (None, "__fallback__"):
+            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
+                                       tokenizer_id))
+        return self._add("tokenize", Tokenize(tokenizer, field=field, **kwargs))
+
+    def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
+                       **kwargs: Any) -> Pipeline:
+        return self._add("pack_sequences", PackSequences(max_length, **kwargs))
+
+    def shuffle(self, buffer_size: int | None = None, *, seed: int = 0, algorithm: str = "streaming",
+                warmup_growth: float = 1.5, placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+        return self._add("shuffle_buffer", Shuffle(buffer_size, seed=seed, algorithm=algorithm,
+                                                   warmup_growth=warmup_growth))
+
+    def ensure_mixture(self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
+        return self._add("ensure_mixture", EnsureMixture(**kwargs))
+
+    def batch(self, microbatch_size: int, *, drop_last: bool = True, placement: str = "auto") -> Pipeline:
+        if any(isinstance(o, Batch) for _, o in self._ops):
+            raise ConfigError(expected("batch()", "at most one batch per pipeline", "a second batch()"))
+        op = Batch(microbatch_size, drop_last=drop_last)
+        self._ops.append(("batch", op))
+        self._engine = None
+        return self
+
+    def options(self, **hints: Any) -> Pipeline:
+        """Set runtime options; unknown keys warn and are ignored (as in zephon)."""
+        for key in _REFUSED:
+            if key in hints:
+                raise ConfigTypeError(expected("options", "no removed shm option", key))
+        known = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
+        for key in sorted(hints):
+            if key not in known:
+                warnings.warn(f"options: unknown key {key!r} ignored", UserWarning, stacklevel=2)
+        new = {**self._options, **{k: v for k, v in hints.items() if k in known}}
+        runner = new["runner"]
+        if runner not in (None, "inline", "threads"):
+            raise ConfigError(expected("runner", "None, 'inline' or 'threads'", runner))
+        k = new["flush_every_k_chunks"]
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ConfigError(expected("flush_every_k_chunks", "None or an int >= 0", k))
+        if not isinstance(new["deterministic"], bool):
+            raise ConfigTypeError(expected("deterministic", "a bool", new["deterministic"]))
+        self._world_of(new)  # validates topology eagerly
+        self._options = new
+        self._engine = None
+        return self
+
+    # -- plan ---------------------------------------------------------------------------------
+    @staticmethod
+    def _world_of(opts: Mapping[str, Any]) -> World:
+        return World.resolve(world_size=opts["world_size"], global_rank=opts["global_rank"],
+                             dp_degree=opts["dp_degree"], dp_group_id=opts["dp_group_id"],
+                             canonical_replicas=opts["canonical_replicas"],
+                             mapping_strategy=opts["mapping_strategy"])
+
+    @property
+    def preserves_cursor_order(self) -> bool:
+        return all(op.traits().preserves_cursor_order for _, op in self._ops)
+
+    def _resolve_k(self, *, warn: bool = True) -> int:
+        k = self._options["flush_every_k_chunks"]
+        monotone = self.preserves_cursor_order
+        if k is None:
+            return 0 if monotone else 8
+        if monotone and k > 0:
+            if warn:
+                warnings.warn(f"flush_every_k_chunks={k} has no effect on a monotone plan (every operator "
+                              "preserves cursor order); using 0", UserWarning, stacklevel=3)
+            return 0
+        if not monotone and k == 0:
+            raise ConfigError(expected("flush_every_k_chunks", "> 0 for a plan with a reordering operator", 0))
+        return int(k)
+
+    def fingerprint(self) -> str:
+        """Digest of the data settings: a checkpoint restores only into the same fingerprint."""
+        world = self._world_of(self._options)
+        batch = next((op for _, op in self._ops if isinstance(op, Batch)), None)
+        try:
+            src_state = self._source.clone_for_lane(0, 1).state_dict()
+        except ContractError:
+            src_state = {}
+        src = {k: v for k, v in src_state.items()
+               if k not in ("lane_id", "canonical_replicas", "global_chunk_index", "cursor_states", "accumulators")}
+        doc = {
+            "engine": ENGINE_SCHEMA,
+            "canonical_replicas": world.canonical_replicas,
+            "flush_every_k_chunks": self._resolve_k(warn=False),
+            "batch": None if batch is None else [batch.microbatch_size, batch.drop_last],
+            "ops": [_op_identity(n, op) for n, op in self._ops],
+            "work_source": {"type": f"{type(self._source).__module__}.{type(self._source).__qualname__}",
+                            "config": _describe(src)},
+        }
+        blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def explain(self) -> str:
+        """The plan, in zephon's explain() layout."""
+        user = [n for n, _ in self._ops]
+        batch_at = next((i for i, (_, op) in enumerate(self._ops) if isinstance(op, Batch)), None)
+        runner = self._options["runner"] or "threads"
+        par = {n: op.traits().parallelism for n, op in self._ops}
+        par["fetch"] = 4
+
+        def fmt(names: list[str]) -> list[str]:
+            return [f"{n}@p{par.get(n, 1)}" for n in names]
+
+        if batch_at is None:
+            tail = user[-1] if user else "fetch"
+            stages = [["fetch", *user, f"{tail}_replay_filter"]]
+            modes = ["stream_items"]
+        else:
+            bname = user[batch_at]
+            stages = [["fetch", *user[:batch_at]], [f"{bname}_replay_filter", bname, *user[batch_at + 1:]]]
+            modes = ["microbatches", "stream_items"]
+        lines = []
+        for i, names in enumerate(stages):
+            brk = "start" if i == 0 else "batch-inline"
+            lines.append(f"Stage[{i}] place=local break='{brk}' ops={fmt(names)}")
+        lines += ["", "Execution Graph:", "Allocation=fit_to_ops (cap=sum(node.parallelism), min 1/op)"]
+        lines.append("Bookkeeping=simple chunk-watermark (preserves_cursor_order=True)" if self.preserves_cursor_order
+                     else "Bookkeeping=contributor-aware (packing/shuffle-safe)")
+        for i, names in enumerate(stages):
+            stage_runner = "inline" if (i > 0 or runner == "inline") else runner
+            cap = sum(par.get(n, 1) for n in names if not n.endswith("_replay_filter")) or 1
+            lines.append(f"Stage[{i}] place=local runner={stage_runner} cap={cap} mode={modes[i]}")
+            sep = " -> " if stage_runner == "inline" else " -[in_q=8]-> "
+            lines.append("  " + sep.join(fmt(names)))
+            lines.append(f"  --[stage_out={cap}]-->")
+            lines.append(f"  ==[prefetch=8]==> Stage[{i + 1}]" if i + 1 < len(stages)
+                         else "  ==[final_prefetch=8]==> pipeline_end")
+        return "\n".join(lines)
+
+    # -- iteration ------------------------------------------------------------------------------
+    def _build_engine(self, state: Mapping[str, Any] | None) -> Engine:
+        opts = self._options
+        return Engine(
+            source=self._source, ops=self._ops, world=self._world_of(opts), k=self._resolve_k(),
+            monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
+            runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
+            queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._iterating:
+            raise ContractError("pipeline: expected one iteration at a time, received a second concurrent iter()")
+        engine = self._build_engine(self._pending)
+        self._pending = None
+        self._engine = engine
+        return self._drive(engine)
+
+    def _drive(self, engine: Engine) -> Iterator[Any]:
+        self._iterating = True
+        try:
+            yield from engine.run()
+        finally:
+            self._iterating = False
+
+    # -- checkpoint / restore ---------------------------------------------------------------------
+    def checkpoint(self) -> dict[str, Any]:
+        """The state to resume from: after the last delivered item (or the pending restore)."""
+        if self._pending is not None:
+            return self._pending
+        engine = self._engine if self._engine is not None else self._build_engine(None)
+        self._engine = engine
+        return engine.state_dict()
+
+    def restore(self, state: Mapping[str, Any]) -> Pipeline:
+        """Validate ``state`` now; apply it at the next iteration.  A refusal changes nothing."""
+        if self._iterating:
+            raise ContractError("restore: expected a pipeline that is not iterating, received one mid-iteration")
+        if not isinstance(state, Mapping):
+            raise StateFormatError(expected("checkpoint", "a mapping (the dict checkpoint() returned)",
+                                            type(state).__name__))
+        if state.get("schema") != ENGINE_SCHEMA or state.get("version") != ENGINE_VERSION:
+            raise StateFormatError(expected("checkpoint schema/version", f"{ENGINE_SCHEMA!r}/{ENGINE_VERSION}",
+                                            (state.get("schema"), state.get("version"))))
+        for key in ("world", "inflight", "progress", "lane_next_cid", "lane_ws_state", "replay_cursors"):
+            if not isinstance(state.get(key), Mapping):
+                raise StateFormatError(expected(f"checkpoint field {key!r}", "a mapping", type(state.get(key)).__name__))
+        world = self._world_of(self._options)
+        c = state["world"].get("canonical_replicas")
+        if c != world.canonical_replicas:
+            raise StateMismatchError(expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
+                                     + "; changing canonical_replicas needs a migration")
+        fp = self.fingerprint()
+        if state.get("fingerprint") != fp:
+            raise StateMismatchError(expected("checkpoint fingerprint", f"{fp[:16]}... (this pipeline's data settings)",
+                                              str(state.get("fingerprint"))[:16] + "...")
+                                     + "; the checkpoint belongs to a pipeline with other data settings")
+        private = copy.deepcopy(dict(state))  # detached from the caller's dict
+        self._build_engine(private)  # dry run: every owned lane must load (raises, changing nothing)
+        self._pending = private
+        self._engine = None
+        return self
+
