@@ -99,6 +99,7 @@ class Pipeline:
         self._engine: Engine | None = None
         self._pending: dict[str, Any] | None = None
         self._iterating = False
+        self._warned_k = False
 
     # -- builder ------------------------------------------------------------------------------
     def _add(self, name: str, op: BaseOp) -> Pipeline:
@@ -208,7 +209,8 @@ class Pipeline:
         if k is None:
             return 0 if monotone else 8
         if monotone and k > 0:
-            if warn:
+            if warn and not self._warned_k:
+                self._warned_k = True
                 warnings.warn(f"flush_every_k_chunks={k} has no effect on a monotone plan (every operator "
                               "preserves cursor order); using 0", UserWarning, stacklevel=3)
             return 0

@@ -42,7 +42,7 @@ from zephon_ref.engine.completion import LanePtr, LaneTracker
 from zephon_ref.engine.lanes import LaneStream
 from zephon_ref.engine.runner import OpStage, is_sentinel, make_runner
 from zephon_ref.engine.world import World
-from zephon_ref.errors import StateFormatError, StateMismatchError, expected
+from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 from zephon_ref.ops.base import BaseOp, CountingAccumulator, OpTraits, lane_of
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.replay_filter import ReplayFilter
@@ -233,6 +233,17 @@ class Engine:
             lane = lane_of(x)
             tr = self.trackers[lane]
             if self.monotone:
+                prev = tr.cursor
+                for r in x.records if isinstance(x, SampleBatch) else (x,):
+                    cur = r.meta.cursor
+                    if prev is not None and cur < prev:
+                        # an operator declared preserves_cursor_order=True and reordered: the
+                        # watermark would evict chunks still needed, so refuse instead
+                        raise ContractError(
+                            f"lane {lane}: delivered cursor {cur.as_key()} after {prev.as_key()} in a plan "
+                            "whose operators all declare preserves_cursor_order=True; expected non-decreasing "
+                            "cursors (an operator reorders: declare preserves_cursor_order=False)")
+                    prev = cur
                 if isinstance(x, SampleBatch):
                     top = max(x.chunk_ids)
                     tr.notify_monotone(top, x.chunk_ids.count(top), max(_cursor_of(r) for r in x.records))

@@ -1,0 +1,90 @@
+"""Pipeline configurations as plain data, built for either implementation, and record views.
+
+A :class:`PipelineConfig` names a small corpus, a source and an operator chain
+(``[(builder method, kwargs), ...]``); :func:`build_pipeline` builds it with
+zephon_ref or zephon, so the same literal drives resume tests, conformance tests
+and notebooks.  :func:`item_view` is what conformance compares: per record the
+lane, cursor key, contributors with ``is_last_child`` and the token payload.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane"]
+
+
+def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A deterministic tokenizer (crc32 of whitespace words), the same for both libraries."""
+    return {"input_ids": [zlib.crc32(w.encode()) % 1000 + 10 for w in str(row["text"]).split()][:200]}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    chain: Sequence[tuple[str, Mapping[str, Any]]]
+    layout: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: {"web": (60, 40), "code": (30, 20),
+                                                                            "books": (15,)})
+    weights: Mapping[str, float] = field(default_factory=lambda: {"web": 0.6, "code": 0.3, "books": 0.1})
+    source_kwargs: Mapping[str, Any] = field(default_factory=lambda: {"chunk_size": 16, "seed": 1})
+    options: Mapping[str, Any] = field(default_factory=lambda: {"runner": "inline", "canonical_replicas": 2})
+    corpus_seed: int = 0
+
+    def describe(self) -> str:
+        return (f"PipelineConfig(chain={list(self.chain)!r}, layout={dict(self.layout)!r}, "
+                f"weights={dict(self.weights)!r}, source_kwargs={dict(self.source_kwargs)!r}, "
+                f"options={dict(self.options)!r})")
+
+
+def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> Any:
+    import zephon_ref.work as ref_work
+    from zephon_ref.work import synthetic_corpus
+
+    if impl == "zephon":
+        import zephon as lib
+
+        Pipeline = lib.Pipeline
+        mod: Any = lib
+    elif impl == "zephon_ref":
+        from zephon_ref.pipeline import Pipeline
+
+        mod = ref_work
+    else:
+        raise ValueError(f"implementation: expected 'zephon_ref' or 'zephon', received {impl!r}")
+    corpus = synthetic_corpus(seed=cfg.corpus_seed, layout=cfg.layout)
+    dsets = []
+    for d in corpus.datasets:
+        shards = {int(s): mod.InMemoryShard([d.get(int(s), i) for i in range(int(n))])
+                  for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
+        dsets.append(mod.Dataset.from_dict(d.name, shards))
+    src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **dict(cfg.source_kwargs))
+    p = Pipeline(src).map_transform(crc_tokens)
+    for method, kwargs in cfg.chain:
+        getattr(p, method)(**dict(kwargs))
+    return p.options(**{**dict(cfg.options), **option_overrides})
+
+
+def item_view(item: Any) -> list[tuple[Any, ...]]:
+    recs = item.records if hasattr(item, "records") else (item,)
+    out = []
+    for r in recs:
+        m = r.meta
+        refs = tuple((tuple(ref.cursor.as_key()[:3]) + (tuple(ref.cursor.sample_id),), bool(ref.is_last_child))
+                     for ref in m.contribution_refs())
+        pl = r.payload
+        if isinstance(pl, dict) and "packed_samples" in pl:
+            pl = tuple(tuple(s["input_ids"]) for s in pl["packed_samples"])
+        elif isinstance(pl, dict):
+            pl = tuple(pl.get("input_ids", ()))
+        out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))
+    return out
+
+
+def per_lane(items: Sequence[Any]) -> dict[int, list[list[tuple[Any, ...]]]]:
+    lanes: dict[int, list[list[tuple[Any, ...]]]] = {}
+    for it in items:
+        v = item_view(it)
+        lanes.setdefault(v[0][0], []).append(v)
+    return lanes
