@@ -26,9 +26,15 @@ single-component records, a FIFO of multi-component (packed) records, and an
 Deficits are floats computed in the same order as zephon 0.2.0 so that
 selections agree bit for bit; weights are inherently real (token shares).
 
-What may not live here: the ordered retirement groups zephon keeps for
-components removed mid-epoch (records of removed components go to the single
-obsolete FIFO here), warnings of drift, clocks.
+Retirement groups: when a target change drops components, they form one
+*group* weighted by the previous target; records of a group's components are
+obsolete and drain, through the shared obsolete slot, oldest group first and
+within a group by the group's own round robin over the components it still
+holds (packs by the largest weighted deficit).  Records obsolete for no known
+reason drain from a FIFO after every group.  A component that comes back into
+the target leaves its group.  A reset forgets the groups.
+
+What may not live here: warnings of drift, clocks.
 """
 
 from __future__ import annotations
@@ -113,6 +119,60 @@ class _Item:
 
 
 @dataclass(slots=True)
+class _Retired:
+    """Components dropped by one target change, drained in proportion to their old weights."""
+
+    weights: dict[int, float]
+    singles: dict[int, deque[_Item]] = field(default_factory=dict)
+    packs: deque[_Item] = field(default_factory=deque)
+    counts: dict[int, int] = field(default_factory=dict)
+    swrr: Swrr | None = None
+
+    def add(self, item: _Item) -> None:
+        if len(item.contributions) == 1:
+            self.singles.setdefault(next(iter(item.contributions)), deque()).append(item)
+        else:
+            self.packs.append(item)
+        for c in item.contributions:
+            self.counts[c] = self.counts.get(c, 0) + 1
+
+    def _selector(self) -> Swrr:
+        # restart selection whenever the set of components on hand changes, so an
+        # absence never builds up a catch-up entitlement
+        live = sorted(c for c in self.weights if c in self.counts)
+        if self.swrr is None or set(self.swrr.target) != set(live):
+            self.swrr = Swrr({c: self.weights[c] for c in live}, live)
+        return self.swrr
+
+    def take(self) -> _Item:
+        sel = self._selector()
+        ideal = sel.peek()
+        assert ideal is not None
+        q = self.singles.get(ideal)
+        if q:
+            item = q.popleft()
+        else:
+            d = sel.deficits()
+            idx, item = max(((i, it) for i, it in enumerate(self.packs) if ideal in it.contributions),
+                            key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
+            del self.packs[idx]
+        sel.record(item.contributions)
+        for c in item.contributions:
+            self.counts[c] -= 1
+            if not self.counts[c]:
+                del self.counts[c]
+                if c in self.weights:
+                    self.swrr = None
+        return item
+
+    def drain(self) -> list[_Item]:
+        """Every buffered item, singles (by component) then packs, without selection."""
+        out = [it for q in self.singles.values() for it in q] + list(self.packs)
+        self.singles, self.packs, self.counts, self.swrr = {}, deque(), {}, None
+        return out
+
+
+@dataclass(slots=True)
 class _MixLane:
     singles: dict[int, deque[_Item]] = field(default_factory=dict)
     packs: deque[_Item] = field(default_factory=deque)
@@ -123,9 +183,27 @@ class _MixLane:
     total_buffered: int = 0
     since_obsolete: int = 0
     removed: frozenset[int] | None = None
+    groups: list[_Retired] = field(default_factory=list)
+    retired_by: dict[int, _Retired] = field(default_factory=dict)
+    obsolete_count: int = 0  # records in the groups plus the fallback FIFO
 
     def has_buffered(self) -> bool:
-        return any(self.singles.values()) or bool(self.packs) or bool(self.obsolete)
+        return any(self.singles.values()) or bool(self.packs) or self.obsolete_count > 0
+
+    def take_obsolete(self) -> _Item:
+        """Oldest group holding something first; the unknown-reason FIFO last."""
+        self.obsolete_count -= 1
+        for g in self.groups:
+            if g.counts:
+                item = g.take()
+                # a pack may also carry components retired by a later change: credit
+                # those groups' selectors without banking debt for absent components
+                for c, w in item.contributions.items():
+                    other = self.retired_by.get(c)
+                    if other is not None and other is not g and c in other.counts:
+                        other._selector().record({c: w})
+                return item
+        return self.obsolete.popleft()
 
 
 class MixtureAccumulator(Accumulator[SampleRecord]):
@@ -192,29 +270,53 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
 
     def _set_target(self, st: _MixLane, target: Mapping[int, float] | None) -> None:
         assert st.removed is not None
-        old = set(st.swrr.target) if st.swrr is not None else None
+        previous = dict(st.swrr.target) if st.swrr is not None else None
+        unfiltered = dict(target) if target is not None else None
+        filtered: dict[int, float] | None = None
         if target is None:
             st.swrr = None
-            new: set[int] | None = None
         else:
             filtered = {c: w for c, w in target.items() if w > 0 and c not in st.removed}
             if st.swrr is None:
                 st.swrr = Swrr(filtered, sorted(filtered))
             else:
                 st.swrr.update_target(filtered)
-            new = set(filtered)
+        old = set(previous) if previous is not None else None
+        new = set(filtered) if filtered is not None else None
+        # retirement bookkeeping: components back in the target leave their group;
+        # components dropped now form one new group weighted by the previous target
+        retire_from = previous if previous is not None else unfiltered
+        old_groups = list(st.groups)
+        for c in list(st.retired_by):
+            if new is None or c in new:
+                g = st.retired_by.pop(c)
+                del g.weights[c]
+                g.swrr = None
+        st.groups = [g for g in old_groups if g.weights]
+        if retire_from is not None and filtered is not None:
+            weights = {c: w for c, w in retire_from.items()
+                       if w > 0 and c not in filtered and c not in st.retired_by}
+            if weights:
+                g = _Retired(weights)
+                st.groups.append(g)
+                st.retired_by.update(dict.fromkeys(weights, g))
         if not st.total_buffered or old == new:
             return
         if old is not None and new is not None:
             gone, added = old - new, new - old
             affected = any(st.singles.get(c) or st.pack_counts.get(c) for c in gone)
-            if not (affected or ((gone or added) and st.obsolete)):
+            if not (affected or ((gone or added) and st.obsolete_count)):
                 return
-        # reclassify everything buffered against the new target
+        # reclassify everything buffered against the new target, oldest categories first
         singles, packs, obsolete = st.singles, st.packs, st.obsolete
         st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
+        st.obsolete_count = 0
+        retired = [g.drain() for g in old_groups]
         for item in obsolete:
             self._buffer(st, item)
+        for items in retired:
+            for item in items:
+                self._buffer(st, item)
         for q in singles.values():
             for item in q:
                 self._buffer(st, item)
@@ -237,7 +339,17 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             for c in contrib:
                 st.pack_counts[c] = st.pack_counts.get(c, 0) + 1
             return
-        st.obsolete.append(item)
+        assert target is not None
+        # a pack belongs to the oldest group among its retired (positive) components
+        why = {c for c, w in contrib.items() if c not in target and w > 0} or (contrib.keys() - target.keys())
+        owners = {id(st.retired_by[c]) for c in why if c in st.retired_by}
+        for g in st.groups:
+            if id(g) in owners:
+                g.add(item)
+                break
+        else:
+            st.obsolete.append(item)
+        st.obsolete_count += 1
 
     # -- push / emit --------------------------------------------------------------
 
@@ -295,8 +407,8 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         return item
 
     def _emit_one(self, st: _MixLane, *, force: bool) -> SampleRecord | None:
-        if st.obsolete and self.interval is not None and st.since_obsolete >= self.interval:
-            return self._finish(st, st.obsolete.popleft(), obsolete=True)
+        if st.obsolete_count and self.interval is not None and st.since_obsolete >= self.interval:
+            return self._finish(st, st.take_obsolete(), obsolete=True)
         ideal = st.swrr.peek() if st.swrr is not None else None
         ideal_ok = st.swrr is None or (
             ideal is not None and bool(st.singles.get(ideal) or st.pack_counts.get(ideal))
@@ -317,8 +429,8 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             d = st.swrr.deficits() if st.swrr is not None else {}
             best_i, _ = max(cands, key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
             return self._finish(st, self._take_pack(st, best_i), obsolete=False)
-        if force and st.obsolete:
-            return self._finish(st, st.obsolete.popleft(), obsolete=True)
+        if force and st.obsolete_count:
+            return self._finish(st, st.take_obsolete(), obsolete=True)
         return None
 
     def on_source_exhausted(self, lane_id: int, component_id: int) -> list[ReadyBatch[SampleRecord]]:
@@ -356,10 +468,13 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
     def _discard(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
         tombs: list[SampleRecord] = []
         order = [i for q in st.singles.values() for i in q] + list(st.packs) + list(st.obsolete)
+        for g in st.groups:
+            order += g.drain()
         for item in order:
             tombs.extend(tombstones_for_record(item.record))
         self.discarded += len(order)
         st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
+        st.obsolete_count = 0
         st.total_buffered = 0
         return [(tombs[i : i + TOMBSTONE_BATCH], 0) for i in range(0, len(tombs), TOMBSTONE_BATCH)]
 
