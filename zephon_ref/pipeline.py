@@ -27,10 +27,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import ENGINE_SCHEMA, ENGINE_VERSION, Engine
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
@@ -100,6 +103,7 @@ class Pipeline:
         self._pending: dict[str, Any] | None = None
         self._iterating = False
         self._warned_k = False
+        self._restored_generation: dict[str, int] = {}  # directory -> highest generation restored
 
     # -- builder ------------------------------------------------------------------------------
     def _add(self, name: str, op: BaseOp) -> Pipeline:
@@ -310,6 +314,28 @@ class Pipeline:
         engine = self._engine if self._engine is not None else self._build_engine(None)
         self._engine = engine
         return engine.state_dict()
+
+    def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
+        """Durably save :meth:`checkpoint` as a new generation in ``directory``; returns it."""
+        return ckpt_store.save(self.checkpoint(), directory)
+
+    def load_checkpoint(self, directory: str | os.PathLike[str], generation: int | None = None) -> int:
+        """Restore the newest (or the given) generation of ``directory``; returns its number.
+
+        Every file is validated first.  A generation older than one this pipeline
+        already restored from the same directory is refused (a reset cursor), and
+        so is any other bad state; a refusal changes no file and no pipeline state.
+        """
+        key = str(Path(directory).resolve())
+        world = self._world_of(self._options)
+        loaded = ckpt_store.load_checkpoint(
+            directory, generation, expected_fingerprint=self.fingerprint(),
+            expected_canonical_replicas=world.canonical_replicas,
+            min_generation=self._restored_generation.get(key, 0),
+        )
+        self.restore(loaded.state)
+        self._restored_generation[key] = loaded.generation
+        return loaded.generation
 
     def restore(self, state: Mapping[str, Any]) -> Pipeline:
         """Validate ``state`` now; apply it at the next iteration.  A refusal changes nothing."""
