@@ -116,8 +116,8 @@ def run_demo(*, seed: int = 0, lanes: int = LANES, chunk_size: int = 32, cut: in
         if res.returncode != 0:
             out(f"  FAILED: the resuming process exited {res.returncode}: {res.stderr.strip()[-500:]}")
             return False
-        tail = json.loads(res.stdout)["digests"]
-    same = head + tail == full
+        tail: list[str] = list(json.loads(res.stdout)["digests"])
+    same = bool(head + tail == full)
     ok &= same
     out(f"  fresh process restored generation {gen} and delivered {len(tail)} batches: resumed stream "
         f"{'IDENTICAL to' if same else 'DIFFERS from'} the uninterrupted one")
