@@ -960,6 +960,11 @@ class Follower(Machine):
         if not isinstance(rid, str) or not _ID.fullmatch(rid):
             self.skipped = f"an announcement with a bad round id {rid!r}"
             return None
+        if rid == self.last_round_id:
+            self.skipped = (
+                f"announcement of round {rid}, which this state already took part in (stale)"
+            )
+            return None
         issued = ann.get("issued_at")
         checks = (
             ("namespace", self.cfg.namespace),
@@ -974,11 +979,6 @@ class Follower(Machine):
                 return None
         if type(issued) is not int or now - issued > self.cfg.timeout + self.cfg.stale_grace:
             self.skipped = f"announcement of round {rid} issued at {issued!r}, older than timeout + grace at {now} (stale)"
-            return None
-        if rid == self.last_round_id:
-            self.skipped = (
-                f"announcement of round {rid}, which this state already took part in (stale)"
-            )
             return None
         return rid
 
