@@ -494,6 +494,11 @@ class TCPStoreBackend:
         self._call("delete", key, lambda s: s.delete_key(self._k(key)))  # manifest first
         self._delete_raw(self._chunks_of(key, old))
 
+    def connect(self) -> None:
+        """Connect now (importing torch can take seconds), so the round's budget
+        is not spent on it; raises ContractError if the store is unreachable."""
+        self._call("connect", "", lambda s: s)
+
     def close(self) -> None:
         self._store = None
 

@@ -208,6 +208,9 @@ def aggregate_round(
     )
     machine = machine_for(state, cfg, warn_mid_window=warn_mid_window)  # validates; no I/O yet
     store = open_backend(backend, timeout_s=float(timeout_s))
+    connect = getattr(store, "connect", None)
+    if callable(connect):
+        connect()  # before the clock starts: connection set-up is not round time
     return run_round(machine, store)
 
 
