@@ -1,0 +1,150 @@
+"""Aggregation round time against number of processes, and merged-state size against lanes.
+
+usage: python bench/bench_aggregation.py [--rounds 5] [--procs 2,4,8] [--lanes 8,64,512,4096]
+
+Round time: N real processes (one per rank, two canonical lanes each: C = 2N)
+run ``--rounds`` consecutive aggregation rounds over the directory backend and
+over a torch TCPStore on 127.0.0.1; the table reports the leader's median and
+max round time (from its aggregate() call to its return, i.e. including the
+wait for every ack).  Polling interval 10 ms.  Merged size: 8 ranks, fabricated
+states with 3 inflight chunks per lane; bytes of the msgpack+zstd encoding of
+merge(states) and the merge time.  Prints tables only; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def child(args: dict[str, object]) -> None:
+    warnings.simplefilter("ignore")
+    from zephon_ref.coordination import aggregate_round, open_backend
+    from zephon_ref.coordination.simulate import topology_states
+
+    n = int(args["world_size"])  # type: ignore[call-overload]
+    rank = int(args["rank"])  # type: ignore[call-overload]
+    state = topology_states(7, canonical_replicas=2 * n, world_size=n)[(rank, 0)]
+    backend = open_backend(str(args["backend"]), timeout_s=60.0)
+    connect = getattr(backend, "connect", None)
+    if callable(connect):
+        connect()
+    ready = Path(str(args["sync"]))
+    (ready / f"ready{rank}").touch()
+    while len(list(ready.glob("ready*"))) < n:
+        time.sleep(0.005)
+    times = []
+    for _ in range(int(args["rounds"])):  # type: ignore[call-overload]
+        t0 = time.perf_counter()
+        res = aggregate_round(
+            state,
+            backend=backend,
+            rank=rank,
+            world_size=n,
+            run_id="bench",
+            timeout_s=60.0,
+            poll_s=0.01,
+        )
+        times.append(time.perf_counter() - t0)
+        state["last_round_id"] = res.round_id
+    print(json.dumps({"rank": rank, "times": times}), flush=True)
+
+
+def round_times(kind: str, n: int, rounds: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        master = None
+        if kind == "directory":
+            spec = str(Path(tmp) / "agg")
+        else:
+            from datetime import timedelta
+
+            import torch.distributed as dist
+
+            master = dist.TCPStore(
+                "127.0.0.1",
+                0,
+                is_master=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=60),
+            )
+            spec = f"torch://127.0.0.1:{master.port}"
+        sync = Path(tmp) / "sync"
+        sync.mkdir()
+        procs = []
+        for rank in range(n):
+            a = {
+                "backend": spec,
+                "rank": rank,
+                "world_size": n,
+                "rounds": rounds,
+                "sync": str(sync),
+            }
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--child", json.dumps(a)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                )
+            )
+        outs = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+        del master
+        return list(next(o for o in outs if o["rank"] == 0)["times"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--procs", default="2,4,8")
+    ap.add_argument("--lanes", default="8,64,512,4096")
+    opts = ap.parse_args()
+    if opts.child:
+        child(json.loads(opts.child))
+        return
+    warnings.simplefilter("ignore")
+    kinds = ["directory"]
+    try:
+        import torch.distributed  # noqa: F401
+
+        kinds.append("tcpstore")
+    except ImportError:
+        print("(torch not importable: TCPStore rows skipped)")
+    print(
+        f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms), cpus={os.cpu_count()}"
+    )
+    print(f"{'backend':<10} {'procs':>5} {'median ms':>10} {'max ms':>8}")
+    for kind in kinds:
+        for n in (int(x) for x in opts.procs.split(",")):
+            ts = round_times(kind, n, opts.rounds)
+            print(f"{kind:<10} {n:>5} {statistics.median(ts) * 1e3:>10.1f} {max(ts) * 1e3:>8.1f}")
+
+    from zephon_ref.checkpoint import codec
+    from zephon_ref.coordination.merge import merge
+    from zephon_ref.coordination.simulate import topology_states
+
+    print()
+    print("Merged-state size (8 ranks, 3 inflight chunks/lane, msgpack+zstd)")
+    print(f"{'lanes':>6} {'encoded KiB':>12} {'bytes/lane':>11} {'merge ms':>9}")
+    for c in (int(x) for x in opts.lanes.split(",")):
+        states = list(topology_states(3, canonical_replicas=c, world_size=8).values())
+        t0 = time.perf_counter()
+        merged = merge(states, warn_mid_window=False)
+        dt = time.perf_counter() - t0
+        size = len(codec.encode(merged))
+        print(f"{c:>6} {size / 1024:>12.1f} {size / c:>11.0f} {dt * 1e3:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()
