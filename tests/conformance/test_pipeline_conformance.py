@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
 ]
 
-EXAMPLES = int(os.environ.get("ZEPHON_REF_PIPELINE_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("ZEPHON_REF_PIPELINE_EXAMPLES", "100"))
 LAYOUT = {"web": (40, 25), "code": (20, 12), "books": (10,)}
 
 

@@ -124,7 +124,10 @@ def test_follower_sigkilled_mid_round_leader_times_out_naming_it(tmp_path: Path)
     procs[2].wait()
     lead, fol = result(procs[0]), result(procs[1])
     assert not lead["ok"] and lead["missing_ranks"] == [3]
-    assert not fol["ok"] and fol["type"] == "LeaderFailed"
+    # As above: the follower's share of the one budget may run out just before the
+    # leader's notice lands (seen under a loaded 2-core CI run); both are clean failures.
+    assert not fol["ok"]
+    assert fol["type"] == "LeaderFailed" or (fol["type"] == "AggregationTimeout" and fol["waiting_for"] == "outcome")
 
 
 def test_follower_sigkilled_before_acking_leader_times_out_on_acks(tmp_path: Path) -> None:
