@@ -28,6 +28,7 @@ import copy
 import hashlib
 import json
 import os
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -104,6 +105,7 @@ class Pipeline:
         self._iterating = False
         self._warned_k = False
         self._restored_generation: dict[str, int] = {}  # directory -> highest generation restored
+        self._worker = (0, 1)  # (worker_id, num_workers) inside a torch DataLoader
 
     # -- builder ------------------------------------------------------------------------------
     def _add(self, name: str, op: BaseOp) -> Pipeline:
@@ -190,18 +192,47 @@ class Pipeline:
             raise ConfigError(expected("flush_every_k_chunks", "None or an int >= 0", k))
         if not isinstance(new["deterministic"], bool):
             raise ConfigTypeError(expected("deterministic", "a bool", new["deterministic"]))
-        self._world_of(new)  # validates topology eagerly
+        world = self._world_of(new)  # validates topology eagerly
+        if new["aggregate_dir"] is not None and new["aggregate_store"] is not None:
+            raise ConfigError(expected("aggregate_dir / aggregate_store", "at most one of the two",
+                                       "both set"))
+        if world.world_size > 1 and new["aggregate_dir"] is None and new["aggregate_store"] is None:
+            raise ContractError(expected(f"aggregation backend for world_size={world.world_size}",
+                                         "aggregate_dir or aggregate_store", "neither"))
+        t = new["aggregate_timeout_s"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            raise ConfigError(expected("aggregate_timeout_s", "a number > 0", t))
         self._options = new
         self._engine = None
         return self
 
     # -- plan ---------------------------------------------------------------------------------
-    @staticmethod
-    def _world_of(opts: Mapping[str, Any]) -> World:
+    def _world_of(self, opts: Mapping[str, Any]) -> World:
+        worker_id, num_workers = getattr(self, "_worker", (0, 1))
         return World.resolve(world_size=opts["world_size"], global_rank=opts["global_rank"],
                              dp_degree=opts["dp_degree"], dp_group_id=opts["dp_group_id"],
                              canonical_replicas=opts["canonical_replicas"],
-                             mapping_strategy=opts["mapping_strategy"])
+                             mapping_strategy=opts["mapping_strategy"], worker_id=worker_id,
+                             num_workers=num_workers)
+
+    def for_worker(self, worker_id: int, num_workers: int) -> Pipeline:
+        """A copy of this pipeline for DataLoader worker ``worker_id`` of ``num_workers``.
+
+        The worker owns the lanes of its DP group at list indices ``i`` with
+        ``i mod active == worker_id`` (``active`` = the largest count <= num_workers
+        dividing the group's lane count); a worker beyond ``active`` owns none.  A
+        pending restore travels with the copy.
+        """
+        if self._iterating:
+            raise ContractError("for_worker: expected a pipeline that is not iterating, received one mid-iteration")
+        clone = copy.copy(self)
+        clone._ops = list(self._ops)
+        clone._options = dict(self._options)
+        clone._engine = None
+        clone._restored_generation = dict(self._restored_generation)
+        clone._worker = (worker_id, num_workers)
+        clone._world_of(clone._options)  # validates the worker arguments
+        return clone
 
     @property
     def preserves_cursor_order(self) -> bool:
@@ -308,12 +339,31 @@ class Pipeline:
 
     # -- checkpoint / restore ---------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
-        """The state to resume from: after the last delivered item (or the pending restore)."""
+        """The state to resume from: after the last delivered item (or the pending restore).
+
+        With ``world_size > 1`` every rank must call this at the same step (barrier
+        first): the ranks run one aggregation round over ``aggregate_dir`` or
+        ``aggregate_store`` and each returns the same merged state, covering every lane.
+        """
         if self._pending is not None:
             return self._pending
         engine = self._engine if self._engine is not None else self._build_engine(None)
         self._engine = engine
-        return engine.state_dict()
+        local = engine.state_dict()
+        opts = self._options
+        w = engine.world
+        if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
+            return local  # the only participant, or an idle DataLoader worker
+        from zephon_ref.coordination.driver import aggregate_round
+
+        backend = opts["aggregate_dir"] if opts["aggregate_dir"] is not None else opts["aggregate_store"]
+        if backend is None:  # several workers of one rank: a private directory, as zephon does
+            backend = os.path.join(tempfile.gettempdir(), f"zephon_ref_state_r{w.global_rank}")
+        result = aggregate_round(local, backend=backend, rank=w.global_rank, world_size=w.world_size,
+                                 worker=w.worker_id, run_id=str(opts["run_id"]),
+                                 timeout_s=float(opts["aggregate_timeout_s"]))
+        engine.last_round_id = result.round_id
+        return result.merged
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
         """Durably save :meth:`checkpoint` as a new generation in ``directory``; returns it."""
