@@ -169,9 +169,12 @@ class Engine:
         n = len(self.lanes)
         if self._rr_key in self.rr_next_idx:
             return self.rr_next_idx[self._rr_key] % n
-        # topology changed (or first run): start at the least advanced lane
-        ptrs = [(self.trackers[lane].ptr.chunk_id, self.trackers[lane].ptr.offset, lane) for lane in self.lanes]
-        return self.lanes.index(min(ptrs)[2])
+        # topology changed (or first run): derive the start from lane progress.  In strict
+        # round robin the next lane is the first (in owned order) with the fewest delivered
+        # items, so a checkpoint at a global-step boundary resumes the interleaving exactly.
+        # (zephon 0.2.0 uses the smallest LanePtr instead; see docs/divergences.md.)
+        counts = [(self.trackers[lane].emitted, i) for i, lane in enumerate(self.lanes)]
+        return min(counts)[1]
 
     def _multiplex(self, upstream: Iterator[Any]) -> Iterator[Any]:
         lanes = self.lanes
