@@ -44,7 +44,7 @@ def _source_part(seed: int, lanes: int, chunk_size: int, cut: int, out: Callable
         [web, code], {"web": 0.7, "code": 0.3}, chunk_size=chunk_size, seed=seed,
         shuffle_within_shard=True, shuffle_block_size=64, exhausted_policy="repeat", max_repeats=3,
     )
-    out(f"[1/2] source layer: web:0.7 code:0.3 over {web.total()}+{code.total()} documents, "
+    out(f"[1/3] source layer: web:0.7 code:0.3 over {web.total()}+{code.total()} documents, "
         f"chunk_size={chunk_size}, canonical_replicas={lanes}")
     ok = True
     for lane in range(lanes):
@@ -93,13 +93,96 @@ def _resume_child(directory: str, seed: int, lanes: int) -> int:
     return 0
 
 
+def _lane_digests(items: list[Any]) -> dict[str, list[str]]:
+    lanes: dict[str, list[str]] = {}
+    for b in items:
+        lanes.setdefault(str(b.lane_ids[0]), []).append(_digest(b))
+    return lanes
+
+
+def _rank_child(mode: str, root: str, rank: int, world: int, steps: int, seed: int, lanes: int) -> int:
+    """One rank of the multi-rank demo: 'run' delivers `steps` items, checkpoints through the
+    directory backend (rank 0 persists the merged state) and waits to be killed; 'resume'
+    loads that state on another number of ranks and delivers the rest."""
+    import time
+
+    from zephon_ref.checkpoint import store
+
+    p = build_demo_pipeline(seed, lanes).options(world_size=world, global_rank=rank,
+                                                 aggregate_dir=str(Path(root) / "agg"),
+                                                 run_id=f"demo-{mode}", aggregate_timeout_s=60.0)
+    if mode == "resume":
+        p.load_checkpoint(Path(root) / "ckpt")
+        items = list(p)
+    else:
+        it = iter(p)
+        items = [next(it) for _ in range(steps)]
+    (Path(root) / f"{mode}-r{rank}.json").write_text(json.dumps(_lane_digests(items)))
+    if mode == "run":
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            state = p.checkpoint()
+        if rank == 0:
+            store.save(state, Path(root) / "ckpt")
+        (Path(root) / f"done-r{rank}").write_text("ok")
+        while True:  # a crashed job: the parent SIGKILLs us
+            time.sleep(0.2)  # clock-ok (waiting to be killed, not data)
+    return 0
+
+
+def _multi_rank_part(seed: int, lanes: int, before: int, after: int, out: Callable[[str], None]) -> bool:
+    import time
+
+    truth = _lane_digests(list(build_demo_pipeline(seed, lanes)))
+    steps = 6 * (lanes // before)  # per rank; a whole number of global steps
+    with tempfile.TemporaryDirectory(prefix="zephon-ref-ranks-") as root:
+        cmd = [sys.executable, "-m", "zephon_ref.demo", "_rank"]
+        procs = [subprocess.Popen([*cmd, "run", root, str(r), str(before), str(steps), str(seed), str(lanes)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for r in range(before)]
+        deadline = time.monotonic() + 120  # clock-ok (process supervision)
+        while not all((Path(root) / f"done-r{r}").exists() for r in range(before)):
+            if time.monotonic() > deadline or any(pr.poll() is not None for pr in procs):  # clock-ok
+                for pr in procs:
+                    pr.kill()
+                errs = " | ".join((pr.stderr.read() or b"").decode()[-300:] for pr in procs if pr.stderr)
+                out(f"  FAILED: the {before} rank processes did not checkpoint: {errs}")
+                return False
+            time.sleep(0.05)  # clock-ok
+        for pr in procs:
+            pr.kill()
+            pr.wait()
+        out(f"[3/3] multi-rank: {before} processes delivered {steps} batches each, checkpointed through the "
+            f"directory backend, and were killed with SIGKILL")
+        procs = [subprocess.run([*cmd, "resume", root, str(r), str(after), "0", str(seed), str(lanes)],
+                                capture_output=True, text=True, check=False) for r in range(after)]
+        if any(pr.returncode for pr in procs):
+            out("  FAILED: a resuming rank exited non-zero: " + " | ".join(pr.stderr[-300:] for pr in procs))
+            return False
+        got: dict[str, list[str]] = {}
+        for mode, n in (("run", before), ("resume", after)):
+            for r in range(n):
+                for lane, ds in json.loads((Path(root) / f"{mode}-r{r}.json").read_text()).items():
+                    got.setdefault(lane, []).extend(ds)
+    same_lanes = got == truth
+    depth = min(len(v) for v in truth.values())
+    same_steps = all({lane: got.get(lane, [])[k:k + 1] for lane in truth} ==
+                     {lane: truth[lane][k:k + 1] for lane in truth} for k in range(depth))
+    out(f"  {after} fresh processes resumed the merged checkpoint: every lane "
+        f"{'IDENTICAL' if same_lanes else 'DIFFERS'} and every global step "
+        f"{'IDENTICAL' if same_steps else 'DIFFERS'} to the uninterrupted single-rank run")
+    return same_lanes and same_steps
+
+
 def run_demo(*, seed: int = 0, lanes: int = LANES, chunk_size: int = 32, cut: int = 3,
-             out: Callable[[str], None] = print) -> bool:
-    """Run both parts; True when every resumed stream matched."""
+             out: Callable[[str], None] = print, ranks: tuple[int, int] = (2, 4)) -> bool:
+    """Run all parts; True when every resumed stream matched."""
     ok = _source_part(seed, lanes, chunk_size, cut, out)
     full = [_digest(b) for b in build_demo_pipeline(seed, lanes)]
     at = len(full) * 2 // 5
-    out(f"[2/2] engine: tokenize -> pack_sequences(first_fit) -> shuffle -> ensure_mixture -> batch(4), "
+    out(f"[2/3] engine: tokenize -> pack_sequences(first_fit) -> shuffle -> ensure_mixture -> batch(4), "
         f"{lanes} lanes: {len(full)} batches uninterrupted")
     p = build_demo_pipeline(seed, lanes)
     it = iter(p)
@@ -121,6 +204,8 @@ def run_demo(*, seed: int = 0, lanes: int = LANES, chunk_size: int = 32, cut: in
     ok &= same
     out(f"  fresh process restored generation {gen} and delivered {len(tail)} batches: resumed stream "
         f"{'IDENTICAL to' if same else 'DIFFERS from'} the uninterrupted one")
+    if lanes % ranks[0] == 0:
+        ok &= _multi_rank_part(seed, lanes, ranks[0], ranks[1], out)
     out(f"{'OK' if ok else 'FAILED'}: every resumed stream {'matched' if ok else 'did not match'}")
     return ok
 
@@ -128,4 +213,7 @@ def run_demo(*, seed: int = 0, lanes: int = LANES, chunk_size: int = 32, cut: in
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "_resume":
         raise SystemExit(_resume_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    if len(sys.argv) == 9 and sys.argv[1] == "_rank":
+        a = sys.argv
+        raise SystemExit(_rank_child(a[2], a[3], int(a[4]), int(a[5]), int(a[6]), int(a[7]), int(a[8])))
     raise SystemExit("usage: zephon-ref demo")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from zephon_ref.cli import main
 
 
-def test_demo_resumes_exactly_in_a_fresh_process(capsys):
-    assert main(["demo", "--lanes", "3"]) == 0
+def test_demo_resumes_exactly_in_a_fresh_process_and_on_other_ranks(capsys):
+    assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "IDENTICAL to the uninterrupted one" in out
+    assert "killed with SIGKILL" in out
+    assert "every lane IDENTICAL and every global step IDENTICAL" in out
     assert out.strip().endswith("OK: every resumed stream matched")
     assert "DIFFER" not in out
 
