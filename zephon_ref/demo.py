@@ -156,10 +156,10 @@ def _multi_rank_part(seed: int, lanes: int, before: int, after: int, out: Callab
             pr.wait()
         out(f"[3/3] multi-rank: {before} processes delivered {steps} batches each, checkpointed through the "
             f"directory backend, and were killed with SIGKILL")
-        procs = [subprocess.run([*cmd, "resume", root, str(r), str(after), "0", str(seed), str(lanes)],
-                                capture_output=True, text=True, check=False) for r in range(after)]
-        if any(pr.returncode for pr in procs):
-            out("  FAILED: a resuming rank exited non-zero: " + " | ".join(pr.stderr[-300:] for pr in procs))
+        resumed = [subprocess.run([*cmd, "resume", root, str(r), str(after), "0", str(seed), str(lanes)],
+                                  capture_output=True, text=True, check=False) for r in range(after)]
+        if any(pr.returncode for pr in resumed):
+            out("  FAILED: a resuming rank exited non-zero: " + " | ".join(pr.stderr[-300:] for pr in resumed))
             return False
         got: dict[str, list[str]] = {}
         for mode, n in (("run", before), ("resume", after)):
