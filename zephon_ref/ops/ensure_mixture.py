@@ -418,16 +418,26 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         available = {c for c, q in st.singles.items() if q}
         if ideal is not None and ideal in available:
             return self._finish(st, st.singles[ideal].popleft(), obsolete=False)
-        with_ideal = [(i, p) for i, p in enumerate(st.packs) if ideal is not None and ideal in p.contributions]
-        if not with_ideal and available:
+        has_ideal = ideal is not None and bool(st.pack_counts.get(ideal))
+        if not has_ideal and available:
             chosen = st.swrr.select(available) if st.swrr is not None else None
             if chosen is None:
                 chosen = min(available)
             return self._finish(st, st.singles[chosen].popleft(), obsolete=False)
-        if with_ideal or st.packs:
-            cands = with_ideal or list(enumerate(st.packs))
+        if st.packs:
+            # the pack with the largest weighted deficit among those holding the ideal
+            # component (or among all); the first such pack wins ties, as max() does
             d = st.swrr.deficits() if st.swrr is not None else {}
-            best_i, _ = max(cands, key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
+            best_i, best = -1, 0.0
+            for i, p in enumerate(st.packs):
+                contrib = p.contributions
+                if has_ideal and ideal not in contrib:
+                    continue
+                score = 0.0
+                for c, w in contrib.items():
+                    score += w * d.get(c, 0.0)
+                if best_i < 0 or score > best:
+                    best_i, best = i, score
             return self._finish(st, self._take_pack(st, best_i), obsolete=False)
         if force and st.obsolete_count:
             return self._finish(st, st.take_obsolete(), obsolete=True)

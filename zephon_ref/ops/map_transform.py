@@ -17,7 +17,6 @@ dependence (the function sees one payload at a time).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from zephon_ref.errors import ConfigTypeError, expected
@@ -78,5 +77,5 @@ class MapTransform(BaseOp):
                 else:
                     out.append(rec)
                 continue
-            out.append(replace(rec, payload=new))
+            out.append(SampleRecord(rec.meta, new))
         return out
