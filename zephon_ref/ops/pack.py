@@ -382,16 +382,21 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     samples[cid] = samples.get(cid, 0) + cnt
             targets = rec.meta.component_token_counts
             if targets is None:
-                targets = apportion_tokens(seg.seq_len, rec.meta.component_sample_counts)
+                counts = rec.meta.component_sample_counts
+                if len(counts) == 1:  # the common case: apportion_tokens gives it everything
+                    ((only, w),) = counts.items()
+                    targets = {only: seg.seq_len} if w > 0 and seg.seq_len > 0 else {}
+                else:
+                    targets = apportion_tokens(seg.seq_len, counts)
             if not targets or seg.seq_len <= 0:
                 continue
-            key = rec.meta.cursor.as_key()
             if seg.is_last:
-                done = st.charged.pop(key, {})
+                # only a record split across earlier bins has charges to subtract
+                done = st.charged.pop(rec.meta.cursor.as_key(), None) if st.charged else None
                 for cid, t in targets.items():
-                    tokens[cid] = tokens.get(cid, 0) + t - done.get(cid, 0)
+                    tokens[cid] = tokens.get(cid, 0) + t - (done.get(cid, 0) if done else 0)
             else:
-                done = st.charged.setdefault(key, {})
+                done = st.charged.setdefault(rec.meta.cursor.as_key(), {})
                 for cid, t in targets.items():
                     part = t * seg.length // seg.seq_len
                     done[cid] = done.get(cid, 0) + part
