@@ -228,8 +228,8 @@ class Engine:
         for x in self._multiplex(iter(runner.run(self._source()))):
             if is_sentinel(x):
                 meta = x.meta
-                if meta.tombstone and not self.monotone:
-                    self.trackers[meta.lane_id].complete(meta.contribution_refs())
+                if meta.tombstone:
+                    self._on_tombstone(x)
                 elif meta.is_flush_sentinel:
                     self.streams[meta.lane_id].prune_mixtures(int(meta.tags[TAG_BOUNDARY_CID]))
                 continue
@@ -267,6 +267,11 @@ class Engine:
                 self.streams[lane].evict(sorted(self.streams[lane].inflight))
                 self.streams[lane].prune_mixtures(self.streams[lane].next_cid)
         self.finished = True
+
+    def _on_tombstone(self, t: SampleRecord) -> None:
+        """Tombstones only set completion bits (non-monotone plans); never delivered, never evict."""
+        if not self.monotone:
+            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
