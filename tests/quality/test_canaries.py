@@ -13,7 +13,6 @@ from properties.pipelines import PipelineConfig, build_pipeline, item_view
 from properties.topology import merged_checkpoint, participants, run_lockstep
 from zephon_ref.engine import core, lanes, runner
 from zephon_ref.ops import replay_filter
-from zephon_ref.types import SampleCursor
 from zephon_ref.work import static_mixture
 
 CFG = PipelineConfig([("pack_sequences", {"max_length": 160, "num_bins": 2}), ("shuffle", {"buffer_size": 4, "seed": 2}),
@@ -186,4 +185,3 @@ def test_lane_routing_canary_is_caught_by_conformance(monkeypatch: pytest.Monkey
     assert [lane_chunks(build_source("zephon_ref", cfg), lane, 4, 12) for lane in range(4)] != want
 
 
-_ = SampleCursor  # the cursor type the filter canary compares
