@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zephon_ref.checkpoint.schema import LANE_FIELDS as _SCHEMA_LANE_FIELDS
 from zephon_ref.errors import ContractError, StateFormatError, expected
 
 __all__ = [
@@ -57,16 +58,8 @@ __all__ = [
 
 ENGINE_VERSION = 2
 
-# Lane-keyed fields, in the order they are merged and reported.
-LANE_FIELDS: tuple[str, ...] = (
-    "inflight",
-    "progress",
-    "lane_next_cid",
-    "lane_ws_state",
-    "replay_cursors",
-    "epoch_boundaries",
-    "lane_emitted",
-)
+# Lane-keyed fields, in the order they are merged and reported: one definition, the store's.
+LANE_FIELDS: tuple[str, ...] = _SCHEMA_LANE_FIELDS
 # Fields every canonical lane must have in a merged state (a restore refuses
 # a lane without them, notes 4.3).
 REQUIRED_LANE_FIELDS: tuple[str, ...] = ("progress", "lane_next_cid", "lane_ws_state")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon_ref.checkpoint.fabricate import fabricate_engine_state
+from zephon_ref.checkpoint.schema import LANE_FIELDS
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
 from zephon_ref.coordination.protocol import Abort, Command, Finish, Machine, Sleep, Started, Woke
@@ -91,15 +92,7 @@ def topology_states(
         split = _worker_split(mapping[g], workers)
         for w, lanes in enumerate(split):
             st = copy.deepcopy(base)
-            for name in (
-                "inflight",
-                "progress",
-                "lane_next_cid",
-                "lane_ws_state",
-                "replay_cursors",
-                "epoch_boundaries",
-                "lane_emitted",
-            ):
+            for name in LANE_FIELDS:
                 st[name] = {lane: v for lane, v in st[name].items() if lane in lanes}
             st["world"] = {
                 "canonical_replicas": canonical_replicas,
