@@ -10,8 +10,8 @@ it yields:
   itself, i.e. the whole DP group's stream in the pipeline's own order (the
   pipeline's engine is the one iterated, so ``pipeline.checkpoint()`` keeps
   working);
-* **in DataLoader worker** ``w`` **of** ``n``: a fresh
-  :class:`~zephon_ref.engine.core.Engine` over exactly the lanes
+* **in DataLoader worker** ``w`` **of** ``n``: ``pipeline.for_worker(w, n)``,
+  a copy whose engine owns exactly the lanes
   :func:`~zephon_ref.engine.world.worker_lanes` gives worker ``w`` (section 3.1
   of the zephon notes: ``active`` = the largest count <= ``n`` dividing the
   group's lane count; worker ``w < active`` owns list indices ``i`` with
@@ -44,8 +44,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from zephon_ref.engine.core import Engine
-from zephon_ref.engine.world import World
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 from zephon_ref.ops.pack import TOKEN_FIELD_CANDIDATES, detect_token_field
 from zephon_ref.types import SampleBatch, SampleRecord
@@ -59,7 +57,6 @@ __all__ = [
     "COLLATED_FIELDS",
     "WorkerSlot",
     "collate_batch",
-    "engine_for_worker",
     "resolve_device",
     "to_torch_dataset",
     "worker_slot",
@@ -103,38 +100,6 @@ def worker_slot() -> WorkerSlot:
     if info is None:
         return WorkerSlot()
     return WorkerSlot(int(info.id), int(info.num_workers), True)
-
-
-# -- the engine of one worker (the hook pipeline.py should grow) ----------------------------------
-
-def engine_for_worker(pipeline: Pipeline, *, worker_id: int, num_workers: int) -> Engine:
-    """A fresh Engine over DataLoader worker ``worker_id``'s share of the pipeline's DP-group lanes.
-
-    This reads the Pipeline's private fields (``_source``, ``_ops``,
-    ``_options``, ``_pending``) and changes none of them.  It is the function
-    ``Pipeline.build_engine(*, worker_id, num_workers)`` should replace: the same
-    arguments as ``Pipeline._build_engine`` with the world resolved for the
-    worker.  A pending restore is applied to the worker's owned lanes (every
-    lane's state is independent of the others; the saved round-robin pointer
-    only applies when its key ``"{worker_id}/{active}:{lanes}"`` matches).
-    """
-    from zephon_ref.pipeline import Pipeline
-
-    if not isinstance(pipeline, Pipeline):
-        raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
-    opts = pipeline._options
-    world = World.resolve(world_size=opts["world_size"], global_rank=opts["global_rank"],
-                          dp_degree=opts["dp_degree"], dp_group_id=opts["dp_group_id"],
-                          canonical_replicas=opts["canonical_replicas"],
-                          mapping_strategy=opts["mapping_strategy"],
-                          worker_id=worker_id, num_workers=num_workers)
-    return Engine(
-        source=pipeline._source, ops=pipeline._ops, world=world, k=pipeline._resolve_k(),
-        monotone=pipeline.preserves_cursor_order, fingerprint=pipeline.fingerprint(),
-        runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
-        queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
-        state=pipeline._pending,
-    )
 
 
 # -- devices ------------------------------------------------------------------------------------
@@ -335,11 +300,9 @@ def _dataset_class() -> type[Any]:
             if not slot.in_loader:
                 items: Iterator[Any] = iter(self.pipeline)
             else:
-                engine = engine_for_worker(self.pipeline, worker_id=slot.worker_id,
-                                           num_workers=slot.num_workers)
-                if not engine.lanes:  # an idle worker: nothing is owned, nothing is yielded
-                    return iter(())
-                items = engine.run()
+                # the worker's own copy owns only its World.worker_lanes share (none when idle,
+                # so an idle worker's engine yields nothing); a pending restore travels with it
+                items = iter(self.pipeline.for_worker(slot.worker_id, slot.num_workers))
             if self.collate is None:
                 return items
             collate = self.collate
