@@ -116,6 +116,10 @@ class Swrr:
 class _Item:
     record: SampleRecord
     contributions: dict[int, float]
+    pairs: tuple[tuple[int, float], ...] = ()  # contributions.items(), frozen for the scoring loop
+
+    def __post_init__(self) -> None:
+        self.pairs = tuple(self.contributions.items())
 
 
 @dataclass(slots=True)
@@ -428,14 +432,16 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             # the pack with the largest weighted deficit among those holding the ideal
             # component (or among all); the first such pack wins ties, as max() does
             d = st.swrr.deficits() if st.swrr is not None else {}
+            dget = d.get
             best_i, best = -1, 0.0
-            for i, p in enumerate(st.packs):
-                contrib = p.contributions
-                if has_ideal and ideal not in contrib:
+            i = -1
+            for p in st.packs:
+                i += 1
+                if has_ideal and ideal not in p.contributions:
                     continue
                 score = 0.0
-                for c, w in contrib.items():
-                    score += w * d.get(c, 0.0)
+                for c, w in p.pairs:
+                    score += w * dget(c, 0.0)
                 if best_i < 0 or score > best:
                     best_i, best = i, score
             return self._finish(st, self._take_pack(st, best_i), obsolete=False)
