@@ -215,6 +215,12 @@ class Pipeline:
                              mapping_strategy=opts["mapping_strategy"], worker_id=worker_id,
                              num_workers=num_workers)
 
+    def to_torch_dataset(self, *, collate: Any = None, device: Any = None) -> Any:
+        """A torch IterableDataset over this pipeline (see :mod:`zephon_ref.torch`)."""
+        from zephon_ref.torch import to_torch_dataset
+
+        return to_torch_dataset(self, collate=collate, device=device)
+
     def for_worker(self, worker_id: int, num_workers: int) -> Pipeline:
         """A copy of this pipeline for DataLoader worker ``worker_id`` of ``num_workers``.
 

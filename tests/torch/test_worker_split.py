@@ -185,3 +185,10 @@ def test_the_demo_pipeline_splits_the_same_way() -> None:
     ref = per_lane([view(b) for b in build_demo_pipeline(0, 4)])
     got = load(to_torch_dataset(build_demo_pipeline(0, 4), collate=TagWorker()), 2)
     assert per_lane([(lane, d) for _, lane, d in got]) == ref
+
+
+def test_pipeline_method_is_the_module_function() -> None:
+    from zephon_ref.demo import build_demo_pipeline
+
+    direct = [b.records[0].meta.cursor for b in build_demo_pipeline(lanes=2).to_torch_dataset()]
+    assert direct and direct == [b.records[0].meta.cursor for b in build_demo_pipeline(lanes=2)]
