@@ -111,8 +111,6 @@ class Pipeline:
     def _add(self, name: str, op: BaseOp) -> Pipeline:
         if self._iterating:
             raise ContractError("pipeline: expected no graph change while iterating, received one")
-        if any(isinstance(o, Batch) for _, o in self._ops) and not isinstance(op, BaseOp):
-            raise ConfigError("pipeline: expected operators before batch")
         if any(isinstance(o, Batch) for _, o in self._ops):
             raise ConfigError(expected(f"{name}", "to be added before batch()", "an operator after batch()"))
         names = {n for n, _ in self._ops}

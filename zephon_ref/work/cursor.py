@@ -30,8 +30,8 @@ Nothing here knows about mixtures, chunks or lanes.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
