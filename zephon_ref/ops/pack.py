@@ -36,10 +36,10 @@ lane_id=L)`` drops all of L's state.  What may not live here: homogeneous
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -241,7 +241,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             return []
         order: list[SampleRecord] = list(elems)
         if self.shuffle_strategy == "random":
-            random.Random(batch_seed(self.shuffle_seed, order)).shuffle(order)
+            Random(batch_seed(self.shuffle_seed, order)).shuffle(order)
         elif self.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
         out: list[SampleRecord] = []

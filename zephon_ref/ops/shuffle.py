@@ -38,9 +38,9 @@ What may not live here: wall clock, global ``random``, string hashing.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -375,5 +375,5 @@ class Shuffle(BaseOp):
         if not elems or self.algorithm == "streaming":
             return list(elems)
         block = list(elems)
-        random.Random(batch_seed(self.seed, block)).shuffle(block)
+        Random(batch_seed(self.seed, block)).shuffle(block)
         return move_closers_to_last(block)

@@ -29,9 +29,9 @@ Nothing here knows about mixtures, chunks or lanes.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ class DatasetOrder:
         n = int(ids.size)
         if knobs.shuffle_shards and n > 1:
             perm = list(range(n))
-            random.Random(seed).shuffle(perm)
+            Random(seed).shuffle(perm)
             idx = np.asarray(perm, dtype=np.intp)
             ids, counts = ids[idx], counts[idx]
         self._dataset_id = dataset_id

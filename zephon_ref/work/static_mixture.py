@@ -40,9 +40,9 @@ What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 from __future__ import annotations
 
 import math
-import random
 import warnings
 from collections.abc import Mapping, Sequence
+from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
 from zephon_ref.errors import (
@@ -613,7 +613,7 @@ class StaticMixtureWorkSource(WorkSource):
         block, slot = divmod(g, canon)
         if self._perm[0] != block:
             order = list(range(canon))
-            random.Random(self._seed + block * GOLDEN).shuffle(order)
+            Random(self._seed + block * GOLDEN).shuffle(order)
             self._perm = (block, order)
         return self._perm[1][slot]
 
