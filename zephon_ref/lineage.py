@@ -23,6 +23,7 @@ from typing import Any
 
 from zephon_ref.errors import ConfigError
 from zephon_ref.types import (
+    TAG_CONTRIBUTORS,
     TAG_TOMBSTONE,
     ContributorRef,
     SampleCursor,
@@ -31,6 +32,14 @@ from zephon_ref.types import (
 )
 
 __all__ = ["pack_meta", "spawn_child", "tombstone_meta", "tombstones_for_record"]
+
+
+def _set_contributors(tags: dict[str, Any], refs: tuple[ContributorRef, ...]) -> None:
+    """What :meth:`SampleMeta.with_contributors` does, on a tags dict being built."""
+    if refs:
+        tags[TAG_CONTRIBUTORS] = refs
+    else:
+        tags.pop(TAG_CONTRIBUTORS, None)
 
 
 def spawn_child(
@@ -65,8 +74,9 @@ def spawn_child(
         refs = tuple(ContributorRef(r.cursor, False) for r in parent_refs)
     child_tags = dict(parent.tags if tags is None else tags)
     child_tags.pop(TAG_TOMBSTONE, None)
+    _set_contributors(child_tags, refs)
     tok = parent.component_token_counts
-    meta = SampleMeta(
+    return SampleMeta(
         parent.sample_id,
         parent.lane_id,
         parent.chunk_id,
@@ -76,7 +86,6 @@ def spawn_child(
         lineage,
         child_tags,
     )
-    return meta.with_contributors(refs)
 
 
 def pack_meta(
@@ -91,7 +100,8 @@ def pack_meta(
     """Metadata of a record that merges several contributors under ``primary_cursor``."""
     t = dict(tags or {})
     t.pop(TAG_TOMBSTONE, None)
-    meta = SampleMeta(
+    _set_contributors(t, tuple(contributors))
+    return SampleMeta(
         primary_cursor.sample_id,
         lane_id,
         primary_cursor.chunk_id,
@@ -101,7 +111,6 @@ def pack_meta(
         primary_cursor.lineage,
         t,
     )
-    return meta.with_contributors(tuple(contributors))
 
 
 def tombstone_meta(ref: ContributorRef, lane_id: int) -> SampleMeta:
