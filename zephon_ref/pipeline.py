@@ -14,12 +14,25 @@ data path:
   change speed, never output (with ``deterministic=True``).
 
 ``iter(pipeline)`` builds an :class:`~zephon_ref.engine.core.Engine` (from a
-pending restore if there is one) and yields delivered items.  ``checkpoint()``
-returns the engine state dict (section 5.1 of the zephon notes, plus the
-fingerprint).  ``restore(state)`` validates eagerly — schema, canonical
-replicas, fingerprint, and a dry-run load of every owned lane — and refuses with
-a typed error that leaves the pipeline exactly as it was; an accepted state is
-applied at the next iteration.
+pending restore if there is one) and returns an iterator over delivered items.
+From ``iter()`` until that iterator is exhausted, closed or dropped the pipeline
+is *running*: ``restore()``, ``options()``, graph changes, ``for_worker()`` and a
+second ``iter()`` refuse with ContractError.  Once a run has delivered anything
+(or a restore is pending) the pipeline has *progress*: execution settings may
+still change (they never touch the state), data and topology settings and the
+graph may not.
+
+``checkpoint()`` returns the engine state (:mod:`zephon_ref.state`) as a value
+the caller owns: a deep copy, at every call, in every runner.  With several
+participants it runs the aggregation round that is handed in (``aggregate=``)
+or, by default, the one the ``aggregate_dir`` / ``aggregate_store`` options name
+(:func:`zephon_ref.coordination.driver.pipeline_aggregate`); the wall clock
+and the I/O of that round live there, not here.  ``restore(state)`` validates
+eagerly — the schema (:func:`zephon_ref.state.validate`), canonical replicas,
+fingerprint, and a dry-run load of every owned lane against this pipeline's
+source configuration and datasets — and refuses with a typed error that leaves
+the pipeline exactly as it was; an accepted state is applied at the next
+iteration.
 """
 
 from __future__ import annotations
@@ -28,20 +41,20 @@ import copy
 import hashlib
 import json
 import os
-import tempfile
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from zephon_ref import state as schema
 from zephon_ref.checkpoint import store as ckpt_store
-from zephon_ref.engine.core import ENGINE_SCHEMA, ENGINE_VERSION, Engine
+from zephon_ref.engine.core import Engine
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
     ContractError,
-    StateFormatError,
     StateMismatchError,
     expected,
 )
@@ -55,7 +68,11 @@ from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["Pipeline"]
+__all__ = ["Aggregate", "Pipeline"]
+
+#: ``aggregate(local_state, world) -> (merged_state, round_id)``: one aggregation round for
+#: this participant (every participant calls it at the same step).
+Aggregate = Callable[[dict[str, Any], World], tuple[dict[str, Any], Any]]
 
 _EXEC_OPTIONS = {
     "runner": None, "max_workers": None, "deterministic": True, "op_queue_capacity": None,
@@ -64,6 +81,8 @@ _EXEC_OPTIONS = {
     "aggregate_store": None, "aggregate_timeout_s": 180.0,
 }
 _DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
+# Settings that decide which lanes this participant owns: fixed once a run has progress too.
+_TOPOLOGY_OPTIONS = ("world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy")
 _REFUSED = ("shm_min_size", "coalesce_tensors")
 
 
@@ -102,15 +121,32 @@ class Pipeline:
         self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
         self._engine: Engine | None = None
         self._pending: dict[str, Any] | None = None
-        self._iterating = False
+        self._run: weakref.ref[_Run] | None = None
         self._warned_k = False
         self._restored_generation: dict[str, int] = {}  # directory -> highest generation restored
         self._worker = (0, 1)  # (worker_id, num_workers) inside a torch DataLoader
 
+    # -- call-order contracts -------------------------------------------------------------------
+    @property
+    def _iterating(self) -> bool:
+        """Whether an iterator from ``iter()`` is open (neither exhausted, closed nor dropped)."""
+        run = None if self._run is None else self._run()
+        return run is not None and run.open
+
+    def _has_progress(self) -> bool:
+        return self._pending is not None or (self._engine is not None and self._engine.started)
+
+    def _refuse_while_running(self, what: str) -> None:
+        if self._iterating:
+            raise ContractError(expected(what, "a pipeline with no open iterator (exhaust, close() or drop it "
+                                         "first)", "a call mid-iteration"))
+
     # -- builder ------------------------------------------------------------------------------
     def _add(self, name: str, op: BaseOp) -> Pipeline:
-        if self._iterating:
-            raise ContractError("pipeline: expected no graph change while iterating, received one")
+        self._refuse_while_running(f"adding {name}")
+        if self._has_progress():
+            raise ContractError(expected(f"adding {name}", "a pipeline that has not run (the graph is a data "
+                                         "setting)", "a pipeline with progress: build a new one"))
         if any(isinstance(o, Batch) for _, o in self._ops):
             raise ConfigError(expected(f"{name}", "to be added before batch()", "an operator after batch()"))
         names = {n for n, _ in self._ops}
@@ -168,12 +204,16 @@ class Pipeline:
         if any(isinstance(o, Batch) for _, o in self._ops):
             raise ConfigError(expected("batch()", "at most one batch per pipeline", "a second batch()"))
         op = Batch(microbatch_size, drop_last=drop_last)
-        self._ops.append(("batch", op))
-        self._engine = None
-        return self
+        return self._add("batch", op)
 
     def options(self, **hints: Any) -> Pipeline:
-        """Set runtime options; unknown keys warn and are ignored (as in zephon)."""
+        """Set runtime options; unknown keys warn and are ignored (as in zephon).
+
+        Refused while an iterator is open.  Once the pipeline has progress, execution
+        settings still apply (to the next iteration; the state is untouched) and a change of
+        a data or topology setting is refused: build a new pipeline for another run.
+        """
+        self._refuse_while_running("options()")
         for key in _REFUSED:
             if key in hints:
                 raise ConfigTypeError(expected("options", "no removed shm option", key))
@@ -182,6 +222,17 @@ class Pipeline:
             if key not in known:
                 warnings.warn(f"options: unknown key {key!r} ignored", UserWarning, stacklevel=2)
         new = {**self._options, **{k: v for k, v in hints.items() if k in known}}
+        if self._has_progress():
+            fixed = [k for k in (*_DATA_OPTIONS, *_TOPOLOGY_OPTIONS) if new[k] != self._options[k]]
+            if fixed:
+                raise ContractError(expected(f"options {fixed}", "unchanged once the pipeline has progress "
+                                             "(data and topology settings are fixed for a run)", "a change"))
+        for key in ("max_workers", "op_queue_capacity", "prefetch_batches"):
+            v = new[key]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(expected(key, "None or an int >= 1", v))
+        if not isinstance(new["run_id"], str) or not new["run_id"]:
+            raise ConfigTypeError(expected("run_id", "a non-empty str", new["run_id"]))
         runner = new["runner"]
         if runner not in (None, "inline", "threads"):
             raise ConfigError(expected("runner", "None, 'inline' or 'threads'", runner))
@@ -200,8 +251,10 @@ class Pipeline:
         t = new["aggregate_timeout_s"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise ConfigError(expected("aggregate_timeout_s", "a number > 0", t))
+        changed_data = any(new[k] != self._options[k] for k in (*_DATA_OPTIONS, *_TOPOLOGY_OPTIONS))
         self._options = new
-        self._engine = None
+        if changed_data:
+            self._engine = None
         return self
 
     # -- plan ---------------------------------------------------------------------------------
@@ -227,12 +280,13 @@ class Pipeline:
         dividing the group's lane count); a worker beyond ``active`` owns none.  A
         pending restore travels with the copy.
         """
-        if self._iterating:
-            raise ContractError("for_worker: expected a pipeline that is not iterating, received one mid-iteration")
+        self._refuse_while_running("for_worker()")
         clone = copy.copy(self)
         clone._ops = list(self._ops)
         clone._options = dict(self._options)
         clone._engine = None
+        clone._run = None
+        clone._pending = copy.deepcopy(self._pending)
         clone._restored_generation = dict(self._restored_generation)
         clone._worker = (worker_id, num_workers)
         clone._world_of(clone._options)  # validates the worker arguments
@@ -265,10 +319,9 @@ class Pipeline:
             src_state = self._source.clone_for_lane(0, 1).state_dict()
         except ContractError:
             src_state = {}
-        src = {k: v for k, v in src_state.items()
-               if k not in ("lane_id", "canonical_replicas", "global_chunk_index", "cursor_states", "accumulators")}
+        src = {k: v for k, v in src_state.items() if k not in schema.SOURCE_POSITION_KEYS}
         doc = {
-            "engine": ENGINE_SCHEMA,
+            "engine": schema.SCHEMA,
             "canonical_replicas": world.canonical_replicas,
             "flush_every_k_chunks": self._resolve_k(warn=False),
             "batch": None if batch is None else [batch.microbatch_size, batch.drop_last],
@@ -332,17 +385,12 @@ class Pipeline:
         engine = self._build_engine(self._pending)
         self._pending = None
         self._engine = engine
-        return self._drive(engine)
-
-    def _drive(self, engine: Engine) -> Iterator[Any]:
-        self._iterating = True
-        try:
-            yield from engine.run()
-        finally:
-            self._iterating = False
+        run = _Run(engine)
+        self._run = weakref.ref(run)
+        return run
 
     # -- checkpoint / restore ---------------------------------------------------------------------
-    def checkpoint(self) -> dict[str, Any]:
+    def checkpoint(self, *, aggregate: Aggregate | None = None) -> dict[str, Any]:
         """The state to resume from: after the last delivered item (or the pending restore).
 
         With ``world_size > 1`` every rank must call this at the same step (barrier
@@ -350,24 +398,28 @@ class Pipeline:
         ``aggregate_store`` and each returns the same merged state, covering every lane.
         """
         if self._pending is not None:
-            return self._pending
-        engine = self._engine if self._engine is not None else self._build_engine(None)
-        self._engine = engine
-        local = engine.state_dict()
-        opts = self._options
+            return copy.deepcopy(self._pending)
+        local = self.local_state()
+        engine = self._engine
+        assert engine is not None  # local_state() built it
         w = engine.world
         if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
             return local  # the only participant, or an idle DataLoader worker
-        from zephon_ref.coordination.driver import aggregate_round
+        if aggregate is None:
+            from zephon_ref.coordination.driver import pipeline_aggregate
 
-        backend = opts["aggregate_dir"] if opts["aggregate_dir"] is not None else opts["aggregate_store"]
-        if backend is None:  # several workers of one rank: a private directory, as zephon does
-            backend = os.path.join(tempfile.gettempdir(), f"zephon_ref_state_r{w.global_rank}")
-        result = aggregate_round(local, backend=backend, rank=w.global_rank, world_size=w.world_size,
-                                 worker=w.worker_id, run_id=str(opts["run_id"]),
-                                 timeout_s=float(opts["aggregate_timeout_s"]))
-        engine.last_round_id = result.round_id
-        return result.merged
+            aggregate = pipeline_aggregate(self._options)
+        merged, round_id = aggregate(local, w)
+        engine.last_round_id = round_id
+        return copy.deepcopy(merged)
+
+    def local_state(self) -> dict[str, Any]:
+        """This participant's own state (its lanes only; no aggregation round), as an owned copy."""
+        if self._pending is not None:
+            return copy.deepcopy(self._pending)
+        engine = self._engine if self._engine is not None else self._build_engine(None)
+        self._engine = engine
+        return copy.deepcopy(engine.state_dict())
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
         """Durably save :meth:`checkpoint` as a new generation in ``directory``; returns it."""
@@ -393,17 +445,8 @@ class Pipeline:
 
     def restore(self, state: Mapping[str, Any]) -> Pipeline:
         """Validate ``state`` now; apply it at the next iteration.  A refusal changes nothing."""
-        if self._iterating:
-            raise ContractError("restore: expected a pipeline that is not iterating, received one mid-iteration")
-        if not isinstance(state, Mapping):
-            raise StateFormatError(expected("checkpoint", "a mapping (the dict checkpoint() returned)",
-                                            type(state).__name__))
-        if state.get("schema") != ENGINE_SCHEMA or state.get("version") != ENGINE_VERSION:
-            raise StateFormatError(expected("checkpoint schema/version", f"{ENGINE_SCHEMA!r}/{ENGINE_VERSION}",
-                                            (state.get("schema"), state.get("version"))))
-        for key in ("world", "inflight", "progress", "lane_next_cid", "lane_ws_state", "replay_cursors"):
-            if not isinstance(state.get(key), Mapping):
-                raise StateFormatError(expected(f"checkpoint field {key!r}", "a mapping", type(state.get(key)).__name__))
+        self._refuse_while_running("restore()")
+        schema.validate(state)
         world = self._world_of(self._options)
         c = state["world"].get("canonical_replicas")
         if c != world.canonical_replicas:
@@ -420,3 +463,27 @@ class Pipeline:
         self._engine = None
         return self
 
+
+class _Run(Iterator[Any]):
+    """The iterator ``iter(pipeline)`` returns: the pipeline is running while it is open."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._gen: Generator[Any, None, None] = engine.run()
+        self.open = True
+
+    def __next__(self) -> Any:
+        if not self.open:
+            raise StopIteration
+        try:
+            return next(self._gen)
+        except BaseException:
+            self.open = False
+            raise
+
+    def close(self) -> None:
+        """Stop the run (threads stop too); the pipeline keeps its progress for checkpoint()."""
+        self.open = False
+        self._gen.close()
+
+    def __del__(self) -> None:
+        self.open = False

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -252,3 +253,24 @@ def aggregate(
         token=token,
         warn_mid_window=warn_mid_window,
     ).merged
+
+
+def pipeline_aggregate(options: Mapping[str, Any]) -> Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]]:
+    """The aggregation round ``Pipeline.checkpoint()`` runs by default, from its options.
+
+    ``aggregate_dir`` or ``aggregate_store`` names the backend; several DataLoader workers of
+    one rank without either use a private directory under the system temp dir, as zephon
+    does.  The wall clock (the round's budget) and the backend's I/O live here.
+    """
+    backend = options["aggregate_dir"] if options["aggregate_dir"] is not None else options["aggregate_store"]
+    run_id, timeout_s = str(options["run_id"]), float(options["aggregate_timeout_s"])
+
+    def aggregate(local: dict[str, Any], world: Any) -> tuple[dict[str, Any], Any]:
+        where = backend
+        if where is None:
+            where = os.path.join(tempfile.gettempdir(), f"zephon_ref_state_r{world.global_rank}")
+        result = aggregate_round(local, backend=where, rank=world.global_rank, world_size=world.world_size,
+                                 worker=world.worker_id, run_id=run_id, timeout_s=timeout_s)
+        return result.merged, result.round_id
+
+    return aggregate

@@ -1,33 +1,43 @@
-"""The engine: lane streams -> operator chain -> tail multiplexer -> delivery.
+"""The engine: lane streams -> operator chain -> tail multiplexer -> delivery, one step at a time.
 
 Theory of operation
 -------------------
 One :class:`Engine` serves one participant (a rank, or a DataLoader worker of a
 rank).  For every lane it owns it keeps a :class:`~zephon_ref.engine.lanes.LaneStream`
 (input side) and a :class:`~zephon_ref.engine.completion.LaneTracker` (delivery
-side).  Iteration:
+side).  It is a state machine driven by three kinds of step:
 
-1. the source round-robins the owned lanes **per sample** (a finished lane
-   drops out);
-2. the runner drives the implicit ``fetch`` op (pointer -> record, 64 per lane
-   per micro-batch), the user's operators and the replay filter (inserted
-   before ``batch``, or at the tail);
-3. the **tail multiplexer** keeps a buffer per lane and delivers in strict
-   round robin over the owned lanes; sentinels never take a turn;
-4. each delivered item is *notified* (monotone watermark, or contributor
-   bitmaps and per-epoch eviction) before the consumer sees it; tombstones are
-   notified and not delivered; flush and EOD sentinels are neither.  The
-   round-robin pointer is written on delivery only, so running ahead is harmless.
+* :meth:`Engine.admit` pulls the next source item, round robin over the owned
+  lanes **per sample** (a finished lane drops out; a lane admits a chunk when it
+  needs one), into the first stage's inbox; once the source is done it queues
+  the close marker instead;
+* :meth:`Engine.run_stage` runs one queued micro-batch through stage ``i``
+  (:class:`~zephon_ref.engine.stage.OpStage`: the flush / end-of-data rules) and
+  queues its output for stage ``i + 1``, or for the tail;
+* :meth:`Engine.deliver` moves tail output into the
+  :class:`~zephon_ref.engine.mux.TailMux` until the current lane has an item,
+  notifies it (monotone watermark, or contributor bitmaps and per-epoch
+  eviction) and returns it; tombstones are notified and not delivered, flush
+  and end-of-data sentinels are neither.  The round-robin pointer is written on
+  delivery only, so running ahead is harmless.
+
+Any order of steps gives the same delivered stream (each stage's accumulator is
+serial and sees its micro-batches in order; nothing an operator reads depends on
+delivery); :meth:`state_dict` is valid between any two steps.  The inline runner
+drives the steps lazily on the caller's thread; the threads runner drives the
+stages on pump threads and hands their output to :meth:`offer`; the simulator
+picks steps itself.
 
 ``state_dict()`` reads the input side under the engine lock (admission happens
 under it too) and the delivery side on the consumer's thread, so it is
 consistent at any point between two delivered items.  With the inline runner
 it is the same bytes in every run that delivered the same items.
 
-Restore (``load_state``) rebuilds every owned lane from the state: inflight
-chunks, boundaries and work-source state; the replay filter's target for a lane
-is its saved cursor if that cursor's chunk is still inflight (otherwise nothing
-of the lane was delivered from inflight data, and everything passes).
+Restore (``state=`` at construction) rebuilds every owned lane from a state that
+:func:`zephon_ref.state.validate` accepted: inflight chunks, boundaries and
+work-source state; the replay filter's target for a lane is its saved cursor if
+that cursor's chunk is still inflight (otherwise the lane holds no inflight
+chunk, and everything passes).
 """
 
 from __future__ import annotations
@@ -35,64 +45,36 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
+from zephon_ref import state as schema
 from zephon_ref.engine.completion import LanePtr, LaneTracker
 from zephon_ref.engine.lanes import LaneStream
-from zephon_ref.engine.runner import OpStage, is_sentinel, make_runner
-from zephon_ref.engine.world import World
+from zephon_ref.engine.mux import TailMux
+from zephon_ref.engine.plan import FETCH_BATCH, FetchOp, build_chain
+from zephon_ref.engine.stage import OpStage, apply_entries, is_sentinel
 from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
-from zephon_ref.ops.base import BaseOp, CountingAccumulator, OpTraits, lane_of
-from zephon_ref.ops.batch import Batch
-from zephon_ref.ops.replay_filter import ReplayFilter
-from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleMeta, SampleRecord
+from zephon_ref.ops.base import BaseOp, lane_of
+from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
+from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["ENGINE_SCHEMA", "Engine", "FetchOp"]
+__all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FETCH_BATCH", "Engine", "FetchOp"]
 
-ENGINE_SCHEMA = "zephon_ref.engine/1"
-ENGINE_VERSION = 2
-FETCH_BATCH = 64
-_MUX_WARN = 10_000
-
-
-class FetchOp(BaseOp):
-    """The implicit first operator: ``(sample_id, lane, cid, offset, comp)`` -> SampleRecord."""
-
-    def __init__(self, datasets_by_id: Mapping[int, Any], *, max_batch: int = FETCH_BATCH) -> None:
-        super().__init__()
-        self.datasets_by_id = dict(datasets_by_id)
-        self.max_batch = max_batch
-
-    def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=True)
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> CountingAccumulator[Any]:
-        return CountingAccumulator(self.max_batch)
-
-    def process_many(self, elems: list[Any]) -> list[Any]:
-        out = []
-        dsets = self.datasets_by_id
-        for sid, lane, cid, off, comp in elems:
-            payload = dsets[sid[0]].get(sid[1], sid[2])
-            out.append(SampleRecord(SampleMeta(sid, lane, cid, off, {comp: 1}), payload))
-        return out
-
-
-def _cursor_of(item: SampleRecord) -> SampleCursor:
-    return item.meta.cursor
+ENGINE_SCHEMA = schema.SCHEMA
+ENGINE_VERSION = schema.VERSION
 
 
 class Engine:
-    """Runs one participant's lanes through the operator chain."""
+    """Runs one participant's lanes through the operator chain, step by step."""
 
     def __init__(
         self,
         *,
         source: WorkSource,
         ops: Sequence[tuple[str, BaseOp]],
-        world: World,
+        world: Any,
         k: int,
         monotone: bool,
         fingerprint: str,
@@ -109,6 +91,7 @@ class Engine:
         self.lock = threading.RLock()
         self.lanes = world.owned_lanes
         C = world.canonical_replicas
+        self._fresh_source = source
         self.streams = {lane: LaneStream(lane, source.clone_for_lane(lane, C), k=k, lock=self.lock)
                         for lane in self.lanes}
         self.trackers = {lane: LaneTracker(s, monotone=monotone) for lane, s in self.streams.items()}
@@ -117,16 +100,25 @@ class Engine:
         self.rr_next_idx: dict[str, int] = {}
         self._rr_key = world.rr_key()
         self._ids = dict(source.component_ids())
+        self._datasets = getattr(source, "datasets_by_id", {})
         targets: dict[int, SampleCursor | None] = {}
         if state is not None:
             targets = self._load(state)
         self._ops = list(ops)
-        self._datasets = getattr(source, "datasets_by_id", {})
         self._targets = targets
         self._runner_kind, self._workers, self._queue = runner, workers, queue_size
         self._deterministic = deterministic
         self._started = False
         self.finished = False
+        self.stages: list[OpStage] = []
+        self._inbox: list[deque[tuple[bool, list[Any]]]] = []
+        self._outbox: deque[Any] = deque()
+        self._src: Iterator[Any] = iter(())
+        self._source_done = False
+        self._upstream_done = False
+        self._mux: TailMux | None = None
+        self._replay_filter: ReplayFilterAccumulator | None = None
+        self._index = {lane: i for i, lane in enumerate(self.lanes)}
 
     # -- plan -------------------------------------------------------------------------------
     def _chunk_mixture(self, lane: int, cid: int) -> dict[int, float] | None:
@@ -140,18 +132,9 @@ class Engine:
             "get_component_id": lambda name: self._ids[name],
             "replay_targets": self._targets,
         }
-        chain: list[tuple[str, BaseOp]] = [("fetch", FetchOp(self._datasets))]
-        user = list(self._ops)
-        batch_at = next((i for i, (_, op) in enumerate(user) if isinstance(op, Batch)), None)
-        if batch_at is None:
-            tail = user[-1][0] if user else "fetch"
-            user.append((f"{tail}_replay_filter", ReplayFilter()))
-        else:
-            user.insert(batch_at, (f"{user[batch_at][0]}_replay_filter", ReplayFilter()))
-        chain += user
-        return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx) for name, op in chain]
+        return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx)
+                for name, op in build_chain(self._ops, self._datasets)]
 
-    # -- iteration --------------------------------------------------------------------------
     def _source(self) -> Iterator[Any]:
         gens = [self.streams[lane].items() for lane in self.lanes]
         while gens:
@@ -176,90 +159,159 @@ class Engine:
         counts = [(self.trackers[lane].emitted, i) for i, lane in enumerate(self.lanes)]
         return min(counts)[1]
 
-    def _multiplex(self, upstream: Iterator[Any]) -> Iterator[Any]:
-        lanes = self.lanes
-        n = len(lanes)
-        if n <= 1:
-            yield from upstream
-            return
-        bufs: dict[int, deque[Any]] = {lane: deque() for lane in lanes}
-        warn_at = _MUX_WARN
-        p = self._start_index()
-        exhausted = False
-        while not exhausted:
-            lane = lanes[p]
-            while not bufs[lane]:
-                try:
-                    x = next(upstream)
-                except StopIteration:
-                    exhausted = True
-                    break
-                buf = bufs[lane_of(x)]
-                buf.append(x)
-                if len(buf) >= warn_at:
-                    warnings.warn(f"tail multiplexer: lane {lane_of(x)} buffers {len(buf)} items waiting for its "
-                                  "round-robin turn", RuntimeWarning, stacklevel=2)
-                    warn_at *= 2
-            if exhausted:
-                break
-            x = bufs[lane].popleft()
-            yield x
-            if not is_sentinel(x):
-                p = (p + 1) % n
-        while any(bufs.values()):
-            lane = lanes[p]
-            if bufs[lane]:
-                x = bufs[lane].popleft()
-                yield x
-                if not is_sentinel(x):
-                    p = (p + 1) % n
-            else:
-                p = (p + 1) % n
+    # -- steps ------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        return self._started
 
-    def run(self) -> Iterator[Any]:
-        """Delivered items, each notified before it is yielded."""
+    def start(self) -> None:
+        """Compile the chain and open the source; the first step of every run (once)."""
         if self._started:
             raise StateMismatchError("engine: expected a fresh engine per iteration, received one already run")
         self._started = True
-        runner = make_runner(self._runner_kind, self._stages(), workers=self._workers, queue_size=self._queue,
-                             deterministic=self._deterministic)
-        n = len(self.lanes)
-        index = {lane: i for i, lane in enumerate(self.lanes)}
-        for x in self._multiplex(iter(runner.run(self._source()))):
+        self.stages = self._stages()
+        accs = [st.acc for st in self.stages if isinstance(st.acc, ReplayFilterAccumulator)]
+        self._replay_filter = accs[0] if accs else None
+        self._inbox = [deque() for _ in self.stages]
+        self._src = self._source()
+        if self.lanes:
+            self._mux = TailMux(self.lanes, self._start_index(), lane_of=lane_of, is_sentinel=is_sentinel)
+
+    def admit(self) -> bool:
+        """Queue the next source item for the first stage (or, once, the close marker)."""
+        if self._source_done:
+            return False
+        try:
+            item = next(self._src)
+        except StopIteration:
+            self._source_done = True
+            self._inbox[0].append((True, []))
+            return True
+        self._inbox[0].append((False, [item]))
+        return True
+
+    def run_stage(self, i: int) -> bool:
+        """Run stage ``i`` on its oldest queued micro-batch; False when it has none."""
+        inbox = self._inbox[i]
+        if not inbox:
+            return False
+        final, batch = inbox.popleft()
+        st = self.stages[i]
+        entries = st.enqueue(batch)
+        if final:
+            entries += st.close()
+        out = apply_entries(st, entries)
+        if i + 1 < len(self.stages):
+            if out or final:
+                self._inbox[i + 1].append((final, out))
+        else:
+            self._outbox.extend(out)
+            self._upstream_done = final
+        return True
+
+    def runnable(self) -> list[str]:
+        """The steps that can do something now: 'admit', 'stage:<i>', 'deliver'."""
+        steps = [] if self._source_done else ["admit"]
+        steps += [f"stage:{i}" for i, q in enumerate(self._inbox) if q]
+        if not self.finished and (self._outbox or self._upstream_done or (self._mux and self._mux.ready())):
+            steps.append("deliver")
+        return steps
+
+    def offer(self, items: Sequence[Any], *, final: bool = False) -> None:
+        """Hand tail output produced elsewhere (the threads runner) to the multiplexer's queue."""
+        self._outbox.extend(items)
+        if final:
+            self._upstream_done = True
+
+    def deliver(self) -> Any | None:
+        """The next delivered item, notified; None when more input is needed or the run is over."""
+        while not self.finished:
+            x = self._next_tail()
+            if x is None:
+                return None
             if is_sentinel(x):
-                meta = x.meta
-                if meta.tombstone:
-                    self._on_tombstone(x)
-                elif meta.is_flush_sentinel:
-                    self.streams[meta.lane_id].prune_mixtures(int(meta.tags[TAG_BOUNDARY_CID]))
+                self._on_sentinel(x)
                 continue
-            lane = lane_of(x)
-            tr = self.trackers[lane]
-            if self.monotone:
-                prev = tr.cursor
-                for r in x.records if isinstance(x, SampleBatch) else (x,):
-                    cur = r.meta.cursor
-                    if prev is not None and cur < prev:
-                        # an operator declared preserves_cursor_order=True and reordered: the
-                        # watermark would evict chunks still needed, so refuse instead
-                        raise ContractError(
-                            f"lane {lane}: delivered cursor {cur.as_key()} after {prev.as_key()} in a plan "
-                            "whose operators all declare preserves_cursor_order=True; expected non-decreasing "
-                            "cursors (an operator reorders: declare preserves_cursor_order=False)")
-                    prev = cur
-                if isinstance(x, SampleBatch):
-                    top = max(x.chunk_ids)
-                    tr.notify_monotone(top, x.chunk_ids.count(top), max(_cursor_of(r) for r in x.records))
-                else:
-                    tr.notify_monotone(x.meta.chunk_id, 1, x.meta.cursor)
-                self.streams[lane].prune_mixtures(tr.ptr.chunk_id)
+            self._notify(x)
+            return x
+        return None
+
+    def _next_tail(self) -> Any | None:
+        mux, outbox = self._mux, self._outbox
+        if mux is None:  # owns no lane
+            if self._upstream_done and not outbox:
+                self._finish()
+            return None
+        while not mux.ready():
+            if outbox:
+                mux.push(outbox.popleft())
+            elif not self._upstream_done:
+                return None
             else:
-                recs = x.records if isinstance(x, SampleBatch) else (x,)
-                refs = [ref for r in recs for ref in r.meta.contribution_refs()]
-                tr.notify(refs, recs[-1].meta.cursor)
-            tr.emitted += 1
-            self.rr_next_idx[self._rr_key] = (index[lane] + 1) % n
-            yield x
+                x = mux.pop_draining()
+                if x is None:
+                    self._finish()
+                return x
+        return mux.pop()
+
+    def _on_sentinel(self, x: SampleRecord) -> None:
+        meta = x.meta
+        if meta.tombstone:
+            self._on_tombstone(x)
+        elif meta.is_flush_sentinel:
+            boundary = int(meta.tags[TAG_BOUNDARY_CID])
+            self._check_replay_target(meta.lane_id, boundary)
+            self.streams[meta.lane_id].prune_mixtures(boundary)
+
+    def _on_tombstone(self, t: SampleRecord) -> None:
+        """Tombstones only set completion bits (non-monotone plans); never delivered, never evict."""
+        if not self.monotone:
+            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())
+
+    def _check_replay_target(self, lane: int, below: int | None) -> None:
+        """A replay target must reappear within its epoch: once the flush sentinel of a later
+        boundary (or the end of the stream) reaches the tail, every record of the target's epoch
+        has passed the filter.  A target still awaited then was never produced by this pipeline:
+        refuse rather than drop the lane's stream."""
+        flt = self._replay_filter
+        target = None if flt is None else flt.awaiting(lane)
+        if target is not None and (below is None or target.chunk_id < below):
+            raise StateMismatchError(expected(f"lane {lane} replay target {target.as_key()}",
+                                              "a record this pipeline produces again on replay",
+                                              "a cursor that never reappeared (the checkpoint belongs to another "
+                                              "run or was altered)"))
+
+    def _notify(self, x: Any) -> None:
+        lane = lane_of(x)
+        tr = self.trackers[lane]
+        if self.monotone:
+            prev = tr.cursor
+            for r in x.records if isinstance(x, SampleBatch) else (x,):
+                cur = r.meta.cursor
+                if prev is not None and cur < prev:
+                    # an operator declared preserves_cursor_order=True and reordered: the
+                    # watermark would evict chunks still needed, so refuse instead
+                    raise ContractError(
+                        f"lane {lane}: delivered cursor {cur.as_key()} after {prev.as_key()} in a plan "
+                        "whose operators all declare preserves_cursor_order=True; expected non-decreasing "
+                        "cursors (an operator reorders: declare preserves_cursor_order=False)")
+                prev = cur
+            if isinstance(x, SampleBatch):
+                top = max(x.chunk_ids)
+                tr.notify_monotone(top, x.chunk_ids.count(top), max(r.meta.cursor for r in x.records))
+            else:
+                tr.notify_monotone(x.meta.chunk_id, 1, x.meta.cursor)
+            self.streams[lane].prune_mixtures(tr.ptr.chunk_id)
+        else:
+            recs = x.records if isinstance(x, SampleBatch) else (x,)
+            refs = [ref for r in recs for ref in r.meta.contribution_refs()]
+            tr.notify(refs, recs[-1].meta.cursor)
+        tr.emitted += 1
+        self.rr_next_idx[self._rr_key] = (self._index[lane] + 1) % len(self.lanes)
+
+    def _finish(self) -> None:
+        for lane in self.lanes:
+            self._check_replay_target(lane, None)
         with self.lock:
             for lane in self.lanes:
                 if not self.monotone:
@@ -268,78 +320,144 @@ class Engine:
                 self.streams[lane].prune_mixtures(self.streams[lane].next_cid)
         self.finished = True
 
-    def _on_tombstone(self, t: SampleRecord) -> None:
-        """Tombstones only set completion bits (non-monotone plans); never delivered, never evict."""
-        if not self.monotone:
-            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())
+    # -- whole runs ---------------------------------------------------------------------------
+    def run(self) -> Generator[Any, None, None]:
+        """Delivered items, each notified before it is yielded, driven by the configured runner."""
+        self.start()
+        if self._runner_kind == "inline":
+            yield from self._run_inline()
+            return
+        from zephon_ref.engine.threads import ThreadsRunner
+
+        runner = ThreadsRunner(self.stages, workers=self._workers, queue_size=self._queue,
+                               deterministic=self._deterministic)
+        for x in runner.run(self._src):
+            self._outbox.append(x)
+            while (d := self.deliver()) is not None:
+                yield d
+        self._upstream_done = True
+        while (d := self.deliver()) is not None:
+            yield d
+        if not self.finished:  # pragma: no cover - deliver() drains to the end once upstream is done
+            raise AssertionError("engine: upstream done but the tail did not drain")
+
+    def _run_inline(self) -> Iterator[Any]:
+        """Lazy: a source item is admitted only when delivery needs input, and it runs through
+        every stage before the next one is admitted (the grouping of the inline runner)."""
+        n = len(self.stages)
+        while True:
+            x = self.deliver()
+            if x is not None:
+                yield x
+                continue
+            if self.finished:
+                return
+            self.admit()
+            for i in range(n):
+                while self.run_stage(i):
+                    pass
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         w = self.world
         with self.lock:
             lane_states = {lane: self.streams[lane].state() for lane in self.lanes}
-        trk = {lane: self.trackers[lane].state() for lane in self.lanes}
-        bounds = {lane: lane_states[lane]["epoch_boundaries"] for lane in self.lanes
-                  if lane_states[lane]["epoch_boundaries"]}
-        mid_window = len({t["lane_emitted"] for t in trk.values()}) > 1
+        slices: dict[int, dict[str, Any]] = {}
+        for lane in self.lanes:
+            trk = self.trackers[lane].state()
+            ls = lane_states[lane]
+            slices[lane] = {
+                "inflight": ls["inflight"], "progress": trk["progress"], "lane_next_cid": ls["lane_next_cid"],
+                "lane_ws_state": ls["lane_ws_state"], "replay_cursors": trk["replay_cursor"],
+                "epoch_boundaries": ls["epoch_boundaries"], "lane_emitted": trk["lane_emitted"],
+            }
+        mid_window = len({s["lane_emitted"] for s in slices.values()}) > 1
         if mid_window and w.dp_degree * w.num_workers > 1:
             warnings.warn("checkpoint taken mid-window: per-lane delivered counts differ; resuming on another "
                           "topology permutes the rest of the current window (nothing is lost or repeated)",
                           RuntimeWarning, stacklevel=3)
-        return {
-            "schema": ENGINE_SCHEMA,
-            "version": ENGINE_VERSION,
-            "fingerprint": self.fingerprint,
-            "world": {
-                "canonical_replicas": w.canonical_replicas, "world_size": w.world_size,
-                "global_rank": w.global_rank, "dp_degree": w.dp_degree, "dp_group_id": w.dp_group_id,
-                "mapping": w.mapping(),
-            },
-            "inflight": {lane: lane_states[lane]["inflight"] for lane in self.lanes},
-            "progress": {lane: trk[lane]["progress"] for lane in self.lanes},
-            "lane_next_cid": {lane: lane_states[lane]["lane_next_cid"] for lane in self.lanes},
-            "lane_ws_state": {lane: lane_states[lane]["lane_ws_state"] for lane in self.lanes},
-            "work_source": None,
-            "work_config": None,
-            "last_round_id": self.last_round_id,
-            "checkpoint_reload_count": self.reload_count,
-            "rr_next_idx": dict(sorted(self.rr_next_idx.items())),
-            "replay_cursors": {lane: trk[lane]["replay_cursor"] for lane in self.lanes},
-            "epoch_boundaries": bounds,
-            "lane_emitted": {lane: trk[lane]["lane_emitted"] for lane in self.lanes},
-        }
+        return schema.new_state(
+            fingerprint=self.fingerprint,
+            world={"canonical_replicas": w.canonical_replicas, "world_size": w.world_size,
+                   "global_rank": w.global_rank, "dp_degree": w.dp_degree, "dp_group_id": w.dp_group_id,
+                   "mapping": w.mapping()},
+            lanes=slices, last_round_id=self.last_round_id, checkpoint_reload_count=self.reload_count,
+            rr_next_idx=self.rr_next_idx,
+        )
 
     def _load(self, state: Mapping[str, Any]) -> dict[int, SampleCursor | None]:
-        """Apply a validated state to the freshly built lanes; returns the replay targets."""
+        """Apply a state that :func:`zephon_ref.state.validate` accepted to the freshly built
+        lanes; check what needs the pipeline; return the replay targets."""
         targets: dict[int, SampleCursor | None] = {}
+        c = self.world.canonical_replicas
 
-        def lane_entry(field: str, lane: int, *, required: bool = True) -> Any:
-            table = state.get(field) or {}
-            for key in (lane, str(lane)):
-                if key in table:
-                    return table[key]
-            if required:
-                raise StateMismatchError(expected(f"checkpoint {field}", f"an entry for owned lane {lane}",
-                                                  f"lanes {sorted(table)}"))
-            return None
+        def table(field: str) -> dict[int, Any]:
+            return {schema.lane_key(k, f"lane key of {field!r}", c): v for k, v in (state.get(field) or {}).items()}
 
+        tables = {field: table(field) for field in schema.LANE_FIELDS}
         for lane in self.lanes:
+            for field in schema.REQUIRED_LANE_FIELDS:
+                if lane not in tables[field]:
+                    raise StateMismatchError(expected(f"checkpoint {field}", f"an entry for owned lane {lane}",
+                                                      f"lanes {sorted(tables[field])}"))
             stream, tr = self.streams[lane], self.trackers[lane]
-            stream.load(inflight=lane_entry("inflight", lane), next_cid=lane_entry("lane_next_cid", lane),
-                        ws_state=lane_entry("lane_ws_state", lane),
-                        boundaries=lane_entry("epoch_boundaries", lane, required=False) or [])
-            prog = lane_entry("progress", lane)
-            try:
-                tr.ptr = LanePtr(int(prog["chunk_id"]), int(prog["offset"]))
-                raw = lane_entry("replay_cursors", lane, required=False)
-                tr.cursor = None if raw is None else SampleCursor.from_key(raw)
-                tr.emitted = int(lane_entry("lane_emitted", lane, required=False) or 0)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StateFormatError(f"lane {lane}: malformed progress/cursor state: {exc}") from exc
+            ws_state = tables["lane_ws_state"][lane]
+            self._check_source_config(lane, ws_state)
+            stream.load(inflight=tables["inflight"][lane], next_cid=tables["lane_next_cid"][lane],
+                        ws_state=ws_state, boundaries=tables["epoch_boundaries"].get(lane) or [])
+            for cid, chunk in stream.inflight.items():
+                self._check_chunk(lane, cid, chunk)
+            prog = tables["progress"][lane]
+            tr.ptr = LanePtr(prog["chunk_id"], prog["offset"])
+            raw = tables["replay_cursors"][lane]
+            tr.cursor = None if raw is None else SampleCursor.from_key(raw)
+            tr.emitted = tables["lane_emitted"].get(lane, 0)
             cur = tr.cursor
-            targets[lane] = cur if (cur is not None and cur.chunk_id in stream.inflight) else None
-        self.reload_count = int(state.get("checkpoint_reload_count", 0)) + 1
+            if cur is not None and cur.chunk_id in stream.inflight:
+                order = stream.inflight[cur.chunk_id].ordered()
+                if not (0 <= cur.chunk_offset < len(order)) or tuple(order[cur.chunk_offset][0]) != tuple(
+                        cur.sample_id):
+                    raise StateMismatchError(expected(f"lane {lane} replay cursor", "a sample of its inflight chunk "
+                                                      f"{cur.chunk_id}", cur.as_key()))
+                targets[lane] = cur
+            else:
+                targets[lane] = None
+        self.reload_count = state.get("checkpoint_reload_count", 0) + 1
         self.last_round_id = state.get("last_round_id")
         rr = state.get("rr_next_idx") or {}
-        self.rr_next_idx = {str(k): int(v) for k, v in rr.items() if str(k) == self._rr_key}
+        n = len(self.lanes)
+        self.rr_next_idx = {k: v for k, v in rr.items() if k == self._rr_key}
+        if self._rr_key in self.rr_next_idx and not 0 <= self.rr_next_idx[self._rr_key] < max(n, 1):
+            raise StateFormatError(expected(f"rr_next_idx[{self._rr_key!r}]", f"an index in [0, {n})",
+                                            self.rr_next_idx[self._rr_key]))
         return targets
+
+    def _check_source_config(self, lane: int, ws_state: Any) -> None:
+        """A lane's source state must carry this pipeline's source configuration (seed, weights,
+        policies, ...): only the position fields may differ from a fresh clone's."""
+        fresh = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas).state_dict()
+        if not isinstance(fresh, Mapping):
+            return  # a custom source with a non-mapping state checks its own
+        if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
+            raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
+                                              sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state))
+        for key in sorted(fresh):
+            if key not in schema.SOURCE_POSITION_KEYS and ws_state[key] != fresh[key]:
+                raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
+                                                  "pipeline's source configuration)", ws_state[key]))
+
+    def _check_chunk(self, lane: int, cid: int, chunk: Any) -> None:
+        """Every sample pointer of an inflight chunk names an existing row of a known component."""
+        for name, sids in chunk.components.items():
+            if name not in self._ids:
+                raise StateMismatchError(expected(f"lane {lane} chunk {cid} component", f"one of {sorted(self._ids)}",
+                                                  name))
+            dset = self._datasets.get(self._ids[name])
+            if dset is None:
+                continue
+            shards = dict(dset.layout())
+            for sid in sids:
+                if sid[0] != self._ids[name] or sid[1] not in shards or not 0 <= sid[2] < shards[sid[1]]:
+                    raise StateMismatchError(expected(f"lane {lane} chunk {cid} sample of {name!r}",
+                                                      f"a row of dataset {self._ids[name]} (shards {shards})",
+                                                      tuple(sid)))
