@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zephon_ref import state as state_schema
 from zephon_ref.errors import CheckpointCorrupt, StateFormatError, expected
 
 __all__ = [
@@ -62,30 +63,12 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-KNOWN_ENGINE_VERSIONS = (1, 2)
+KNOWN_ENGINE_VERSIONS = state_schema.ACCEPTED_VERSIONS
 MANIFEST_MAGIC = b"ZEPHON-REF-CKPT-MANIFEST 1\n"
 
-# Lane-keyed fields of EngineStateV2 (notes 5.1), in declaration order.
-LANE_FIELDS: tuple[str, ...] = (
-    "inflight",
-    "progress",
-    "lane_next_cid",
-    "lane_ws_state",
-    "replay_cursors",
-    "epoch_boundaries",
-    "lane_emitted",
-)
-# Universal fields (anything else top-level also travels in the universal shard).
-UNIVERSAL_FIELDS: tuple[str, ...] = (
-    "version",
-    "world",
-    "last_round_id",
-    "checkpoint_reload_count",
-    "rr_next_idx",
-    "work_source",
-    "work_config",
-    "fingerprint",
-)
+# The engine state's fields: the one definition in zephon_ref.state.
+LANE_FIELDS: tuple[str, ...] = state_schema.LANE_FIELDS
+UNIVERSAL_FIELDS: tuple[str, ...] = state_schema.UNIVERSAL_FIELDS
 # Key of the universal shard that records which lane fields the state had.
 LANE_FIELDS_PRESENT = "__lane_fields_present__"
 
@@ -377,15 +360,7 @@ _MANIFEST_KEYS = (
 
 
 def _lane_key(raw: Any, field: str, c: int) -> int:
-    if type(raw) is int:
-        lane = raw
-    elif isinstance(raw, str) and raw.isdigit() and raw.isascii():
-        lane = int(raw)
-    else:
-        raise StateFormatError(expected(f"lane key of {field!r}", f"an int in [0, {c})", raw))
-    if not 0 <= lane < c:
-        raise StateFormatError(expected(f"lane key of {field!r}", f"an int in [0, {c})", raw))
-    return lane
+    return state_schema.lane_key(raw, f"lane key of {field!r}", c)
 
 
 def validate_state(state: Any, *, fingerprint: str | None = None) -> tuple[int, int, str | None]:

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zephon_ref.checkpoint.schema import LANE_FIELDS as _SCHEMA_LANE_FIELDS
+from zephon_ref import state as state_schema
 from zephon_ref.errors import ContractError, StateFormatError, expected
 
 __all__ = [
@@ -56,24 +56,16 @@ __all__ = [
     "shard_world",
 ]
 
-ENGINE_VERSION = 2
+ENGINE_VERSION = state_schema.VERSION
 
-# Lane-keyed fields, in the order they are merged and reported: one definition, the store's.
-LANE_FIELDS: tuple[str, ...] = _SCHEMA_LANE_FIELDS
+# Lane-keyed, required and universal fields: the one definition in zephon_ref.state.
+LANE_FIELDS: tuple[str, ...] = state_schema.LANE_FIELDS
 # Fields every canonical lane must have in a merged state (a restore refuses
 # a lane without them, notes 4.3).
-REQUIRED_LANE_FIELDS: tuple[str, ...] = ("progress", "lane_next_cid", "lane_ws_state")
-UNIVERSAL_FIELDS: tuple[str, ...] = (
-    "version",
-    "world",
-    "last_round_id",
-    "checkpoint_reload_count",
-    "rr_next_idx",
-    "work_source",
-    "work_config",
-)
+REQUIRED_LANE_FIELDS: tuple[str, ...] = state_schema.REQUIRED_LANE_FIELDS
+UNIVERSAL_FIELDS: tuple[str, ...] = state_schema.UNIVERSAL_FIELDS
 # Fields that must be present in every shard (the others default to empty).
-_REQUIRED_TOP = ("version", "world", "progress", "lane_next_cid", "lane_ws_state")
+_REQUIRED_TOP = ("version", "world", *REQUIRED_LANE_FIELDS)
 # Fields that DP peers must agree on, lane by lane.
 _DELIVERY_SYNCED = ("progress", "replay_cursors")
 
@@ -145,8 +137,9 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
             raise StateFormatError(
                 expected(f"{who} keys", f"a {name!r} entry", sorted(map(str, state)))
             )
-    if state["version"] != ENGINE_VERSION:
-        raise StateFormatError(expected(f"{who} version", str(ENGINE_VERSION), state["version"]))
+    if type(state["version"]) is not int or state["version"] not in state_schema.ACCEPTED_VERSIONS:
+        raise StateFormatError(expected(f"{who} version", f"one of {state_schema.ACCEPTED_VERSIONS}",
+                                        state["version"]))
     world = state["world"]
     if not isinstance(world, Mapping):
         raise StateFormatError(expected(f"{who} world", "a dict", type(world).__name__))
@@ -310,6 +303,9 @@ def _check_universal(shards: Sequence[_Shard]) -> None:
         ("world.canonical_replicas", lambda s: s.world.canonical_replicas),
         ("world.world_size", lambda s: s.world.world_size),
         ("world.mapping", lambda s: s.world.mapping),
+        ("schema", lambda s: s.state.get("schema")),
+        ("version", lambda s: s.state.get("version")),
+        ("fingerprint", lambda s: s.state.get("fingerprint")),
         ("last_round_id", lambda s: s.state.get("last_round_id")),
         ("checkpoint_reload_count", lambda s: s.state.get("checkpoint_reload_count", 0)),
     ]
@@ -435,41 +431,33 @@ def merge(states: Sequence[Mapping[str, Any]], *, warn_mid_window: bool = True) 
             )
 
     first = shards[0]
-    out: dict[str, Any] = {
-        "version": ENGINE_VERSION,
-        "world": {"canonical_replicas": c, "world_size": first.world.world_size},
-        "inflight": {
-            lane: {
-                _key(cid, "cid"): copy.deepcopy(ch)
-                for cid, ch in sorted(
-                    lanes["inflight"][lane].items(), key=lambda kv: _key(kv[0], "cid")
-                )
-            }
-            for lane in sorted(lanes["inflight"])
-        },
-        "progress": {
-            lane: {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
-            for lane, p in sorted(lanes["progress"].items())
-        },
-        "lane_next_cid": {lane: int(n) for lane, n in sorted(lanes["lane_next_cid"].items())},
-        "lane_ws_state": {
-            lane: copy.deepcopy(v) for lane, v in sorted(lanes["lane_ws_state"].items())
-        },
-        "work_source": None,
-        "work_config": copy.deepcopy(
-            next((s.state.get("work_config") for s in shards if s.state.get("work_config")), None)
-        ),
-        "last_round_id": first.state.get("last_round_id"),
-        "checkpoint_reload_count": first.state.get("checkpoint_reload_count", 0),
-        "rr_next_idx": dict(sorted(rr.items())),
-        "replay_cursors": {
-            lane: copy.deepcopy(v) for lane, v in sorted(lanes["replay_cursors"].items())
-        },
-        "epoch_boundaries": {
-            lane: [int(b) for b in v] for lane, v in sorted(lanes["epoch_boundaries"].items()) if v
-        },
-        "lane_emitted": {lane: int(n) for lane, n in sorted(lanes["lane_emitted"].items())},
-    }
+    slices: dict[int, dict[str, Any]] = {lane: {} for lane in sorted(lanes["progress"])}
+    for lane, chunks in lanes["inflight"].items():
+        slices[lane]["inflight"] = {_key(cid, "cid"): copy.deepcopy(ch)
+                                    for cid, ch in sorted(chunks.items(), key=lambda kv: _key(kv[0], "cid"))}
+    for lane, p in lanes["progress"].items():
+        slices[lane]["progress"] = {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
+    for lane, n in lanes["lane_next_cid"].items():
+        slices[lane]["lane_next_cid"] = int(n)
+    for lane, v in lanes["lane_ws_state"].items():
+        slices[lane]["lane_ws_state"] = copy.deepcopy(v)
+    for lane, v in lanes["replay_cursors"].items():
+        slices[lane]["replay_cursors"] = copy.deepcopy(v)
+    for lane, v in lanes["epoch_boundaries"].items():
+        slices[lane]["epoch_boundaries"] = [int(b) for b in v]
+    for lane, n in lanes["lane_emitted"].items():
+        slices[lane]["lane_emitted"] = int(n)
+    out = state_schema.new_state(
+        fingerprint=first.state.get("fingerprint"),
+        world={"canonical_replicas": c, "world_size": first.world.world_size},
+        lanes=slices,
+        last_round_id=first.state.get("last_round_id"),
+        checkpoint_reload_count=first.state.get("checkpoint_reload_count", 0),
+        rr_next_idx=rr,
+    )
+    out["work_config"] = copy.deepcopy(
+        next((s.state.get("work_config") for s in shards if s.state.get("work_config")), None)
+    )
     for name in sorted({str(k) for k in first.state} - set(out)):
         out[name] = copy.deepcopy(first.state[name])
     if warn_mid_window:
