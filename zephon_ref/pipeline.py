@@ -379,6 +379,21 @@ class Pipeline:
             queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
         )
 
+    def engine(self) -> Engine:
+        """A started engine for a run that the caller drives step by step (the simulator).
+
+        It starts from the pending restore if there is one, like ``iter()``; afterwards
+        :meth:`checkpoint` reads its state.  The caller calls ``admit()``, ``run_stage(i)``
+        and ``deliver()`` in any order (``runnable()`` lists what can run); the delivered
+        stream is the one ``iter()`` gives.
+        """
+        self._refuse_while_running("engine()")
+        engine = self._build_engine(self._pending)
+        self._pending = None
+        self._engine = engine
+        engine.start()
+        return engine
+
     def __iter__(self) -> Iterator[Any]:
         if self._iterating:
             raise ContractError("pipeline: expected one iteration at a time, received a second concurrent iter()")
