@@ -462,6 +462,7 @@ class Pipeline:
         """Validate ``state`` now; apply it at the next iteration.  A refusal changes nothing."""
         self._refuse_while_running("restore()")
         schema.validate(state)
+        schema.verify_integrity(state)
         world = self._world_of(self._options)
         c = state["world"].get("canonical_replicas")
         if c != world.canonical_replicas:

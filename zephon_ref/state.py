@@ -26,12 +26,25 @@ lane that delivered nothing has none).  What needs the pipeline (fingerprint,
 canonical_replicas, the work-source configuration inside each lane's source
 state, sample ids that exist) is checked by the engine's dry-run load.
 
+**Integrity.**  Some fields cannot be checked against the pipeline in O(1): a lane's
+source position (``global_chunk_index``, cursor positions, mixture accumulators, the
+block RNG snapshot) and the round-robin pointer decide what comes next, yet nothing else
+in the state pins them.  So every state the engine writes carries ``integrity``, the
+sha256 of its canonical content (:func:`content_digest`: keys as strings, sorted, tuples
+as lists, so JSON and msgpack round trips keep it), and restore refuses a state whose
+digest does not match (:func:`verify_integrity`).  Code that edits a state on purpose (a
+migration, the zephon translator) vouches for the result with :func:`seal`; the
+consistency rules above still apply to sealed states.  The merge seals its result only
+when every input's digest verifies.
+
 What may not live here: I/O, the encoding of bytes (checkpoint/codec.py), the
 merge policy (coordination/merge.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,9 +62,12 @@ __all__ = [
     "UNIVERSAL_FIELDS",
     "VERSION",
     "Field",
+    "content_digest",
     "lane_key",
     "new_state",
+    "seal",
     "validate",
+    "verify_integrity",
 ]
 
 SCHEMA = "zephon_ref.engine/1"
@@ -84,6 +100,7 @@ FIELDS: tuple[Field, ...] = (
     Field("last_round_id", False, False, "id of the aggregation round that produced the state"),
     Field("checkpoint_reload_count", False, False, "how many restores the run went through"),
     Field("rr_next_idx", False, False, "tail multiplexer pointer per round-robin key"),
+    Field("integrity", False, False, "sha256 of the canonical content (content_digest); None = unsealed"),
     Field("inflight", True, True, "lane -> {chunk id -> work chunk state}"),
     Field("progress", True, True, "lane -> {chunk_id, offset} (diagnostic progress)"),
     Field("lane_next_cid", True, True, "lane -> next chunk id to admit"),
@@ -127,6 +144,40 @@ def _cid(raw: Any, what: str, next_cid: int) -> int:
     raise StateFormatError(expected(what, f"a chunk id in [0, {next_cid})", raw))
 
 
+def _canonical(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def content_digest(state: Mapping[str, Any]) -> str:
+    """sha256 of the state's canonical content, ``integrity`` excluded."""
+    body = _canonical({k: v for k, v in state.items() if k != "integrity"})
+    blob = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+def seal(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``state`` whose ``integrity`` vouches for its current content."""
+    out = dict(state)
+    out["integrity"] = content_digest(out)
+    return out
+
+
+def verify_integrity(state: Mapping[str, Any]) -> None:
+    """Refuse a state whose content no longer matches the digest it was written with."""
+    got = state.get("integrity")
+    if got is None:
+        raise StateMismatchError(expected("checkpoint integrity", "the digest the engine wrote (or seal())",
+                                          "an unsealed state"))
+    if not isinstance(got, str) or got != content_digest(state):
+        raise StateMismatchError(expected("checkpoint integrity", "the digest of its content",
+                                          "a state altered after it was written (state.seal() vouches for "
+                                          "a deliberate edit)"))
+
+
 def new_state(
     *,
     fingerprint: str | None,
@@ -153,7 +204,7 @@ def new_state(
         if name == "epoch_boundaries":
             table = {lane: b for lane, b in table.items() if b}
         state[name] = table
-    return state
+    return seal(state)
 
 
 def _lane_table(state: Mapping[str, Any], name: str, c: int) -> dict[int, Any]:
@@ -235,6 +286,9 @@ def validate(state: Any, *, require_all_lanes: bool = False) -> int:
     if state["schema"] != SCHEMA or type(state["version"]) is not int or state["version"] not in ACCEPTED_VERSIONS:
         raise StateFormatError(expected("checkpoint schema/version", f"{SCHEMA!r}/{ACCEPTED_VERSIONS}",
                                         (state["schema"], state["version"])))
+    if state.get("integrity") is not None and not isinstance(state["integrity"], str):
+        raise StateFormatError(expected("checkpoint integrity", "a sha256 hex str or None",
+                                        type(state["integrity"]).__name__))
     fp = state["fingerprint"]
     if fp is not None and not isinstance(fp, str):
         raise StateFormatError(expected("checkpoint fingerprint", "a str", type(fp).__name__))

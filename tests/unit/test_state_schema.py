@@ -83,6 +83,7 @@ def test_validate_refuses(name: str, taken: tuple[dict[str, Any], list[Any]]) ->
     mutate, error = MUTATIONS[name]
     bad = copy.deepcopy(ck)
     mutate(bad)
+    bad = schema.seal(bad)  # vouched for: the consistency rule itself must refuse it
     p = build_pipeline("zephon_ref", CFG)
     with pytest.raises(error):
         p.restore(bad)
@@ -100,7 +101,7 @@ def _first_sid(ck: dict[str, Any]) -> list[int]:
     return _inflight_chunk(ck)["components"][0][1][0]  # type: ignore[no-any-return]
 
 
-SOURCE_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {
+SOURCE_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {  # each with the check that must fire
     "another seed": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("seed", 99),
     "other weights": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("weights", {"web": 1.0, "code": 0.0,
                                                                                     "books": 0.0}),
@@ -121,8 +122,9 @@ def test_restore_refuses_a_state_of_another_configuration(name: str,
     ck, items = taken
     bad = copy.deepcopy(ck)
     SOURCE_MUTATIONS[name](bad)
+    bad = schema.seal(bad)  # vouched for: the configuration / dataset checks must refuse it
     p = build_pipeline("zephon_ref", CFG)
-    with pytest.raises(StateMismatchError):
+    with pytest.raises(StateMismatchError, match="work-source|sample of|row of dataset"):
         p.restore(bad)
     assert [item_view(x) for x in p] == items
 
@@ -137,6 +139,42 @@ def test_a_replay_target_that_never_reappears_is_refused_not_dropped(
     lane = _lane(bad)
     cid, off, lineage, sid = bad["replay_cursors"][lane]
     bad["replay_cursors"][lane] = (cid, off, (*tuple(lineage), 97), sid)
+    bad = schema.seal(bad)
     q = build_pipeline("zephon_ref", CFG).restore(bad)
     with pytest.raises(StateMismatchError, match="never reappeared"):
         list(q)
+
+
+@pytest.mark.parametrize("path", [("lane_ws_state", "global_chunk_index"), ("lane_ws_state", "accumulators"),
+                                  ("progress", "offset")])
+def test_an_altered_position_is_refused_by_the_integrity_digest(
+        path: tuple[str, str], taken: tuple[dict[str, Any], list[Any]]) -> None:
+    """Position fields cannot be checked against the pipeline in O(1): the digest refuses them."""
+    ck, items = taken
+    bad = copy.deepcopy(ck)
+    lane = _lane(bad)
+    field, key = path
+    value = bad[field][lane][key]
+    bad[field][lane][key] = {k: 0.5 for k in value} if isinstance(value, dict) else value + 1
+    p = build_pipeline("zephon_ref", CFG)
+    with pytest.raises(StateMismatchError, match="integrity"):
+        p.restore(bad)
+    assert [item_view(x) for x in p] == items
+
+
+def test_the_digest_survives_json_and_store_round_trips_and_seal_vouches(
+        taken: tuple[dict[str, Any], list[Any]], tmp_path: Any) -> None:
+    import json
+
+    from zephon_ref.checkpoint import store
+
+    ck, items = taken
+    via_json = json.loads(json.dumps(ck))
+    schema.verify_integrity(via_json)
+    assert [item_view(x) for x in build_pipeline("zephon_ref", CFG).restore(via_json)] == items[CUT:]
+    store.save(ck, tmp_path)
+    schema.verify_integrity(store.load(tmp_path))
+    unsealed = {**ck, "integrity": None}
+    with pytest.raises(StateMismatchError, match="unsealed"):
+        build_pipeline("zephon_ref", CFG).restore(unsealed)
+    build_pipeline("zephon_ref", CFG).restore(schema.seal(unsealed))  # an explicit vouch is accepted

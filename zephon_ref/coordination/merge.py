@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref import state as state_schema
-from zephon_ref.errors import ContractError, StateFormatError, expected
+from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 
 __all__ = [
     "ENGINE_VERSION",
@@ -297,6 +297,15 @@ def _load(index: int, state: Any) -> _Shard:
     return _Shard(index=index, world=world, lanes=lanes, rr=rr, state=state)
 
 
+def _intact(state: Mapping[str, Any]) -> bool:
+    """Whether a shard's integrity digest verifies (a merge of altered shards stays unsealed)."""
+    try:
+        state_schema.verify_integrity(state)
+    except StateMismatchError:
+        return False
+    return True
+
+
 def _check_universal(shards: Sequence[_Shard]) -> None:
     first = shards[0]
     checks: list[tuple[str, Any]] = [
@@ -460,6 +469,7 @@ def merge(states: Sequence[Mapping[str, Any]], *, warn_mid_window: bool = True) 
     )
     for name in sorted({str(k) for k in first.state} - set(out)):
         out[name] = copy.deepcopy(first.state[name])
+    out = state_schema.seal(out) if all(_intact(s.state) for s in shards) else {**out, "integrity": None}
     if warn_mid_window:
         _mid_window_warning(out["lane_emitted"], c)
     return dict(sorted(out.items()))
