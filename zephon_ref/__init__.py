@@ -1,9 +1,17 @@
 """zephon_ref: the formally tested reference implementation of Zephon's data-pipeline semantics.
 
 ``import zephon_ref as zephon`` works for the subset implemented here: the names below
-match zephon 0.2.0's public names.
+match zephon 0.2.0's top-level names (``Pipeline``, ``Dataset``, ``InMemoryShard``,
+``MixtureSpec``, ``StaticMixtureWorkSource``, ``WorkSource``, ``SampleBatch``,
+``SampleMeta``, ``SampleRecord``) and its submodules of the same names (``ops``,
+``pipeline``, ``types``, ``work``).  zephon's other top-level names are listed, each
+with its reason, in docs/divergences.md ("Public surface").
+
+Importing this package never imports torch: the torch path (:mod:`zephon_ref.torch`)
+imports it on first use.
 """
 
+from zephon_ref import ops, pipeline, types, work
 from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
@@ -12,6 +20,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     ZephonRefError,
 )
+from zephon_ref.pipeline import Pipeline
 from zephon_ref.types import (
     ContributorRef,
     SampleBatch,
@@ -20,6 +29,7 @@ from zephon_ref.types import (
     SampleMeta,
     SampleRecord,
 )
+from zephon_ref.work import Dataset, InMemoryShard, MixtureSpec, StaticMixtureWorkSource, WorkSource
 
 __version__ = "0.1.0"
 
@@ -28,6 +38,10 @@ __all__ = [
     "ConfigTypeError",
     "ContractError",
     "ContributorRef",
+    "Dataset",
+    "InMemoryShard",
+    "MixtureSpec",
+    "Pipeline",
     "SampleBatch",
     "SampleCursor",
     "SampleId",
@@ -35,6 +49,12 @@ __all__ = [
     "SampleRecord",
     "StateFormatError",
     "StateMismatchError",
+    "StaticMixtureWorkSource",
+    "WorkSource",
     "ZephonRefError",
     "__version__",
+    "ops",
+    "pipeline",
+    "types",
+    "work",
 ]

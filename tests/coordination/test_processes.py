@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from sim.cluster import topology_states
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.merge import merge
-from zephon_ref.coordination.simulate import topology_states
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("_child.py")

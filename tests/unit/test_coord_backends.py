@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sim.cluster import topology_states
 from zephon_ref.coordination import aggregate
 from zephon_ref.coordination.backends import (
     DirectoryBackend,
@@ -15,7 +16,6 @@ from zephon_ref.coordination.backends import (
     TCPStoreBackend,
     open_backend,
 )
-from zephon_ref.coordination.simulate import topology_states
 from zephon_ref.errors import ConfigError, StateFormatError
 
 

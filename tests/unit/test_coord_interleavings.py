@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.cluster import Cluster, topology_states
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Abort, Finish, RoundConfig, Sleep, machine_for
-from zephon_ref.coordination.simulate import Cluster, topology_states
 from zephon_ref.errors import AggregationError, ZephonRefError
 
 pytestmark = pytest.mark.filterwarnings("ignore:checkpoint taken mid-window")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sim.cluster import Cluster, Participant, topology_states
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
@@ -35,7 +36,6 @@ from zephon_ref.coordination.protocol import (
     outcome_key,
     shard_key,
 )
-from zephon_ref.coordination.simulate import Cluster, Participant, topology_states
 from zephon_ref.errors import (
     AggregationError,
     AggregationTimeout,

@@ -1,4 +1,7 @@
-"""Step-by-step simulation of N round participants over one in-memory backend.
+"""Step-by-step simulation of N aggregation-round participants over one in-memory backend.
+
+(Moved here from ``zephon_ref.coordination.simulate``: the product package holds no
+simulator; this module drives zephon_ref's coordination machines and imports only zephon_ref.)
 
 Theory of operation
 -------------------
