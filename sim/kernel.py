@@ -70,10 +70,12 @@ TIE_LABEL = "kernel/tie"
 _FINGERPRINT_HEADER = b"zephon-sim-trace/1\n"
 _LABEL_CACHE_LIMIT = 4096  # labels are kinds of event, few; a run that makes each one unique stays bounded
 
-# A heap entry is a list [time, priority, seq, action, label]; the action slot
-# is cleared (None) once the event has run or been cancelled.  Lists compare
-# element-wise and seq is unique, so comparison never reaches the action.
-_TIME, _PRIO, _SEQ, _ACTION, _LABEL = 0, 1, 2, 3, 4
+# A heap entry is a list [time, priority, seq, action, label, tied]; the action
+# slot is cleared (None) once the event has run or been cancelled; ``tied`` is
+# True while the entry waits in the kernel's tie group instead of the heap.
+# Lists compare element-wise and seq is unique, so comparison never reaches the
+# action.
+_TIME, _PRIO, _SEQ, _ACTION, _LABEL, _TIED = 0, 1, 2, 3, 4, 5
 
 
 class SchedulingInPast(ContractError):
@@ -143,6 +145,7 @@ class Kernel:
         "_label_bytes",
         "_now",
         "_seq",
+        "_tied",
         "_trace",
     )
 
@@ -151,6 +154,8 @@ class Kernel:
         self._choices = choices
         self._keep_trace = keep_trace
         self._heap: list[list[Any]] = []
+        # With choices: the live events of the current (time, priority) group, in seq order.
+        self._tied: list[list[Any]] = []
         self._seq = 0
         self._cancelled_in_heap = 0
         self._events_run = 0
@@ -173,7 +178,7 @@ class Kernel:
     @property
     def pending(self) -> int:
         """How many scheduled events have neither run nor been cancelled."""
-        return len(self._heap) - self._cancelled_in_heap
+        return len(self._heap) + len(self._tied) - self._cancelled_in_heap
 
     @property
     def trace(self) -> tuple[TraceEntry, ...]:
@@ -186,6 +191,8 @@ class Kernel:
 
     def peek_time(self) -> int | None:
         """The tick of the next event to run, or None when nothing is pending."""
+        if self._tied:
+            return int(self._tied[0][_TIME])  # the group's time is now, never after the heap's top
         self._drop_cancelled_top()
         return self._heap[0][_TIME] if self._heap else None
 
@@ -227,7 +234,7 @@ class Kernel:
             raise ConfigTypeError(expected("Kernel.schedule action", "a callable", action))
         seq = self._seq
         self._seq = seq + 1
-        entry: list[Any] = [time, priority, seq, action, label]
+        entry: list[Any] = [time, priority, seq, action, label, False]
         heapq.heappush(self._heap, entry)
         return EventHandle(seq, time, priority, label, entry)
 
@@ -237,7 +244,12 @@ class Kernel:
         if entry[_ACTION] is None:
             return False
         entry[_ACTION] = None
-        self._cancelled_in_heap += 1
+        if entry[_TIED]:
+            entry[_TIED] = False
+            tied = self._tied
+            del tied[next(i for i, other in enumerate(tied) if other is entry)]
+        else:
+            self._cancelled_in_heap += 1
         return True
 
     # -- running ---------------------------------------------------------------------
@@ -302,30 +314,47 @@ class Kernel:
             self._cancelled_in_heap -= 1
 
     def _pop_next(self) -> list[Any] | None:
-        self._drop_cancelled_top()
-        heap = self._heap
-        if not heap:
-            return None
-        entry = heapq.heappop(heap)
         if self._choices is None:
-            return entry
-        # Gather every live event tied with the first on (time, priority); they
-        # come off the heap in seq order, so the options are FIFO-ordered.
-        tied = [entry]
-        self._drop_cancelled_top()
-        while heap and heap[0][_TIME] == entry[_TIME] and heap[0][_PRIO] == entry[_PRIO]:
-            tied.append(heapq.heappop(heap))
             self._drop_cancelled_top()
-        if len(tied) == 1:
-            return entry
-        chosen = self._choices.choose(TIE_LABEL, tied)
-        for other in tied:
-            if other is not chosen:
-                heapq.heappush(heap, other)
+            return heapq.heappop(self._heap) if self._heap else None
+        return self._pop_tied()
+
+    def _pop_tied(self) -> list[Any] | None:
+        """The next event when ties are decisions: one of the (time, priority) group."""
+        assert self._choices is not None
+        heap = self._heap
+        tied = self._tied
+        self._drop_cancelled_top()
+        if tied and heap and (heap[0][_TIME], heap[0][_PRIO]) < (tied[0][_TIME], tied[0][_PRIO]):
+            # An event scheduled for now with a smaller priority goes before the
+            # rest of the group: give the group back to the heap and regroup.
+            for entry in tied:
+                entry[_TIED] = False
+                heapq.heappush(heap, entry)
+            tied.clear()
+        if not tied:
+            if not heap:
+                return None
+            first = heapq.heappop(heap)
+            first[_TIED] = True
+            tied.append(first)
+            self._drop_cancelled_top()
+        time, priority = tied[0][_TIME], tied[0][_PRIO]
+        # Every entry with the group's key that reached the heap since the group
+        # formed was scheduled later, so it has a larger seq: appending keeps
+        # the group in seq (FIFO) order, and index 0 is the FIFO choice.
+        while heap and heap[0][_TIME] == time and heap[0][_PRIO] == priority:
+            entry = heapq.heappop(heap)
+            entry[_TIED] = True
+            tied.append(entry)
+            self._drop_cancelled_top()
+        index = 0 if len(tied) == 1 else self._choices.choose(TIE_LABEL, range(len(tied)))
+        chosen = tied.pop(index)
+        chosen[_TIED] = False
         return chosen
 
     def _fire(self, entry: list[Any]) -> None:
-        time, priority, seq, action, label = entry
+        time, priority, seq, action, label, _ = entry
         # Time never goes backwards: schedule refuses the past, so the heap top
         # is always at or after now.
         assert time >= self._now, (time, self._now)

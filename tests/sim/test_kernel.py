@@ -172,10 +172,12 @@ def test_fingerprint_is_a_function_of_the_trace() -> None:
 @settings(max_examples=60, deadline=None, database=None)
 @given(
     st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 1), st.integers(0, 3), st.booleans()), max_size=25),
+    st.none() | st.integers(0, 2**32),
 )
-def test_time_never_goes_backwards_and_order_is_the_key(plan: list[tuple[int, int, int, bool]]) -> None:
+def test_time_never_goes_backwards_and_order_is_the_key(plan: list[tuple[int, int, int, bool]], seed: int | None) -> None:
     # Each planned event may spawn a follow-up `delay` ticks later; some are cancelled.
-    kernel = Kernel()
+    # With a seed, ties are decisions: the roots' (time, priority) order still holds.
+    kernel = Kernel(choices=None if seed is None else SeededChoices(seed))
     handles = []
     for i, (at, priority, delay, cancel) in enumerate(plan):
 
@@ -191,7 +193,10 @@ def test_time_never_goes_backwards_and_order_is_the_key(plan: list[tuple[int, in
     times = [e.time for e in trace]
     assert times == sorted(times)
     roots = [(e.time, e.priority, e.seq) for e in trace if e.label.startswith("e")]
-    assert roots == sorted(roots)
+    if seed is None:
+        assert roots == sorted(roots)
+    else:
+        assert [r[:2] for r in roots] == sorted(r[:2] for r in roots)
     assert len(roots) == sum(1 for *_, cancel in plan if not cancel)
 
 
@@ -229,3 +234,47 @@ def test_exhaustive_exploration_of_tied_events_finds_every_order() -> None:
 
     report = explore(scenario, is_final=lambda state: True)
     assert report.paths == 6 and report.terminal_states == 6 and report.ok
+
+
+def _urgent_run(seed: int) -> list[str]:
+    kernel = Kernel(choices=SeededChoices(seed))
+    log: list[str] = []
+
+    def make(name: str) -> None:
+        def act() -> None:
+            log.append(name)
+            if name == "b":
+                kernel.schedule(lambda: log.append("urgent"), after=0, priority=-1, label="urgent")
+                kernel.schedule(lambda: log.append("joins"), after=0, label="joins")
+
+        kernel.schedule(act, at=0, label=name)
+
+    for name in ("a", "b", "c"):
+        make(name)
+    kernel.run()
+    return log
+
+
+def test_with_choices_a_smaller_priority_scheduled_now_cuts_into_the_tie_group() -> None:
+    orders = set()
+    for seed in range(20):
+        log = _urgent_run(seed)
+        assert log[log.index("b") + 1] == "urgent"
+        assert sorted(log) == ["a", "b", "c", "joins", "urgent"]
+        orders.add(tuple(log))
+    assert len(orders) > 3
+
+
+def test_with_choices_cancelling_a_member_of_the_tie_group_removes_the_option() -> None:
+    seeded = SeededChoices(0)
+    kernel = Kernel(choices=seeded)
+    handles = [kernel.schedule(lambda: None, at=0, label=str(i)) for i in range(3)]
+    kernel.schedule(lambda: None, at=1, label="later")
+    kernel.step()  # the group {0, 1, 2} is formed and one of them ran; two wait in it
+    ran = {e.label for e in kernel.trace}
+    waiting = [h for h in handles if h.label not in ran]
+    assert kernel.cancel(waiting[0]) and not kernel.cancel(waiting[0])
+    assert kernel.pending == 2 and kernel.peek_time() == 0
+    kernel.run()
+    assert [e.label for e in kernel.trace][1:] == [waiting[1].label, "later"]
+    assert [d.n for d in seeded.record] == [3]  # one option left after the cancel: no decision
