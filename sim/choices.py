@@ -50,10 +50,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import random
 import shlex
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from random import Random  # seeded instances only: never the global generator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
@@ -230,12 +230,12 @@ class SeededChoices(BaseChoices):
     def __init__(self, seed: int) -> None:
         super().__init__()
         self.seed = _check_int("SeededChoices seed", seed)
-        self._streams: dict[str, random.Random] = {}
+        self._streams: dict[str, Random] = {}
 
-    def _stream(self, label: str) -> random.Random:
+    def _stream(self, label: str) -> Random:
         stream = self._streams.get(label)
         if stream is None:
-            stream = random.Random(derive_seed(self.seed, _SUBSTREAM_PREFIX + label))
+            stream = Random(derive_seed(self.seed, _SUBSTREAM_PREFIX + label))
             self._streams[label] = stream
         return stream
 

@@ -31,12 +31,14 @@ Invariants kept here:
    the top), so cancel is O(1).
 
 Ties as decisions.  Given a :class:`~sim.choices.Choices`, the kernel stops
-breaking ties of equal ``(time, priority)`` by ``seq`` alone: it asks
-``choices.choose("kernel/tie", ...)`` which of the tied events runs next (the
-options are in ``seq`` order, so index 0, where Hypothesis shrinks, is FIFO).
-That makes "which participant steps next" a decision that the seeded,
-Hypothesis, replay and exhaustive backends all control.  Without choices, the
-order is exactly ``(time, priority, seq)``.
+breaking ties of equal ``(time, priority)`` by ``seq`` alone: it keeps the
+live events of the current ``(time, priority)`` group in ``seq`` order and asks
+``choices.choose("kernel/tie", range(k))`` which of the k runs next (index 0,
+where Hypothesis shrinks, is FIFO).  Events scheduled for the group's key while
+it runs join it; one scheduled for now with a smaller priority runs before the
+rest of it; a cancelled member leaves it.  That makes "which participant steps
+next" a decision that the seeded, Hypothesis, replay and exhaustive backends
+all control.  Without choices, the order is exactly ``(time, priority, seq)``.
 
 What may not live here: anything about ranks, storage, faults or pipelines;
 wall-clock time; randomness other than through the choices object.
