@@ -78,8 +78,11 @@ class NondeterministicScenario(ContractError):
     """A re-run of the scenario asked for different decisions on a forced prefix."""
 
 
-class _DepthExceeded(Exception):
-    """Internal: a run made more than ``max_depth`` decisions."""
+class _DepthExceeded(BaseException):
+    """Internal: a run made more than ``max_depth`` decisions.
+
+    A BaseException, like Hypothesis's StopTest, so a scenario that models
+    error handling with ``except Exception`` cannot swallow the cut."""
 
 
 class ScenarioFailed(ContractError):

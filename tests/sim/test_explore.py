@@ -196,6 +196,15 @@ def test_max_depth_cuts_an_unbounded_scenario() -> None:
 
     with pytest.raises(ExplorationIncomplete, match="max_depth"):
         explore(coins, is_final=lambda s: False, max_depth=5)
+
+    def careless(choices: Choices) -> Hashable:
+        try:
+            return coins(choices)
+        except Exception:  # a model of error handling must not swallow the cut
+            return "swallowed"
+
+    report = explore(careless, is_final=lambda s: True, max_depth=3, strict=False)
+    assert report.limit == "max_depth" and "swallowed" not in report.graph
     report = explore(coins, is_final=lambda s: False, max_depth=5, strict=False)
     assert report.paths == 2**5 and report.limit == "max_depth"
     assert report.deadlocks == ()  # a cut run proves nothing about its last state
