@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.choices import ReplayChoices, SeededChoices
 from sim.explore import explore
-from sim.kernel import TIE_LABEL, Kernel, SchedulingInPast, TraceEntry
+from sim.kernel import TIE_LABEL, EventHandle, Kernel, SchedulingInPast, TraceEntry
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError
 
 
-def _recorder(kernel: Kernel, log: list[str]):
-    def add(at: int, label: str, priority: int = 0):
+def _recorder(kernel: Kernel, log: list[str]) -> Callable[..., EventHandle]:
+    def add(at: int, label: str, priority: int = 0) -> EventHandle:
         return kernel.schedule(lambda: log.append(label), at=at, priority=priority, label=label)
 
     return add
@@ -121,7 +124,7 @@ def test_run_limits_until_stop_and_budget() -> None:
     kernel = Kernel()
     log: list[int] = []
     for t in range(10):
-        kernel.schedule(lambda t=t: log.append(t), at=t, label=f"e{t}")
+        kernel.schedule(partial(log.append, t), at=t, label=f"e{t}")
     assert kernel.run(until=3).reason == "until"
     assert log == [0, 1, 2, 3] and kernel.now == 3
     outcome = kernel.run(max_events=2)
@@ -205,7 +208,7 @@ def test_ties_become_decisions_when_the_kernel_has_choices() -> None:
         kernel = Kernel(choices=choices)
         log: list[str] = []
         for name in ("a", "b", "c"):
-            kernel.schedule(lambda name=name: log.append(name), at=1, label=name)
+            kernel.schedule(partial(log.append, name), at=1, label=name)
         kernel.schedule(lambda: log.append("late"), at=2, label="late")
         kernel.run()
         return log
@@ -227,7 +230,7 @@ def test_exhaustive_exploration_of_tied_events_finds_every_order() -> None:
         kernel = Kernel(choices=choices)
         log: list[str] = []
         for name in ("a", "b", "c"):
-            kernel.schedule(lambda name=name: log.append(name), at=0, label=name)
+            kernel.schedule(partial(log.append, name), at=0, label=name)
         kernel.schedule(lambda: log.append("x"), at=0, priority=1, label="x")
         kernel.run()
         return tuple(log)
