@@ -1,0 +1,283 @@
+"""The kernel: (time, priority, seq) order, cancel, refusal of the past, run limits, trace and fingerprint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.choices import ReplayChoices, SeededChoices
+from sim.explore import explore
+from sim.kernel import TIE_LABEL, EventHandle, Kernel, SchedulingInPast, TraceEntry
+from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError
+
+
+def _recorder(kernel: Kernel, log: list[str]) -> Callable[..., EventHandle]:
+    def add(at: int, label: str, priority: int = 0) -> EventHandle:
+        return kernel.schedule(lambda: log.append(label), at=at, priority=priority, label=label)
+
+    return add
+
+
+def test_events_run_in_time_then_priority_then_sequence_order() -> None:
+    kernel = Kernel()
+    log: list[str] = []
+    add = _recorder(kernel, log)
+    add(5, "t5")
+    add(3, "t3-p1", priority=1)
+    add(3, "t3-p0-first")
+    add(3, "t3-p-1", priority=-1)
+    add(3, "t3-p0-second")
+    add(0, "t0")
+    outcome = kernel.run()
+    assert log == ["t0", "t3-p-1", "t3-p0-first", "t3-p0-second", "t3-p1", "t5"]
+    assert (outcome.reason, outcome.events, outcome.now) == ("idle", 6, 5)
+    assert [(e.time, e.priority, e.seq) for e in kernel.trace] == [(0, 0, 5), (3, -1, 3), (3, 0, 2), (3, 0, 4), (3, 1, 1), (5, 0, 0)]
+
+
+def test_an_event_scheduled_for_now_runs_later_in_the_same_tick() -> None:
+    kernel = Kernel()
+    log: list[str] = []
+
+    def first() -> None:
+        log.append("first")
+        kernel.schedule(lambda: log.append("spawned"), after=0, label="spawned")
+        kernel.schedule(lambda: log.append("later"), after=2, label="later")
+
+    kernel.schedule(first, at=1, label="first")
+    kernel.schedule(lambda: log.append("queued"), at=1, label="queued")
+    kernel.run()
+    assert log == ["first", "queued", "spawned", "later"]
+    assert kernel.now == 3
+
+
+def test_cancel_stops_a_pending_event_once_and_leaves_no_trace() -> None:
+    kernel = Kernel()
+    log: list[str] = []
+    add = _recorder(kernel, log)
+    keep = add(1, "keep")
+    drop = add(2, "drop")
+    add(3, "tail")
+    assert kernel.pending == 3
+    assert kernel.cancel(drop) is True
+    assert kernel.cancel(drop) is False
+    assert kernel.pending == 2
+    kernel.run()
+    assert log == ["keep", "tail"]
+    assert kernel.cancel(keep) is False  # already ran
+    assert [e.label for e in kernel.trace] == ["keep", "tail"]
+    assert kernel.pending == 0
+
+
+def test_cancel_at_the_head_of_the_queue_is_skipped_by_peek_and_step() -> None:
+    kernel = Kernel()
+    head = kernel.schedule(lambda: None, at=1, label="head")
+    kernel.schedule(lambda: None, at=4, label="next")
+    kernel.cancel(head)
+    assert kernel.peek_time() == 4
+    assert kernel.step() == TraceEntry(4, 0, 1, "next")
+    assert kernel.step() is None
+    assert kernel.peek_time() is None
+
+
+def test_scheduling_in_the_past_is_refused_and_changes_nothing() -> None:
+    kernel = Kernel(start=10)
+    with pytest.raises(SchedulingInPast) as info:
+        kernel.schedule(lambda: None, at=9, label="late")
+    assert (info.value.now, info.value.requested) == (10, 9)
+    assert isinstance(info.value, ContractError) and isinstance(info.value, RuntimeError)
+    assert "now (10)" in str(info.value)
+    with pytest.raises(SchedulingInPast):
+        kernel.schedule(lambda: None, after=-1, label="negative")
+    with pytest.raises(SchedulingInPast):
+        kernel.run(until=3)
+    assert kernel.pending == 0 and kernel.now == 10
+    kernel.schedule(lambda: None, at=10, label="now is fine")
+    assert kernel.pending == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({}, ConfigError),
+        ({"at": 1, "after": 1}, ConfigError),
+        ({"at": 1.5}, ConfigTypeError),
+        ({"at": True}, ConfigTypeError),
+        ({"after": 1, "priority": 0.5}, ConfigTypeError),
+        ({"after": 1, "label": 3}, ConfigTypeError),
+    ],
+)
+def test_schedule_arguments_are_checked(kwargs: dict[str, object], error: type[Exception]) -> None:
+    kernel = Kernel()
+    kwargs = {"label": "x", **kwargs}
+    with pytest.raises(error):
+        kernel.schedule(lambda: None, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ConfigTypeError):
+        kernel.schedule("not callable", at=1, label="x")  # type: ignore[arg-type]
+    assert kernel.pending == 0
+
+
+def test_run_limits_until_stop_and_budget() -> None:
+    kernel = Kernel()
+    log: list[int] = []
+    for t in range(10):
+        kernel.schedule(partial(log.append, t), at=t, label=f"e{t}")
+    assert kernel.run(until=3).reason == "until"
+    assert log == [0, 1, 2, 3] and kernel.now == 3
+    outcome = kernel.run(max_events=2)
+    assert (outcome.reason, outcome.events, outcome.now) == ("budget", 2, 5)
+    outcome = kernel.run(stop=lambda: len(log) >= 8)
+    assert (outcome.reason, outcome.events, outcome.now) == ("stop", 2, 7)
+    outcome = kernel.run(until=100)
+    assert (outcome.reason, outcome.events, outcome.now) == ("idle", 2, 100)
+    with pytest.raises(ConfigError):
+        kernel.run(max_events=-1)
+
+
+def test_an_action_that_raises_is_traced_and_the_kernel_goes_on() -> None:
+    kernel = Kernel()
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    kernel.schedule(boom, at=1, label="boom")
+    kernel.schedule(lambda: None, at=2, label="after")
+    with pytest.raises(ValueError, match="boom"):
+        kernel.run()
+    assert [e.label for e in kernel.trace] == ["boom"]
+    assert kernel.run().events == 1
+    assert kernel.events_run == 2
+
+
+def _fingerprint(labels: list[tuple[int, int, str]], *, keep_trace: bool = True) -> str:
+    kernel = Kernel(keep_trace=keep_trace)
+    for at, priority, label in labels:
+        kernel.schedule(lambda: None, at=at, priority=priority, label=label)
+    kernel.run()
+    return kernel.fingerprint()
+
+
+def test_fingerprint_is_a_function_of_the_trace() -> None:
+    base = [(1, 0, "a"), (2, 0, "b\nwith newline"), (2, 1, "c")]
+    assert _fingerprint(base) == _fingerprint(list(base))
+    assert _fingerprint(base) == _fingerprint(base, keep_trace=False)
+    assert _fingerprint(base) != _fingerprint([(1, 0, "a"), (3, 0, "b\nwith newline"), (2, 1, "c")])
+    assert _fingerprint(base) != _fingerprint([(1, 0, "a"), (2, 0, "b"), (2, 1, "c")])
+    assert _fingerprint(base) != _fingerprint([(1, 0, "a"), (2, 2, "b\nwith newline"), (2, 1, "c")])
+    assert Kernel().fingerprint() != _fingerprint(base)
+    assert len(_fingerprint(base)) == 64
+    assert Kernel(keep_trace=False).trace == ()
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 1), st.integers(0, 3), st.booleans()), max_size=25),
+    st.none() | st.integers(0, 2**32),
+)
+def test_time_never_goes_backwards_and_order_is_the_key(plan: list[tuple[int, int, int, bool]], seed: int | None) -> None:
+    # Each planned event may spawn a follow-up `delay` ticks later; some are cancelled.
+    # With a seed, ties are decisions: the roots' (time, priority) order still holds.
+    kernel = Kernel(choices=None if seed is None else SeededChoices(seed))
+    handles = []
+    for i, (at, priority, delay, cancel) in enumerate(plan):
+
+        def act(delay: int = delay, i: int = i) -> None:
+            kernel.schedule(lambda: None, after=delay, label=f"child{i}")
+
+        handles.append((kernel.schedule(act, at=at, priority=priority, label=f"e{i}"), cancel))
+    for handle, cancel in handles:
+        if cancel:
+            kernel.cancel(handle)
+    kernel.run()
+    trace = kernel.trace
+    times = [e.time for e in trace]
+    assert times == sorted(times)
+    roots = [(e.time, e.priority, e.seq) for e in trace if e.label.startswith("e")]
+    if seed is None:
+        assert roots == sorted(roots)
+    else:
+        assert [r[:2] for r in roots] == sorted(r[:2] for r in roots)
+    assert len(roots) == sum(1 for *_, cancel in plan if not cancel)
+
+
+def test_ties_become_decisions_when_the_kernel_has_choices() -> None:
+    def run(choices: SeededChoices | ReplayChoices | None) -> list[str]:
+        kernel = Kernel(choices=choices)
+        log: list[str] = []
+        for name in ("a", "b", "c"):
+            kernel.schedule(partial(log.append, name), at=1, label=name)
+        kernel.schedule(lambda: log.append("late"), at=2, label="late")
+        kernel.run()
+        return log
+
+    assert run(None) == ["a", "b", "c", "late"]
+    orders = set()
+    for seed in range(40):
+        choices = SeededChoices(seed)
+        order = run(choices)
+        assert order[-1] == "late"
+        assert [(d.label, d.n) for d in choices.record] == [(TIE_LABEL, 3), (TIE_LABEL, 2)]
+        assert run(ReplayChoices(choices.record)) == order
+        orders.add(tuple(order))
+    assert len(orders) == 6
+
+
+def test_exhaustive_exploration_of_tied_events_finds_every_order() -> None:
+    def scenario(choices):  # type: ignore[no-untyped-def]
+        kernel = Kernel(choices=choices)
+        log: list[str] = []
+        for name in ("a", "b", "c"):
+            kernel.schedule(partial(log.append, name), at=0, label=name)
+        kernel.schedule(lambda: log.append("x"), at=0, priority=1, label="x")
+        kernel.run()
+        return tuple(log)
+
+    report = explore(scenario, is_final=lambda state: True)
+    assert report.paths == 6 and report.terminal_states == 6 and report.ok
+
+
+def _urgent_run(seed: int) -> list[str]:
+    kernel = Kernel(choices=SeededChoices(seed))
+    log: list[str] = []
+
+    def make(name: str) -> None:
+        def act() -> None:
+            log.append(name)
+            if name == "b":
+                kernel.schedule(lambda: log.append("urgent"), after=0, priority=-1, label="urgent")
+                kernel.schedule(lambda: log.append("joins"), after=0, label="joins")
+
+        kernel.schedule(act, at=0, label=name)
+
+    for name in ("a", "b", "c"):
+        make(name)
+    kernel.run()
+    return log
+
+
+def test_with_choices_a_smaller_priority_scheduled_now_cuts_into_the_tie_group() -> None:
+    orders = set()
+    for seed in range(20):
+        log = _urgent_run(seed)
+        assert log[log.index("b") + 1] == "urgent"
+        assert sorted(log) == ["a", "b", "c", "joins", "urgent"]
+        orders.add(tuple(log))
+    assert len(orders) > 3
+
+
+def test_with_choices_cancelling_a_member_of_the_tie_group_removes_the_option() -> None:
+    seeded = SeededChoices(0)
+    kernel = Kernel(choices=seeded)
+    handles = [kernel.schedule(lambda: None, at=0, label=str(i)) for i in range(3)]
+    kernel.schedule(lambda: None, at=1, label="later")
+    kernel.step()  # the group {0, 1, 2} is formed and one of them ran; two wait in it
+    ran = {e.label for e in kernel.trace}
+    waiting = [h for h in handles if h.label not in ran]
+    assert kernel.cancel(waiting[0]) and not kernel.cancel(waiting[0])
+    assert kernel.pending == 2 and kernel.peek_time() == 0
+    kernel.run()
+    assert [e.label for e in kernel.trace][1:] == [waiting[1].label, "later"]
+    assert [d.n for d in seeded.record] == [3]  # one option left after the cancel: no decision
