@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 def child(args: dict[str, object]) -> None:
     warnings.simplefilter("ignore")
+    from sim.cluster import topology_states
     from zephon_ref.coordination import aggregate_round, open_backend
-    from zephon_ref.coordination.simulate import topology_states
 
     n = int(args["world_size"])  # type: ignore[call-overload]
     rank = int(args["rank"])  # type: ignore[call-overload]
@@ -130,9 +130,9 @@ def main() -> None:
             ts = round_times(kind, n, opts.rounds)
             print(f"{kind:<10} {n:>5} {statistics.median(ts) * 1e3:>10.1f} {max(ts) * 1e3:>8.1f}")
 
+    from sim.cluster import topology_states
     from zephon_ref.checkpoint import codec
     from zephon_ref.coordination.merge import merge
-    from zephon_ref.coordination.simulate import topology_states
 
     print()
     print("Merged-state size (8 ranks, 3 inflight chunks/lane, msgpack+zstd)")

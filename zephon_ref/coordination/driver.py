@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 :func:`perform` turns one protocol command into one backend call and its
 answer into one event; it is shared with the in-memory simulator
-(:mod:`zephon_ref.coordination.simulate`), so real runs and simulated runs
+(:mod:`sim.cluster`, outside the product package), so real runs and simulated runs
 execute commands the same way.  :func:`run_round` loops ``perform`` /
 ``apply`` with the wall clock (milliseconds) as the tick source and
 ``time.sleep`` for :class:`~zephon_ref.coordination.protocol.Sleep`; it is the
