@@ -458,22 +458,22 @@ class Pipeline:
         self._restored_generation[key] = loaded.generation
         return loaded.generation
 
-    def restore(self, state: Mapping[str, Any]) -> Pipeline:
-        """Validate ``state`` now; apply it at the next iteration.  A refusal changes nothing."""
+    def restore(self, ckpt: Mapping[str, Any]) -> Pipeline:
+        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal changes nothing."""
         self._refuse_while_running("restore()")
-        schema.validate(state)
-        schema.verify_integrity(state)
+        schema.validate(ckpt)
+        schema.verify_integrity(ckpt)
         world = self._world_of(self._options)
-        c = state["world"].get("canonical_replicas")
+        c = ckpt["world"].get("canonical_replicas")
         if c != world.canonical_replicas:
             raise StateMismatchError(expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
                                      + "; changing canonical_replicas needs a migration")
         fp = self.fingerprint()
-        if state.get("fingerprint") != fp:
+        if ckpt.get("fingerprint") != fp:
             raise StateMismatchError(expected("checkpoint fingerprint", f"{fp[:16]}... (this pipeline's data settings)",
-                                              str(state.get("fingerprint"))[:16] + "...")
+                                              str(ckpt.get("fingerprint"))[:16] + "...")
                                      + "; the checkpoint belongs to a pipeline with other data settings")
-        private = copy.deepcopy(dict(state))  # detached from the caller's dict
+        private = copy.deepcopy(dict(ckpt))  # detached from the caller's dict
         self._build_engine(private)  # dry run: every owned lane must load (raises, changing nothing)
         self._pending = private
         self._engine = None
