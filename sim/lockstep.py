@@ -81,7 +81,7 @@ def merged_checkpoint(pipes: list[Any]) -> dict[str, Any]:
     """Merge every participant's local state (idle workers own no lanes and are skipped)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        states = [p._engine.state_dict() for p in pipes if p._engine is not None and p._engine.lanes]
+        states = [p.local_state() for p in pipes if p._engine is not None and p._engine.lanes]
         return merge(states, warn_mid_window=False)
 
 
