@@ -241,7 +241,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             return []
         order: list[SampleRecord] = list(elems)
         if self.shuffle_strategy == "random":
-            Random(batch_seed(self.shuffle_seed, order)).shuffle(order)
+            order = self._shuffled_per_lane(order)
         elif self.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
         out: list[SampleRecord] = []
@@ -252,6 +252,29 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             else:
                 out.extend(self._push_fit(st, rec))
         return [([r], 0) for r in out]
+
+    def _shuffled_per_lane(self, elems: list[SampleRecord]) -> list[SampleRecord]:
+        """``shuffle_strategy="random"``: permute each lane's records of this push on its own.
+
+        Each lane's sub-sequence is shuffled with ``Random(batch_seed(shuffle_seed,
+        lane_records))``, so a lane's order depends only on its own records in the
+        micro-batch, never on which other lanes share it (seed 002: per-record state
+        must be lane-aware).  A lane-pure micro-batch (every batch but the end-of-stream
+        one, where upstream flushes all lanes into one push) is shuffled exactly as
+        zephon 0.2.0 does; zephon seeds one shuffle from the whole mixed batch, so there a
+        lane's packs depend on the topology (docs/divergences.md, "Operators (session 7)").
+        Lanes are taken in ascending id; bins are per lane, so that order only decides
+        how lanes interleave in this push's output.
+        """
+        by_lane: dict[int, list[SampleRecord]] = {}
+        for rec in elems:
+            by_lane.setdefault(rec.meta.lane_id, []).append(rec)
+        out: list[SampleRecord] = []
+        for lane in sorted(by_lane):
+            recs = by_lane[lane]
+            Random(batch_seed(self.shuffle_seed, recs)).shuffle(recs)
+            out.extend(recs)
+        return out
 
     def _full(self, b: _Bin) -> bool:
         return b.remaining < self.min_sequence_length or (
