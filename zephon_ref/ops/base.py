@@ -46,7 +46,10 @@ __all__ = [
     "SourceExhaustion",
     "StageInfo",
     "check_bool",
+    "check_choice",
     "check_int",
+    "check_parallelism",
+    "check_placement",
     "drive",
     "lane_of",
 ]
@@ -80,9 +83,27 @@ def check_bool(name: str, value: Any) -> None:
         raise ConfigTypeError(expected(name, "a bool", value))
 
 
+def check_parallelism(value: Any) -> None:
+    """``parallelism``: None (the operator's default) or an int >= 1; 0 is not "default"."""
+    check_int("parallelism", value, minimum=1, allow_none=True)
+
+
+def check_placement(value: Any) -> None:
+    """``placement``: a planner hint ("auto", "local" or a runner tag), so any non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise ConfigTypeError(expected("placement", "a non-empty str ('auto', 'local' or a runner tag)", value))
+
+
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(expected(name, "one of " + ", ".join(repr(c) for c in choices), value))
+    # Compare by type first: ``value in choices`` would call an arbitrary ``__eq__``
+    # (a numpy array compares elementwise and then refuses to be a bool).
+    for c in choices:
+        if value is c or (type(value) is type(c) and value == c):
+            return
+    want = "one of " + ", ".join(repr(c) for c in choices)
+    if value is None or isinstance(value, str):
+        raise ConfigError(expected(name, want, value))
+    raise ConfigTypeError(expected(name, want, value))
 
 
 # ----------------------------------------------------------------------------

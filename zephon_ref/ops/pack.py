@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
@@ -52,6 +53,8 @@ from zephon_ref.ops.base import (
     check_bool,
     check_choice,
     check_int,
+    check_parallelism,
+    check_placement,
 )
 from zephon_ref.ops.shuffle import batch_seed
 from zephon_ref.types import TAG_PACKING_METADATA, ContributorRef, SampleCursorKey, SampleRecord
@@ -61,6 +64,7 @@ __all__ = [
     "PackSequences",
     "PackingAccumulator",
     "apportion_tokens",
+    "checked_length",
     "detect_token_field",
     "value_length",
 ]
@@ -75,6 +79,8 @@ def value_length(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise ConfigTypeError(expected(f"field {name!r}", "an int length or a sized sequence", value))
     if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(expected(f"field {name!r}", "a length >= 0 or a sized sequence", value))
         return value
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0:
@@ -83,6 +89,22 @@ def value_length(value: Any, name: str) -> int:
         return len(value)
     except TypeError as exc:
         raise ConfigTypeError(expected(f"field {name!r}", "an int length or a sized sequence", value)) from exc
+
+
+def checked_length(value: Any, rec: SampleRecord) -> int:
+    """What ``length_fn(rec)`` returned, if it is a token count: an int >= 0.
+
+    A user callback can only be checked when it runs, so this is the one argument of
+    ``pack_sequences`` refused at iteration; the error names it and the record.  Floats
+    and bools are refused (zephon 0.2.0 packs 2.5 or True as a length; a negative length
+    would let a bin take more than ``max_length`` tokens).  numpy integers are ints.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigTypeError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
+    n = int(value)
+    if n < 0:
+        raise ConfigError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
+    return n
 
 
 def _has_length(value: Any) -> bool:
@@ -215,7 +237,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
 
     def _length(self, rec: SampleRecord) -> int:
         if self.length_fn is not None:
-            return int(self.length_fn(rec))
+            return checked_length(self.length_fn(rec), rec)
         name = resolve_token_field(rec.payload, self.tokens_field)
         return value_length(rec.payload[name], name)
 
@@ -504,8 +526,16 @@ class PackSequences(BaseOp):
         flush_strategy: str = "fifo",
         pack_payloads: str | Callable[[list[Any]], Any] = "keep_list",
         homogeneity: str = "none",
+        candidate_pool_size: int | None = None,
+        max_candidate_age: int | None = None,
+        groups: Any = None,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
+        # execution settings: validated here, never stored, so they cannot reach the data path
+        check_placement(placement)
+        check_parallelism(parallelism)
         check_int("max_length", max_length, minimum=1)
         check_int("max_sequences_per_bin", max_sequences_per_bin, minimum=1, allow_none=True)
         check_int("min_sequence_length", min_sequence_length, minimum=0)
@@ -534,15 +564,22 @@ class PackSequences(BaseOp):
             if slicing and drop_oversized:
                 raise ConfigError(expected("drop_oversized", "False or None for algorithm='wrap' (it splits)", True))
         check_choice("shuffle_strategy", shuffle_strategy, (None, "random", "length"))
-        check_int("shuffle_seed", shuffle_seed, allow_none=True)
+        check_int("shuffle_seed", shuffle_seed, minimum=0, allow_none=True)
         check_choice("flush_strategy", flush_strategy, ("fifo", "fullest"))
         check_choice("homogeneity", homogeneity, ("none",))
-        if pack_payloads == "keep_list":
+        # zephon's best_fit_wrap and homogeneity="group" knobs: those modes are refused above
+        for knob, value in (("candidate_pool_size", candidate_pool_size), ("max_candidate_age", max_candidate_age),
+                            ("groups", groups)):
+            if value is not None:
+                raise ConfigError(expected(knob, "None (its mode, best_fit_wrap or homogeneity='group', "
+                                           "is not in zephon_ref yet)", value))
+        if isinstance(pack_payloads, str) and pack_payloads == "keep_list":
             self._pack_payloads: Callable[[list[Any]], Any] | None = None
         elif callable(pack_payloads):
             self._pack_payloads = pack_payloads
         else:
-            raise ConfigError(expected("pack_payloads", "'keep_list' or a callable", pack_payloads))
+            err = ConfigError if isinstance(pack_payloads, str) else ConfigTypeError
+            raise err(expected("pack_payloads", "'keep_list' or a callable", pack_payloads))
         self.max_length = max_length
         self.num_bins = num_bins
         self.max_sequences_per_bin = max_sequences_per_bin

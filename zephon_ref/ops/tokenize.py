@@ -44,6 +44,8 @@ from zephon_ref.ops.base import (
     check_bool,
     check_choice,
     check_int,
+    check_parallelism,
+    check_placement,
 )
 from zephon_ref.types import SampleRecord
 
@@ -126,7 +128,10 @@ class Tokenize(BaseOp):
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         max_batch: int = 64,
-        parallelism: int = 1,
+        return_tensors: None = None,
+        use_fast: bool = True,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
         if tokenizer is not None and not callable(tokenizer):
@@ -146,11 +151,18 @@ class Tokenize(BaseOp):
         check_int("bos_token_id", bos_token_id, minimum=0, allow_none=True)
         check_int("eos_token_id", eos_token_id, minimum=0, allow_none=True)
         check_int("max_batch", max_batch, minimum=1)
-        check_int("parallelism", parallelism, minimum=1)
-        if padding == "do_not_pad":
+        check_placement(placement)
+        check_parallelism(parallelism)
+        if return_tensors is not None:
+            raise ConfigError(expected("return_tensors", "None (zephon_ref emits lists; tensors are the torch "
+                                       "path's collate job)", return_tensors))
+        check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
+        # str checks before ==: an array or an odd object must not reach its own __eq__
+        if isinstance(padding, str) and padding == "do_not_pad":
             padding = False
-        if padding is not False and padding != "max_length":
-            raise ConfigError(
+        if not (padding is False or (isinstance(padding, str) and padding == "max_length")):
+            err = ConfigError if isinstance(padding, (bool, str)) else ConfigTypeError
+            raise err(
                 expected(
                     "padding",
                     "False or 'max_length' (padding to the batch longest depends on "
@@ -197,7 +209,7 @@ class Tokenize(BaseOp):
         self.preserve_upstream_payload = preserve_upstream_payload
         self.special_tokens = special_tokens
         self.max_batch = max_batch
-        self.parallelism = parallelism
+        self.parallelism = 1 if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
         self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
