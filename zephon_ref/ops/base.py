@@ -21,15 +21,14 @@ Invariants kept by every accumulator in this package:
   depends only on the pushed records and the constructor's knobs.
 
 What may not live here: any particular operator's algorithm, engine state,
-threads or I/O.  :func:`drive` is a tiny serial driver for tests and the
-simulator; the real runner (ordering, sentinels, stalls) belongs to the engine.
+threads or I/O; the runner (ordering, sentinels, stalls) belongs to the engine.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -50,7 +49,6 @@ __all__ = [
     "check_int",
     "check_parallelism",
     "check_placement",
-    "drive",
     "lane_of",
 ]
 
@@ -312,37 +310,3 @@ class BaseOp(ABC):
 
     def validation_samples(self) -> list[SampleRecord] | None:
         return None
-
-
-@dataclass(slots=True)
-class _Driven:
-    out: list[Any] = field(default_factory=list)
-
-
-def drive(
-    op: BaseOp,
-    pushes: Iterable[Sequence[Any]],
-    *,
-    acc: Accumulator[Any] | None = None,
-    flush: bool = True,
-    ctx: dict[str, Any] | None = None,
-    on_push: Callable[[int, list[Any]], None] | None = None,
-) -> list[Any]:
-    """Serially push each micro-batch through ``op``'s accumulator and ``process_many``.
-
-    Returns every output element in order; with ``flush`` the final all-lane
-    flush is appended.  No sentinels, no stalls: that is the engine's job.
-    """
-    a = acc if acc is not None else op.accumulator(deterministic=True, ctx=ctx or {})
-    d = _Driven()
-    for i, batch in enumerate(pushes):
-        produced: list[Any] = []
-        for elems, _wait in a.push_many(list(batch)):
-            produced.extend(op.process_many(list(elems)))
-        if on_push is not None:
-            on_push(i, produced)
-        d.out.extend(produced)
-    if flush:
-        for elems, _wait in a.flush():
-            d.out.extend(op.process_many(list(elems)))
-    return d.out
