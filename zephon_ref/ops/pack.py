@@ -238,6 +238,12 @@ class PackingAccumulator(Accumulator[SampleRecord]):
     def _length(self, rec: SampleRecord) -> int:
         if self.length_fn is not None:
             return checked_length(self.length_fn(rec), rec)
+        payload = rec.payload
+        if type(payload) is dict:
+            # fast path, same answer as below: "auto" picks input_ids first whenever it has a length
+            value = payload.get("input_ids" if self.tokens_field == "auto" else self.tokens_field)
+            if type(value) is list:
+                return len(value)
         name = resolve_token_field(rec.payload, self.tokens_field)
         return value_length(rec.payload[name], name)
 
@@ -328,7 +334,10 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         seg = _Segment(rec, 0, n, n, is_last=True)
         chosen: _Bin | None = None
         if self.algorithm == "first_fit":
-            chosen = next((b for b in st.bins if b.remaining >= n), None)
+            for b in st.bins:
+                if b.remaining >= n:
+                    chosen = b
+                    break
         else:
             for b in st.bins:
                 if b.remaining >= n and (chosen is None or b.remaining < chosen.remaining):
