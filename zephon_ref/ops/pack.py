@@ -57,7 +57,13 @@ from zephon_ref.ops.base import (
     check_placement,
 )
 from zephon_ref.ops.shuffle import batch_seed
-from zephon_ref.types import TAG_PACKING_METADATA, ContributorRef, SampleCursorKey, SampleRecord
+from zephon_ref.types import (
+    TAG_CONTRIBUTORS,
+    TAG_PACKING_METADATA,
+    ContributorRef,
+    SampleCursorKey,
+    SampleRecord,
+)
 
 __all__ = [
     "TOKEN_FIELD_CANDIDATES",
@@ -327,7 +333,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     keep.append(t)
             return keep
         lane = rec.meta.lane_id
-        for ref in rec.meta.contributors:
+        for ref in rec.meta.tags.get(TAG_CONTRIBUTORS) or ():
             tal = st.tally.setdefault(ref.cursor.base_offset, [0, 0])
             tal[0] += 1
             tal[1] = tal[1] or int(ref.is_last_child)
@@ -424,19 +430,24 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         refs: list[ContributorRef] = []
         samples: dict[int, int] = {}
         tokens: dict[int, int] = {}
+        wrap = self.algorithm == "wrap"
         for seg in segments:
             rec = seg.record
-            if self.algorithm != "wrap" and rec.meta.contributors:
+            m = rec.meta
+            explicit = m.tags.get(TAG_CONTRIBUTORS)
+            if not explicit:  # 1:1 record: its own cursor, closing with its last slice
+                refs.append(ContributorRef(m.cursor, seg.is_last))
+            elif not wrap:
                 refs.extend(self._close_refs(st, rec))
             else:
-                for ref in rec.meta.contribution_refs():
+                for ref in m.contribution_refs():
                     refs.append(ContributorRef(ref.cursor, ref.is_last_child and seg.is_last))
             if seg.is_last:
-                for cid, cnt in rec.meta.component_sample_counts.items():
+                for cid, cnt in m.component_sample_counts.items():
                     samples[cid] = samples.get(cid, 0) + cnt
-            targets = rec.meta.component_token_counts
+            targets = m.component_token_counts
             if targets is None:
-                counts = rec.meta.component_sample_counts
+                counts = m.component_sample_counts
                 if len(counts) == 1:  # the common case: apportion_tokens gives it everything
                     ((only, w),) = counts.items()
                     targets = {only: seg.seq_len} if w > 0 and seg.seq_len > 0 else {}
@@ -472,7 +483,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                 }
             },
         )
-        entries = [self._entry(s) for s in segments]
+        entries = [s.record.payload if not s.is_slice else self._entry(s) for s in segments]
         payload = self.pack_payloads(entries) if self.pack_payloads is not None else entries
         return SampleRecord(meta, {"packed_samples": payload})
 

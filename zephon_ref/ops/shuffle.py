@@ -56,7 +56,7 @@ from zephon_ref.ops.base import (
     check_placement,
     lane_of,
 )
-from zephon_ref.types import ContributorRef, SampleMeta, SampleRecord
+from zephon_ref.types import TAG_CONTRIBUTORS, ContributorRef, SampleMeta, SampleRecord
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
@@ -243,9 +243,12 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
 
     def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
         out: list[SampleRecord] = []
+        lanes = self._lanes
         for rec in elems:
-            lane = lane_of(rec)
-            st = self._lanes.setdefault(lane, _StreamingLane())
+            lane = rec.meta.lane_id if type(rec) is SampleRecord else lane_of(rec)
+            st = lanes.get(lane)
+            if st is None:
+                st = lanes[lane] = _StreamingLane()
             self._register(st, rec)
             st.reservoir.append(rec)
             size = len(st.reservoir)
@@ -274,28 +277,44 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
 
     @staticmethod
     def _register(st: _StreamingLane, rec: SampleRecord) -> None:
-        for ref in rec.meta.contributors:
-            t = st.tallies.setdefault(ref.cursor.base_offset, _OffsetTally())
-            t.buffered += 1
-            t.closer_seen = t.closer_seen or ref.is_last_child
+        refs = rec.meta.tags.get(TAG_CONTRIBUTORS)
+        if not refs:
+            return
+        tallies = st.tallies
+        for ref in refs:
+            c = ref.cursor
+            key = (c.chunk_id, c.chunk_offset)
+            t = tallies.get(key)
+            if t is None:
+                tallies[key] = _OffsetTally(1, ref.is_last_child)
+            else:
+                t.buffered += 1
+                t.closer_seen = t.closer_seen or ref.is_last_child
 
     @staticmethod
     def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:
         refs = rec.meta.contributors
         if not refs:
             return rec
+        tallies = st.tallies
+        changed = False
         new: list[ContributorRef] = []
         for ref in refs:
-            key = ref.cursor.base_offset
-            t = st.tallies[key]
+            c = ref.cursor
+            key = (c.chunk_id, c.chunk_offset)
+            t = tallies[key]
             t.buffered -= 1
-            new.append(ContributorRef(ref.cursor, t.closer_seen and t.buffered == 0))
+            closes = t.closer_seen and t.buffered == 0
             if t.buffered == 0:
-                del st.tallies[key]
-        new_t = tuple(new)
-        if new_t == refs:
+                del tallies[key]
+            if closes != ref.is_last_child:
+                changed = True
+                new.append(ContributorRef(c, closes))
+            else:
+                new.append(ref)
+        if not changed:
             return rec
-        return SampleRecord(rec.meta.with_contributors(new_t), rec.payload)
+        return SampleRecord(rec.meta.with_contributors(tuple(new)), rec.payload)
 
 
 def _swap_pop(buf: list[SampleRecord], idx: int) -> SampleRecord:
