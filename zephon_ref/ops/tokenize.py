@@ -88,15 +88,13 @@ class HashTokenizer:
             return list(map(ids.__getitem__, words))
         except KeyError:
             pass
-        out = []
-        for w in words:
-            i = ids.get(w)
-            if i is None:
-                i = self.word_id(w)
-                if len(ids) < WORD_CACHE_LIMIT:
-                    ids[w] = i
-            out.append(i)
-        return out
+        # learn this text's new words (distinct, in order of appearance), then map again
+        for w in dict.fromkeys(words):
+            if w not in ids:
+                if len(ids) >= WORD_CACHE_LIMIT:
+                    return [ids[w] if w in ids else self.word_id(w) for w in words]
+                ids[w] = self.word_id(w)
+        return list(map(ids.__getitem__, words))
 
     def __call__(
         self,
