@@ -168,6 +168,12 @@ class SourceExhaustion:
 
 def lane_of(elem: Any) -> int:
     """Lane of a record, a batch (its first record) or an engine tuple ``(_, lane, ...)``."""
+    kind = type(elem)  # exact types first: this runs for every element of every push
+    if kind is SampleRecord:
+        lane: int = elem.meta.lane_id
+        return lane
+    if kind is tuple:
+        return int(elem[1])
     if isinstance(elem, SampleRecord):
         return elem.meta.lane_id
     if isinstance(elem, SampleBatch):

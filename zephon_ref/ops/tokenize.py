@@ -267,7 +267,7 @@ class Tokenize(BaseOp):
 
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         payload = rec.payload
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             return str(payload), {}
         if self.field in payload:
             text = payload[self.field]
@@ -282,7 +282,7 @@ class Tokenize(BaseOp):
                 )
             )
         base = dict(payload) if self.preserve_upstream_payload else {}
-        return str(text), base
+        return (text if type(text) is str else str(text)), base
 
     def _hf_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"add_special_tokens": not self._owns_specials}
