@@ -37,7 +37,25 @@ Every restore runs in a fresh process (``sys.executable bench/bench_pipeline.py 
 checkpoints travel through files in a temporary directory.  Every restore also checks that
 the next 20 batches equal the uninterrupted run's (digest of cursor keys + token ids).
 
+0. (also alone: ``--side-by-side``) the issue's throughput goal, side by side: two tokenizing
+   pipelines, each built for both libraries from the same rows with the same tokenizer object
+   type (zephon_ref's built-in ``HashTokenizer``, whose cost is therefore in both):
+
+   * ``demo``: ``zephon_ref.demo.build_demo_pipeline()`` as the demo runs it (1,450 documents,
+     4 lanes; tokenize(max_length=96, split_long_samples) -> first-fit pack(256, 4 bins) ->
+     shuffle(64) -> ensure_mixture -> batch(4)), and its zephon twin;
+   * ``tok15k``: the 15,000-document corpus of ``--quick``, tokenize(max_length=512,
+     truncation) -> first-fit pack(512, 8 bins) -> shuffle(1024) -> ensure_mixture -> batch(8),
+     2 lanes, chunk_size 64.
+
+   Each run is a fresh process; a pair runs both libraries back to back, and the order
+   alternates from pair to pair.  Printed per pipeline: docs/s (documents = closing
+   contributions delivered) by wall clock and by process CPU time, median [min-max], the
+   median of the per-pair ratios zephon_ref / zephon (issue goal >= 1.5x), and whether every
+   run of both libraries delivered the same stream digest.
+
 Run: python3 bench/bench_pipeline.py [--quick] [--keep DIR]
+     python3 bench/bench_pipeline.py --side-by-side [--pairs N]   (section 0 only)
 """
 
 from __future__ import annotations
@@ -357,7 +375,92 @@ def child_inflight(a: dict[str, Any]) -> dict[str, Any]:
     return {"worst": worst, "at": at, "batches": batches}
 
 
-CHILDREN = {"throughput": child_throughput, "make": child_make, "restore": child_restore,
+LAYOUT_SBS = LAYOUT_QUICK  # 15,000 documents
+
+
+def build_sbs(impl: str, which: str) -> Any:
+    """The side-by-side pipelines; ``demo`` on zephon_ref is exactly ``build_demo_pipeline()``."""
+    from zephon_ref.ops.tokenize import HashTokenizer
+    from zephon_ref.work import synthetic_corpus
+
+    if which == "demo" and impl == "zephon_ref":
+        from zephon_ref.demo import build_demo_pipeline
+
+        return build_demo_pipeline()
+    if which == "demo":  # the twin of zephon_ref.demo.build_demo_pipeline(seed=0, lanes=4)
+        corpus, lanes, chunk = synthetic_corpus(seed=0), 4, 32
+        tok: dict[str, Any] = {"max_length": 96, "split_long_samples": True}
+        pack, shuf, micro, seed = (256, 4), 64, 4, 0
+    else:
+        corpus, lanes, chunk = synthetic_corpus(layout=LAYOUT_SBS, **CORPUS_KW), CANONICAL_REPLICAS, CHUNK_SIZE
+        tok = {"max_length": 512, "truncation": True}
+        pack, shuf, micro, seed = (512, 8), 1024, 8, 1
+    mod = lib(impl)
+    datasets = [mod.Dataset.from_dict(d.name, {int(sid): mod.InMemoryShard([d.get(int(sid), i) for i in range(int(n))])
+                                               for sid, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)})
+                for d in corpus.datasets]
+    source = mod.StaticMixtureWorkSource(datasets, dict(MIXTURE), chunk_size=chunk, seed=seed)
+    if impl == "zephon":
+        import zephon
+
+        pipe = zephon.Pipeline(source)
+    else:
+        from zephon_ref.pipeline import Pipeline
+
+        pipe = Pipeline(source)
+    return (pipe.tokenize(HashTokenizer(), field="text", **tok)
+            .pack_sequences(pack[0], num_bins=pack[1])
+            .shuffle(shuf, seed=0)
+            .ensure_mixture()
+            .batch(micro)
+            .options(runner="inline", canonical_replicas=lanes))
+
+
+def child_sbs(a: dict[str, Any]) -> dict[str, Any]:
+    pipe = build_sbs(a["impl"], a["which"])
+    h = hashlib.sha1()
+    docs = batches = 0
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    for b in pipe:
+        d, _, _ = batch_digest(b)
+        h.update(d.encode())
+        batches += 1
+        docs += sum(1 for r in b.records for ref in r.meta.contribution_refs() if ref.is_last_child)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    return {"wall": wall, "cpu": cpu, "docs": docs, "batches": batches, "stream": h.hexdigest()[:16]}
+
+
+def side_by_side(tmp: str, pairs: int) -> None:
+    print(f"## 0. Throughput side by side: tokenizing pipelines, {pairs} pairs, order alternating, "
+          "fresh process each\n")
+    if not zephon_available():
+        print("zephon is not installed: nothing to compare\n")
+        return
+    rows = []
+    for which in ("demo", "tok15k"):
+        runs: dict[str, list[dict[str, Any]]] = {"zephon_ref": [], "zephon": []}
+        for i in range(pairs):
+            order = ("zephon_ref", "zephon") if i % 2 == 0 else ("zephon", "zephon_ref")
+            for impl in order:
+                runs[impl].append(run_child(tmp, mode="sbs", impl=impl, which=which))
+        r, z = runs["zephon_ref"], runs["zephon"]
+        streams = {x["stream"] for x in r + z}
+        wall_ratio = [(a["docs"] / a["wall"]) / (b["docs"] / b["wall"]) for a, b in zip(r, z, strict=True)]
+        cpu_ratio = [(a["docs"] / a["cpu"]) / (b["docs"] / b["cpu"]) for a, b in zip(r, z, strict=True)]
+        rows.append([which, f"{r[0]['docs']:,}", med([x["docs"] / x["wall"] for x in r], "{:,.0f}"),
+                     med([x["docs"] / x["wall"] for x in z], "{:,.0f}"), f"**{statistics.median(wall_ratio):.2f}x** "
+                     f"[{min(wall_ratio):.2f}-{max(wall_ratio):.2f}]",
+                     med([x["docs"] / x["cpu"] for x in r], "{:,.0f}"), med([x["docs"] / x["cpu"] for x in z], "{:,.0f}"),
+                     f"{statistics.median(cpu_ratio):.2f}x [{min(cpu_ratio):.2f}-{max(cpu_ratio):.2f}]",
+                     "identical" if len(streams) == 1 else f"DIFFER ({len(streams)} digests)"])
+    table(["pipeline", "docs", "zephon_ref docs/s (wall)", "zephon docs/s (wall)", "ratio (wall, median of pairs)",
+           "zephon_ref docs/s (CPU)", "zephon docs/s (CPU)", "ratio (CPU)", "output, all runs"], rows)
+    print("issue goal: zephon_ref / zephon >= 1.5x with identical output\n")
+
+
+CHILDREN = {"sbs": child_sbs, "throughput": child_throughput, "make": child_make, "restore": child_restore,
             "inflight": child_inflight}
 
 
@@ -416,7 +519,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small corpus and positions (smoke run)")
     ap.add_argument("--keep", default=None, help="keep checkpoints and the corpus in this directory")
+    ap.add_argument("--side-by-side", action="store_true", help="only section 0 (tokenizing pipelines, both libs)")
+    ap.add_argument("--pairs", type=int, default=None, help="pairs of runs for section 0 (default 7; 3 in a full run)")
     args = ap.parse_args()
+    if args.side_by_side:
+        with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
+            print(f"# bench_pipeline --side-by-side: python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
+            side_by_side(tmp, args.pairs or 7)
+        return
     quick = args.quick
     rounds = 2 if quick else 3
     restore_rounds = 2 if quick else 5
@@ -437,6 +547,8 @@ def main() -> None:
               f"zephon {versions.get('zephon', 'not installed')}, {os.cpu_count()} CPUs")
         print(f"corpus: synthetic_corpus({CORPUS_KW}), {ndocs:,} documents, mixture {MIXTURE}; "
               f"canonical_replicas={CANONICAL_REPLICAS}, chunk_size={CHUNK_SIZE}, runner=inline\n")
+
+        side_by_side(tmp, args.pairs or (2 if quick else 3))
 
         # 1. throughput -------------------------------------------------------------------------
         print(f"## 1. Throughput, config T (one pass, K={CONFIGS['T']['k']}), "

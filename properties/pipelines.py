@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane"]
+__all__ = ["RANDOM_PACK_MINIMAL", "PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane"]
 
 
 def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,3 +88,16 @@ def per_lane(items: Sequence[Any]) -> dict[int, list[list[tuple[Any, ...]]]]:
         v = item_view(it)
         lanes.setdefault(v[0][0], []).append(v)
     return lanes
+
+
+#: The smallest configuration found where zephon 0.2.0's ``shuffle_strategy="random"`` packing
+#: depends on the other lanes of a micro-batch: zephon's own resume fails at cuts 2-5 of 7 items,
+#: and its per-lane streams differ between 1 and 2 ranks (docs/divergences.md, Operators (session 7)).
+RANDOM_PACK_MINIMAL = PipelineConfig(
+    [("pack_sequences", {"max_length": 32, "algorithm": "first_fit", "num_bins": 1, "shuffle_strategy": "random"})],
+    layout={"web": (12,)},
+    weights={"web": 1.0},
+    source_kwargs={"chunk_size": 2, "seed": 0},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2},
+    corpus_seed=10,
+)

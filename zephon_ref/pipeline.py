@@ -168,7 +168,9 @@ class Pipeline:
 
     def map_transform(self, fn: Callable[[Any], Any], *, drop_none: bool = True, placement: str = "auto",
                       parallelism: int | None = None) -> Pipeline:
-        return self._add("map_transform", MapTransform(fn, drop_none=drop_none, parallelism=parallelism or 4))
+        # None means the default; 0 or a negative count is refused (MapTransform), not read as "default"
+        return self._add("map_transform", MapTransform(fn, drop_none=drop_none, placement=placement,
+                                                       parallelism=parallelism))
 
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
                            flush: Callable[[Any], list[Any]] | None = None,
@@ -177,25 +179,28 @@ class Pipeline:
                            parallelism: int = 1, indexable: bool = False,
                            preserves_cursor_order: bool = True) -> Pipeline:
         op = StatefulTransform(name, init_state=init_state, push=push, flush=flush, should_flush=should_flush,
-                               transform=transform, parallelism=parallelism, indexable=indexable,
-                               preserves_cursor_order=preserves_cursor_order)
+                               transform=transform, placement=placement, parallelism=parallelism,
+                               indexable=indexable, preserves_cursor_order=preserves_cursor_order)
         return self._add(name, op)
 
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
                  placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
-        if tokenizer_id not in (None, "__fallback__"):
+        if not (tokenizer_id is None or (isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__")):
             raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
                                        tokenizer_id))
-        return self._add("tokenize", Tokenize(tokenizer, field=field, **kwargs))
+        return self._add("tokenize", Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism,
+                                              **kwargs))
 
     def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
                        **kwargs: Any) -> Pipeline:
-        return self._add("pack_sequences", PackSequences(max_length, **kwargs))
+        return self._add("pack_sequences", PackSequences(max_length, placement=placement, parallelism=parallelism,
+                                                         **kwargs))
 
     def shuffle(self, buffer_size: int | None = None, *, seed: int = 0, algorithm: str = "streaming",
                 warmup_growth: float = 1.5, placement: str = "auto", parallelism: int | None = None) -> Pipeline:
         return self._add("shuffle_buffer", Shuffle(buffer_size, seed=seed, algorithm=algorithm,
-                                                   warmup_growth=warmup_growth))
+                                                   warmup_growth=warmup_growth, placement=placement,
+                                                   parallelism=parallelism))
 
     def ensure_mixture(self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
         return self._add("ensure_mixture", EnsureMixture(**kwargs))

@@ -94,7 +94,6 @@ PACK_CASES = [
     dict(algorithm="wrap"),
     dict(algorithm="wrap", max_sequences_per_bin=2),
     dict(algorithm="first_fit", num_bins=2, shuffle_strategy="length"),
-    dict(algorithm="best_fit", num_bins=2, shuffle_strategy="random", shuffle_seed=3),
 ]
 
 
@@ -109,6 +108,70 @@ def test_packing(knobs: dict[str, object]) -> None:
         # sibling stays binned; we move it to the last-emitted sibling. All else equal.
         a, b = _unflag(a), _unflag(b)
     assert a == b
+
+
+RANDOM_CASES = [
+    dict(algorithm="best_fit", num_bins=2, shuffle_strategy="random", shuffle_seed=3),
+    dict(algorithm="first_fit", num_bins=1, shuffle_strategy="random"),
+    dict(algorithm="wrap", shuffle_strategy="random", shuffle_seed=8),
+]
+
+
+def _random_stream():  # type: ignore[no-untyped-def]
+    recs = fanned([0, 1], 4, 5, every=4)
+    recs.insert(3, rec(0, 0, 99, n_tokens=30))
+    return recs
+
+
+@pytest.mark.parametrize("knobs", RANDOM_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
+def test_random_packing_of_lane_pure_pushes_matches_zephon(knobs: dict[str, object]) -> None:
+    """Lane-pure micro-batches (all but the engine's end-of-stream one) shuffle exactly as zephon."""
+    recs = _random_stream()
+    pushes = [chunk for lane in (0, 1) for chunk in split([r for r in recs if r.meta.lane_id == lane], [4, 9])]
+    a, b = both(PackSequences(10, **knobs), ZPack(10, **knobs), pushes)
+    if a != b and knobs["algorithm"] != "wrap":
+        a, b = _unflag(a), _unflag(b)  # docs/divergences.md row 1, as in test_packing
+    assert a == b
+
+
+@pytest.mark.parametrize("knobs", RANDOM_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
+def test_random_packing_of_a_mixed_push_is_per_lane_where_zephon_mixes_lanes(knobs: dict[str, object]) -> None:
+    """Divergence (docs/divergences.md, Operators (session 7)): one push holding two lanes.
+
+    zephon_ref gives each lane exactly the packs it gets when pushed alone; zephon seeds one
+    shuffle from the whole push, so a lane's packs depend on the other lane's records.
+    """
+    recs = _random_stream()
+    alone = {lane: per_lane(run(PackSequences(10, **knobs), [[r for r in recs if r.meta.lane_id == lane]]))[lane]
+             for lane in (0, 1)}
+    assert per_lane(run(PackSequences(10, **knobs), [recs])) == alone
+    z_alone = {lane: per_lane(run(ZPack(10, **knobs), to_zephon_all([[r for r in recs if r.meta.lane_id == lane]])))
+               [lane] for lane in (0, 1)}
+    assert per_lane(run(ZPack(10, **knobs), to_zephon_all([recs]))) != z_alone, (
+        "zephon no longer mixes lanes in its random packing shuffle: drop the divergence row")
+
+
+def test_zephon_random_packing_resume_fails_on_the_minimal_config() -> None:
+    """The divergence row's minimal config: zephon's own resume breaks, zephon_ref's holds
+    (tests/elastic/test_lane_aware_ops.py checks every cut of ours)."""
+    import warnings
+
+    from properties.pipelines import RANDOM_PACK_MINIMAL, build_pipeline, item_view
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = build_pipeline("zephon", RANDOM_PACK_MINIMAL)
+        cks, items = [p.checkpoint()], []
+        for x in p:
+            items.append(item_view(x))
+            cks.append(p.checkpoint())
+        failing = []
+        for i, ck in enumerate(cks):
+            q = build_pipeline("zephon", RANDOM_PACK_MINIMAL)
+            q.restore(ck)
+            if [item_view(x) for x in q] != items[i:]:
+                failing.append(i)
+    assert failing, "zephon's random-packing resume now holds on the minimal config: update the divergence row"
 
 
 def _unflag(lanes):  # type: ignore[no-untyped-def]

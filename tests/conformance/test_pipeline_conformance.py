@@ -108,3 +108,21 @@ def test_global_steps_match_zephon_under_the_same_topology(c: int, d: int, mappi
             got = [item_view(x) for x in build_pipeline("zephon_ref", cfg)]
         assert got == want, f"rank {rank} of {d}: delivered sequence differs from zephon's"
         assert len(got) >= 3, "the config must deliver several items per rank"
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit", "best_fit", "wrap"])
+def test_random_packing_on_one_lane_matches_zephon(algorithm: str) -> None:
+    """With one lane every micro-batch is lane-pure, so shuffle_strategy="random" equals zephon's.
+
+    With several lanes zephon seeds the end-of-stream shuffle from every lane's records; that
+    comparison is replaced by the divergence row (docs/divergences.md, Operators (session 7)) and
+    tests/elastic/test_lane_aware_ops.py.
+    """
+    knobs = {"max_length": 64 if algorithm == "wrap" else 256, "algorithm": algorithm,
+             "shuffle_strategy": "random", "shuffle_seed": 5}
+    if algorithm != "wrap":
+        knobs["num_bins"] = 3
+    for k in (None, 2):
+        check(PipelineConfig([("pack_sequences", knobs), ("batch", {"microbatch_size": 2})], layout=LAYOUT,
+                             source_kwargs={"chunk_size": 7, "seed": 3},
+                             options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": k}))

@@ -5,7 +5,9 @@
 * reset: ``flush(reset=True, lane_id=L)`` leaves lane L like a fresh accumulator
   and does not touch other lanes;
 * split independence: outputs do not depend on how the input is cut into
-  ``push_many`` calls (streaming shuffle, packers without shuffle_strategy, batch).
+  ``push_many`` calls (streaming shuffle, packers without shuffle_strategy, batch);
+* lane isolation: a lane's output from pushes mixing lanes equals its output from
+  the same pushes restricted to that lane (every operator with per-record state).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from zephon_ref.ops import (
     Tokenize,
 )
 from zephon_ref.ops.base import BaseOp
+from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.types import SampleBatch, SampleRecord
 
 SETTINGS = settings(max_examples=40, deadline=None, database=None)
@@ -148,3 +151,33 @@ def test_output_does_not_depend_on_push_boundaries(
     whole = run(OPS[name](), [recs])
     pieces = run(OPS[name](), split(recs, cuts))
     assert _key(whole) == _key(pieces)
+
+
+def _hold(state: list[SampleRecord], recs: list[SampleRecord]) -> tuple[list[SampleRecord], list[Any]]:
+    return state + recs, []
+
+
+LANE_OPS: dict[str, Callable[[], BaseOp]] = {
+    **OPS,
+    "first_fit_random": lambda: PackSequences(10, num_bins=2, shuffle_strategy="random", shuffle_seed=7),
+    "best_fit_random": lambda: PackSequences(10, num_bins=3, algorithm="best_fit", shuffle_strategy="random"),
+    "wrap_random": lambda: PackSequences(10, algorithm="wrap", shuffle_strategy="random"),
+    "first_fit_length": lambda: PackSequences(10, num_bins=2, shuffle_strategy="length"),
+    "shuffle_block_warmup": lambda: Shuffle(6, seed=2, algorithm="block_warmup"),
+    "batch_drop": lambda: Batch(2),
+    "stateful": lambda: StatefulTransform("hold", init_state=list, push=_hold, flush=lambda s: s[::-1],
+                                          should_flush=lambda s: len(s) >= 3, preserves_cursor_order=False),
+}
+
+
+@SETTINGS
+@given(streams(), st.lists(st.integers(0, 60), max_size=4), st.sampled_from(sorted(LANE_OPS)))
+def test_a_lane_gets_what_it_would_get_alone(recs: list[SampleRecord], cuts: list[int], name: str) -> None:
+    """Seed 002: an operator holding per-record state is lane-aware.  Each lane's output from
+    pushes that mix lanes equals its output from the same pushes restricted to that lane."""
+    recs = _prep(name, recs)
+    pushes = split(recs, cuts)
+    mixed = _flat(run(LANE_OPS[name](), pushes))
+    for lane in sorted({r.meta.lane_id for r in recs}):
+        alone = run(LANE_OPS[name](), [[r for r in p if r.meta.lane_id == lane] for p in pushes])
+        assert _key([r for r in mixed if r.meta.lane_id == lane]) == _key(alone), f"{name}: lane {lane}"

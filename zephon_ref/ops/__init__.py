@@ -10,7 +10,6 @@ from zephon_ref.ops.base import (
     ReadyBatch,
     SourceExhaustion,
     StageInfo,
-    drive,
 )
 from zephon_ref.ops.batch import Batch, BatchAccumulator
 from zephon_ref.ops.ensure_mixture import EnsureMixture, MixtureAccumulator
@@ -43,5 +42,4 @@ __all__ = [
     "StageInfo",
     "StreamingShuffleAccumulator",
     "Tokenize",
-    "drive",
 ]

@@ -21,15 +21,14 @@ Invariants kept by every accumulator in this package:
   depends only on the pushed records and the constructor's knobs.
 
 What may not live here: any particular operator's algorithm, engine state,
-threads or I/O.  :func:`drive` is a tiny serial driver for tests and the
-simulator; the real runner (ordering, sentinels, stalls) belongs to the engine.
+threads or I/O; the runner (ordering, sentinels, stalls) belongs to the engine.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -46,8 +45,10 @@ __all__ = [
     "SourceExhaustion",
     "StageInfo",
     "check_bool",
+    "check_choice",
     "check_int",
-    "drive",
+    "check_parallelism",
+    "check_placement",
     "lane_of",
 ]
 
@@ -80,9 +81,27 @@ def check_bool(name: str, value: Any) -> None:
         raise ConfigTypeError(expected(name, "a bool", value))
 
 
+def check_parallelism(value: Any) -> None:
+    """``parallelism``: None (the operator's default) or an int >= 1; 0 is not "default"."""
+    check_int("parallelism", value, minimum=1, allow_none=True)
+
+
+def check_placement(value: Any) -> None:
+    """``placement``: a planner hint ("auto", "local" or a runner tag), so any non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise ConfigTypeError(expected("placement", "a non-empty str ('auto', 'local' or a runner tag)", value))
+
+
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(expected(name, "one of " + ", ".join(repr(c) for c in choices), value))
+    # Compare by type first: ``value in choices`` would call an arbitrary ``__eq__``
+    # (a numpy array compares elementwise and then refuses to be a bool).
+    for c in choices:
+        if value is c or (type(value) is type(c) and value == c):
+            return
+    want = "one of " + ", ".join(repr(c) for c in choices)
+    if value is None or isinstance(value, str):
+        raise ConfigError(expected(name, want, value))
+    raise ConfigTypeError(expected(name, want, value))
 
 
 # ----------------------------------------------------------------------------
@@ -149,6 +168,12 @@ class SourceExhaustion:
 
 def lane_of(elem: Any) -> int:
     """Lane of a record, a batch (its first record) or an engine tuple ``(_, lane, ...)``."""
+    kind = type(elem)  # exact types first: this runs for every element of every push
+    if kind is SampleRecord:
+        lane: int = elem.meta.lane_id
+        return lane
+    if kind is tuple:
+        return int(elem[1])
     if isinstance(elem, SampleRecord):
         return elem.meta.lane_id
     if isinstance(elem, SampleBatch):
@@ -291,37 +316,3 @@ class BaseOp(ABC):
 
     def validation_samples(self) -> list[SampleRecord] | None:
         return None
-
-
-@dataclass(slots=True)
-class _Driven:
-    out: list[Any] = field(default_factory=list)
-
-
-def drive(
-    op: BaseOp,
-    pushes: Iterable[Sequence[Any]],
-    *,
-    acc: Accumulator[Any] | None = None,
-    flush: bool = True,
-    ctx: dict[str, Any] | None = None,
-    on_push: Callable[[int, list[Any]], None] | None = None,
-) -> list[Any]:
-    """Serially push each micro-batch through ``op``'s accumulator and ``process_many``.
-
-    Returns every output element in order; with ``flush`` the final all-lane
-    flush is appended.  No sentinels, no stalls: that is the engine's job.
-    """
-    a = acc if acc is not None else op.accumulator(deterministic=True, ctx=ctx or {})
-    d = _Driven()
-    for i, batch in enumerate(pushes):
-        produced: list[Any] = []
-        for elems, _wait in a.push_many(list(batch)):
-            produced.extend(op.process_many(list(elems)))
-        if on_push is not None:
-            on_push(i, produced)
-        d.out.extend(produced)
-    if flush:
-        for elems, _wait in a.flush():
-            d.out.extend(op.process_many(list(elems)))
-    return d.out

@@ -28,10 +28,15 @@ from zephon_ref.ops.base import (
     OpTraits,
     check_bool,
     check_int,
+    check_parallelism,
+    check_placement,
 )
 from zephon_ref.types import SampleRecord
 
-__all__ = ["MapTransform"]
+__all__ = ["DEFAULT_PARALLELISM", "MapTransform"]
+
+#: zephon 0.2.0's worker count for map_transform(parallelism=None): an execution setting.
+DEFAULT_PARALLELISM = 4
 
 
 class MapTransform(BaseOp):
@@ -43,18 +48,20 @@ class MapTransform(BaseOp):
         *,
         drop_none: bool = True,
         max_batch: int = 64,
-        parallelism: int = 4,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
         if not callable(fn):
             raise ConfigTypeError(expected("fn", "a callable payload -> payload | None", fn))
         check_bool("drop_none", drop_none)
         check_int("max_batch", max_batch, minimum=1)
-        check_int("parallelism", parallelism, minimum=1)
+        check_placement(placement)
+        check_parallelism(parallelism)  # None: the default; 0 is refused, not read as "default"
         self.fn = fn
         self.drop_none = drop_none
         self.max_batch = max_batch
-        self.parallelism = parallelism
+        self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
 
     def traits(self) -> OpTraits:
         return OpTraits(

@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
@@ -52,15 +53,24 @@ from zephon_ref.ops.base import (
     check_bool,
     check_choice,
     check_int,
+    check_parallelism,
+    check_placement,
 )
 from zephon_ref.ops.shuffle import batch_seed
-from zephon_ref.types import TAG_PACKING_METADATA, ContributorRef, SampleCursorKey, SampleRecord
+from zephon_ref.types import (
+    TAG_CONTRIBUTORS,
+    TAG_PACKING_METADATA,
+    ContributorRef,
+    SampleCursorKey,
+    SampleRecord,
+)
 
 __all__ = [
     "TOKEN_FIELD_CANDIDATES",
     "PackSequences",
     "PackingAccumulator",
     "apportion_tokens",
+    "checked_length",
     "detect_token_field",
     "value_length",
 ]
@@ -75,6 +85,8 @@ def value_length(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise ConfigTypeError(expected(f"field {name!r}", "an int length or a sized sequence", value))
     if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(expected(f"field {name!r}", "a length >= 0 or a sized sequence", value))
         return value
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0:
@@ -83,6 +95,22 @@ def value_length(value: Any, name: str) -> int:
         return len(value)
     except TypeError as exc:
         raise ConfigTypeError(expected(f"field {name!r}", "an int length or a sized sequence", value)) from exc
+
+
+def checked_length(value: Any, rec: SampleRecord) -> int:
+    """What ``length_fn(rec)`` returned, if it is a token count: an int >= 0.
+
+    A user callback can only be checked when it runs, so this is the one argument of
+    ``pack_sequences`` refused at iteration; the error names it and the record.  Floats
+    and bools are refused (zephon 0.2.0 packs 2.5 or True as a length; a negative length
+    would let a bin take more than ``max_length`` tokens).  numpy integers are ints.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigTypeError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
+    n = int(value)
+    if n < 0:
+        raise ConfigError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
+    return n
 
 
 def _has_length(value: Any) -> bool:
@@ -215,7 +243,13 @@ class PackingAccumulator(Accumulator[SampleRecord]):
 
     def _length(self, rec: SampleRecord) -> int:
         if self.length_fn is not None:
-            return int(self.length_fn(rec))
+            return checked_length(self.length_fn(rec), rec)
+        payload = rec.payload
+        if type(payload) is dict:
+            # fast path, same answer as below: "auto" picks input_ids first whenever it has a length
+            value = payload.get("input_ids" if self.tokens_field == "auto" else self.tokens_field)
+            if type(value) is list:
+                return len(value)
         name = resolve_token_field(rec.payload, self.tokens_field)
         return value_length(rec.payload[name], name)
 
@@ -241,7 +275,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             return []
         order: list[SampleRecord] = list(elems)
         if self.shuffle_strategy == "random":
-            Random(batch_seed(self.shuffle_seed, order)).shuffle(order)
+            order = self._shuffled_per_lane(order)
         elif self.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
         out: list[SampleRecord] = []
@@ -252,6 +286,29 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             else:
                 out.extend(self._push_fit(st, rec))
         return [([r], 0) for r in out]
+
+    def _shuffled_per_lane(self, elems: list[SampleRecord]) -> list[SampleRecord]:
+        """``shuffle_strategy="random"``: permute each lane's records of this push on its own.
+
+        Each lane's sub-sequence is shuffled with ``Random(batch_seed(shuffle_seed,
+        lane_records))``, so a lane's order depends only on its own records in the
+        micro-batch, never on which other lanes share it (seed 002: per-record state
+        must be lane-aware).  A lane-pure micro-batch (every batch but the end-of-stream
+        one, where upstream flushes all lanes into one push) is shuffled exactly as
+        zephon 0.2.0 does; zephon seeds one shuffle from the whole mixed batch, so there a
+        lane's packs depend on the topology (docs/divergences.md, "Operators (session 7)").
+        Lanes are taken in ascending id; bins are per lane, so that order only decides
+        how lanes interleave in this push's output.
+        """
+        by_lane: dict[int, list[SampleRecord]] = {}
+        for rec in elems:
+            by_lane.setdefault(rec.meta.lane_id, []).append(rec)
+        out: list[SampleRecord] = []
+        for lane in sorted(by_lane):
+            recs = by_lane[lane]
+            Random(batch_seed(self.shuffle_seed, recs)).shuffle(recs)
+            out.extend(recs)
+        return out
 
     def _full(self, b: _Bin) -> bool:
         return b.remaining < self.min_sequence_length or (
@@ -276,14 +333,17 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     keep.append(t)
             return keep
         lane = rec.meta.lane_id
-        for ref in rec.meta.contributors:
+        for ref in rec.meta.tags.get(TAG_CONTRIBUTORS) or ():
             tal = st.tally.setdefault(ref.cursor.base_offset, [0, 0])
             tal[0] += 1
             tal[1] = tal[1] or int(ref.is_last_child)
         seg = _Segment(rec, 0, n, n, is_last=True)
         chosen: _Bin | None = None
         if self.algorithm == "first_fit":
-            chosen = next((b for b in st.bins if b.remaining >= n), None)
+            for b in st.bins:
+                if b.remaining >= n:
+                    chosen = b
+                    break
         else:
             for b in st.bins:
                 if b.remaining >= n and (chosen is None or b.remaining < chosen.remaining):
@@ -370,19 +430,24 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         refs: list[ContributorRef] = []
         samples: dict[int, int] = {}
         tokens: dict[int, int] = {}
+        wrap = self.algorithm == "wrap"
         for seg in segments:
             rec = seg.record
-            if self.algorithm != "wrap" and rec.meta.contributors:
+            m = rec.meta
+            explicit = m.tags.get(TAG_CONTRIBUTORS)
+            if not explicit:  # 1:1 record: its own cursor, closing with its last slice
+                refs.append(ContributorRef(m.cursor, seg.is_last))
+            elif not wrap:
                 refs.extend(self._close_refs(st, rec))
             else:
-                for ref in rec.meta.contribution_refs():
+                for ref in m.contribution_refs():
                     refs.append(ContributorRef(ref.cursor, ref.is_last_child and seg.is_last))
             if seg.is_last:
-                for cid, cnt in rec.meta.component_sample_counts.items():
+                for cid, cnt in m.component_sample_counts.items():
                     samples[cid] = samples.get(cid, 0) + cnt
-            targets = rec.meta.component_token_counts
+            targets = m.component_token_counts
             if targets is None:
-                counts = rec.meta.component_sample_counts
+                counts = m.component_sample_counts
                 if len(counts) == 1:  # the common case: apportion_tokens gives it everything
                     ((only, w),) = counts.items()
                     targets = {only: seg.seq_len} if w > 0 and seg.seq_len > 0 else {}
@@ -418,7 +483,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                 }
             },
         )
-        entries = [self._entry(s) for s in segments]
+        entries = [s.record.payload if not s.is_slice else self._entry(s) for s in segments]
         payload = self.pack_payloads(entries) if self.pack_payloads is not None else entries
         return SampleRecord(meta, {"packed_samples": payload})
 
@@ -481,8 +546,16 @@ class PackSequences(BaseOp):
         flush_strategy: str = "fifo",
         pack_payloads: str | Callable[[list[Any]], Any] = "keep_list",
         homogeneity: str = "none",
+        candidate_pool_size: int | None = None,
+        max_candidate_age: int | None = None,
+        groups: Any = None,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
+        # execution settings: validated here, never stored, so they cannot reach the data path
+        check_placement(placement)
+        check_parallelism(parallelism)
         check_int("max_length", max_length, minimum=1)
         check_int("max_sequences_per_bin", max_sequences_per_bin, minimum=1, allow_none=True)
         check_int("min_sequence_length", min_sequence_length, minimum=0)
@@ -511,15 +584,22 @@ class PackSequences(BaseOp):
             if slicing and drop_oversized:
                 raise ConfigError(expected("drop_oversized", "False or None for algorithm='wrap' (it splits)", True))
         check_choice("shuffle_strategy", shuffle_strategy, (None, "random", "length"))
-        check_int("shuffle_seed", shuffle_seed, allow_none=True)
+        check_int("shuffle_seed", shuffle_seed, minimum=0, allow_none=True)
         check_choice("flush_strategy", flush_strategy, ("fifo", "fullest"))
         check_choice("homogeneity", homogeneity, ("none",))
-        if pack_payloads == "keep_list":
+        # zephon's best_fit_wrap and homogeneity="group" knobs: those modes are refused above
+        for knob, value in (("candidate_pool_size", candidate_pool_size), ("max_candidate_age", max_candidate_age),
+                            ("groups", groups)):
+            if value is not None:
+                raise ConfigError(expected(knob, "None (its mode, best_fit_wrap or homogeneity='group', "
+                                           "is not in zephon_ref yet)", value))
+        if isinstance(pack_payloads, str) and pack_payloads == "keep_list":
             self._pack_payloads: Callable[[list[Any]], Any] | None = None
         elif callable(pack_payloads):
             self._pack_payloads = pack_payloads
         else:
-            raise ConfigError(expected("pack_payloads", "'keep_list' or a callable", pack_payloads))
+            err = ConfigError if isinstance(pack_payloads, str) else ConfigTypeError
+            raise err(expected("pack_payloads", "'keep_list' or a callable", pack_payloads))
         self.max_length = max_length
         self.num_bins = num_bins
         self.max_sequences_per_bin = max_sequences_per_bin

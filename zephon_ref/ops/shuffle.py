@@ -52,9 +52,11 @@ from zephon_ref.ops.base import (
     ReadyBatch,
     check_choice,
     check_int,
+    check_parallelism,
+    check_placement,
     lane_of,
 )
-from zephon_ref.types import ContributorRef, SampleMeta, SampleRecord
+from zephon_ref.types import TAG_CONTRIBUTORS, ContributorRef, SampleMeta, SampleRecord
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
@@ -63,6 +65,7 @@ __all__ = [
     "Shuffle",
     "StreamingShuffleAccumulator",
     "batch_seed",
+    "check_growth",
     "cursor_salt",
     "int_tuple_hash",
     "move_closers_to_last",
@@ -157,6 +160,19 @@ def warmup_window(buffer_size: int) -> int:
     return 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
 
 
+def check_growth(growth: Any) -> float:
+    """``warmup_growth``: a finite int or float > 1.0 (inf and nan have no block size)."""
+    if isinstance(growth, bool) or not isinstance(growth, (int, float)):
+        raise ConfigTypeError(expected("warmup_growth", "a finite number > 1.0", growth))
+    try:
+        value = float(growth)
+    except OverflowError:  # an int beyond the float range
+        value = math.inf
+    if not (value > 1.0 and math.isfinite(value)):
+        raise ConfigError(expected("warmup_growth", "a finite number > 1.0", growth))
+    return value
+
+
 # ----------------------------------------------------------------------------
 # closer bookkeeping
 # ----------------------------------------------------------------------------
@@ -208,7 +224,7 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
 
     def __init__(self, buffer_size: int, seed: int = 0) -> None:
         check_int("buffer_size", buffer_size, minimum=1)
-        check_int("seed", seed)
+        check_int("seed", seed, minimum=0)
         self.buffer_size = buffer_size
         self.seed = seed
         self.warmup = warmup_window(buffer_size)
@@ -227,9 +243,12 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
 
     def push_many(self, elems: Sequence[SampleRecord]) -> list[ReadyBatch[SampleRecord]]:
         out: list[SampleRecord] = []
+        lanes = self._lanes
         for rec in elems:
-            lane = lane_of(rec)
-            st = self._lanes.setdefault(lane, _StreamingLane())
+            lane = rec.meta.lane_id if type(rec) is SampleRecord else lane_of(rec)
+            st = lanes.get(lane)
+            if st is None:
+                st = lanes[lane] = _StreamingLane()
             self._register(st, rec)
             st.reservoir.append(rec)
             size = len(st.reservoir)
@@ -258,28 +277,44 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
 
     @staticmethod
     def _register(st: _StreamingLane, rec: SampleRecord) -> None:
-        for ref in rec.meta.contributors:
-            t = st.tallies.setdefault(ref.cursor.base_offset, _OffsetTally())
-            t.buffered += 1
-            t.closer_seen = t.closer_seen or ref.is_last_child
+        refs = rec.meta.tags.get(TAG_CONTRIBUTORS)
+        if not refs:
+            return
+        tallies = st.tallies
+        for ref in refs:
+            c = ref.cursor
+            key = (c.chunk_id, c.chunk_offset)
+            t = tallies.get(key)
+            if t is None:
+                tallies[key] = _OffsetTally(1, ref.is_last_child)
+            else:
+                t.buffered += 1
+                t.closer_seen = t.closer_seen or ref.is_last_child
 
     @staticmethod
     def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:
         refs = rec.meta.contributors
         if not refs:
             return rec
+        tallies = st.tallies
+        changed = False
         new: list[ContributorRef] = []
         for ref in refs:
-            key = ref.cursor.base_offset
-            t = st.tallies[key]
+            c = ref.cursor
+            key = (c.chunk_id, c.chunk_offset)
+            t = tallies[key]
             t.buffered -= 1
-            new.append(ContributorRef(ref.cursor, t.closer_seen and t.buffered == 0))
+            closes = t.closer_seen and t.buffered == 0
             if t.buffered == 0:
-                del st.tallies[key]
-        new_t = tuple(new)
-        if new_t == refs:
+                del tallies[key]
+            if closes != ref.is_last_child:
+                changed = True
+                new.append(ContributorRef(c, closes))
+            else:
+                new.append(ref)
+        if not changed:
             return rec
-        return SampleRecord(rec.meta.with_contributors(new_t), rec.payload)
+        return SampleRecord(rec.meta.with_contributors(tuple(new)), rec.payload)
 
 
 def _swap_pop(buf: list[SampleRecord], idx: int) -> SampleRecord:
@@ -295,10 +330,8 @@ class BlockWarmupAccumulator(Accumulator[SampleRecord]):
 
     def __init__(self, buffer_size: int, *, growth: float = 1.5) -> None:
         check_int("buffer_size", buffer_size, minimum=1)
-        if not isinstance(growth, (int, float)) or isinstance(growth, bool) or not growth > 1.0:
-            raise ConfigError(expected("warmup_growth", "a number > 1.0", growth))
+        self.growth = check_growth(growth)
         self.buffer_size = buffer_size
-        self.growth = float(growth)
         self.initial = min(buffer_size, max(1, warmup_window(buffer_size)))
         self._buffers: dict[int, list[SampleRecord]] = {}
         self._targets: dict[int, int] = {}
@@ -318,7 +351,10 @@ class BlockWarmupAccumulator(Accumulator[SampleRecord]):
             if len(buf) >= target:
                 ready.append((buf, 0))
                 self._buffers[lane] = []
-                grown = math.ceil(target * self.growth)
+                # Compare before rounding: target * growth overflows ceil() for a huge
+                # (finite) growth, and any product >= buffer_size caps at buffer_size anyway.
+                scaled = target * self.growth
+                grown = self.buffer_size if scaled >= self.buffer_size else math.ceil(scaled)
                 self._targets[lane] = min(self.buffer_size, max(target + 1, grown))
         return ready
 
@@ -343,21 +379,22 @@ class Shuffle(BaseOp):
         seed: int = 0,
         algorithm: str = "streaming",
         warmup_growth: float = 1.5,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
+        # execution settings: validated here, never stored, so they cannot reach the data path
+        check_placement(placement)
+        check_parallelism(parallelism)
         if buffer_size is None:
             buffer_size = DEFAULT_BUFFER_SIZE
         check_int("buffer_size", buffer_size, minimum=1)
-        check_int("seed", seed)
+        check_int("seed", seed, minimum=0)
         check_choice("algorithm", algorithm, ALGORITHMS)
-        if isinstance(warmup_growth, bool) or not isinstance(warmup_growth, (int, float)):
-            raise ConfigTypeError(expected("warmup_growth", "a number > 1.0", warmup_growth))
-        if not warmup_growth > 1.0:
-            raise ConfigError(expected("warmup_growth", "a number > 1.0", warmup_growth))
+        self.warmup_growth = check_growth(warmup_growth)
         self.buffer_size = buffer_size
         self.seed = seed
         self.algorithm = algorithm
-        self.warmup_growth = float(warmup_growth)
 
     def traits(self) -> OpTraits:
         return OpTraits(

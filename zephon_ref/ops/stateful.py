@@ -15,14 +15,39 @@ As in zephon, a record the user drops here needs a tombstone the user emits
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from zephon_ref.errors import ConfigTypeError, expected
-from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits, ReadyBatch, lane_of
+from zephon_ref.ops.base import (
+    Accumulator,
+    BaseOp,
+    OpTraits,
+    ReadyBatch,
+    check_bool,
+    check_int,
+    check_placement,
+    lane_of,
+)
 from zephon_ref.types import SampleRecord
 
-__all__ = ["StatefulTransform", "StatefulTransformAccumulator"]
+__all__ = ["StatefulTransform", "StatefulTransformAccumulator", "checked_records"]
+
+
+def checked_records(what: str, value: Any) -> list[SampleRecord]:
+    """A user callback's output as a list of records, or a typed error naming the callback.
+
+    ``push``, ``flush`` and ``transform`` can only be checked when they run; a result
+    that is not an iterable of SampleRecords (None, a str, an int, payload dicts) would
+    otherwise fail untyped somewhere downstream.
+    """
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigTypeError(expected(what, "a list of SampleRecords", value))
+    out = list(value)
+    for item in out:
+        if not isinstance(item, SampleRecord):
+            raise ConfigTypeError(expected(f"each element of {what}", "a SampleRecord", item))
+    return out
 
 
 class StatefulTransformAccumulator(Accumulator[SampleRecord]):
@@ -57,9 +82,10 @@ class StatefulTransformAccumulator(Accumulator[SampleRecord]):
                 raise ConfigTypeError(expected("stateful_transform push() result", "(new_state, outputs)", result))
             state, outputs = result
             self._states[lane] = state
-            self._emit(list(outputs), ready)
+            self._emit(checked_records("stateful_transform push() outputs", outputs), ready)
             if self._should_flush is not None and self._should_flush(state):
-                self._emit(list(self._flush(state)) if self._flush else [], ready)
+                if self._flush is not None:
+                    self._emit(checked_records("stateful_transform flush() result", self._flush(state)), ready)
                 del self._states[lane]
         return ready
 
@@ -71,7 +97,7 @@ class StatefulTransformAccumulator(Accumulator[SampleRecord]):
                 continue
             state = self._states.pop(lane)
             if self._flush is not None:
-                self._emit(list(self._flush(state)), ready)
+                self._emit(checked_records("stateful_transform flush() result", self._flush(state)), ready)
         return ready
 
 
@@ -80,8 +106,15 @@ class StatefulTransform(BaseOp):
                  flush: Callable[[Any], list[SampleRecord]] | None = None,
                  should_flush: Callable[[Any], bool] | None = None,
                  transform: Callable[[list[SampleRecord]], list[SampleRecord]] | None = None,
-                 parallelism: int = 1, indexable: bool = False, preserves_cursor_order: bool = True) -> None:
+                 placement: str = "auto", parallelism: int = 1, indexable: bool = False,
+                 preserves_cursor_order: bool = True) -> None:
         super().__init__()
+        if not isinstance(name, str) or not name:
+            raise ConfigTypeError(expected("name", "a non-empty str", name))
+        check_placement(placement)
+        check_int("parallelism", parallelism, minimum=1)
+        check_bool("indexable", indexable)
+        check_bool("preserves_cursor_order", preserves_cursor_order)
         for arg, fn in (("init_state", init_state), ("push", push)):
             if not callable(fn):
                 raise ConfigTypeError(expected(arg, "a callable", fn))
@@ -102,4 +135,6 @@ class StatefulTransform(BaseOp):
         return StatefulTransformAccumulator(self.init_state, self.push, self.flush_fn, self.should_flush)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
-        return list(self.transform(list(elems))) if self.transform else list(elems)
+        if self.transform is None:
+            return list(elems)
+        return checked_records("stateful_transform transform() result", self.transform(list(elems)))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -44,6 +44,8 @@ from zephon_ref.ops.base import (
     check_bool,
     check_choice,
     check_int,
+    check_parallelism,
+    check_placement,
 )
 from zephon_ref.types import SampleRecord
 
@@ -53,24 +55,46 @@ SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 MISSING_FIELD_MODES = ("error", "empty")
 
 
+#: Most distinct words a HashTokenizer remembers; past it, new words are hashed every time.
+WORD_CACHE_LIMIT = 1 << 18
+
+
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
-    """Deterministic, download-free tokenizer with the HF call convention."""
+    """Deterministic, download-free tokenizer with the HF call convention.
+
+    ``encode`` memoises word -> id (a pure function, so the cache never changes an
+    id; it is bounded by :data:`WORD_CACHE_LIMIT` and excluded from equality).
+    """
 
     vocab_size: int = 32000
     offset: int = 3
     pad_token_id: int = 0
     bos_token_id: int = 1
     eos_token_id: int = 2
+    _ids: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, minimum=1)
         check_int("offset", self.offset, minimum=0)
 
+    def word_id(self, word: str) -> int:
+        return zlib.crc32(word.encode("utf-8")) % self.vocab_size + self.offset
+
     def encode(self, text: str) -> list[int]:
-        return [
-            zlib.crc32(w.encode("utf-8")) % self.vocab_size + self.offset for w in text.split()
-        ]
+        words = text.split()
+        ids = self._ids
+        try:
+            return list(map(ids.__getitem__, words))
+        except KeyError:
+            pass
+        # learn this text's new words (distinct, in order of appearance), then map again
+        for w in dict.fromkeys(words):
+            if w not in ids:
+                if len(ids) >= WORD_CACHE_LIMIT:
+                    return [ids[w] if w in ids else self.word_id(w) for w in words]
+                ids[w] = self.word_id(w)
+        return list(map(ids.__getitem__, words))
 
     def __call__(
         self,
@@ -126,7 +150,10 @@ class Tokenize(BaseOp):
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         max_batch: int = 64,
-        parallelism: int = 1,
+        return_tensors: None = None,
+        use_fast: bool = True,
+        placement: str = "auto",
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
         if tokenizer is not None and not callable(tokenizer):
@@ -146,11 +173,18 @@ class Tokenize(BaseOp):
         check_int("bos_token_id", bos_token_id, minimum=0, allow_none=True)
         check_int("eos_token_id", eos_token_id, minimum=0, allow_none=True)
         check_int("max_batch", max_batch, minimum=1)
-        check_int("parallelism", parallelism, minimum=1)
-        if padding == "do_not_pad":
+        check_placement(placement)
+        check_parallelism(parallelism)
+        if return_tensors is not None:
+            raise ConfigError(expected("return_tensors", "None (zephon_ref emits lists; tensors are the torch "
+                                       "path's collate job)", return_tensors))
+        check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
+        # str checks before ==: an array or an odd object must not reach its own __eq__
+        if isinstance(padding, str) and padding == "do_not_pad":
             padding = False
-        if padding is not False and padding != "max_length":
-            raise ConfigError(
+        if not (padding is False or (isinstance(padding, str) and padding == "max_length")):
+            err = ConfigError if isinstance(padding, (bool, str)) else ConfigTypeError
+            raise err(
                 expected(
                     "padding",
                     "False or 'max_length' (padding to the batch longest depends on "
@@ -197,7 +231,7 @@ class Tokenize(BaseOp):
         self.preserve_upstream_payload = preserve_upstream_payload
         self.special_tokens = special_tokens
         self.max_batch = max_batch
-        self.parallelism = parallelism
+        self.parallelism = 1 if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
         self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
@@ -233,7 +267,7 @@ class Tokenize(BaseOp):
 
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         payload = rec.payload
-        if not isinstance(payload, Mapping):
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             return str(payload), {}
         if self.field in payload:
             text = payload[self.field]
@@ -248,7 +282,7 @@ class Tokenize(BaseOp):
                 )
             )
         base = dict(payload) if self.preserve_upstream_payload else {}
-        return str(text), base
+        return (text if type(text) is str else str(text)), base
 
     def _hf_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"add_special_tokens": not self._owns_specials}
@@ -266,7 +300,10 @@ class Tokenize(BaseOp):
         if not elems:
             return []
         texts_bases = [self._text_and_base(r) for r in elems]
-        enc = self.tokenizer([t for t, _ in texts_bases], **self._hf_kwargs())
+        texts = [t for t, _ in texts_bases]
+        if self._owns_specials and type(self.tokenizer) is HashTokenizer:
+            return self._process_builtin(elems, texts, [b for _, b in texts_bases])
+        enc = self.tokenizer(texts, **self._hf_kwargs())
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
         out: list[SampleRecord] = []
@@ -289,6 +326,46 @@ class Tokenize(BaseOp):
                     if mask is not None:
                         mask = mask + [0] * pad
             out.extend(self._emit(rec, texts_bases[i][1], ids, mask))
+        return out
+
+    def _process_builtin(self, elems: list[SampleRecord], texts: list[str],
+                         bases: list[dict[str, Any]]) -> list[SampleRecord]:
+        """The general path above, specialised to the built-in tokenizer when the op owns the specials.
+
+        Same output (tests/conformance/test_ops_conformance.py::test_tokenize runs both
+        this and zephon's operator): the tokenizer is asked for no specials, truncated
+        to the room left for them, bracketed with BOS/EOS, and every real token has mask 1;
+        here each list is built once instead of once per step.
+        """
+        tok = self.tokenizer
+        assert isinstance(tok, HashTokenizer)
+        limit = self._hf_kwargs().get("max_length") if self.truncation and not self.split_long_samples else None
+        pre = [] if self._bos is None else [self._bos]
+        post = [] if self._eos is None else [self._eos]
+        pad_to = (self.max_length if self.padding == "max_length" and not self.split_long_samples
+                  else None)
+        pad_id = self._pad_id() if pad_to is not None else 0
+        want_mask = self.add_attention_mask
+        simple = pad_to is None and not self.split_long_samples
+        out: list[SampleRecord] = []
+        for rec, text, base in zip(elems, texts, bases, strict=True):
+            words = tok.encode(text)
+            if limit is not None and len(words) > limit:
+                del words[limit:]
+            ids = [*pre, *words, *post] if (pre or post) else words
+            n = len(ids)
+            if simple:
+                payload = dict(base)
+                payload["input_ids"] = ids
+                if want_mask:
+                    payload["attention_mask"] = [1] * n
+                out.append(SampleRecord(rec.meta, payload))
+                continue
+            mask: list[int] | None = [1] * n
+            if pad_to is not None and pad_to > n:
+                ids = ids + [pad_id] * (pad_to - n)
+                mask = [1] * n + [0] * (pad_to - n)
+            out.extend(self._emit(rec, base, ids, mask))
         return out
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:

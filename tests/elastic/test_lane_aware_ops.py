@@ -1,0 +1,117 @@
+"""Every operator that holds per-record state is lane-aware (seed 002): a lane's stream is the
+one it would have alone, on every topology, and after a resume on another topology.
+
+The engine hands an operator lane-pure micro-batches while lanes run, but at the end of the
+stream every upstream operator flushes all its lanes into one micro-batch; with one lane per
+rank that batch holds one lane, with three lanes per rank it holds three.  An operator whose
+output for lane L depends on the rest of such a batch (zephon 0.2.0's
+``pack_sequences(shuffle_strategy="random")`` seeds one shuffle from the whole batch) gives L
+a different stream on 1 rank than on 3.  Each chain below runs with canonical_replicas=3 on
+every (dp_degree, workers) that divides the lanes, and per-lane streams must be identical.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+from properties.pipelines import RANDOM_PACK_MINIMAL, PipelineConfig, build_pipeline, item_view
+from properties.topology import lane_streams, merged_checkpoint, participants, run_lockstep
+from zephon_ref.checkpoint.codec import decode, encode
+from zephon_ref.types import SampleRecord
+
+LAYOUT = {"web": (23, 14), "code": (12,), "books": (7,)}
+RANDOM_PACK = ("pack_sequences", {"max_length": 256, "num_bins": 2, "shuffle_strategy": "random", "shuffle_seed": 4})
+
+
+def _hold_three(state: list[SampleRecord], recs: list[SampleRecord]) -> tuple[list[SampleRecord], list[Any]]:
+    """A push whose output depends on how records are grouped into pushes (per lane)."""
+    return state + recs, []
+
+
+def _reverse(state: list[SampleRecord]) -> list[SampleRecord]:
+    return state[::-1]
+
+
+STATEFUL = ("stateful_transform", {"name": "hold3", "init_state": list, "push": _hold_three, "flush": _reverse,
+                                   "should_flush": lambda s: len(s) >= 3, "preserves_cursor_order": False})
+
+CHAINS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "pack_random_first_fit": [RANDOM_PACK],
+    "pack_random_best_fit_batch": [("pack_sequences", {**RANDOM_PACK[1], "algorithm": "best_fit"}),
+                                   ("batch", {"microbatch_size": 2})],
+    "pack_random_wrap": [("pack_sequences", {"max_length": 64, "algorithm": "wrap", "shuffle_strategy": "random"})],
+    "pack_random_then_block_shuffle": [RANDOM_PACK, ("shuffle", {"buffer_size": 3, "seed": 1, "algorithm": "block"})],
+    "pack_length": [("pack_sequences", {"max_length": 256, "num_bins": 3, "shuffle_strategy": "length"})],
+    "shuffle_streaming": [("shuffle", {"buffer_size": 5, "seed": 3})],
+    "shuffle_block_warmup": [("shuffle", {"buffer_size": 9, "seed": 3, "algorithm": "block_warmup"}),
+                             ("batch", {"microbatch_size": 3, "drop_last": False})],
+    "stateful_transform": [STATEFUL, ("batch", {"microbatch_size": 2})],
+    "ensure_mixture": [("ensure_mixture", {"max_buffer_size": 6})],
+}
+TOPOLOGIES = [(1, 2), (1, 3), (3, 1)]  # (dp_degree, workers) against (1, 1)
+
+
+def cfg(chain: str, k: int | None) -> PipelineConfig:
+    return PipelineConfig(CHAINS[chain], layout=LAYOUT, source_kwargs={"chunk_size": 4, "seed": 11},
+                          options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": k})
+
+
+def streams(c: PipelineConfig, dp: int, workers: int) -> dict[int, list[Any]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        steps, _ = run_lockstep(participants(c, dp, workers))
+    return lane_streams(steps)
+
+
+@pytest.mark.parametrize("k", [None, 2])
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_per_lane_streams_do_not_depend_on_the_other_lanes(chain: str, k: int | None) -> None:
+    c = cfg(chain, k)
+    alone = streams(c, 1, 1)
+    assert sum(map(len, alone.values())) >= 6, "the config must deliver something per lane"
+    for dp, workers in TOPOLOGIES:
+        got = streams(c, dp, workers)
+        for lane in sorted(alone):
+            assert got.get(lane) == alone[lane], f"{chain}: lane {lane} differs at dp_degree={dp} workers={workers}"
+
+
+@pytest.mark.parametrize("before,after", [(1, 3), (3, 1)])
+def test_random_packing_resumed_on_another_topology_continues_every_lane(before: int, after: int) -> None:
+    c = cfg("pack_random_first_fit", None)  # no flush sentinels: every lane's leftovers meet at the end
+    want = streams(c, 1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = participants(c, before)
+        head, _ = run_lockstep(first, steps=3)
+        state = merged_checkpoint(first)
+        tail, _ = run_lockstep(participants(c, after, state=decode(encode(state))))
+    assert lane_streams(head + tail) == want
+
+
+def _resume_every_cut(c: PipelineConfig) -> int:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = build_pipeline("zephon_ref", c)
+        cks, items = [p.checkpoint()], []
+        for x in p:
+            items.append(item_view(x))
+            cks.append(p.checkpoint())
+        for i, ck in enumerate(cks):
+            q = build_pipeline("zephon_ref", c)
+            q.restore(decode(encode(ck)))
+            assert [item_view(x) for x in q] == items[i:], f"cut before item {i} of {len(items)}"
+    return len(items)
+
+
+def test_minimal_random_packing_config_resumes_at_every_cut() -> None:
+    """zephon 0.2.0 fails cuts 2-5 of this config (tests/conformance/test_ops_conformance.py)."""
+    assert _resume_every_cut(RANDOM_PACK_MINIMAL) >= 5
+
+
+def test_minimal_random_packing_config_is_the_same_on_one_and_two_ranks() -> None:
+    alone = streams(RANDOM_PACK_MINIMAL, 1, 1)
+    assert alone == streams(RANDOM_PACK_MINIMAL, 2, 1)
+    assert alone == streams(RANDOM_PACK_MINIMAL, 1, 2)

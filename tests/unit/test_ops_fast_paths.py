@@ -1,0 +1,57 @@
+"""The fast paths taken for speed give exactly the general paths' answers."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+
+from tests.unit.test_ops_helpers import rec, run
+from zephon_ref.ops import HashTokenizer, Tokenize
+from zephon_ref.ops import tokenize as tokenize_mod
+
+TEXTS = ["a b c d e f g", "", "hello world hello", "one two three four five six seven eight nine", "b a  c\tz"]
+
+
+def crc_ids(text: str, vocab: int = 32000, offset: int = 3) -> list[int]:
+    return [zlib.crc32(w.encode("utf-8")) % vocab + offset for w in text.split()]
+
+
+def test_hash_tokenizer_memo_gives_the_crc_ids_cold_warm_and_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = HashTokenizer()
+    assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]  # cold
+    assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]  # warm
+    monkeypatch.setattr(tokenize_mod, "WORD_CACHE_LIMIT", 3)
+    small = HashTokenizer(vocab_size=50, offset=7)
+    assert [small.encode(t) for t in TEXTS] == [crc_ids(t, 50, 7) for t in TEXTS]
+    assert len(small._ids) == 3
+    assert small == HashTokenizer(vocab_size=50, offset=7), "the memo is not part of equality"
+
+
+class _Delegate:
+    """Not a HashTokenizer, so Tokenize takes the general (HF call convention) path."""
+
+    def __init__(self) -> None:
+        self.inner = HashTokenizer()
+        self.pad_token_id, self.bos_token_id, self.eos_token_id = 0, 1, 2
+
+    def __call__(self, texts: Any, **kw: Any) -> Any:
+        return self.inner(texts, **kw)
+
+
+CASES: list[dict[str, Any]] = [
+    {}, {"special_tokens": "bos"}, {"special_tokens": "eos", "add_attention_mask": False},
+    {"special_tokens": "none"}, {"max_length": 4, "truncation": True}, {"max_length": 3, "split_long_samples": True},
+    {"max_length": 5, "split_long_samples": True, "padding": "max_length"}, {"max_length": 12, "padding": "max_length"},
+    {"preserve_upstream_payload": True}, {"special_tokens": "tokenizer_default", "max_length": 4, "truncation": True},
+    {"max_length": 6, "truncation": True, "padding": "max_length", "add_attention_mask": False},
+]
+
+
+@pytest.mark.parametrize("knobs", CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()) or "default")
+def test_builtin_tokenizer_path_equals_the_general_path(knobs: dict[str, Any]) -> None:
+    recs = [rec(0, 0, i, payload={"text": t, "k": i}) for i, t in enumerate(TEXTS)]
+    fast = run(Tokenize(HashTokenizer(), field="text", **knobs), [recs])
+    general = run(Tokenize(_Delegate(), field="text", **knobs), [recs])
+    assert [(r.meta, r.payload) for r in fast] == [(r.meta, r.payload) for r in general]
