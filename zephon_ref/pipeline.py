@@ -166,10 +166,10 @@ class Pipeline:
             raise ConfigTypeError(expected(f"{type(op).__name__}.traits()", "an OpTraits", traits))
         return self._add(name or type(op).__name__.lower(), op)
 
-    def map_transform(self, fn: Callable[[Any], Any], *, drop_none: bool = True, placement: str = "auto",
-                      parallelism: int | None = None) -> Pipeline:
+    def map_transform(self, transform_fn: Callable[[Any], Any], *, drop_none: bool = True,
+                      placement: str = "auto", parallelism: int | None = None) -> Pipeline:
         # None means the default; 0 or a negative count is refused (MapTransform), not read as "default"
-        return self._add("map_transform", MapTransform(fn, drop_none=drop_none, placement=placement,
+        return self._add("map_transform", MapTransform(transform_fn, drop_none=drop_none, placement=placement,
                                                        parallelism=parallelism))
 
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],

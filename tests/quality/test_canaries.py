@@ -81,7 +81,7 @@ def bounded_inflight_ok() -> bool:
     """A pipeline that drops a third of its records still evicts: inflight stays bounded."""
     try:
         p = build_pipeline("zephon_ref", PipelineConfig(
-            [("map_transform", {"fn": _drop_some}), ("shuffle", {"buffer_size": 3, "seed": 1})],
+            [("map_transform", {"transform_fn": _drop_some}), ("shuffle", {"buffer_size": 3, "seed": 1})],
             layout={"web": (40, 30), "code": (20,), "books": (10,)}, source_kwargs={"chunk_size": 3, "seed": 1},
             options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1}))
         peak = 0

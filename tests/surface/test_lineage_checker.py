@@ -58,9 +58,9 @@ CHAINS = {
                                     ("shuffle", {"buffer_size": 5, "seed": 4, "algorithm": "block"})],
     "wrap": [("pack_sequences", {"max_length": 64, "algorithm": "wrap"}),
              ("batch", {"microbatch_size": 2, "drop_last": False})],
-    "drops_then_pack": [("map_transform", {"fn": drop_every_fifth}),
+    "drops_then_pack": [("map_transform", {"transform_fn": drop_every_fifth}),
                         ("pack_sequences", {"max_length": 128, "num_bins": 2})],
-    "drops_monotone": [("map_transform", {"fn": drop_every_fifth})],
+    "drops_monotone": [("map_transform", {"transform_fn": drop_every_fifth})],
 }
 
 

@@ -1,5 +1,7 @@
 """Operators: the authoring kit and the built-in operators (one module each)."""
 
+# zephon exports the lineage helpers from zephon.ops; they live in zephon_ref.lineage
+from zephon_ref.lineage import pack_meta, spawn_child, tombstone_meta, tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
     BaseOp,
@@ -42,4 +44,8 @@ __all__ = [
     "StageInfo",
     "StreamingShuffleAccumulator",
     "Tokenize",
+    "pack_meta",
+    "spawn_child",
+    "tombstone_meta",
+    "tombstones_for_record",
 ]
