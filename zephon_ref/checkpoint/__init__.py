@@ -16,7 +16,9 @@ from zephon_ref.checkpoint.codec import decode, encode
 from zephon_ref.checkpoint.schema import Capture, Manifest, ShardEntry
 from zephon_ref.checkpoint.store import (
     CheckpointReader,
+    GcReport,
     LoadedCheckpoint,
+    gc,
     latest_complete_generation,
     list_generations,
     load,
@@ -30,11 +32,13 @@ from zephon_ref.checkpoint.store import (
 __all__ = [
     "Capture",
     "CheckpointReader",
+    "GcReport",
     "LoadedCheckpoint",
     "Manifest",
     "ShardEntry",
     "decode",
     "encode",
+    "gc",
     "latest_complete_generation",
     "list_generations",
     "load",
