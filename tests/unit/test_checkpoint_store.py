@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.storage import Fault, FaultyStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.cli import main as ckpt_main
 from zephon_ref.checkpoint.fabricate import fabricate_engine_state
@@ -23,12 +25,14 @@ from zephon_ref.checkpoint.schema import (
     manifest_file_name,
     sha256_hex,
 )
+from zephon_ref.checkpoint.storage import AFTER_LINK_OPS, PUBLISH_OPS
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
     CheckpointRefused,
     PublishConflict,
     StateFormatError,
+    StorageError,
     ZephonRefError,
 )
 
@@ -282,27 +286,19 @@ def test_publish_never_replaces(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("file_index", [0, 2, 4])
-@pytest.mark.parametrize("step", store.PUBLISH_STEPS)
+@pytest.mark.parametrize("step", PUBLISH_OPS)
 def test_failed_publish_at_every_step_keeps_previous_generation(
     tmp_path: Path, step: str, file_index: int
 ) -> None:
     s1, s2 = _state(20, canonical_replicas=3), _state(21, canonical_replicas=3)
     store.save(s1, tmp_path)
-    seen: list[Path] = []
-
-    def hook(name: str, path: Path) -> None:
-        if name == "opened":
-            seen.append(path)
-        if name == step and len(seen) == file_index + 1:
-            raise OSError(f"injected at {step}")
-
-    prev = store.set_publish_hook(hook)
-    try:
-        with pytest.raises(OSError, match="injected"):
-            store.save(s2, tmp_path)
-    finally:
-        store.set_publish_hook(prev)
-    is_manifest_done = file_index == 4 and step in ("linked", "unlinked", "dir-synced")
+    gen1_files = sorted(os.listdir(tmp_path))
+    faulty = FaultyStorage(faults=[Fault(step, errno.EIO, nth=file_index + 1)])
+    with pytest.raises(StorageError) as info:
+        store.save(s2, tmp_path, storage=faulty)
+    assert info.value.reason == "io-error" and info.value.op == step and faulty.injected == 1
+    assert isinstance(info.value, OSError) and "expected success" in str(info.value)
+    is_manifest_done = file_index == 4 and step in AFTER_LINK_OPS
     if is_manifest_done:
         # The manifest was linked before the failure: generation 2 exists and is whole,
         # but save() still raised, so the caller never saw success.
@@ -310,7 +306,9 @@ def test_failed_publish_at_every_step_keeps_previous_generation(
     else:
         assert store.list_generations(tmp_path) == [1]
         assert store.load(tmp_path) == s1
-        assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+        # Nothing left behind: no temp file, no orphan shard.
+        assert sorted(os.listdir(tmp_path)) == gen1_files
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
 
 
 def test_torn_generation_is_invisible_and_skipped_by_numbering(tmp_path: Path) -> None:
