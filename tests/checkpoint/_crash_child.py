@@ -2,6 +2,10 @@
 
 usage: _crash_child.py DIR step K SEED   -- save state(SEED), SIGKILL itself right after storage op K
        _crash_child.py DIR loop N SEED0  -- save state(SEED0), state(SEED0+1), ... N times
+       _crash_child.py DIR race N SEED0  -- wait for "go" on stdin, save N states, print
+                                           one JSON line [[generation, seed] or [error, seed], ...]
+With ZR_FAKE_PID set, os.getpid() returns it (two writers sharing a PID, as in
+two containers).
 The state is a real engine state (a 3-lane pipeline iterated a few items) that is
 a pure function of SEED, so the parent can rebuild exactly what was saved for any
 generation it finds.  Op K counts every operation the save performs through its
@@ -11,6 +15,7 @@ with a dry run).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -40,8 +45,27 @@ def state_for(seed: int, *, canonical_replicas: int = C) -> dict[str, Any]:
     return state
 
 
+def _race(directory: str, n: int, seed0: int) -> None:
+    states = [(seed0 + i, state_for(seed0 + i)) for i in range(n)]
+    print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    out: list[list[object]] = []
+    for seed, state in states:
+        try:
+            out.append([store.save(state, directory), seed])
+        except Exception as exc:  # reported to the parent, which counts and asserts
+            out.append([f"{type(exc).__name__}:{getattr(exc, 'reason', '')}", seed])
+    print(json.dumps(out), flush=True)
+
+
 def main() -> None:
     directory, mode, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    fake = os.environ.get("ZR_FAKE_PID")
+    if fake:
+        os.getpid = lambda: int(fake)
+    if mode == "race":
+        _race(directory, n, seed)
+        return
     if mode == "step":
         count = 0
 

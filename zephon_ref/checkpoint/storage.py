@@ -263,7 +263,13 @@ def ensure_dir(storage: Storage, directory: PathLike) -> None:
     root = Path(directory)
     try:
         created = storage.make_dirs(root)
-    except FileExistsError as exc:  # a file (or a dangling link) holds the name
+    except FileExistsError as exc:
+        # Something that is not a directory holds the name (a file, a symlink
+        # loop, a dangling link): listing it says which.
+        try:
+            storage.list(root)
+        except OSError as probe:
+            raise storage_error(probe, "make_dirs", root) from exc
         raise storage_error(OSError(_errno.ENOTDIR, os.strerror(_errno.ENOTDIR)), "make_dirs", root) from exc
     except OSError as exc:
         raise storage_error(exc, "make_dirs", root) from exc
