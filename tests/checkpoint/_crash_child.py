@@ -79,10 +79,11 @@ def main() -> None:
         store.save(state, directory, storage=FaultyStorage(after=after))
         print("completed", flush=True)
     else:
-        first = state_for(seed)  # warm the imports before the parent's clock starts
+        # Build the first states before the parent's clock starts, so the kill lands in saves.
+        ready = [state_for(seed + i) for i in range(min(n, 24))]
         print("ready", flush=True)
         for i in range(n):
-            store.save(first if i == 0 else state_for(seed + i), directory)
+            store.save(ready[i] if i < len(ready) else state_for(seed + i), directory)
 
 
 if __name__ == "__main__":
