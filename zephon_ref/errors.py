@@ -38,6 +38,7 @@ __all__ = [
     "StateMismatchError",
     "ZephonRefError",
     "LeaderFailed",
+    "StorageError",
     "expected",
 ]
 
@@ -147,6 +148,36 @@ class LeaderFailed(AggregationError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason="leader-failed")
+
+
+class StorageError(ZephonRefError, OSError):
+    """A storage operation failed in the operating system (a full disk, a read-only
+    filesystem, a path that is a file, a symlink loop, ...).
+
+    ``reason`` is a short stable code (``"disk-full"``, ``"read-only-fs"``,
+    ``"file-too-large"``, ``"not-a-directory"``, ``"is-a-directory"``,
+    ``"symlink-loop"``, ``"permission"``, ``"io-error"``, ``"temp-collision"``,
+    ``"os-error"``, ...); ``errno`` and ``filename`` are the failed call's, as on any
+    ``OSError``; ``op`` names the storage operation (``"create"``, ``"link"``, ...).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "os-error",
+        errno: int | None = None,
+        filename: str | None = None,
+        op: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.errno = errno
+        self.filename = filename
+        self.op = op
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def expected(what: str, expect: str, got: Any) -> str:

@@ -1,50 +1,89 @@
 """Child process for the kill campaign (run as a script, never imported by pytest).
 
-usage: _crash_child.py DIR step K SEED   -- save state(SEED), SIGKILL itself at publish step K
+usage: _crash_child.py DIR step K SEED   -- save state(SEED), SIGKILL itself right after storage op K
        _crash_child.py DIR loop N SEED0  -- save state(SEED0), state(SEED0+1), ... N times
-The fabricated state carries its own seed in ``work_config`` so the parent can
-rebuild exactly what was saved for any generation it finds.
+       _crash_child.py DIR race N SEED0  -- wait for "go" on stdin, save N states, print
+                                           one JSON line [[generation, seed] or [error, seed], ...]
+With ZR_FAKE_PID set, os.getpid() returns it (two writers sharing a PID, as in
+two containers).
+The state is a real engine state (a 3-lane pipeline iterated a few items) that is
+a pure function of SEED, so the parent can rebuild exactly what was saved for any
+generation it finds.  Op K counts every operation the save performs through its
+storage (sim.storage.FaultyStorage observes them; the parent counts the same ops
+with a dry run).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import random
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from properties.pipelines import PipelineConfig, build_pipeline
+from sim.storage import FaultyStorage
 from zephon_ref.checkpoint import store
-from zephon_ref.checkpoint.fabricate import fabricate_engine_state
 
 C = 3
 
 
-def state_for(seed: int) -> dict[str, Any]:
-    s = fabricate_engine_state(random.Random(seed), canonical_replicas=C, fingerprint="crash")
-    s["work_config"] = {"fab_seed": seed}
-    return s
+def state_for(seed: int, *, canonical_replicas: int = C) -> dict[str, Any]:
+    """A real engine state: source seed ``seed``, 1..5 items delivered, ``canonical_replicas`` lanes."""
+    cfg = PipelineConfig(
+        chain=[],
+        options={"runner": "inline", "canonical_replicas": canonical_replicas},
+        source_kwargs={"chunk_size": 8, "seed": seed},
+        corpus_seed=seed % 7,
+    )
+    p = build_pipeline("zephon_ref", cfg)
+    it = iter(p)
+    for _ in range(1 + seed % 5):
+        next(it)
+    state: dict[str, Any] = p.checkpoint()
+    return state
+
+
+def _race(directory: str, n: int, seed0: int) -> None:
+    states = [(seed0 + i, state_for(seed0 + i)) for i in range(n)]
+    print("ready", flush=True)
+    assert sys.stdin.readline().strip() == "go"
+    out: list[list[object]] = []
+    for seed, state in states:
+        try:
+            out.append([store.save(state, directory), seed])
+        except Exception as exc:  # reported to the parent, which counts and asserts
+            out.append([f"{type(exc).__name__}:{getattr(exc, 'reason', '')}", seed])
+    print(json.dumps(out), flush=True)
 
 
 def main() -> None:
     directory, mode, n, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    fake = os.environ.get("ZR_FAKE_PID")
+    if fake:
+        os.getpid = lambda: int(fake)
+    if mode == "race":
+        _race(directory, n, seed)
+        return
     if mode == "step":
         count = 0
 
-        def hook(step: str, path: Path) -> None:
+        def after(op: str, path: Path) -> None:
             nonlocal count
             count += 1
             if count == n:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        store.set_publish_hook(hook)
-        store.save(state_for(seed), directory)
+        state = state_for(seed)
+        store.save(state, directory, storage=FaultyStorage(after=after))
         print("completed", flush=True)
     else:
+        # Build the first states before the parent's clock starts, so the kill lands in saves.
+        ready = [state_for(seed + i) for i in range(min(n, 24))]
         print("ready", flush=True)
         for i in range(n):
-            store.save(state_for(seed + i), directory)
+            store.save(ready[i] if i < len(ready) else state_for(seed + i), directory)
 
 
 if __name__ == "__main__":

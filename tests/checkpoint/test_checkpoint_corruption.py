@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -19,18 +18,30 @@ from typing import Any
 
 import pytest
 
+from properties.pipelines import PipelineConfig, build_pipeline
 from zephon_ref.checkpoint import store
-from zephon_ref.checkpoint.fabricate import fabricate_engine_state
 from zephon_ref.checkpoint.schema import manifest_file_name
 from zephon_ref.errors import ZephonRefError
 
-FP = "pipeline-A"
+_CONFIG = PipelineConfig(
+    chain=[],
+    options={"runner": "inline", "canonical_replicas": 2},
+    source_kwargs={"chunk_size": 4, "seed": 7},
+)
 
 
 def _small_state(seed: int) -> dict[str, Any]:
-    return fabricate_engine_state(
-        random.Random(seed), canonical_replicas=2, inflight_chunks=1, samples_per_component=2, fingerprint=FP
-    )
+    """A real 2-lane engine state of one pipeline after ``1 + seed % 5`` items (another
+    seed = another moment of the same run)."""
+    p = build_pipeline("zephon_ref", _CONFIG)
+    it = iter(p)
+    for _ in range(1 + seed % 5):
+        next(it)
+    state: dict[str, Any] = p.checkpoint()
+    return state
+
+
+FP = _small_state(0)["fingerprint"]
 
 
 @pytest.fixture()

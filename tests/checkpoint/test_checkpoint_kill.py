@@ -1,11 +1,14 @@
-"""Crash safety with real processes killed by SIGKILL around every publish step.
+"""Crash safety with real processes killed by SIGKILL around every storage step of a save.
 
-* 120 runs where the child SIGKILLs itself at publish step k (every one of the
-  35 steps of a 3-lane save at least once, the rest seeded-random);
+* 120 runs where the child SIGKILLs itself right after storage operation k of a
+  3-lane save (every one of the save's operations at least once, the rest
+  seeded-random); the operations are observed through sim.storage.FaultyStorage
+  and counted here by a dry run of the same save;
 * 20 runs where a child saves in a loop and the parent kills it after a seeded
   random delay.
 After each kill the newest published generation loads and equals exactly what
-was saved for it; a torn generation is invisible; the next save still works.
+was saved for it; a torn generation is invisible; the next save still works;
+gc then removes every torn leftover.
 """
 
 from __future__ import annotations
@@ -20,18 +23,24 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from sim.storage import FaultyStorage
 from zephon_ref.checkpoint import Manifest, store
+from zephon_ref.checkpoint.schema import manifest_file_name
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 sys.path.insert(0, str(CHILD.parent))
 from _crash_child import C, state_for  # noqa: E402
 
 ROOT = CHILD.parents[2]
-FILES_PER_SAVE = 1 + C + 1  # universal, lanes, manifest
-STEPS = len(store.PUBLISH_STEPS)
-TOTAL_STEPS = FILES_PER_SAVE * STEPS
-# 1-based index of the step right after the manifest's link: from here gen 2 is visible.
-MANIFEST_LINKED = (FILES_PER_SAVE - 1) * STEPS + store.PUBLISH_STEPS.index("linked") + 1
+
+
+def _save_ops(tmp: Path) -> list[tuple[str, str]]:
+    """The storage operations of the second save into a directory (a dry run)."""
+    d = tmp / "dry"
+    store.save(state_for(1), d)
+    observed = FaultyStorage()
+    store.save(state_for(2), d, storage=observed)
+    return observed.log
 
 
 def _env() -> dict[str, str]:
@@ -50,31 +59,45 @@ def _step_run(args: tuple[Path, int, int]) -> tuple[int, int, str]:
 
 
 def test_sigkill_at_every_publish_step(tmp_path: Path) -> None:
+    ops = _save_ops(tmp_path)
+    total_steps = len(ops)
+    # 1-based index of the manifest's link: from this op on, generation 2 is visible.
+    manifest_linked = ops.index(("link", manifest_file_name(2))) + 1
+    assert sum(1 for op, _ in ops if op == "link") == 1 + C + 1  # universal, lanes, manifest
     rnd = random.Random(20240611)
     runs = []
     for i in range(120):
-        k = i % TOTAL_STEPS + 1 if i < TOTAL_STEPS else rnd.randint(1, TOTAL_STEPS)
+        k = i % total_steps + 1 if i < total_steps else rnd.randint(1, total_steps)
         d = tmp_path / f"run{i:03d}"
         store.save(state_for(1000 + i), d)  # generation 1, complete
         runs.append((d, k, 5000 + i))
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_step_run, runs))
-    outcomes = {"killed": 0, "gen1": 0, "gen2": 0}
+    outcomes = {"killed": 0, "gen1": 0, "gen2": 0, "leftover_files": 0, "gc_removed": 0}
     for (d, k, seed), (_, rc, err) in zip(runs, results, strict=True):
         assert rc == -signal.SIGKILL, (k, rc, err)
         outcomes["killed"] += 1
         newest = store.latest_complete_generation(d)
-        want_gen, want_seed = (2, seed) if k >= MANIFEST_LINKED else (1, 1000 + int(d.name[3:]))
+        want_gen, want_seed = (2, seed) if k >= manifest_linked else (1, 1000 + int(d.name[3:]))
         assert newest == want_gen, (k, newest)
         assert store.load(d) == state_for(want_seed)
         assert all(isinstance(r, Manifest) for _, r in store.iter_verify(d))
         outcomes[f"gen{want_gen}"] += 1
+        published = store.read_manifest(d, want_gen).shards
+        outcomes["leftover_files"] += len(os.listdir(d)) - (len(published) + 1) * want_gen
         # Recovery: the next save works and does not collide with leftovers.
         g = store.save(state_for(9), d)
         assert g > want_gen and store.load(d) == state_for(9)
-    print(json.dumps({"kill_campaign": "self-kill at step k", "runs": len(runs), **outcomes,
-                      "distinct_steps": len({k for _, k, _ in runs})}))
-    assert len({k for _, k, _ in runs}) == TOTAL_STEPS
+        # gc keeps the newest generation and leaves exactly its files.
+        report = store.gc(d, keep=1)
+        outcomes["gc_removed"] += report.files_before - report.files_after
+        assert sorted(os.listdir(d)) == sorted(
+            [e.file_name(g) for e in store.read_manifest(d, g).shards] + [manifest_file_name(g)]
+        )
+        assert store.load(d) == state_for(9)
+    print(json.dumps({"kill_campaign": "self-kill after storage op k", "runs": len(runs), **outcomes,
+                      "ops_per_save": total_steps, "distinct_steps": len({k for _, k, _ in runs})}))
+    assert len({k for _, k, _ in runs}) == total_steps
 
 
 def _timed_run(args: tuple[Path, float, int]) -> tuple[Path, int, int]:

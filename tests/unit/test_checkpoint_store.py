@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -14,27 +15,63 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from properties.pipelines import PipelineConfig, build_pipeline
+from sim.storage import Fault, FaultyStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.cli import main as ckpt_main
-from zephon_ref.checkpoint.fabricate import fabricate_engine_state
 from zephon_ref.checkpoint.schema import (
+    LANE_FIELDS,
     MANIFEST_MAGIC,
     decode_manifest,
     manifest_file_name,
     sha256_hex,
 )
+from zephon_ref.checkpoint.storage import AFTER_LINK_OPS, PUBLISH_OPS
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
     CheckpointRefused,
     PublishConflict,
     StateFormatError,
+    StorageError,
     ZephonRefError,
 )
 
+_KEEP = object()
 
-def _state(seed: int = 0, **kw: Any) -> dict[str, Any]:
-    return fabricate_engine_state(random.Random(seed), **kw)
+
+def _state(
+    seed: int = 0,
+    *,
+    canonical_replicas: int = 4,
+    items: int | None = None,
+    fingerprint: Any = _KEEP,
+    lanes: list[int] | None = None,
+) -> dict[str, Any]:
+    """A real engine state: a ``canonical_replicas``-lane pipeline (source seed ``seed``)
+    iterated ``items`` items (default 1 + seed % 5), then ``checkpoint()``.
+
+    ``fingerprint`` relabels it (None: a state that carries none, as a caller that
+    passes ``save(fingerprint=...)`` would have); ``lanes`` keeps only those lanes'
+    lane-keyed fields, as one rank's local capture holds only its own lanes.
+    """
+    cfg = PipelineConfig(
+        chain=[],
+        options={"runner": "inline", "canonical_replicas": canonical_replicas},
+        source_kwargs={"chunk_size": 4, "seed": seed},
+        corpus_seed=seed % 5,
+    )
+    p = build_pipeline("zephon_ref", cfg)
+    it = iter(p)
+    for _ in range(1 + seed % 5 if items is None else items):
+        next(it)
+    s: dict[str, Any] = p.checkpoint()
+    if fingerprint is not _KEEP:
+        s["fingerprint"] = fingerprint
+    if lanes is not None:
+        for f in LANE_FIELDS:
+            s[f] = {lane: v for lane, v in s[f].items() if lane in lanes}
+    return s
 
 
 def _snapshot(d: Path) -> dict[str, tuple[bytes, int]]:
@@ -49,12 +86,12 @@ def _writable(p: Path) -> None:
 @given(
     rnd=st.randoms(use_true_random=False),
     c=st.integers(1, 6),
-    merged=st.booleans(),
+    items=st.integers(0, 12),
     fp=st.none() | st.text(max_size=10),
 )
-def test_round_trip_realistic_states(tmp_path: Path, rnd: random.Random, c: int, merged: bool, fp: str | None) -> None:
+def test_round_trip_realistic_states(tmp_path: Path, rnd: random.Random, c: int, items: int, fp: str | None) -> None:
     lanes = sorted(rnd.sample(range(c), rnd.randrange(0, c + 1)))
-    s = fabricate_engine_state(rnd, canonical_replicas=c, lanes=lanes, merged=merged, fingerprint=fp)
+    s = _state(rnd.randrange(1000), canonical_replicas=c, items=items, fingerprint=fp, lanes=lanes)
     d = Path(tempfile.mkdtemp(dir=tmp_path))
     gen = store.save(s, d)
     assert gen == 1
@@ -67,12 +104,16 @@ def test_round_trip_realistic_states(tmp_path: Path, rnd: random.Random, c: int,
 
 def test_tuples_and_big_ints_come_back_exactly(tmp_path: Path) -> None:
     s = _state(3, canonical_replicas=2)
+    # A work_config may carry a numpy PCG64 state: 128-bit ints (the engine's own source has none).
+    s["work_config"] = {"bit_generator": "PCG64", "state": 2**127 + 12345, "inc": 2**128 - 1}
     out = store.load(tmp_path / "d") if store.save(s, tmp_path / "d") else None
     assert out is not None
+    assert s["replay_cursors"] and all(type(c) is tuple for c in s["replay_cursors"].values())
     for lane, cur in s["replay_cursors"].items():
         assert out["replay_cursors"][lane] == cur and type(out["replay_cursors"][lane]) is type(cur)
-    rng = out["lane_ws_state"][0]["cursor_states"]["ds0"]
-    assert rng == s["lane_ws_state"][0]["cursor_states"]["ds0"]
+    assert out["work_config"] == s["work_config"] and out["work_config"]["inc"] == 2**128 - 1
+    for lane in s["lane_ws_state"]:
+        assert out["lane_ws_state"][lane]["cursor_states"] == s["lane_ws_state"][lane]["cursor_states"]
 
 
 def test_layout_one_shard_per_lane_plus_universal_and_manifest(tmp_path: Path) -> None:
@@ -101,7 +142,7 @@ def test_same_state_same_bytes_and_generations_increase(tmp_path: Path) -> None:
 
 
 def test_fingerprint_keyword_and_conflict(tmp_path: Path) -> None:
-    s = _state(4)
+    s = _state(4, fingerprint=None)
     store.save(s, tmp_path, fingerprint="k")
     assert store.load(tmp_path, expected_fingerprint="k") == s
     with pytest.raises(StateFormatError, match="fingerprint"):
@@ -282,27 +323,19 @@ def test_publish_never_replaces(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("file_index", [0, 2, 4])
-@pytest.mark.parametrize("step", store.PUBLISH_STEPS)
+@pytest.mark.parametrize("step", PUBLISH_OPS)
 def test_failed_publish_at_every_step_keeps_previous_generation(
     tmp_path: Path, step: str, file_index: int
 ) -> None:
     s1, s2 = _state(20, canonical_replicas=3), _state(21, canonical_replicas=3)
     store.save(s1, tmp_path)
-    seen: list[Path] = []
-
-    def hook(name: str, path: Path) -> None:
-        if name == "opened":
-            seen.append(path)
-        if name == step and len(seen) == file_index + 1:
-            raise OSError(f"injected at {step}")
-
-    prev = store.set_publish_hook(hook)
-    try:
-        with pytest.raises(OSError, match="injected"):
-            store.save(s2, tmp_path)
-    finally:
-        store.set_publish_hook(prev)
-    is_manifest_done = file_index == 4 and step in ("linked", "unlinked", "dir-synced")
+    gen1_files = sorted(os.listdir(tmp_path))
+    faulty = FaultyStorage(faults=[Fault(step, errno.EIO, nth=file_index + 1)])
+    with pytest.raises(StorageError) as info:
+        store.save(s2, tmp_path, storage=faulty)
+    assert info.value.reason == "io-error" and info.value.op == step and faulty.injected == 1
+    assert isinstance(info.value, OSError) and "expected success" in str(info.value)
+    is_manifest_done = file_index == 4 and step in AFTER_LINK_OPS
     if is_manifest_done:
         # The manifest was linked before the failure: generation 2 exists and is whole,
         # but save() still raised, so the caller never saw success.
@@ -310,7 +343,9 @@ def test_failed_publish_at_every_step_keeps_previous_generation(
     else:
         assert store.list_generations(tmp_path) == [1]
         assert store.load(tmp_path) == s1
-        assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+        # Nothing left behind: no temp file, no orphan shard.
+        assert sorted(os.listdir(tmp_path)) == gen1_files
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
 
 
 def test_torn_generation_is_invisible_and_skipped_by_numbering(tmp_path: Path) -> None:

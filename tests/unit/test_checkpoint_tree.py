@@ -127,3 +127,21 @@ def test_restore_refuses_tampered_group_manifest(tmp_path: Path) -> None:
     assert T.restore_role(tmp_path, s, 1, 1).shards == _shards(7)[1]  # other subtree untouched
     with pytest.raises(CheckpointRefused):
         T.restore_role(tmp_path, T.TreeShape(8, 2), 1, 1)  # another hierarchy
+
+
+def test_failed_root_publish_is_typed_and_publishes_nothing(tmp_path: Path) -> None:
+    """The tree's file driver writes through a Storage: a full disk at the root's link
+    is a typed StorageError, no root exists, and restore refuses."""
+    import errno
+
+    from sim.storage import Fault, FaultyStorage
+    from zephon_ref.errors import CheckpointNotFound, StorageError
+
+    s = T.TreeShape(7, 2)
+    faulty = FaultyStorage(faults=[Fault("link", errno.ENOSPC, name_contains=".root.")])
+    with pytest.raises(StorageError) as info:
+        T.publish_tree(tmp_path, s, P, _shards(7), storage=faulty)
+    assert info.value.reason == "disk-full" and faulty.injected == 1
+    assert not [p for p in tmp_path.iterdir() if ".root." in p.name]
+    with pytest.raises(CheckpointNotFound):
+        T.restore_role(tmp_path, s, 1, 3, storage=faulty)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from sim.cluster import topology_states
+from sim.storage import Fault, FaultyStorage
 from zephon_ref.coordination import aggregate
 from zephon_ref.coordination.backends import (
     DirectoryBackend,
@@ -16,7 +18,7 @@ from zephon_ref.coordination.backends import (
     TCPStoreBackend,
     open_backend,
 )
-from zephon_ref.errors import ConfigError, StateFormatError
+from zephon_ref.errors import ConfigError, StateFormatError, StorageError
 
 
 @pytest.fixture(params=["memory", "directory", "tcpstore"])
@@ -174,3 +176,44 @@ def test_single_participant_round_through_the_runner(tmp_path: Path) -> None:
     )
     assert sorted(out["progress"]) == [0, 1, 2]
     assert [p.name.endswith(".outcome") for p in (tmp_path / "solo-0").iterdir()] == [True]
+
+
+def test_directory_backend_syncs_what_it_publishes(tmp_path: Path) -> None:
+    """Regression: the directory backend used to publish without any fsync."""
+    fs = FaultyStorage()
+    b = DirectoryBackend(tmp_path, storage=fs)
+    for op_name, call in (("put", lambda: b.put("r/a.1", b"x")), ("put_if_absent", lambda: b.put_if_absent("r/b.1", b"y"))):
+        fs.log.clear()
+        call()
+        ops = [op for op, _ in fs.log]
+        # Data synced before the name appears; the directory synced after.
+        place = "rename" if op_name == "put" else "link"
+        last_dir_sync = len(ops) - 1 - ops[::-1].index("sync_dir")
+        assert ops.index("sync") < ops.index(place) < last_dir_sync, (op_name, ops)
+    assert b.get("r/a.1") == b"x" and b.get("r/b.1") == b"y"
+
+
+@pytest.mark.parametrize("op", ["create", "write", "sync", "close", "rename", "sync_dir"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EIO])
+def test_directory_backend_faults_are_typed_and_leave_old_value(tmp_path: Path, op: str, code: int) -> None:
+    fs = FaultyStorage()
+    b = DirectoryBackend(tmp_path, storage=fs)
+    b.put("r/k.1", b"old")
+    fs.faults.append(Fault(op, code, torn=True))
+    with pytest.raises(StorageError) as info:
+        b.put("r/k.1", b"new value")
+    assert info.value.errno == code and info.value.op == op
+    # Before the rename the old value stays; a failed directory sync comes after it.
+    assert b.get("r/k.1") == (b"new value" if op == "sync_dir" else b"old")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["k.1"]  # no temp left
+
+
+def test_directory_backend_put_if_absent_fault_creates_nothing(tmp_path: Path) -> None:
+    fs = FaultyStorage(faults=[Fault("write", errno.ENOSPC, torn=True)])
+    b = DirectoryBackend(tmp_path, storage=fs)
+    with pytest.raises(StorageError) as info:
+        b.put_if_absent("r/k.1", b"value")
+    assert info.value.reason == "disk-full"
+    assert b.get("r/k.1") is None and b.list("r/k.") == []
+    assert b.put_if_absent("r/k.1", b"value") and not b.put_if_absent("r/k.1", b"other")
+    assert b.get("r/k.1") == b"value"

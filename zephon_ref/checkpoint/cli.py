@@ -1,12 +1,26 @@
-"""``zephon-ref ckpt inspect DIR`` and ``zephon-ref ckpt verify DIR``.
+"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR`` and ``ckpt gc DIR --keep N``.
 
 Theory of operation
 -------------------
-A thin, read-only front end over store.py.  ``inspect`` lists every published
-generation (lanes, shard sizes, capture, fingerprint) and marks the ones that
-fail verification; ``verify`` checks every digest and header of every
-generation and exits 0 only if all pass (1 if any fails, 2 if there is no
-published generation).  Neither command writes a file.
+A thin front end over store.py.  ``inspect`` lists every published generation
+(lanes, shard sizes, capture, fingerprint) and marks the ones that fail
+verification; ``verify`` checks every digest and header of every generation;
+neither writes a file.  ``gc`` keeps the N newest generations and removes older
+ones and torn leftovers (store.gc's rule), then prints one summary line.
+
+Every refusal ends the command with one line on stderr (never a traceback) and
+a distinct exit code (:data:`EXIT_CODES`); with several failing generations the
+code is that of the oldest failing one:
+
+====  ==========================================================================
+0     ok
+1     corrupt: a published generation is damaged (missing/truncated shard, digest)
+2     missing: no published generation (or the requested one is gone)
+3     mismatch: a well-formed generation that does not belong (capture, schema)
+4     storage error: the operating system refused (not a directory, symlink
+      loop, read-only filesystem, disk full, ...)
+64    usage: bad command line (EX_USAGE)
+====  ==========================================================================
 
 ``add_ckpt_subcommands(subparsers)`` attaches a ``ckpt`` command to the
 project's parser; each leaf sets ``func(args) -> int``.  ``main(argv)`` runs the
@@ -18,13 +32,74 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
 
 from zephon_ref.checkpoint.schema import Manifest
-from zephon_ref.checkpoint.store import iter_verify, list_generations
+from zephon_ref.checkpoint.store import gc, iter_verify, list_generations
+from zephon_ref.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointRefused,
+    ConfigError,
+    StorageError,
+    ZephonRefError,
+)
 
-__all__ = ["add_ckpt_subcommands", "cmd_inspect", "cmd_verify", "main"]
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_CORRUPT",
+    "EXIT_MISMATCH",
+    "EXIT_MISSING",
+    "EXIT_OK",
+    "EXIT_STORAGE",
+    "EXIT_USAGE",
+    "add_ckpt_subcommands",
+    "cmd_gc",
+    "cmd_inspect",
+    "cmd_verify",
+    "exit_code",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_CORRUPT = 1
+EXIT_MISSING = 2
+EXIT_MISMATCH = 3
+EXIT_STORAGE = 4
+EXIT_USAGE = 64
+EXIT_CODES: dict[str, int] = {
+    "ok": EXIT_OK,
+    "corrupt": EXIT_CORRUPT,
+    "missing": EXIT_MISSING,
+    "mismatch": EXIT_MISMATCH,
+    "storage": EXIT_STORAGE,
+    "usage": EXIT_USAGE,
+}
+_EPILOG = (
+    "exit codes: 0 ok, 1 corrupt, 2 missing (no published generation), 3 mismatch, "
+    "4 storage error (OS refused: not a directory, read-only, disk full, ...), 64 usage"
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for a refusal (see the module docstring)."""
+    if isinstance(exc, StorageError):
+        return EXIT_STORAGE
+    if isinstance(exc, CheckpointNotFound):
+        return EXIT_MISSING
+    if isinstance(exc, CheckpointRefused):
+        return EXIT_MISMATCH
+    if isinstance(exc, CheckpointCorrupt):
+        return EXIT_CORRUPT
+    if isinstance(exc, ConfigError):
+        return EXIT_USAGE
+    return EXIT_CORRUPT
+
+
+def _kind(exc: BaseException) -> str:
+    code = exit_code(exc)
+    return next(k for k, v in EXIT_CODES.items() if v == code)
 
 
 def _describe(m: Manifest, out: TextIO) -> None:
@@ -46,50 +121,123 @@ def _describe(m: Manifest, out: TextIO) -> None:
         print(f"    lane {e.lane:>4}: {e.size:>9} B  sha256 {e.digest[:16]}  delivered={delivered}", file=out)
 
 
-def cmd_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = sys.stdout if out is None else out
+def _refused(command: str, exc: BaseException) -> int:
+    reason = getattr(exc, "reason", "?")
+    print(f"zephon-ref ckpt {command}: {_kind(exc)} ({reason}): {exc}", file=sys.stderr)
+    return exit_code(exc)
+
+
+def _guarded(command: str, body: Callable[[argparse.Namespace, TextIO], int]) -> Callable[..., int]:
+    def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+        try:
+            return body(args, sys.stdout if out is None else out)
+        except ZephonRefError as exc:
+            return _refused(command, exc)
+
+    run.__name__ = f"cmd_{command}"
+    return run
+
+
+def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     if not list_generations(args.directory):
         print(f"{args.directory}: no published generation", file=out)
-        return 2
-    bad = 0
+        return EXIT_MISSING
+    first_bad = EXIT_OK
     for gen, result in iter_verify(args.directory):
         if isinstance(result, Manifest):
             _describe(result, out)
         else:
-            bad += 1
+            first_bad = first_bad or exit_code(result)
             print(f"generation {gen}: REFUSED ({getattr(result, 'reason', '?')}): {result}", file=out)
-    return 1 if bad else 0
+    return first_bad
 
 
-def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = sys.stdout if out is None else out
+def _verify(args: argparse.Namespace, out: TextIO) -> int:
     gens = list_generations(args.directory)
     if not gens:
         print(f"FAIL {args.directory}: no published generation", file=out)
-        return 2
+        return EXIT_MISSING
+    first_bad = EXIT_OK
     bad = 0
     for gen, result in iter_verify(args.directory):
         if isinstance(result, Manifest):
             print(f"ok   generation {gen}: {len(result.shards)} shards verified", file=out)
         else:
             bad += 1
+            first_bad = first_bad or exit_code(result)
             print(f"FAIL generation {gen} ({getattr(result, 'reason', '?')}): {result}", file=out)
     print(f"{len(gens) - bad}/{len(gens)} generations verified", file=out)
-    return 1 if bad else 0
+    return first_bad
+
+
+def _gc(args: argparse.Namespace, out: TextIO) -> int:
+    r = gc(args.directory, keep=args.keep)
+    print(
+        f"gc {args.directory}: kept generations {list(r.kept)}, removed {len(r.removed_generations)} "
+        f"generations, {r.removed_shards} shards, {r.removed_temps} temp files; "
+        f"files {r.files_before} -> {r.files_after}",
+        file=out,
+    )
+    return EXIT_OK
+
+
+cmd_inspect = _guarded("inspect", _inspect)
+cmd_verify = _guarded("verify", _verify)
+cmd_gc = _guarded("gc", _gc)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line and exit 64 (EX_USAGE)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: usage error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, received {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, received {n}")
+    return n
 
 
 def _add_leaves(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="list generations, lanes, sizes, capture, fingerprint")
+    p = sub.add_parser("inspect", help="list generations, lanes, sizes, capture, fingerprint", epilog=_EPILOG)
     p.add_argument("directory")
     p.set_defaults(func=cmd_inspect)
-    v = sub.add_parser("verify", help="check every digest of every generation (exit 0 only if all pass)")
+    v = sub.add_parser(
+        "verify", help="check every digest of every generation (exit 0 only if all pass)", epilog=_EPILOG
+    )
     v.add_argument("directory")
     v.set_defaults(func=cmd_verify)
+    g = sub.add_parser(
+        "gc", help="keep the N newest generations; remove older ones and torn leftovers", epilog=_EPILOG
+    )
+    g.add_argument("directory")
+    g.add_argument("--keep", type=_positive, required=True, help="generations to keep (>= 1)")
+    g.set_defaults(func=cmd_gc)
 
 
 def add_ckpt_subcommands(subparsers: Any) -> argparse.ArgumentParser:
-    """Attach ``ckpt {inspect,verify} DIR``; dispatch with ``args.func(args)``."""
-    ckpt = subparsers.add_parser("ckpt", help="inspect and verify durable checkpoints")
+    """Attach ``ckpt {inspect,verify,gc} DIR``; dispatch with ``args.func(args)``."""
+    # Usage errors below ``ckpt`` exit 64 with one line: the ckpt parser (and so
+    # its own subparsers) is a _Parser even when the project's parser is not.
+    previous = getattr(subparsers, "_parser_class", None)
+    if previous is not None:
+        subparsers._parser_class = _Parser
+    try:
+        ckpt = subparsers.add_parser(
+            "ckpt",
+            help="inspect, verify and collect durable checkpoints",
+            description="durable checkpoint tools",
+            epilog=_EPILOG,
+        )
+    finally:
+        if previous is not None:
+            subparsers._parser_class = previous
     _add_leaves(ckpt.add_subparsers(dest="ckpt_command", required=True))
     parser: argparse.ArgumentParser = ckpt
     return parser
@@ -99,9 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["ckpt"]:
         args_list = args_list[1:]
-    parser = argparse.ArgumentParser(prog="zephon-ref ckpt", description="durable checkpoint tools")
+    parser = _Parser(prog="zephon-ref ckpt", description="durable checkpoint tools", epilog=_EPILOG)
     _add_leaves(parser.add_subparsers(dest="ckpt_command", required=True))
-    args = parser.parse_args(args_list)
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exc:  # --help (0) or a usage error (64)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     rc: int = args.func(args)
     return rc
 

@@ -11,16 +11,39 @@ This module owns files.  A *generation* is a set of immutable files:
   and logical identity.  File names are derived from identity; the manifest
   holds no rank, host or path, so a moved directory still loads.
 
-**Publication.**  Every file goes through :func:`publish_bytes`, the one shared
-routine for durable writes: write a temp file in the same directory, fsync,
-close, ``os.link`` it to its final name (fails if the name exists: a published
-file is never replaced), unlink the temp, fsync the directory.  :func:`save`
-publishes the shards first and the manifest *last*; a generation exists exactly
-when its manifest does.  A save that fails (or is killed) before the manifest
-link leaves only invisible leftovers and the previous generation loadable; it
-raises, so it never reports success.  A failure *after* the manifest link (the
-directory fsync) also raises, but leaves that whole generation in place: once
-visible, a generation is never modified or removed.  Files are made read-only once published.
+**Publication.**  Every file goes through :func:`storage.publish`, the one
+shared routine for durable writes, over a :class:`~zephon_ref.checkpoint.storage.Storage`
+(POSIX by default; tests and the simulator pass a faulty one as ``storage=``):
+write a temp file in the same directory, fsync, close, seal read-only, link it
+to its final name (never replacing), remove the temp, fsync the directory.
+:func:`save` publishes the shards first and the manifest *last*; a generation
+exists exactly when its manifest does.  A save that fails (or is killed) before
+the manifest link leaves only invisible leftovers and the previous generation
+loadable; it raises, so it never reports success.  A failure *after* the
+manifest link (the directory fsync) also raises, but leaves that whole
+generation in place: once visible, a generation is never modified (only
+:func:`gc` removes old ones).  Every operating-system failure surfaces as a
+:class:`~zephon_ref.errors.StorageError` with a ``reason``.
+
+**Concurrent savers.**  A save picks the generation above every number any file
+mentions.  If another saver takes that number first (its shard or manifest
+name is already linked), this save removes the shards it published and tries
+the next free number, up to ``max_attempts`` times; then it raises
+:class:`PublishConflict` (``reason="generation-race"``).  Before linking its
+manifest a save also checks that no newer manifest exists (else it retries
+above it), so published generations keep the order of their publication and
+:func:`gc`'s rule below holds for a live saver.
+
+**Garbage collection** (:func:`gc`): keeps the ``keep`` newest published
+generations and removes, below the newest published generation N only:
+manifests of older generations (each manifest before its shards, so a
+generation vanishes from listings first), shards of generations < N that no
+kept manifest names (torn or lost-race saves), and temp files whose target
+generation is < N.  Nothing of generation >= N is ever touched: a live saver's
+files all carry a generation > N at the time it chose it, and it retries above
+any newer manifest before publishing.  A reader that had already read the
+manifest of a collected generation gets :class:`CheckpointNotFound`
+(``reason="generation-collected"``), never wrong data.
 
 **Restore.**  :func:`load` validates everything before it returns anything:
 manifest self-digest and canonical form, format and schema version, expected
@@ -38,9 +61,6 @@ is an incident that needs a decision (repair, or an explicit
 never linked, was never published and is invisible; that is the only case crash
 recovery must handle silently, and :func:`latest_complete_generation` handles it.
 
-The :data:`publish_hook` is the one fault-injection point: tests and the
-simulator set it to observe or interrupt each publish step.
-
 What may not live here: encoding details (codec.py), schema knowledge
 (schema.py), clocks, ranks, hosts, global random state.
 """
@@ -48,15 +68,15 @@ What may not live here: encoding details (codec.py), schema knowledge
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
-import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from zephon_ref.checkpoint import codec
+from zephon_ref.checkpoint import storage as _st
+from zephon_ref.checkpoint.fs import PosixStorage
 from zephon_ref.checkpoint.schema import (
     FORMAT_VERSION,
     Manifest,
@@ -73,6 +93,7 @@ from zephon_ref.checkpoint.schema import (
     split_state,
     validate_state,
 )
+from zephon_ref.checkpoint.storage import Storage
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
@@ -80,121 +101,73 @@ from zephon_ref.errors import (
     ConfigError,
     PublishConflict,
     StateFormatError,
+    StorageError,
     expected,
 )
 
 __all__ = [
-    "PUBLISH_STEPS",
     "CheckpointReader",
+    "GcReport",
     "LoadedCheckpoint",
+    "default_storage",
+    "gc",
     "latest_complete_generation",
     "list_generations",
     "load",
     "load_checkpoint",
     "publish_bytes",
-    "publish_hook",
     "read_manifest",
     "save",
-    "set_publish_hook",
     "verify_generation",
 ]
 
 PathLike = str | os.PathLike[str]
 
-# The steps of publish_bytes, in order; the hook is called after each one.
-PUBLISH_STEPS: tuple[str, ...] = ("opened", "written", "synced", "closed", "linked", "unlinked", "dir-synced")
-
-publish_hook: Callable[[str, Path], None] | None = None
-_tmp_counter = itertools.count()
+_POSIX = PosixStorage()
+DEFAULT_MAX_ATTEMPTS = 16
 
 
-def set_publish_hook(hook: Callable[[str, Path], None] | None) -> Callable[[str, Path], None] | None:
-    """Install ``hook(step, final_path)`` (or None); return the previous hook."""
-    global publish_hook
-    prev, publish_hook = publish_hook, hook
-    return prev
+def default_storage() -> Storage:
+    """The storage used when none is passed: the POSIX filesystem."""
+    return _POSIX
 
 
-def _step(name: str, path: Path) -> None:
-    hook = publish_hook
-    if hook is not None:
-        hook(name, path)
+def _storage(storage: Storage | None) -> Storage:
+    return _POSIX if storage is None else storage
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def publish_bytes(path: PathLike, data: bytes) -> None:
+def publish_bytes(path: PathLike, data: bytes, *, storage: Storage | None = None) -> None:
     """Durably publish ``data`` at ``path``; never replace an existing file.
 
-    write temp -> fsync -> close -> link (NOREPLACE) -> unlink temp -> fsync dir.
-    Raises :class:`PublishConflict` if ``path`` exists (the temp is removed);
-    any other failure removes the temp (best effort) and re-raises.
+    See :func:`zephon_ref.checkpoint.storage.publish`.  Raises
+    :class:`PublishConflict` if ``path`` exists, :class:`StorageError` for any
+    operating-system failure; the temp file is removed either way.
     """
-    final = Path(path)
-    directory = final.parent
-    tmp = directory / f".tmp.{final.name}.{os.getpid()}.{next(_tmp_counter)}"
-    linked = False
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _step("opened", final)
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            _step("written", final)
-            os.fsync(fd)
-            _step("synced", final)
-        finally:
-            os.close(fd)
-        _step("closed", final)
-        try:
-            os.link(tmp, final)
-        except FileExistsError as exc:
-            raise PublishConflict(
-                expected(f"publish target {final.name}", "a name not yet taken", "an existing file")
-            ) from exc
-        linked = True
-        _step("linked", final)
-        os.unlink(tmp)
-        _step("unlinked", final)
-        os.chmod(final, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        _fsync_dir(directory)
-        _step("dir-synced", final)
-    except BaseException:
-        if not linked or tmp.exists():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        raise
+    _st.publish(_storage(storage), path, data)
 
 
 # ---------------------------------------------------------------- listing
 
 
-def _names(directory: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
+def _names(storage: Storage, directory: Path) -> list[str]:
+    return _st.list_names(storage, directory)
 
 
-def list_generations(directory: PathLike) -> list[int]:
-    """Generations with a published manifest, ascending (content not checked)."""
+def _manifest_generations(names: list[str]) -> list[int]:
     gens = []
-    for name in _names(Path(directory)):
+    for name in names:
         parsed = parse_generation(name)
         if parsed is not None and parsed[0] == "manifest":
             gens.append(parsed[1])
     return sorted(gens)
 
 
-def latest_complete_generation(directory: PathLike) -> int | None:
+def list_generations(directory: PathLike, *, storage: Storage | None = None) -> list[int]:
+    """Generations with a published manifest, ascending (content not checked)."""
+    return _manifest_generations(_names(_storage(storage), Path(directory)))
+
+
+def latest_complete_generation(directory: PathLike, *, storage: Storage | None = None) -> int | None:
     """The newest *published* generation, or None.
 
     A generation is published exactly when its manifest was linked into place,
@@ -202,16 +175,18 @@ def latest_complete_generation(directory: PathLike) -> int | None:
     not checked: :func:`load` refuses a published generation that is corrupt
     rather than falling back (see the module docstring).
     """
-    gens = list_generations(directory)
+    gens = list_generations(directory, storage=storage)
     return gens[-1] if gens else None
 
 
-def _next_generation(directory: Path) -> int:
-    # Above every generation number any file mentions, orphans included, so a
-    # torn generation's leftovers never collide with a new one.
+def _next_generation(names: list[str]) -> int:
+    # Above every generation number any file mentions, orphans and temp files
+    # included, so a torn generation's leftovers never share a number with a new
+    # one (and gc's "older than the newest published" covers them).
     top = 0
-    for name in _names(directory):
-        parsed = parse_generation(name)
+    for name in names:
+        target = _st.temp_target(name)
+        parsed = parse_generation(name if target is None else target)
         if parsed is not None:
             top = max(top, parsed[1])
     return top + 1
@@ -226,14 +201,31 @@ def _shard_bytes(kind: str, lane: int | None, cap_id: str, schema: str, data: An
     )
 
 
-def save(state: Mapping[str, Any], directory: PathLike, *, fingerprint: str | None = None) -> int:
+class _LostRace(Exception):
+    """Internal: another saver took this generation number (or a newer one)."""
+
+
+def save(
+    state: Mapping[str, Any],
+    directory: PathLike,
+    *,
+    fingerprint: str | None = None,
+    storage: Storage | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> int:
     """Durably save ``state`` as a new generation in ``directory``; return its number.
 
     ``fingerprint`` (or ``state["fingerprint"]``) names the pipeline the state
     belongs to; both may be given only if equal.  The directory is created if
-    needed.  On any failure the new generation is not published and the shards
-    this call published are removed (best effort); the error is re-raised.
+    needed.  A save that loses a race for a generation number to a concurrent
+    saver retries with the next free one, at most ``max_attempts`` times in all
+    (then :class:`PublishConflict`, ``reason="generation-race"``).  On any other
+    failure the new generation is not published, the shards this call
+    published are removed (best effort), and the error is raised
+    (:class:`StorageError` for operating-system failures).
     """
+    if type(max_attempts) is not int or max_attempts < 1:
+        raise ConfigError(expected("max_attempts", "an int >= 1", max_attempts))
     # Validate and encode everything that does not depend on the generation first.
     version, c, fp = validate_state(state, fingerprint=fingerprint)
     universal, lanes = split_state(state)
@@ -244,51 +236,84 @@ def save(state: Mapping[str, Any], directory: PathLike, *, fingerprint: str | No
     schema = schema_digest(version)
     capture = capture_of(state)
 
+    st = _storage(storage)
     root = Path(directory)
-    if not root.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        _fsync_dir(root.parent if root.parent != root else root)
-    generation = _next_generation(root)
-    cap_id = capture_id(
-        generation=generation, fingerprint=fp, canonical_replicas=c, capture=capture, schema=schema
+    _st.ensure_dir(st, root)
+    lost: list[int] = []
+    for _ in range(max_attempts):
+        generation = _next_generation(_names(st, root))
+        cap_id = capture_id(
+            generation=generation, fingerprint=fp, canonical_replicas=c, capture=capture, schema=schema
+        )
+        files: list[tuple[ShardEntry, bytes]] = []
+        ub = _shard_bytes("universal", None, cap_id, schema, universal)
+        files.append((ShardEntry(lane=None, digest=sha256_hex(ub), size=len(ub)), ub))
+        for lane, sl in lanes.items():
+            lb = _shard_bytes("lane", lane, cap_id, schema, sl)
+            files.append((ShardEntry(lane=lane, digest=sha256_hex(lb), size=len(lb)), lb))
+        manifest = Manifest(
+            format_version=FORMAT_VERSION,
+            generation=generation,
+            engine_version=version,
+            schema_digest=schema,
+            fingerprint=fp,
+            canonical_replicas=c,
+            capture=capture,
+            capture_id=cap_id,
+            universal=files[0][0],
+            lanes=tuple(e for e, _ in files[1:]),
+        )
+        try:
+            _publish_generation(st, root, generation, files, encode_manifest(manifest))
+        except _LostRace:
+            lost.append(generation)
+            continue
+        return generation
+    raise PublishConflict(
+        expected(
+            f"a free generation number in {root}",
+            f"one within {max_attempts} attempts",
+            f"every attempt lost to a concurrent saver (generations {lost})",
+        ),
+        reason="generation-race",
     )
-    files: list[tuple[ShardEntry, bytes]] = []
-    ub = _shard_bytes("universal", None, cap_id, schema, universal)
-    files.append((ShardEntry(lane=None, digest=sha256_hex(ub), size=len(ub)), ub))
-    for lane, sl in lanes.items():
-        lb = _shard_bytes("lane", lane, cap_id, schema, sl)
-        files.append((ShardEntry(lane=lane, digest=sha256_hex(lb), size=len(lb)), lb))
-    manifest = Manifest(
-        format_version=FORMAT_VERSION,
-        generation=generation,
-        engine_version=version,
-        schema_digest=schema,
-        fingerprint=fp,
-        canonical_replicas=c,
-        capture=capture,
-        capture_id=cap_id,
-        universal=files[0][0],
-        lanes=tuple(e for e, _ in files[1:]),
-    )
+
+
+def _publish_generation(
+    st: Storage, root: Path, generation: int, files: list[tuple[ShardEntry, bytes]], manifest_bytes: bytes
+) -> None:
     published: list[Path] = []
-    manifest_bytes = encode_manifest(manifest)
     manifest_path = root / manifest_file_name(generation)
     try:
         for entry, data in files:
             target = root / entry.file_name(generation)
-            publish_bytes(target, data)
+            try:
+                _st.publish(st, target, data)
+            except StorageError as exc:
+                if exc.op in _st.AFTER_LINK_OPS:  # linked before failing: ours to remove
+                    published.append(target)
+                raise
             published.append(target)
-        publish_bytes(manifest_path, manifest_bytes)
-    except BaseException:
+        # A newer manifest means a concurrent saver published above us: publish
+        # above it instead (publication order = generation order; gc relies on it).
+        if any(g >= generation for g in list_generations(root, storage=st)):
+            raise _LostRace()
+        _st.publish(st, manifest_path, manifest_bytes)
+    except BaseException as exc:
         # If our manifest got linked before the failure (e.g. the directory fsync
         # failed), the generation is visible and whole: never touch it.  The
         # caller still gets the error, so it never reports success.
-        if _read(manifest_path) != manifest_bytes:
+        try:
+            ours = _st.read_bytes(st, manifest_path) == manifest_bytes
+        except OSError:
+            ours = False
+        if not ours:
             for p in published:  # unreferenced: no manifest names them
                 with contextlib.suppress(OSError):
-                    os.unlink(p)
+                    _st.remove_file(st, p)
+            if isinstance(exc, PublishConflict):
+                raise _LostRace() from exc
         raise
-    return generation
 
 
 # ---------------------------------------------------------------- load
@@ -303,18 +328,10 @@ class LoadedCheckpoint:
     state: dict[str, Any]
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def read_manifest(directory: PathLike, generation: int) -> Manifest:
+def read_manifest(directory: PathLike, generation: int, *, storage: Storage | None = None) -> Manifest:
     """Read and validate the manifest of ``generation`` (shards not checked)."""
     root = Path(directory)
-    data = _read(root / manifest_file_name(generation))
+    data = _st.read_bytes(_storage(storage), root / manifest_file_name(generation))
     if data is None:
         raise CheckpointNotFound(
             expected(f"manifest of generation {generation} in {root}", "a published file", "nothing"),
@@ -360,9 +377,19 @@ def _check_manifest(
         )
 
 
-def _read_shard(root: Path, m: Manifest, entry: ShardEntry) -> Any:
+def _read_shard(st: Storage, root: Path, m: Manifest, entry: ShardEntry) -> Any:
     name = entry.file_name(m.generation)
-    data = _read(root / name)
+    data = _st.read_bytes(st, root / name)
+    if data is None and _st.read_bytes(st, root / manifest_file_name(m.generation)) is None:
+        # The manifest we read is gone too: gc collected this generation mid-read.
+        raise CheckpointNotFound(
+            expected(
+                f"generation {m.generation} in {root}",
+                "its manifest and shards until the load finished",
+                "the generation removed while it was being read (gc)",
+            ),
+            reason="generation-collected",
+        )
     if data is None:
         raise CheckpointCorrupt(
             expected(f"{entry.role} shard of generation {m.generation}", f"file {name}", "no such file"),
@@ -409,9 +436,9 @@ def _read_shard(root: Path, m: Manifest, entry: ShardEntry) -> Any:
     return obj["data"]
 
 
-def _assemble(root: Path, m: Manifest) -> dict[str, Any]:
-    universal = _read_shard(root, m, m.universal)
-    lanes = {e.lane: _read_shard(root, m, e) for e in m.lanes}
+def _assemble(st: Storage, root: Path, m: Manifest) -> dict[str, Any]:
+    universal = _read_shard(st, root, m, m.universal)
+    lanes = {e.lane: _read_shard(st, root, m, e) for e in m.lanes}
     state = join_state(universal, lanes)  # type: ignore[arg-type]
     # Cross-check the assembled state against what the manifest says it captured.
     try:
@@ -436,13 +463,15 @@ def load_checkpoint(
     expected_fingerprint: str | None = None,
     expected_canonical_replicas: int | None = None,
     min_generation: int = 0,
+    storage: Storage | None = None,
 ) -> LoadedCheckpoint:
     """Validate a whole generation (newest published if None) and return it."""
     if type(min_generation) is not int or min_generation < 0:
         raise ConfigError(expected("min_generation", "an int >= 0", min_generation))
+    st = _storage(storage)
     root = Path(directory)
     if generation is None:
-        gen = latest_complete_generation(root)
+        gen = latest_complete_generation(root, storage=st)
         if gen is None:
             raise CheckpointNotFound(
                 expected(f"checkpoint directory {root}", "at least one published generation", "none"),
@@ -451,14 +480,14 @@ def load_checkpoint(
         if type(generation) is not int or generation < 1:
             raise ConfigError(expected("generation", "an int >= 1 or None", generation))
         gen = generation
-    m = read_manifest(root, gen)
+    m = read_manifest(root, gen, storage=st)
     _check_manifest(
         m,
         expected_fingerprint=expected_fingerprint,
         expected_canonical_replicas=expected_canonical_replicas,
         min_generation=min_generation,
     )
-    return LoadedCheckpoint(generation=gen, manifest=m, state=_assemble(root, m))
+    return LoadedCheckpoint(generation=gen, manifest=m, state=_assemble(st, root, m))
 
 
 def load(
@@ -468,6 +497,7 @@ def load(
     expected_fingerprint: str | None = None,
     expected_canonical_replicas: int | None = None,
     min_generation: int = 0,
+    storage: Storage | None = None,
 ) -> dict[str, Any]:
     """The state dict of a validated generation; see :func:`load_checkpoint`."""
     return load_checkpoint(
@@ -476,20 +506,23 @@ def load(
         expected_fingerprint=expected_fingerprint,
         expected_canonical_replicas=expected_canonical_replicas,
         min_generation=min_generation,
+        storage=storage,
     ).state
 
 
-def verify_generation(directory: PathLike, generation: int) -> Manifest:
+def verify_generation(directory: PathLike, generation: int, *, storage: Storage | None = None) -> Manifest:
     """Check every digest and header of one generation; return its manifest or raise."""
-    return load_checkpoint(directory, generation).manifest
+    return load_checkpoint(directory, generation, storage=storage).manifest
 
 
-def iter_verify(directory: PathLike) -> Iterator[tuple[int, Manifest | Exception]]:
+def iter_verify(
+    directory: PathLike, *, storage: Storage | None = None
+) -> Iterator[tuple[int, Manifest | Exception]]:
     """(generation, manifest or the error that refused it) for every published generation."""
-    for gen in list_generations(directory):
+    for gen in list_generations(directory, storage=storage):
         try:
-            yield gen, verify_generation(directory, gen)
-        except (CheckpointCorrupt, CheckpointRefused, CheckpointNotFound) as exc:
+            yield gen, verify_generation(directory, gen, storage=storage)
+        except (CheckpointCorrupt, CheckpointRefused, CheckpointNotFound, StorageError) as exc:
             yield gen, exc
 
 
@@ -501,7 +534,7 @@ class CheckpointReader:
     same generation may be loaded again.  It is the single owner of that floor.
     """
 
-    __slots__ = ("_directory", "_fingerprint", "_replicas", "_floor", "highest_restored")
+    __slots__ = ("_directory", "_fingerprint", "_replicas", "_floor", "_storage", "highest_restored")
 
     def __init__(
         self,
@@ -510,6 +543,7 @@ class CheckpointReader:
         expected_fingerprint: str | None = None,
         expected_canonical_replicas: int | None = None,
         min_generation: int = 0,
+        storage: Storage | None = None,
     ) -> None:
         if type(min_generation) is not int or min_generation < 0:
             raise ConfigError(expected("min_generation", "an int >= 0", min_generation))
@@ -517,6 +551,7 @@ class CheckpointReader:
         self._fingerprint = expected_fingerprint
         self._replicas = expected_canonical_replicas
         self._floor = min_generation
+        self._storage = storage
         self.highest_restored: int | None = None
 
     def load(self, generation: int | None = None) -> dict[str, Any]:
@@ -527,7 +562,85 @@ class CheckpointReader:
             expected_fingerprint=self._fingerprint,
             expected_canonical_replicas=self._replicas,
             min_generation=floor,
+            storage=self._storage,
         )
         # Mutate last: only a fully validated load moves the floor.
         self.highest_restored = loaded.generation
         return loaded.state
+
+
+# ---------------------------------------------------------------- gc
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What :func:`gc` found and removed (file counts are of this directory's names)."""
+
+    kept: tuple[int, ...]
+    removed_generations: tuple[int, ...]
+    removed_shards: int
+    removed_temps: int
+    files_before: int
+    files_after: int
+
+
+def gc(directory: PathLike, *, keep: int, storage: Storage | None = None) -> GcReport:
+    """Keep the ``keep`` newest published generations; remove older ones and torn leftovers.
+
+    The rule (see the module docstring): with N the newest published
+    generation, remove manifests of published generations older than the
+    ``keep`` newest (manifest first), every shard of a generation < N that no
+    kept manifest names, and every temp file whose target generation is < N.
+    Nothing of generation >= N, no foreign file, and nothing at all when no
+    generation is published.  A kept manifest that cannot be read keeps every
+    shard of its generation.  Safe while readers load (they get a typed
+    refusal for a collected generation) and while a saver runs.
+    """
+    if type(keep) is not int or keep < 1:
+        raise ConfigError(expected("gc keep", "an int >= 1 (the newest generation is always kept)", keep))
+    st = _storage(storage)
+    root = Path(directory)
+    names = _names(st, root)
+    gens = _manifest_generations(names)
+    if not gens:
+        return GcReport((), (), 0, 0, len(names), len(names))
+    newest = gens[-1]
+    kept = tuple(gens[-keep:])
+    doomed = tuple(g for g in gens if g not in kept)
+    named: set[str] = set()
+    unreadable: set[int] = set()
+    for g in kept:
+        if g == newest:
+            continue  # nothing of generation N is touched, so its names need not be known
+        try:
+            m = read_manifest(root, g, storage=st)
+        except (CheckpointCorrupt, CheckpointNotFound, StorageError):
+            unreadable.add(g)
+            continue
+        named.update(e.file_name(g) for e in m.shards)
+    # Manifests first: a collected generation leaves the listing before its shards go.
+    for g in doomed:
+        _st.remove_file(st, root / manifest_file_name(g))
+    removed_shards = removed_temps = 0
+    for name in names:
+        parsed = parse_generation(name)
+        if parsed is not None and parsed[0] == "shard":
+            g = parsed[1]
+            # Precondition: g < N, and its generation is collected or does not name it.
+            if g < newest and g not in unreadable and name not in named:
+                removed_shards += _st.remove_file(st, root / name)
+            continue
+        target = _st.temp_target(name)
+        parsed = parse_generation(target) if target is not None else None
+        if parsed is not None and parsed[1] < newest:
+            removed_temps += _st.remove_file(st, root / name)
+    if doomed or removed_shards or removed_temps:
+        _st.sync_dir(st, root)
+    return GcReport(
+        kept=kept,
+        removed_generations=doomed,
+        removed_shards=removed_shards,
+        removed_temps=removed_temps,
+        files_before=len(names),
+        files_after=len(_names(st, root)),
+    )

@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zephon_ref.checkpoint.fs import PosixStorage
 from zephon_ref.checkpoint.schema import sha256_hex
-from zephon_ref.checkpoint.store import publish_bytes
+from zephon_ref.checkpoint.storage import Storage, ensure_dir, publish, read_bytes
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
@@ -477,14 +478,17 @@ def publish_tree(
     shards_by_role: Mapping[int, Mapping[str, bytes]],
     *,
     absent_roles: frozenset[int] = frozenset(),
+    storage: Storage | None = None,
 ) -> TreeRun:
     """Run every participant in this process over one directory (FIFO message order).
 
     ``absent_roles`` never write or commit (a failed subtree): their ancestors
-    never publish and no role reports success.
+    never publish and no role reports success.  Files go through ``storage``
+    (POSIX by default) and its one publish routine.
     """
+    st: Storage = PosixStorage() if storage is None else storage
     root_dir = Path(directory)
-    root_dir.mkdir(parents=True, exist_ok=True)
+    ensure_dir(st, root_dir)
     parts = [TreeParticipant(shape, r, prefix) for r in range(shape.size)]
     log: list[str] = []
     reported: list[int] = []
@@ -502,7 +506,7 @@ def publish_tree(
         records = []
         for desc, data in sorted(shards_by_role.get(r, {}).items()):
             digest = sha256_hex(data)
-            publish_bytes(root_dir / _shard_name(gen, r, desc, digest), data)
+            publish(st, root_dir / _shard_name(gen, r, desc, digest), data)
             records.append(ShardRecord(desc, digest, len(data)))
         log.append(f"shards {r}")
         run(r, parts[r].shards_written(tuple(records)))
@@ -514,7 +518,7 @@ def publish_tree(
             continue
         if isinstance(e, WriteGroupManifest):
             name = _root_name(gen) if e.is_root else _group_name(gen, e.role, e.digest)
-            publish_bytes(root_dir / name, e.data)
+            publish(st, root_dir / name, e.data)
             log.append(f"{'root durable' if e.is_root else 'manifest'} {e.role}")
             if e.is_root:
                 root_digest = e.digest
@@ -538,11 +542,10 @@ class RoleRestore:
     shards: dict[str, bytes]
 
 
-def _read_verified(path: Path, digest: str | None, what: str) -> bytes:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointCorrupt(expected(what, f"file {path.name}", "no such file"), reason="missing-manifest") from None
+def _read_verified(st: Storage, path: Path, digest: str | None, what: str) -> bytes:
+    data = read_bytes(st, path)
+    if data is None:
+        raise CheckpointCorrupt(expected(what, f"file {path.name}", "no such file"), reason="missing-manifest")
     if digest is not None and sha256_hex(data) != digest:
         raise CheckpointCorrupt(expected(f"sha256 of {what}", digest, sha256_hex(data)), reason="digest-mismatch")
     return data
@@ -555,18 +558,21 @@ def restore_role(
     role: int,
     *,
     expected_prefix: CapturePrefix | None = None,
+    storage: Storage | None = None,
 ) -> RoleRestore:
     """Read root -> ... -> ``role`` (depth + 1 manifests) and the role's own shards."""
+    st: Storage = PosixStorage() if storage is None else storage
     root_dir = Path(directory)
     shape.subtree_size(role)
     read: list[str] = []
-    if not (root_dir / _root_name(generation)).exists():
+    root_bytes = read_bytes(st, root_dir / _root_name(generation))
+    if root_bytes is None:
         raise CheckpointNotFound(
             expected(f"tree root of generation {generation}", "a published root manifest", "none"),
             reason="missing-manifest",
         )
     read.append(_root_name(generation))
-    m = decode_group_manifest(_read_verified(root_dir / _root_name(generation), None, "tree root manifest"))
+    m = decode_group_manifest(root_bytes)
     prefix = m.prefix
     if prefix.generation != generation:
         raise CheckpointCorrupt(expected("tree root generation", str(generation), prefix.generation))
@@ -586,7 +592,7 @@ def restore_role(
             )
         name = _group_name(generation, nxt, recs[0].manifest_digest)
         read.append(name)
-        m = decode_group_manifest(_read_verified(root_dir / name, recs[0].manifest_digest, f"group manifest of role {nxt}"))
+        m = decode_group_manifest(_read_verified(st, root_dir / name, recs[0].manifest_digest, f"group manifest of role {nxt}"))
         if m.prefix != prefix:
             raise CheckpointRefused(expected(f"prefix of role {nxt}", repr(prefix), m.prefix), reason="capture-mismatch")
         if m.role != nxt or m.subtree_size != want:
@@ -596,6 +602,7 @@ def restore_role(
             )
     shards = {
         s.descriptor: _read_verified(
+            st,
             root_dir / _shard_name(generation, role, s.descriptor, s.digest), s.digest, f"shard {s.descriptor} of role {role}"
         )
         for s in m.shards

@@ -22,12 +22,13 @@ Backends:
 
 * :class:`MemoryBackend`: a dict; the simulator and unit tests drive it step by
   step (one call = one atomic step).  Optional ``fail`` hook injects errors.
-* :class:`DirectoryBackend`: ``<root>/<namespace>/<name>`` files.  ``put`` writes
-  a temp file in the same directory and renames it over the target;
-  ``put_if_absent`` hard-links a complete temp file to the target (``link``
-  fails if the name exists), so a created file is always complete.  Temp files
-  start with ``.`` and are never listed.  No fsync: rounds are transient and a
-  process kill (not a power loss) is the failure they must survive.
+* :class:`DirectoryBackend`: ``<root>/<namespace>/<name>`` files, through a
+  checkpoint :class:`~zephon_ref.checkpoint.storage.Storage` and its one
+  publish routine.  ``put`` writes a synced temp file in the same directory and
+  renames it over the target; ``put_if_absent`` hard-links a complete, synced
+  temp file to the target (``link`` fails if the name exists), so a created
+  file is always complete; both sync the directory after.  Temp files start
+  with ``.`` and are never listed.
 * :class:`TCPStoreBackend`: a client of torch.distributed's ``TCPStore``
   (``torch://`` = MASTER_ADDR/MASTER_PORT, or ``torch://host:port``).  Every
   value is stored behind a manifest: ``ZR1`` + kind + 16-byte write id, then the
@@ -58,7 +59,22 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from zephon_ref.errors import ConfigError, ContractError, StateFormatError, expected
+from zephon_ref.checkpoint.fs import PosixStorage
+from zephon_ref.checkpoint.storage import (
+    Storage,
+    ensure_dir,
+    list_names,
+    publish,
+    read_bytes,
+    remove_file,
+)
+from zephon_ref.errors import (
+    ConfigError,
+    ContractError,
+    PublishConflict,
+    StateFormatError,
+    expected,
+)
 
 __all__ = [
     "MAX_TCP_VALUE",
@@ -172,67 +188,52 @@ class MemoryBackend:
 
 
 class DirectoryBackend:
-    """Files under ``root/<namespace>/`` (a local or shared POSIX filesystem)."""
+    """Files under ``root/<namespace>/`` (a local or shared POSIX filesystem).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    Every file operation goes through a :class:`~zephon_ref.checkpoint.storage.Storage`
+    (POSIX unless ``storage=`` is given; tests pass ``sim.storage.FaultyStorage``)
+    and the shared :func:`~zephon_ref.checkpoint.storage.publish` routine, so a
+    value is synced before its name appears and the directory is synced after.
+    Operating-system failures raise :class:`~zephon_ref.errors.StorageError`.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, storage: Storage | None = None) -> None:
         self.root = Path(root)
+        self.storage: Storage = PosixStorage() if storage is None else storage
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(expected("aggregate_dir", "a directory", str(self.root)))
-        self.root.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.storage, self.root)
 
     def _path(self, key: str) -> Path:
         ns, name = split_key(key)
         return self.root / ns / name
 
-    def _temp(self, target: Path, data: bytes) -> Path:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp.{target.name}.{os.getpid()}.{os.urandom(6).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        finally:
-            os.close(fd)
-        return tmp
-
     def put(self, key: str, data: bytes) -> None:
         target = self._path(key)
-        tmp = self._temp(target, _nonempty(data, key))
-        try:
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        value = _nonempty(data, key)
+        ensure_dir(self.storage, target.parent)
+        publish(self.storage, target, value, replace=True, seal=False)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         target = self._path(key)
-        tmp = self._temp(target, _nonempty(data, key))
+        value = _nonempty(data, key)
+        ensure_dir(self.storage, target.parent)
         try:
-            os.link(tmp, target)
-        except FileExistsError:
+            publish(self.storage, target, value, seal=False)
+        except PublishConflict:
             return False
-        finally:
-            tmp.unlink(missing_ok=True)
         return True
 
     def get(self, key: str) -> bytes | None:
-        try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError:
-            return None
+        return read_bytes(self.storage, self._path(key))
 
     def list(self, prefix: str) -> list[str]:
         ns, pname = _check_prefix(prefix)
-        try:
-            names = os.listdir(self.root / ns)
-        except FileNotFoundError:
-            return []
+        names = list_names(self.storage, self.root / ns)
         return sorted(f"{ns}/{n}" for n in names if _listed(n, pname))
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        remove_file(self.storage, self._path(key))
 
 
 # ---------------------------------------------------------------- TCPStore
