@@ -23,15 +23,15 @@ What may not live here: choice of schedule (the caller's), wall clocks.
 from __future__ import annotations
 
 import copy
-import random
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon_ref.checkpoint.fabricate import fabricate_engine_state
-from zephon_ref.checkpoint.schema import LANE_FIELDS
+from zephon_ref import state as schema
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
 from zephon_ref.coordination.protocol import Abort, Command, Finish, Machine, Sleep, Started, Woke
+from zephon_ref.state import LANE_FIELDS
 
 __all__ = ["Cluster", "Participant", "contiguous_mapping", "topology_states"]
 
@@ -56,6 +56,30 @@ def _worker_split(lanes: list[int], workers: int) -> list[list[int]]:
     return [[lane for i, lane in enumerate(lanes) if i % active == w] for w in range(active)]
 
 
+@functools.lru_cache(maxsize=64)
+def _real_state(seed: int, canonical_replicas: int) -> dict[str, Any]:
+    """A real engine state of every lane: a small packing + shuffle + batch pipeline cut after a
+    number of items that ``seed`` picks (single rank, so it covers all lanes).  The data
+    settings do not depend on ``seed``, so every state of one ``canonical_replicas`` shares a
+    fingerprint, as the states of one job do."""
+    from zephon_ref.pipeline import Pipeline
+    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+
+    corpus = synthetic_corpus(seed=7, layout={"web": (40, 30), "code": (30,), "books": (12,)})
+    src = StaticMixtureWorkSource(list(corpus.datasets), {"web": 0.6, "code": 0.3, "books": 0.1},
+                                  chunk_size=8, seed=1)
+    p = (Pipeline(src).tokenize(field="text").pack_sequences(64, algorithm="first_fit", num_bins=2)
+         .shuffle(8, seed=3).batch(2)
+         .options(runner="inline", canonical_replicas=canonical_replicas, flush_every_k_chunks=2))
+    it = iter(p)
+    for _ in range(canonical_replicas * (seed % 5)):
+        if next(it, None) is None:
+            break
+    state = p.checkpoint()
+    it.close()
+    return state
+
+
 def topology_states(
     seed: int,
     *,
@@ -65,33 +89,23 @@ def topology_states(
     workers: int = 1,
     last_round_id: str | None = None,
     reload_count: int = 0,
-    inflight_chunks: int = 3,
-    samples_per_component: int = 8,
 ) -> dict[tuple[int, int], dict[str, Any]]:
     """Consistent per-participant engine states for one topology, keyed by (rank, worker).
 
-    Ranks in a DP group (rank r is in group ``r mod dp_degree``) carry identical
-    lane-keyed delivery state, as they would after a barrier; each rank's lanes
-    are split over ``workers`` DataLoader workers as zephon does.  Idle workers
-    (beyond ``active``) get no entry: they do not take part in rounds.
+    Every participant's lane-keyed fields are those lanes' slices of one real engine
+    state (:func:`_real_state`), so ranks in a DP group (rank r is in group ``r mod
+    dp_degree``) carry identical delivery state, as they would after a barrier; each
+    rank's lanes are split over ``workers`` DataLoader workers as zephon does.  Idle
+    workers (beyond ``active``) get no entry: they do not take part in rounds.  Each
+    participant state is sealed (:func:`zephon_ref.state.seal`): this builder vouches
+    for the restriction.
     """
     d = world_size if dp_degree is None else dp_degree
     mapping = contiguous_mapping(canonical_replicas, d)
-    rnd = random.Random(seed)
-    group_state = {
-        g: fabricate_engine_state(
-            rnd,
-            canonical_replicas=canonical_replicas,
-            lanes=lanes,
-            inflight_chunks=inflight_chunks,
-            samples_per_component=samples_per_component,
-        )
-        for g, lanes in mapping.items()
-    }
+    base = _real_state(seed, canonical_replicas)
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for rank in range(world_size):
         g = rank % d
-        base = group_state[g]
         split = _worker_split(mapping[g], workers)
         for w, lanes in enumerate(split):
             st = copy.deepcopy(base)
@@ -108,7 +122,7 @@ def topology_states(
             st["rr_next_idx"] = {f"{w}/{len(split)}:{','.join(map(str, lanes))}": 0}
             st["last_round_id"] = last_round_id
             st["checkpoint_reload_count"] = reload_count
-            out[(rank, w)] = st
+            out[(rank, w)] = schema.seal(st)
     return out
 
 

@@ -68,7 +68,7 @@ from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["Aggregate", "Pipeline"]
+__all__ = ["Aggregate", "Pipeline", "PipelineIterator"]
 
 #: ``aggregate(local_state, world) -> (merged_state, round_id)``: one aggregation round for
 #: this participant (every participant calls it at the same step).
@@ -121,7 +121,7 @@ class Pipeline:
         self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
         self._engine: Engine | None = None
         self._pending: dict[str, Any] | None = None
-        self._run: weakref.ref[_Run] | None = None
+        self._run: weakref.ref[PipelineIterator] | None = None
         self._warned_k = False
         self._restored_generation: dict[str, int] = {}  # directory -> highest generation restored
         self._worker = (0, 1)  # (worker_id, num_workers) inside a torch DataLoader
@@ -399,13 +399,13 @@ class Pipeline:
         engine.start()
         return engine
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> PipelineIterator:
         if self._iterating:
             raise ContractError("pipeline: expected one iteration at a time, received a second concurrent iter()")
         engine = self._build_engine(self._pending)
         self._pending = None
         self._engine = engine
-        run = _Run(engine)
+        run = PipelineIterator(engine)
         self._run = weakref.ref(run)
         return run
 
@@ -485,7 +485,7 @@ class Pipeline:
         return self
 
 
-class _Run(Iterator[Any]):
+class PipelineIterator(Iterator[Any]):
     """The iterator ``iter(pipeline)`` returns: the pipeline is running while it is open."""
 
     def __init__(self, engine: Engine) -> None:

@@ -149,6 +149,8 @@ def _canonical(obj: Any) -> Any:
         return {str(k): _canonical(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return {"$bytes": bytes(obj).hex()}  # msgpack keeps bytes; JSON needs a text form
     return obj
 
 

@@ -119,7 +119,7 @@ def test_follower_sigkilled_mid_round_leader_times_out_naming_it(tmp_path: Path)
     # without rank 3, and ends naming it; or, once rank 3 came, the round would
     # need rank 2's ack.  Here rank 3 never comes.
     procs = {r: spawn(base(tmp_path, rank=r, world_size=4, timeout_s=3.0)) for r in (0, 1, 2)}
-    wait_for(lambda: ns.exists() and any(".shard.r2_" in n for n in os.listdir(ns)))
+    wait_for(lambda: ns.exists() and any(".shard.r2_" in n and not n.startswith(".") for n in os.listdir(ns)))
     procs[2].send_signal(signal.SIGKILL)
     procs[2].wait()
     lead, fol = result(procs[0]), result(procs[1])
@@ -133,7 +133,7 @@ def test_follower_sigkilled_mid_round_leader_times_out_naming_it(tmp_path: Path)
 def test_follower_sigkilled_before_acking_leader_times_out_on_acks(tmp_path: Path) -> None:
     ns = tmp_path / "agg" / "run-0"
     procs = {r: spawn(base(tmp_path, rank=r, world_size=3, timeout_s=3.0)) for r in (0, 2)}
-    wait_for(lambda: ns.exists() and any(".shard.r2_" in n for n in os.listdir(ns)))
+    wait_for(lambda: ns.exists() and any(".shard.r2_" in n and not n.startswith(".") for n in os.listdir(ns)))
     procs[2].send_signal(signal.SIGSTOP)  # frozen: cannot read the result
     procs[1] = spawn(base(tmp_path, rank=1, world_size=3, timeout_s=3.0))
     wait_for(lambda: any(n.endswith(".outcome") for n in os.listdir(ns)))
