@@ -7,7 +7,7 @@ run ``--rounds`` consecutive aggregation rounds over the directory backend and
 over a torch TCPStore on 127.0.0.1; the table reports the leader's median and
 max round time (from its aggregate() call to its return, i.e. including the
 wait for every ack).  Polling interval 10 ms.  Merged size: 8 ranks, real
-states with 3 inflight chunks per lane; bytes of the msgpack+zstd encoding of
+states (a small packing pipeline cut after a few items, see sim.cluster); bytes of the msgpack+zstd encoding of
 merge(states) and the merge time.  Prints tables only; nothing is asserted.
 """
 
