@@ -95,8 +95,8 @@ FIELDS: tuple[Field, ...] = (
     Field("version", False, True, "the engine state version, one of ACCEPTED_VERSIONS"),
     Field("fingerprint", False, True, "digest of the pipeline's data settings (None only in merge inputs)"),
     Field("world", False, True, "canonical_replicas and the topology that wrote the state"),
-    Field("work_source", False, False, "reserved (zephon's field; always None here)"),
-    Field("work_config", False, False, "reserved (zephon's field; always None here)"),
+    Field("work_source", False, False, "zephon's field: carried, never read (None in zephon_ref's states)"),
+    Field("work_config", False, False, "zephon's field: carried, never read (None in zephon_ref's states)"),
     Field("last_round_id", False, False, "id of the aggregation round that produced the state"),
     Field("checkpoint_reload_count", False, False, "how many restores the run went through"),
     Field("rr_next_idx", False, False, "tail multiplexer pointer per round-robin key"),
@@ -298,9 +298,6 @@ def validate(state: Any, *, require_all_lanes: bool = False) -> int:
     if not isinstance(world, Mapping):
         raise StateFormatError(expected("checkpoint world", "a mapping", type(world).__name__))
     c = _int(world.get("canonical_replicas"), "world canonical_replicas", lo=1)
-    for name in ("work_source", "work_config"):
-        if state.get(name) is not None:
-            raise StateFormatError(expected(f"checkpoint {name}", "None", type(state[name]).__name__))
     rid = state.get("last_round_id")
     if rid is not None and not isinstance(rid, (str, int)):
         raise StateFormatError(expected("checkpoint last_round_id", "a str, an int or None", type(rid).__name__))
