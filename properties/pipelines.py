@@ -101,3 +101,18 @@ RANDOM_PACK_MINIMAL = PipelineConfig(
     options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2},
     corpus_seed=10,
 )
+
+
+def real_state(source_seed: int, *, canonical_replicas: int, items: int, chunk_size: int = 8,
+               corpus_seed: int = 0) -> dict[str, Any]:
+    """A real engine state: an operator-free zephon_ref pipeline of ``canonical_replicas``
+    lanes (source seed ``source_seed``) iterated ``items`` items, then ``checkpoint()``."""
+    cfg = PipelineConfig(chain=[], options={"runner": "inline", "canonical_replicas": canonical_replicas},
+                         source_kwargs={"chunk_size": chunk_size, "seed": source_seed}, corpus_seed=corpus_seed)
+    p = build_pipeline("zephon_ref", cfg)
+    it = iter(p)
+    for _ in range(items):
+        next(it)
+    state: dict[str, Any] = p.checkpoint()
+    it.close()
+    return state

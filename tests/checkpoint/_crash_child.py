@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from properties.pipelines import PipelineConfig, build_pipeline
+from properties.pipelines import real_state
 from sim.storage import FaultyStorage
 from zephon_ref.checkpoint import store
 
@@ -31,18 +31,8 @@ C = 3
 
 def state_for(seed: int, *, canonical_replicas: int = C) -> dict[str, Any]:
     """A real engine state: source seed ``seed``, 1..5 items delivered, ``canonical_replicas`` lanes."""
-    cfg = PipelineConfig(
-        chain=[],
-        options={"runner": "inline", "canonical_replicas": canonical_replicas},
-        source_kwargs={"chunk_size": 8, "seed": seed},
-        corpus_seed=seed % 7,
-    )
-    p = build_pipeline("zephon_ref", cfg)
-    it = iter(p)
-    for _ in range(1 + seed % 5):
-        next(it)
-    state: dict[str, Any] = p.checkpoint()
-    return state
+    return real_state(seed, canonical_replicas=canonical_replicas, items=1 + seed % 5, chunk_size=8,
+                      corpus_seed=seed % 7)
 
 
 def _race(directory: str, n: int, seed0: int) -> None:

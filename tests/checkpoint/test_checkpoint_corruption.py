@@ -18,27 +18,16 @@ from typing import Any
 
 import pytest
 
-from properties.pipelines import PipelineConfig, build_pipeline
+from properties.pipelines import real_state
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.schema import manifest_file_name
 from zephon_ref.errors import ZephonRefError
-
-_CONFIG = PipelineConfig(
-    chain=[],
-    options={"runner": "inline", "canonical_replicas": 2},
-    source_kwargs={"chunk_size": 4, "seed": 7},
-)
 
 
 def _small_state(seed: int) -> dict[str, Any]:
     """A real 2-lane engine state of one pipeline after ``1 + seed % 5`` items (another
     seed = another moment of the same run)."""
-    p = build_pipeline("zephon_ref", _CONFIG)
-    it = iter(p)
-    for _ in range(1 + seed % 5):
-        next(it)
-    state: dict[str, Any] = p.checkpoint()
-    return state
+    return real_state(7, canonical_replicas=2, items=1 + seed % 5, chunk_size=4)
 
 
 FP = _small_state(0)["fingerprint"]

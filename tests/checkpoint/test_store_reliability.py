@@ -222,7 +222,8 @@ def test_two_concurrent_savers_all_succeed_on_distinct_generations(tmp_path: Pat
     gens = [g for g, _ in results if isinstance(g, int)]
     print(json.dumps({"concurrent_savers": 2, "attempted": len(results), "succeeded": len(gens),
                       "generations_taken": len(set(gens)), "highest": max(gens)}))
-    assert len(results) == 40 and len(gens) == 40 and len(set(gens)) == 40
+    assert len(results) == 40 and len(gens) == 40 and len(set(gens)) == 40, [
+        r for r in results if not isinstance(r[0], int)]
     for g, seed in results:
         assert store.load(tmp_path, g) == state_for(seed)
     assert store.list_generations(tmp_path) == sorted(gens)
@@ -235,7 +236,7 @@ def test_two_writers_sharing_a_pid_never_collide_on_temp_names(tmp_path: Path) -
     gens = [g for g, _ in results if isinstance(g, int)]
     print(json.dumps({"same_pid_savers": 2, "attempted": len(results), "succeeded": len(gens),
                       "generations_taken": len(set(gens))}))
-    assert len(gens) == 40 and len(set(gens)) == 40
+    assert len(gens) == 40 and len(set(gens)) == 40, [r for r in results if not isinstance(r[0], int)]
     assert not [n for n in _files(tmp_path) if n.startswith(".tmp")]
     for g, seed in results:
         assert store.load(tmp_path, g) == state_for(seed)

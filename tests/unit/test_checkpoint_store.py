@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from properties.pipelines import PipelineConfig, build_pipeline
+from properties.pipelines import real_state
 from sim.storage import Fault, FaultyStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.cli import main as ckpt_main
@@ -55,17 +55,8 @@ def _state(
     passes ``save(fingerprint=...)`` would have); ``lanes`` keeps only those lanes'
     lane-keyed fields, as one rank's local capture holds only its own lanes.
     """
-    cfg = PipelineConfig(
-        chain=[],
-        options={"runner": "inline", "canonical_replicas": canonical_replicas},
-        source_kwargs={"chunk_size": 4, "seed": seed},
-        corpus_seed=seed % 5,
-    )
-    p = build_pipeline("zephon_ref", cfg)
-    it = iter(p)
-    for _ in range(1 + seed % 5 if items is None else items):
-        next(it)
-    s: dict[str, Any] = p.checkpoint()
+    s = real_state(seed, canonical_replicas=canonical_replicas, items=1 + seed % 5 if items is None else items,
+                   chunk_size=4, corpus_seed=seed % 5)
     if fingerprint is not _KEEP:
         s["fingerprint"] = fingerprint
     if lanes is not None:

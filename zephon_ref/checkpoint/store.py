@@ -284,6 +284,7 @@ def _publish_generation(
 ) -> None:
     published: list[Path] = []
     manifest_path = root / manifest_file_name(generation)
+    manifest_linked = False  # our own link, not a concurrent saver's identical manifest
     try:
         for entry, data in files:
             target = root / entry.file_name(generation)
@@ -298,16 +299,18 @@ def _publish_generation(
         # above it instead (publication order = generation order; gc relies on it).
         if any(g >= generation for g in list_generations(root, storage=st)):
             raise _LostRace()
-        _st.publish(st, manifest_path, manifest_bytes)
+        try:
+            _st.publish(st, manifest_path, manifest_bytes)
+        except StorageError as exc:
+            manifest_linked = exc.op in _st.AFTER_LINK_OPS
+            raise
     except BaseException as exc:
         # If our manifest got linked before the failure (e.g. the directory fsync
         # failed), the generation is visible and whole: never touch it.  The
-        # caller still gets the error, so it never reports success.
-        try:
-            ours = _st.read_bytes(st, manifest_path) == manifest_bytes
-        except OSError:
-            ours = False
-        if not ours:
+        # caller still gets the error, so it never reports success.  (Comparing the
+        # file's bytes would not do: a concurrent saver of an identical state
+        # publishes identical bytes under the same name.)
+        if not manifest_linked:
             for p in published:  # unreferenced: no manifest names them
                 with contextlib.suppress(OSError):
                     _st.remove_file(st, p)
