@@ -29,6 +29,7 @@ Nothing here knows about mixtures, chunks or lanes.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from random import Random  # seeded instances only: never the global generator
@@ -54,7 +55,8 @@ class _Knobs:
 class DatasetOrder:
     """The epoch-specific sample sequence of one dataset (immutable, shareable)."""
 
-    __slots__ = ("_cum", "_dataset_id", "_knobs", "_perm_cache", "_seed", "_shard_ids", "_sizes", "total")
+    __slots__ = ("_cum", "_cum_list", "_dataset_id", "_knobs", "_perm_cache", "_seed", "_shard_ids", "_sizes",
+                 "total")
 
     def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, seed: int, knobs: _Knobs) -> None:
         n = int(ids.size)
@@ -67,6 +69,7 @@ class DatasetOrder:
         self._shard_ids = [int(x) for x in ids]
         self._sizes = [int(x) for x in counts]
         self._cum = np.cumsum(np.asarray(self._sizes, dtype=np.int64))
+        self._cum_list: list[int] = self._cum.tolist()
         self.total = int(self._cum[-1]) if n else 0
         self._seed = seed
         self._knobs = knobs
@@ -110,6 +113,13 @@ class DatasetOrder:
                 at += take
             pos += 1
         return out
+
+    def point(self, at: int) -> SampleId:
+        """Row ``at`` of the pre-block sequence (precondition: ``0 <= at < total``)."""
+        pos = bisect_right(self._cum_list, at)
+        lo = at - (self._cum_list[pos - 1] if pos else 0)
+        off = int(self._offsets(pos)[lo]) if self._knobs.shuffle_within_shard else lo
+        return SampleId(self._dataset_id, self._shard_ids[pos], off)
 
     def block_len(self, block_index: int) -> int:
         b = self._knobs.block_size
@@ -195,6 +205,24 @@ class DatasetCursor:
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.position += n
         return list(map(SampleId._make, rows.tolist()))
+
+    def next_one(self) -> SampleId | None:
+        """The next pointer, or None at the end of the epoch (same order as :meth:`next_many`)."""
+        at = self.position
+        if at >= self._order.total:
+            return None
+        if not self.has_blocks:
+            sid = self._order.point(at)
+        else:
+            buf = self._buf
+            if buf is None or not (self._buf_start <= at < self._buf_start + len(buf)):
+                self._fill(self._fill_index(at))
+                buf = self._buf
+                assert buf is not None
+            row = buf[at - self._buf_start]
+            sid = SampleId(int(row[0]), int(row[1]), int(row[2]))
+        self.position = at + 1
+        return sid
 
     # Fills lie on a fixed grid of `_fill_blocks` blocks, so the snapshot a state
     # carries depends only on (epoch, position): a restored cursor writes the same

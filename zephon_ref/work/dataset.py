@@ -17,6 +17,7 @@ order).  No I/O happens in the work source.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -35,15 +36,55 @@ class _Shard(Protocol):
     def __getitem__(self, index: int) -> Any: ...
 
 
+BYTE_SAMPLES = 64  # rows sampled per in-memory shard to size it
+
+
+def content_bytes(obj: Any) -> int:
+    """Decoded payload bytes of ``obj``: text as UTF-8, buffers by length, 8 per scalar, no keys.
+
+    The byte basis of token estimation (work/token_estimation.py): mappings count
+    their values only, sequences their items, dataclasses their fields.
+    """
+    if isinstance(obj, str):
+        return len(obj.encode("utf-8", errors="ignore"))
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return len(obj)
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, Mapping):
+        return sum(content_bytes(v) for v in obj.values())
+    if isinstance(obj, Sequence):
+        return sum(content_bytes(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(content_bytes(getattr(obj, f.name, None)) for f in dataclasses.fields(obj))
+    if isinstance(obj, (int, float)) or obj is None:
+        return 8
+    return 0
+
+
 class InMemoryShard:
     """A list-backed shard (same name and constructor as zephon's)."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_raw_bytes", "_rows")
 
     def __init__(self, rows: Sequence[Any]) -> None:
         if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
             raise ConfigTypeError(expected("InMemoryShard rows", "a list of rows", type(rows).__name__))
         self._rows = rows
+        self._raw_bytes: int | None = None
+
+    @property
+    def raw_bytes(self) -> int:
+        """Estimated payload bytes: the mean of every ``len // 64``-th row, times ``len`` (cached)."""
+        if self._raw_bytes is None:
+            n = len(self._rows)
+            if n == 0:
+                self._raw_bytes = 0
+            else:
+                step = max(1, n // BYTE_SAMPLES)
+                sizes = [content_bytes(self._rows[i]) for i in range(0, n, step)]
+                self._raw_bytes = int(sum(sizes) / len(sizes) * n)
+        return self._raw_bytes
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -68,6 +109,11 @@ class JsonlShard:
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def raw_bytes(self) -> int:
+        """The file's size in bytes (what token estimation costs rows by)."""
+        return self._path.stat().st_size
 
     def _load(self) -> list[Any]:
         if self._rows is None:
@@ -133,6 +179,10 @@ class Dataset:
 
     def total(self) -> int:
         return int(self._counts.sum())
+
+    def raw_bytes(self) -> np.ndarray:
+        """Per-shard byte sizes aligned with :meth:`ids` (a shard without ``raw_bytes`` counts 0)."""
+        return np.array([int(getattr(self._shards[i], "raw_bytes", 0)) for i in self._ids.tolist()], dtype=np.int64)
 
     def max_count(self) -> int:
         return int(self._counts.max(initial=0))
