@@ -175,6 +175,25 @@ class _Allocator:
             out[n] = got
         return out
 
+    def skip(self, cursors: dict[str, DatasetCursor]) -> bool:
+        """Advance exactly as :meth:`produce` would, without building the pointer lists.
+
+        For a chunk another lane owns.  Returns whether a chunk was produced.
+        """
+        q = self.quotas(cursors)
+        if q is None:
+            return False
+        any_taken = False
+        for n in self.cfg.order:
+            k = q.get(n, 0)
+            if k <= 0:
+                continue
+            # invariant: the exhaustion pass guaranteed every quota fits
+            got = cursors[n].advance(k)
+            assert got == k, (n, got, k)
+            any_taken = True
+        return any_taken
+
     def state(self) -> dict[str, float] | None:
         return None
 
@@ -227,33 +246,33 @@ class _AccumulatorAllocator(_Allocator):
     def _advance(self, weights: Mapping[str, float]) -> dict[str, int]:
         cfg = self.cfg
         acc = self.acc
-        names = [n for n in cfg.order if n in weights]
+        size = cfg.chunk_size
+        names = cfg.order if weights is cfg.weights else [n for n in cfg.order if n in weights]
         q: dict[str, int] = {}
         total = 0
         for n in names:
-            acc[n] += weights[n] * cfg.chunk_size
-            k = int(acc[n])  # truncation toward zero
-            acc[n] -= k
+            a = acc[n] + weights[n] * size
+            k = int(a)  # truncation toward zero
+            acc[n] = a - k
             q[n] = k
             total += k
-        diff = cfg.chunk_size - total
+        diff = size - total
         if diff > 0:
-            for _, n in sorted(enumerate(names), key=lambda p: (-acc[p[1]], p[0])):
-                if diff <= 0:
-                    break
+            # largest remainder first, ties to the earlier component (the sort is stable, also reversed)
+            for n in sorted(names, key=acc.__getitem__, reverse=True)[:diff]:
                 q[n] += 1
                 acc[n] -= 1.0
                 diff -= 1
         elif diff < 0:
-            for _, n in sorted(enumerate(names), key=lambda p: (acc[p[1]], p[0])):
+            for n in sorted(names, key=acc.__getitem__):
                 if diff >= 0:
                     break
                 if q[n] > 0:
                     q[n] -= 1
                     acc[n] += 1.0
                     diff += 1
-        if sum(q.values()) != cfg.chunk_size:
-            raise ContractError(expected("quota sum", str(cfg.chunk_size), sum(q.values())))
+        if diff != 0:
+            raise ContractError(expected("quota sum", str(size), size - diff))
         return q
 
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
@@ -390,6 +409,10 @@ class _TokenAllocator(_Allocator):
         self.table = table
         self.ratios = dict(ratios)
         self.deficits: dict[str, float] = dict(deficits) if deficits is not None else dict.fromkeys(cfg.order, 0.0)
+
+    def skip(self, cursors: dict[str, DatasetCursor]) -> bool:
+        # every draw's cost depends on the drawn pointer's shard: the pointers must be drawn
+        return bool(self.produce(cursors))
 
     def clone(self) -> _TokenAllocator:
         return _TokenAllocator(self.cfg, self.table, self.ratios, self.deficits)
@@ -782,15 +805,20 @@ class StaticMixtureWorkSource(WorkSource):
         while True:
             g = self._g
             mine = self.lane_for_chunk(g) == lane
-            target = self._alloc.target_mixture(self._cursors) if mine else None
+            if not mine:
+                # another lane's chunk: advance cursors and carry, build nothing
+                if not self._alloc.skip(self._cursors):
+                    return None
+                self._g = g + 1
+                continue
+            target = self._alloc.target_mixture(self._cursors)
             comps = self._alloc.produce(self._cursors)
             if not comps:
                 # refusals are side-effect free: asking again gives None again
                 return None
             self._g = g + 1
-            if mine:
-                return WorkChunk(comps, seed=self._seed, target_mixture=target,
-                                 source_exhausted=self._exhausted_names())
+            return WorkChunk(comps, seed=self._seed, target_mixture=target,
+                             source_exhausted=self._exhausted_names())
 
     def _exhausted_names(self) -> tuple[str, ...]:
         cfg = self._cfg
