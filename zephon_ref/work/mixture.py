@@ -10,6 +10,8 @@ lives in :mod:`zephon_ref.swrr`, shared with ``ensure_mixture``.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -22,7 +24,12 @@ T = TypeVar("T")
 
 
 def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") -> dict[str, float]:
-    """Positive weights divided by their (left-to-right float) sum, insertion order kept."""
+    """Positive weights divided by their (left-to-right float) sum, insertion order kept.
+
+    Refused (nothing is built): a non-mapping, no components, a non-str name, a
+    weight that is not a real number (str, bool, None...), a weight that is not
+    finite or not > 0, a sum that overflows, and a share that underflows to 0.
+    """
     if not isinstance(weights, Mapping):
         raise ConfigTypeError(expected(what, "a mapping name -> positive weight", type(weights).__name__))
     if not weights:
@@ -30,15 +37,24 @@ def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") 
     total = 0.0
     vals: dict[str, float] = {}
     for name, raw in weights.items():
-        try:
-            v = float(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(expected(f"{what} weight for {name!r}", "a positive number", raw)) from exc
-        if not v > 0.0 or v == float("inf"):
+        if not isinstance(name, str):
+            raise ConfigTypeError(expected(f"{what} component name", "a str", name))
+        if isinstance(raw, bool) or not isinstance(raw, numbers.Real):
+            raise ConfigTypeError(expected(f"{what} weight for {name!r}", "a real number > 0", raw))
+        v = float(raw)
+        if not (v > 0.0 and math.isfinite(v)):
             raise ConfigError(expected(f"{what} weight for {name!r}", "a finite number > 0", raw))
         total += v
-        vals[str(name)] = v
-    return {k: v / total for k, v in vals.items()}
+        vals[name] = v
+    if not math.isfinite(total):
+        raise ConfigError(expected(f"{what} weights", "a finite sum (scale the weights down)",
+                                   f"weights summing past the float range: {dict(weights)}"))
+    shares = {k: v / total for k, v in vals.items()}
+    tiny = [k for k, v in shares.items() if v <= 0.0]
+    if tiny:
+        raise ConfigError(expected(f"{what} weights", "shares > 0 after normalisation",
+                                   f"{tiny} underflowing to 0 against the sum {total!r}"))
+    return shares
 
 
 class MixtureSpec:
