@@ -40,6 +40,7 @@ What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from random import Random  # seeded instances only: never the global generator
@@ -66,6 +67,7 @@ STATIC_MIXTURE_SCHEMA = "zephon_ref.static_mixture/1"
 AUTO_BLOCK_FACTOR = 8
 _POLICIES = ("stop", "redistribute", "repeat")
 _MODES = ("accumulator", "legacy_fixed", "token_aware")
+_MAX_PASSES = 1 << 40  # stop_after_passes / max_repeats bound: epochs count in machine ints downstream
 
 
 class _Unset:
@@ -372,8 +374,18 @@ class _LegacyFixedAllocator(_Allocator):
         c.fixed = dict(self.fixed)
         return c
 
+    def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
+        for n in self.cfg.order:
+            if self.cfg.policy[n] == "repeat" and cursors[n].total < self.fixed[n]:
+                raise ConfigError(expected(
+                    f"dataset {n!r} size", f">= {self.fixed[n]} samples (its fixed quota per chunk with "
+                    "allocation_mode='legacy_fixed' and exhausted_policy='repeat')", cursors[n].total))
+
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
+        # zephon's legacy mode never sees stop_after_passes (its legacy checkpoints migrate to
+        # None); zephon_ref lets a user pick legacy_fixed, so it honours it like accumulator mode
         cfg = self.cfg
+        sap = cfg.stop_after_passes
         for n in cfg.order:
             cur = cursors[n]
             if cur.remaining >= self.fixed[n]:
@@ -382,9 +394,44 @@ class _LegacyFixedAllocator(_Allocator):
             cap = cfg.max_repeats[n]
             if cfg.policy[n] != "repeat" or (cap is not None and cur.epoch >= cap):
                 return None
+            if sap is not None and cfg.passes_reached(cursors, n):
+                return None
             cur.reset(reshuffle=cfg.reshuffle[n])
+        if sap is not None and cfg.passes_reached(cursors):
+            return None
         return dict(self.fixed)
 
+    def remaining_samples(self, cursors: Mapping[str, DatasetCursor]) -> int:
+        """Exactly what the stream still yields (precondition: bounded), in O(datasets).
+
+        With fixed quotas, dataset ``n`` (quota ``q``, ``total`` T, at ``(epoch e, position p)``)
+        is short of its quota at the start of chunks ``c_j = k0 + j*k`` (``k0 = (T-p)//q``,
+        ``k = T//q``), and counts ``e + 1 + (c-k0)//k`` completed passes from ``c = k0`` on
+        (``e`` before).  The stream stops at the first chunk where a ``stop`` dataset or a
+        capped one (``e + j >= max_repeats``) is short, or where every dataset has
+        completed ``stop_after_passes`` passes.
+        """
+        cfg = self.cfg
+        sap = cfg.stop_after_passes
+        end = math.inf
+        last_pass = 0
+        for n in cfg.order:
+            cur, q = cursors[n], self.fixed[n]
+            k0 = cur.remaining // q
+            if cfg.policy[n] != "repeat":
+                end = min(end, k0)
+                continue
+            k = cur.total // q  # >= 1: check_liveness
+            cap = cfg.max_repeats[n]
+            if cap is not None:
+                end = min(end, k0 + max(0, cap - cur.epoch) * k)
+            if sap is not None:
+                need = sap - cur.epoch
+                last_pass = max(last_pass, 0 if need <= 0 else k0 + (need - 1) * k)
+        if sap is not None:
+            end = min(end, last_pass)
+        assert not math.isinf(end), "remaining_samples of an unbounded source"
+        return int(end) * cfg.chunk_size
 
 class _TokenAllocator(_Allocator):
     """Per-draw token deficits: each draw serves the component owed the most tokens.
@@ -616,8 +663,8 @@ class StaticMixtureWorkSource(WorkSource):
         )
         if stop_after_passes is UNSET:
             stop_after_passes = 1 if (exhausted_policy is None and max_repeats is None) else None
-        if stop_after_passes is not None and (not _is_int(stop_after_passes) or stop_after_passes < 1):
-            raise ConfigError(expected("stop_after_passes", "a positive int or None", stop_after_passes))
+        if stop_after_passes is not None and (not _is_int(stop_after_passes) or not 1 <= stop_after_passes <= _MAX_PASSES):
+            raise ConfigError(expected("stop_after_passes", f"None or an int in [1, {_MAX_PASSES}]", stop_after_passes))
         default_policy = "repeat" if stop_after_passes is not None else "stop"
         policy = _per_dataset(exhausted_policy if exhausted_policy is not None else default_policy,
                               names, default=default_policy, arg="exhausted_policy")
@@ -640,8 +687,8 @@ class StaticMixtureWorkSource(WorkSource):
                 raise ConfigTypeError(expected(f"reshuffle_on_repeat[{n!r}]", "a bool", v))
         caps = _per_dataset(max_repeats, names, default=None, arg="max_repeats")
         for n, v in caps.items():
-            if v is not None and (not _is_int(v) or v < 0):
-                raise ConfigError(expected(f"max_repeats[{n!r}]", "None or an int >= 0", v))
+            if v is not None and (not _is_int(v) or not 0 <= v <= _MAX_PASSES):
+                raise ConfigError(expected(f"max_repeats[{n!r}]", f"None or an int in [0, {_MAX_PASSES}]", v))
         has_repeat = "repeat" in policy.values()
         for arg, given, default in (("max_repeats", max_repeats, None), ("reshuffle_on_repeat", reshuffle_on_repeat, True)):
             if given is UNSET:
@@ -757,13 +804,22 @@ class StaticMixtureWorkSource(WorkSource):
 
     @property
     def total_samples(self) -> int | float:
-        return float("inf") if self._cfg.unbounded() else len(self)
+        return float("inf") if self._cfg.unbounded() else self._remaining()
 
     def __len__(self) -> int:
-        """An estimate of the samples still to come (exact only for all-redistribute)."""
-        cfg = self._cfg
-        if cfg.unbounded():
+        """An estimate of the samples still to come (exact for all-redistribute and legacy_fixed)."""
+        if self._cfg.unbounded():
             raise TypeError("len() of an unbounded work source (a 'repeat' dataset with max_repeats=None)")
+        n = self._remaining()
+        if n > sys.maxsize:
+            raise ContractError(expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
+                                + "; read total_samples instead (a component's weight is tiny against its size)")
+        return n
+
+    def _remaining(self) -> int:
+        cfg = self._cfg
+        if isinstance(self._alloc, _LegacyFixedAllocator):
+            return self._alloc.remaining_samples(self._cursors)
         rate = self._alloc.draws_per_chunk()
         if cfg.stop_after_passes is not None:
             chunks = 0.0
