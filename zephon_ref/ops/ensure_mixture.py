@@ -39,6 +39,8 @@ What may not live here: warnings of drift, clocks.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -484,8 +486,15 @@ class EnsureMixture(BaseOp):
             if not isinstance(mixture, Mapping) or not mixture:
                 raise ConfigError(expected("mixture", "a non-empty mapping component -> weight", mixture))
             for k, w in mixture.items():
-                if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
-                    raise ConfigError(expected(f"mixture[{k!r}]", "a number >= 0", w))
+                if isinstance(k, bool) or not isinstance(k, (str, int)) or (isinstance(k, int) and k < 0):
+                    raise ConfigTypeError(expected("mixture key", "a component name (str) or id (int >= 0)", k))
+                if isinstance(w, bool) or not isinstance(w, numbers.Real):
+                    raise ConfigTypeError(expected(f"mixture[{k!r}]", "a finite number >= 0", w))
+                if not (math.isfinite(w) and w >= 0):
+                    raise ConfigError(expected(f"mixture[{k!r}]", "a finite number >= 0", w))
+            total = sum(float(w) for w in mixture.values())
+            if not (total > 0 and math.isfinite(total)):
+                raise ConfigError(expected("mixture", "weights with a finite sum > 0", dict(mixture)))
         self.max_buffer_size = max_buffer_size
         self.drain_target_ratio = float(drain_target_ratio)
         self.obsolete_drain_rate = float(obsolete_drain_rate)
