@@ -125,12 +125,6 @@ def test_legacy_fixed_len_agrees_with_the_stream():
         assert got == n, (kw, got, n)
 
 
-def _quiet(fn, *a, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*a, **kw)
-
-
 # -- (d) ensure_mixture(mixture=...) --------------------------------------------------------------
 
 
@@ -230,6 +224,16 @@ def _source_arg(arg):
     return make, _use_source
 
 
+def _corpus_arg(arg):
+    base = {} if arg == "layout" else {"layout": {"a": (5, 3)}}
+    return lambda v: synthetic_corpus(**base, **{arg: v})
+
+
+def _estimation_arg(arg):
+    base = {} if arg == "primer" else {"primer": 0.25}
+    return lambda v: TokenEstimation(**base, **{arg: v})
+
+
 ENTRY_POINTS = {
     **{f"StaticMixtureWorkSource({a}=)": _source_arg(a) for a in (
         "datasets", "mixture", "chunk_size", "seed", "shuffle_shards", "shuffle_within_shard", "shuffle_block_size",
@@ -247,13 +251,10 @@ ENTRY_POINTS = {
     "MixtureSpec(weights=)": (lambda v: MixtureSpec(v), lambda m: m.normalized),
     "MixtureSpec({'a': v})": (lambda v: MixtureSpec({"a": v, "b": 1}),
                               lambda m: _use_source(StaticMixtureWorkSource(_two(), m, chunk_size=4))),
-    **{f"synthetic_corpus({a}=)": ((lambda a: lambda v: synthetic_corpus(
-        **({"layout": {"a": (5, 3)}} if a != "layout" else {}), **{a: v}))(a),
-        lambda c: [_use_dataset(d) for d in c.datasets])
+    **{f"synthetic_corpus({a}=)": (_corpus_arg(a), lambda c: [_use_dataset(d) for d in c.datasets])
        for a in ("seed", "layout", "vocab_size", "mean_log_words", "max_words")},
-    **{f"TokenEstimation({a}=)": ((lambda a: lambda v: TokenEstimation(
-        **({"primer": 0.25} if a != "primer" else {}), **{a: v}))(a),
-        lambda te: _use_source(StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)))
+    **{f"TokenEstimation({a}=)": (_estimation_arg(a), lambda te: _use_source(
+        StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)))
        for a in ("primer", "measure", "calibration_samples", "calibration_shards_min", "calibration_shards_max",
                  "fallback_tokens_per_byte")},
 }
