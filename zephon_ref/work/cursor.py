@@ -43,10 +43,11 @@ __all__ = ["BLOCK_FILL_TARGET", "GOLDEN", "DatasetCursor", "DatasetOrder"]
 
 GOLDEN = 0x9E3779B97F4A7C15
 BLOCK_FILL_TARGET = 1 << 16
-PERM_CACHE_ROWS = 1 << 21  # within-shard permutations kept per epoch order (16 MiB of int64)
-ORDER_CACHE = 4  # epoch orders shared by a cursor's lane clones
-FILL_MEMO = 16  # block fills (permutations) memoised per epoch order
-BLOCK_MEMO = 64  # permuted block rows memoised per epoch order
+# Memo bounds, per epoch order (lane clones of one process share these; nothing else does):
+PERM_CACHE_ROWS = 1 << 20  # within-shard permutations (8 MiB of int64)
+ORDER_CACHE = 2  # epoch orders shared by a cursor's lane clones (lanes move through epochs together)
+FILL_MEMO = 8  # block fills: about 8 x 65,536 permutation entries (4 MiB)
+BLOCK_MEMO_ROWS = 1 << 18  # permuted block rows (6 MiB of (dataset, shard, offset) triples)
 FILL_START_MEMO = 4096  # generator states at fill starts memoised per epoch order
 
 
@@ -247,7 +248,7 @@ class DatasetCursor:
                 perm = perms[j - self._fill_k * self._fill_blocks]
                 rows = order.raw_slice(j * b, len(perm))[perm]
                 rows.setflags(write=False)
-                order.remember(order.block_memo, j, rows, BLOCK_MEMO)
+                order.remember(order.block_memo, j, rows, max(2, BLOCK_MEMO_ROWS // b))
             blk = (j, rows)
             self._blk = blk
         return blk[1], at - j * b
