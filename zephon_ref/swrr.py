@@ -73,13 +73,17 @@ class SmoothWeightedRoundRobin(Generic[K]):
         eff = self._scale()
         return {k: self.target[k] * eff - self.emitted.get(k, 0.0) for k in self.target}
 
-    def best_of(self, keys: list[K]) -> K | None:
-        """The best of ``keys``; precondition: target keys, listed in ``order``."""
+    def best_of(self, keys: list[K], *, scale: float | None = None) -> K | None:
+        """The best of ``keys``; precondition: target keys, listed in ``order``.
+
+        ``scale`` is ``max(1, total)`` when the caller knows ``total`` exactly (see
+        :func:`interleave`); by default it is summed from ``emitted``.
+        """
         if not keys:
             return None
         if len(keys) == 1:
             return keys[0]
-        eff = self._scale()
+        eff = self._scale() if scale is None else scale
         target, emitted = self.target, self.emitted
         best = keys[0]
         best_d = target[best] * eff - emitted.get(best, 0.0)
@@ -130,8 +134,9 @@ def interleave(components: Mapping[str, Sequence[T]]) -> Iterator[tuple[T, str]]
     rr = SmoothWeightedRoundRobin({n: float(len(components[n])) for n in order}, order, renormalize=True)
     pos = dict.fromkeys(order, 0)
     alive = list(order)  # still believed to hold items, in tie-break order
+    emitted = 0  # every key is a target key and every emission weighs 1: total == emitted, exactly
     while alive:
-        best = rr.best_of(alive)  # alive: target keys in order
+        best = rr.best_of(alive, scale=float(max(1, emitted)))  # alive: target keys in order
         assert best is not None
         items = components[best]
         i = pos[best]
@@ -140,4 +145,5 @@ def interleave(components: Mapping[str, Sequence[T]]) -> Iterator[tuple[T, str]]
             continue
         pos[best] = i + 1
         rr.emitted[best] = rr.emitted.get(best, 0.0) + 1.0  # record({best: 1.0})
+        emitted += 1
         yield items[i], best
