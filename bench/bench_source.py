@@ -9,8 +9,8 @@
 3. Lane scaling, zephon_ref only: documents per second when 1 lane reads N chunks
    against 64 lanes reading N/64 chunks each (the same documents in total), side
    by side, as a ratio (goal >= 0.8: a lane skips, without building them, the
-   chunks other lanes own); and the time to the first chunk of the last lane at
-   canonical_replicas 1,000 and 10,000.
+   chunks other lanes own), at chunk_size 1024 and at zephon's default 16384; and the
+   time to the first chunk of the last lane at canonical_replicas 1,000 and 10,000.
 
 Run: python3 bench/bench_source.py [--quick] [--only lanes]
 """
@@ -84,6 +84,12 @@ LANES = {
 }
 
 
+LANES_BIG_CHUNK = SourceConfig(  # zephon's default chunk_size
+    {"web": (400_000, 250_000, 350_000), "code": (180_000, 120_000), "books": (60_000, 40_000, 20_000, 30_000)},
+    {"web": 0.6, "code": 0.3, "books": 0.1}, 1,
+    {"chunk_size": 16384, "seed": 1, "shuffle_within_shard": True, "exhausted_policy": "repeat"})
+
+
 def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
     """Documents/s of ``lanes`` lane clones that together read ``total_chunks`` chunks."""
     src = build_source("zephon_ref", cfg)
@@ -120,6 +126,14 @@ def lane_scaling(quick: bool) -> None:
             many.append(docs_per_second(cfg, 64, total))
         r1, r64 = statistics.median(one), statistics.median(many)
         print(f"  {name:7s} 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   ratio 64/1 = {r64 / r1:.2f}")
+    big = 64 if quick else 128
+    one, many = [], []
+    for _ in range(3):  # alternate, median of 3
+        one.append(docs_per_second(LANES_BIG_CHUNK, 1, big))
+        many.append(docs_per_second(LANES_BIG_CHUNK, 64, big))
+    r1, r64 = statistics.median(one), statistics.median(many)
+    print(f"  chunk_size 16384, {big} chunks: 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   "
+          f"ratio 64/1 = {r64 / r1:.2f}")
     for name, cfg in LANES.items():
         for canon in (1_000, 10_000):
             print(f"  {name:7s} canonical_replicas={canon:>6,}: first chunk of the last lane in "

@@ -186,14 +186,12 @@ class _Allocator:
         if q is None:
             return False
         any_taken = False
-        for n in self.cfg.order:
-            k = q.get(n, 0)
-            if k <= 0:
-                continue
-            # invariant: the exhaustion pass guaranteed every quota fits
-            got = cursors[n].advance(k)
-            assert got == k, (n, got, k)
-            any_taken = True
+        for n, k in q.items():  # the order of advances does not matter: cursors are independent
+            if k > 0:
+                # invariant: the exhaustion pass guaranteed every quota fits
+                got = cursors[n].advance(k)
+                assert got == k, (n, got, k)
+                any_taken = True
         return any_taken
 
     def state(self) -> dict[str, float] | None:
@@ -858,12 +856,12 @@ class StaticMixtureWorkSource(WorkSource):
     def next_chunk(self) -> WorkChunk | None:
         """This lane's next chunk, or None when the stream has ended."""
         lane, _ = self._require_lane()
+        lane_for_chunk, skip, cursors = self.lane_for_chunk, self._alloc.skip, self._cursors
         while True:
             g = self._g
-            mine = self.lane_for_chunk(g) == lane
-            if not mine:
+            if lane_for_chunk(g) != lane:
                 # another lane's chunk: advance cursors and carry, build nothing
-                if not self._alloc.skip(self._cursors):
+                if not skip(cursors):
                     return None
                 self._g = g + 1
                 continue
