@@ -39,7 +39,8 @@ class SourceConfig:
 
 
 def _rows(name: str, sid: int, n: int) -> list[dict[str, Any]]:
-    return [{"id": f"{name}/{sid}/{i}"} for i in range(n)]
+    # text lengths vary by shard and row, so token-aware costs differ between shards
+    return [{"id": f"{name}/{sid}/{i}", "text": "x" * ((7 * sid + 3 * len(name) + i % 5) % 29)} for i in range(n)]
 
 
 def build_source(impl: str, cfg: SourceConfig) -> Any:
@@ -54,7 +55,18 @@ def build_source(impl: str, cfg: SourceConfig) -> Any:
         Dataset.from_dict(name, {sid: InMemoryShard(_rows(name, sid, n)) for sid, n in enumerate(sizes)})
         for name, sizes in cfg.layout.items()
     ]
-    return StaticMixtureWorkSource(datasets, dict(cfg.weights), **dict(cfg.kwargs))
+    kwargs = dict(cfg.kwargs)
+    te = kwargs.get("token_estimation")
+    if isinstance(te, Mapping):  # literal TokenEstimation fields, built with impl's own class
+        if impl == "zephon_ref":
+            from zephon_ref.work import TokenEstimation
+        else:
+            from zephon.work import TokenEstimation  # type: ignore[no-redef]
+        kwargs["token_estimation"] = TokenEstimation(**te)
+    src = StaticMixtureWorkSource(datasets, dict(cfg.weights), **kwargs)
+    if impl == "zephon" and te is not None:
+        src.prime()  # zephon measures or pins its ratios in prime(); zephon_ref pins them at construction
+    return src
 
 
 def chunk_view(chunk: Any) -> dict[str, Any]:

@@ -8,13 +8,18 @@ from hypothesis import strategies as st
 
 from properties.sources import SourceConfig
 
-__all__ = ["source_configs"]
+__all__ = ["any_source_configs", "source_configs", "token_primers"]
 
 
 @st.composite
 def source_configs(draw: Any, *, max_datasets: int = 4, max_shard: int = 40, max_lanes: int = 16,
-                   max_chunk: int = 64) -> SourceConfig:
-    """Small but varied StaticMixtureWorkSource configurations (valid or not)."""
+                   max_chunk: int = 64, token_aware: bool = False) -> SourceConfig:
+    """Small but varied StaticMixtureWorkSource configurations (valid or not).
+
+    ``token_aware=True`` adds a ``token_estimation`` (as literal TokenEstimation
+    fields, see :func:`properties.sources.build_source`) with pinned ratios: one
+    global ratio, or one per dataset.
+    """
     n = draw(st.integers(1, max_datasets))
     names = [f"d{i}" for i in range(n)]
     layout = {
@@ -42,4 +47,19 @@ def source_configs(draw: Any, *, max_datasets: int = 4, max_shard: int = 40, max
         kwargs["stop_after_passes"] = draw(st.integers(1, 3))
     if mode != "default" and draw(st.booleans()):
         kwargs["reshuffle_on_repeat"] = draw(st.booleans())
+    if token_aware:
+        kwargs["token_estimation"] = {"primer": draw(token_primers(names))}
     return SourceConfig(layout, weights, draw(st.integers(1, max_lanes)), kwargs)
+
+
+_RATIOS = st.sampled_from([0.05, 0.25, 0.3, 1.0, 2.5, 7.0])
+
+
+def token_primers(names: list[str]) -> st.SearchStrategy[Any]:
+    """Pinned tokens/byte primers: a global ratio or a ratio per dataset."""
+    return st.one_of(_RATIOS, st.fixed_dictionaries({n: _RATIOS for n in names}))
+
+
+def any_source_configs(**kw: Any) -> st.SearchStrategy[SourceConfig]:
+    """:func:`source_configs` in sample units or (about half the time) token-aware."""
+    return st.booleans().flatmap(lambda token: source_configs(token_aware=token, **kw))

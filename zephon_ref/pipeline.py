@@ -203,7 +203,21 @@ class Pipeline:
                                                    parallelism=parallelism))
 
     def ensure_mixture(self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
-        return self._add("ensure_mixture", EnsureMixture(**kwargs))
+        op = EnsureMixture(**kwargs)  # validates its own arguments
+        try:
+            names = dict(self._source.component_ids())
+        except NotImplementedError:  # a custom work source without a vocabulary: nothing to check against
+            names = None
+        if op.mixture is not None and names is not None:
+            ids = set(names.values())
+            unknown = [k for k in op.mixture if not (k in names if isinstance(k, str) else k in ids)]
+            if unknown:
+                raise ConfigError(expected("ensure_mixture(mixture=...)", f"components of the work source "
+                                           f"{sorted(names)} (names) or {sorted(ids)} (ids)", f"unknown {unknown}"))
+        if getattr(self._source, "allocation_mode", None) == "token_aware" and op.weight_by == "samples":
+            raise ConfigError(expected("ensure_mixture(weight_by=...) with a token-aware work source",
+                                       "token units ('auto', a field or a callable)", "'samples'"))
+        return self._add("ensure_mixture", op)
 
     def batch(self, microbatch_size: int, *, drop_last: bool = True, placement: str = "auto") -> Pipeline:
         if any(isinstance(o, Batch) for _, o in self._ops):

@@ -75,6 +75,15 @@ def test_lane_chunk_sequences_match_zephon(cfg: SourceConfig) -> None:
     check_conformance(cfg)
 
 
+TOKEN_EXAMPLES = int(os.environ.get("ZEPHON_REF_TOKEN_CONFORMANCE_EXAMPLES", "120"))
+
+
+@settings(max_examples=TOKEN_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source_configs(token_aware=True))
+def test_token_aware_lane_chunk_sequences_match_zephon(cfg: SourceConfig) -> None:
+    check_conformance(cfg)
+
+
 FIXED = [
     SourceConfig({"a": (10, 7, 3), "b": (5, 9)}, {"a": 0.7, "b": 0.3}, 3, {"chunk_size": 4, "seed": 5}),
     SourceConfig({"a": (100, 70, 30), "b": (50, 90)}, {"a": 0.7, "b": 0.3}, 5,
@@ -86,6 +95,16 @@ FIXED = [
     # long enough that the block shuffle needs several 65,536-sample fills
     SourceConfig({"big": (70000, 50000)}, {"big": 1.0}, 2,
                  {"chunk_size": 4096, "seed": 3, "shuffle_within_shard": True, "shuffle_block_size": 1000}),
+    # token-aware: per-dataset pinned ratios, a repeat retry, blocks; and a redistribute tail
+    SourceConfig({"a": (100, 70, 30), "b": (50, 90)}, {"a": 0.7, "b": 0.3}, 3,
+                 {"chunk_size": 13, "seed": 11, "shuffle_within_shard": True, "shuffle_block_size": 20,
+                  "stop_after_passes": 3, "token_estimation": {"primer": {"a": 0.5, "b": 0.1}}}),
+    SourceConfig({"a": (10, 7, 3), "b": (5, 9), "c": (4,)}, {"a": 2, "b": 1, "c": 0.3}, 2,
+                 {"chunk_size": 5, "seed": 7, "exhausted_policy": {"a": "stop", "b": "repeat", "c": "redistribute"},
+                  "token_estimation": {"primer": 2.0}}),
+    SourceConfig({"big": (70000, 50000), "small": (3000,)}, {"big": 1.0, "small": 0.5}, 2,
+                 {"chunk_size": 4096, "seed": 3, "shuffle_block_size": 1000, "exhausted_policy": "repeat",
+                  "max_repeats": 1, "token_estimation": {"primer": {"big": 0.25, "small": 1.5}}}),
 ]
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from properties.sources import SourceConfig, build_source, chunk_view
-from properties.strategies import source_configs
+from properties.strategies import any_source_configs
 from zephon_ref.errors import ConfigError
 from zephon_ref.work.static_mixture import _AccumulatorAllocator, _Config
 
@@ -35,7 +35,7 @@ def _source(cfg: SourceConfig):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(source_configs(max_lanes=8))
+@given(any_source_configs(max_lanes=8))
 def test_lanes_partition_the_global_chunk_stream(cfg: SourceConfig) -> None:
     src = _source(cfg)
     if src is None:
@@ -67,7 +67,7 @@ def test_lanes_partition_the_global_chunk_stream(cfg: SourceConfig) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(source_configs(max_lanes=6), st.data())
+@given(any_source_configs(max_lanes=6), st.data())
 def test_state_round_trip_continues_identically(cfg: SourceConfig, data) -> None:
     src = _source(cfg)
     if src is None:

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Per lane, :class:`MixtureAccumulator` keeps a smooth weighted round robin
-(:class:`Swrr`: normalized target ``T``, emitted mass ``E``; deficit
+(:class:`zephon_ref.swrr.SmoothWeightedRoundRobin`: normalized target ``T``, emitted mass ``E``; deficit
 ``T_k * max(1, sum_{j in T} E_j) - E_k``; ties go to the earlier component in
 its order, initially sorted ids) and buffers: one FIFO per component for
 single-component records, a FIFO of multi-component (packed) records, and an
@@ -39,6 +39,8 @@ What may not live here: warnings of drift, clocks.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,61 +57,15 @@ from zephon_ref.ops.base import (
     check_int,
 )
 from zephon_ref.ops.pack import resolve_token_field, value_length
+from zephon_ref.swrr import SmoothWeightedRoundRobin
 from zephon_ref.types import SampleRecord
 
 __all__ = ["EnsureMixture", "MixtureAccumulator", "Swrr"]
 
 TOMBSTONE_BATCH = 1024
 
-
-class Swrr:
-    """Smooth weighted round robin over integer component ids (float weights)."""
-
-    def __init__(self, target: Mapping[int, float], order: Sequence[int]) -> None:
-        total = sum(w for w in target.values() if w > 0)
-        self.target: dict[int, float] = {}
-        self.order: list[int] = []
-        if total > 0:
-            self.target = {k: w / total for k, w in target.items() if w > 0}
-            self.order = [k for k in order if k in self.target]
-        self.index = {k: i for i, k in enumerate(self.order)}
-        self.emitted: dict[int, float] = {}
-
-    def deficits(self) -> dict[int, float]:
-        total = sum(self.emitted.get(k, 0.0) for k in self.target)
-        eff = max(1.0, total)
-        return {k: self.target[k] * eff - self.emitted.get(k, 0.0) for k in self.target}
-
-    def _best(self, keys: list[int]) -> int | None:
-        if not keys:
-            return None
-        if len(keys) == 1:
-            return keys[0]
-        d = self.deficits()
-        return max(keys, key=lambda k: (d[k], -self.index[k]))
-
-    def peek(self) -> int | None:
-        if not self.target:
-            return None
-        return self._best([k for k in self.order if k in self.target])
-
-    def select(self, available: set[int]) -> int | None:
-        return self._best([k for k in self.order if k in available and k in self.target])
-
-    def record(self, contributions: Mapping[int, float]) -> None:
-        for k, w in contributions.items():
-            self.emitted[k] = self.emitted.get(k, 0.0) + w
-
-    def update_target(self, new: Mapping[int, float]) -> None:
-        total = sum(w for w in new.values() if w > 0)
-        if total <= 0:
-            self.target = {}
-            return
-        self.target = {k: w / total for k, w in new.items() if w > 0}
-        for k in new:
-            if k not in self.index:
-                self.index[k] = len(self.order)
-                self.order.append(k)
+# the per-lane round robin over integer component ids (zephon_ref/swrr.py; targets normalised once)
+Swrr = SmoothWeightedRoundRobin[int]
 
 
 @dataclass(slots=True)
@@ -530,8 +486,15 @@ class EnsureMixture(BaseOp):
             if not isinstance(mixture, Mapping) or not mixture:
                 raise ConfigError(expected("mixture", "a non-empty mapping component -> weight", mixture))
             for k, w in mixture.items():
-                if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
-                    raise ConfigError(expected(f"mixture[{k!r}]", "a number >= 0", w))
+                if isinstance(k, bool) or not isinstance(k, (str, int)) or (isinstance(k, int) and k < 0):
+                    raise ConfigTypeError(expected("mixture key", "a component name (str) or id (int >= 0)", k))
+                if isinstance(w, bool) or not isinstance(w, numbers.Real):
+                    raise ConfigTypeError(expected(f"mixture[{k!r}]", "a finite number >= 0", w))
+                if not (math.isfinite(w) and w >= 0):
+                    raise ConfigError(expected(f"mixture[{k!r}]", "a finite number >= 0", w))
+            total = sum(float(w) for w in mixture.values())
+            if not (total > 0 and math.isfinite(total)):
+                raise ConfigError(expected("mixture", "weights with a finite sum > 0", dict(mixture)))
         self.max_buffer_size = max_buffer_size
         self.drain_target_ratio = float(drain_target_ratio)
         self.obsolete_drain_rate = float(obsolete_drain_rate)

@@ -5,6 +5,7 @@ from zephon_ref.work.dataset import Dataset, InMemoryShard, JsonlShard
 from zephon_ref.work.mixture import MixtureSpec
 from zephon_ref.work.static_mixture import StaticMixtureWorkSource
 from zephon_ref.work.synthetic import SyntheticCorpus, synthetic_corpus
+from zephon_ref.work.token_estimation import TokenEstimation
 
 __all__ = [
     "Dataset",
@@ -13,6 +14,7 @@ __all__ = [
     "MixtureSpec",
     "StaticMixtureWorkSource",
     "SyntheticCorpus",
+    "TokenEstimation",
     "WorkChunk",
     "WorkSource",
     "synthetic_corpus",

@@ -37,6 +37,7 @@ from zephon_ref.work.mixture import normalize_weights, swrr_order
 __all__ = ["WORK_CHUNK_VERSION", "WorkChunk", "WorkSource"]
 
 WORK_CHUNK_VERSION = 3
+MAX_LANES = 1 << 20  # canonical_replicas bound: a permute block shuffles a list of that many lanes
 
 
 class WorkChunk:
@@ -192,8 +193,8 @@ class WorkSource:
                 f"(lane {self._lane} of {self._canon})"
             )
         for name, v, lo in (("canonical_replicas", canonical_replicas, 1), ("lane_id", lane_id, 0)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                raise ConfigError(expected(name, f"an int >= {lo}", v))
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= MAX_LANES:
+                raise ConfigError(expected(name, f"an int in [{lo}, {MAX_LANES}]", v))
         if lane_id >= canonical_replicas:
             raise ConfigError(expected("lane_id", f"an int in [0, {canonical_replicas})", lane_id))
 

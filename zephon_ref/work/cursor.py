@@ -29,6 +29,7 @@ Nothing here knows about mixtures, chunks or lanes.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from random import Random  # seeded instances only: never the global generator
@@ -42,6 +43,12 @@ __all__ = ["BLOCK_FILL_TARGET", "GOLDEN", "DatasetCursor", "DatasetOrder"]
 
 GOLDEN = 0x9E3779B97F4A7C15
 BLOCK_FILL_TARGET = 1 << 16
+# Memo bounds, per epoch order (lane clones of one process share these; nothing else does):
+PERM_CACHE_ROWS = 1 << 20  # within-shard permutations (8 MiB of int64)
+ORDER_CACHE = 2  # epoch orders shared by a cursor's lane clones (lanes move through epochs together)
+FILL_MEMO = 8  # block fills: about 8 x 65,536 permutation entries (4 MiB)
+BLOCK_MEMO_ROWS = 1 << 18  # permuted block rows (6 MiB of (dataset, shard, offset) triples)
+FILL_START_MEMO = 4096  # generator states at fill starts memoised per epoch order
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +61,8 @@ class _Knobs:
 class DatasetOrder:
     """The epoch-specific sample sequence of one dataset (immutable, shareable)."""
 
-    __slots__ = ("_cum", "_dataset_id", "_knobs", "_perm_cache", "_seed", "_shard_ids", "_sizes", "total")
+    __slots__ = ("_cum", "_cum_list", "_dataset_id", "_knobs", "_perm_cache", "_seed", "_shard_ids", "_sizes",
+                 "block_memo", "fill_memo", "fill_start", "total")
 
     def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, seed: int, knobs: _Knobs) -> None:
         n = int(ids.size)
@@ -67,21 +75,37 @@ class DatasetOrder:
         self._shard_ids = [int(x) for x in ids]
         self._sizes = [int(x) for x in counts]
         self._cum = np.cumsum(np.asarray(self._sizes, dtype=np.int64))
+        self._cum_list: list[int] = self._cum.tolist()
         self.total = int(self._cum[-1]) if n else 0
         self._seed = seed
         self._knobs = knobs
-        self._perm_cache: tuple[int, np.ndarray] | None = None
+        # shard position -> its within-shard order; shared by every lane clone on this epoch
+        self._perm_cache: dict[int, np.ndarray] = {}
+        # block fills, shared likewise: fill k -> generator state before it, and (bounded)
+        # fill k -> (state before, its block permutations, state after)
+        self.fill_start: dict[int, Mapping[str, Any]] = {}
+        self.fill_memo: dict[int, tuple[Mapping[str, Any], list[np.ndarray], Mapping[str, Any]]] = {}
+        self.block_memo: dict[int, np.ndarray] = {}  # block j -> its permuted rows (bounded)
 
     def _offsets(self, position: int) -> np.ndarray:
-        """Within-shard order of the shard visited at ``position`` (cached: one shard)."""
-        cached = self._perm_cache
-        if cached is not None and cached[0] == position:
-            return cached[1]
+        """Within-shard order of the shard visited at ``position`` (memoised, bounded)."""
+        got = self._perm_cache.get(position)
+        if got is not None:
+            return got
         shard_id = self._shard_ids[position]
         offs = np.arange(self._sizes[position], dtype=np.int64)
         if offs.size > 1:
             np.random.default_rng((self._seed << 32) ^ ((position << 16) + shard_id)).shuffle(offs)
-        self._perm_cache = (position, offs)
+        offs.setflags(write=False)
+        cache = self._perm_cache
+        # bounded: the newest permutations, at most PERM_CACHE_ROWS rows (or the one just built)
+        held = sum(len(v) for v in cache.values())
+        try:  # lanes on threads may share this cache: a lost race only costs a recomputation
+            while cache and held + len(offs) > PERM_CACHE_ROWS:
+                held -= len(cache.pop(next(iter(cache))))
+        except (KeyError, RuntimeError, StopIteration):
+            cache.clear()
+        cache[position] = offs
         return offs
 
     def raw_slice(self, start: int, n: int) -> np.ndarray:
@@ -111,6 +135,22 @@ class DatasetOrder:
             pos += 1
         return out
 
+    def point(self, at: int) -> SampleId:
+        """Row ``at`` of the pre-block sequence (precondition: ``0 <= at < total``)."""
+        pos = bisect_right(self._cum_list, at)
+        lo = at - (self._cum_list[pos - 1] if pos else 0)
+        off = int(self._offsets(pos)[lo]) if self._knobs.shuffle_within_shard else lo
+        return SampleId(self._dataset_id, self._shard_ids[pos], off)
+
+    def remember(self, memo: dict[int, Any], k: int, value: Any, cap: int) -> None:
+        """Memoise ``value`` under ``k`` keeping at most ``cap`` newest entries (race-tolerant)."""
+        try:
+            while len(memo) >= cap:
+                del memo[next(iter(memo))]
+        except (KeyError, RuntimeError, StopIteration):
+            memo.clear()
+        memo[k] = value
+
     def block_len(self, block_index: int) -> int:
         b = self._knobs.block_size
         assert b is not None
@@ -118,11 +158,17 @@ class DatasetOrder:
 
 
 class DatasetCursor:
-    """Position of one dataset's traversal: ``(epoch, position)`` plus the block buffer."""
+    """Position of one dataset's traversal: ``(epoch, position)`` plus the block state.
+
+    With blocks, the generator shuffles a whole *fill* of block permutations at a
+    time (it is sequential), but rows are sliced and permuted one block at a time,
+    only for blocks something reads: a lane that reads a few blocks of a fill pays
+    the generator for the fill and the rows of those blocks only.
+    """
 
     __slots__ = (
-        "_base_seed", "_block_rng", "_buf", "_buf_start", "_dataset_id", "_ids", "_counts",
-        "_knobs", "_order", "_rng_blocks", "_snap_blocks", "_snap_state", "epoch", "position",
+        "_base_seed", "_blk", "_block_rng", "_counts", "_dataset_id", "_fill_k", "_ids", "_knobs",
+        "_order", "_orders", "_perms", "_rng_blocks", "_snap_blocks", "_snap_state", "epoch", "position",
     )
 
     def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, *, seed: int,
@@ -132,6 +178,7 @@ class DatasetCursor:
         self._counts = counts
         self._base_seed = seed
         self._knobs = _Knobs(shuffle_shards, shuffle_within_shard, block_size)
+        self._orders: dict[int, DatasetOrder] = {}
         self.epoch = 0
         self.position = 0
         self._order = self._make_order(0, reshuffle=False)
@@ -140,11 +187,24 @@ class DatasetCursor:
     # -- epochs ---------------------------------------------------------------------------
     def _make_order(self, epoch: int, *, reshuffle: bool) -> DatasetOrder:
         seed = self._base_seed + epoch * GOLDEN if (reshuffle and epoch > 0) else self._base_seed
-        return DatasetOrder(self._dataset_id, self._ids, self._counts, seed, self._knobs)
+        # lane clones share their epoch orders (immutable but for the memoised permutations),
+        # so lanes of one process that reach the same epoch build its permutations once
+        orders = self._orders
+        got = orders.get(seed)
+        if got is None:
+            got = DatasetOrder(self._dataset_id, self._ids, self._counts, seed, self._knobs)
+            try:  # lanes on threads may share this cache: a lost race only costs a rebuild
+                while len(orders) >= ORDER_CACHE:
+                    del orders[next(iter(orders))]
+            except (KeyError, RuntimeError, StopIteration):
+                orders.clear()
+            orders[seed] = got
+        return got
 
     def _reset_block_state(self) -> None:
-        self._buf: np.ndarray | None = None
-        self._buf_start = 0
+        self._perms: list[np.ndarray] | None = None  # block permutations of fill `_fill_k`
+        self._fill_k = -1
+        self._blk: tuple[int, np.ndarray] | None = None  # (block index, its permuted rows)
         self._block_rng: np.random.Generator | None = None
         self._rng_blocks = 0  # blocks the generator has shuffled so far
         self._snap_state: Mapping[str, Any] | None = None
@@ -170,6 +230,29 @@ class DatasetCursor:
         self.seek(self.epoch + 1, 0, reshuffle=reshuffle)
 
     # -- reading --------------------------------------------------------------------------
+    def _block_rows(self, at: int) -> tuple[np.ndarray, int]:
+        """The permuted rows of the block holding ``at``, and ``at``'s index in them."""
+        b = self._knobs.block_size
+        assert b is not None
+        k = self._fill_index(at)
+        if self._perms is None or self._fill_k != k:
+            self._fill(k)
+        j = at // b
+        blk = self._blk
+        if blk is None or blk[0] != j:
+            order = self._order
+            rows = order.block_memo.get(j)
+            if rows is None:
+                perms = self._perms
+                assert perms is not None
+                perm = perms[j - self._fill_k * self._fill_blocks]
+                rows = order.raw_slice(j * b, len(perm))[perm]
+                rows.setflags(write=False)
+                order.remember(order.block_memo, j, rows, max(2, BLOCK_MEMO_ROWS // b))
+            blk = (j, rows)
+            self._blk = blk
+        return blk[1], at - j * b
+
     def next_many(self, n: int) -> list[SampleId]:
         """Up to ``n`` next pointers (fewer only at the end of the epoch)."""
         n = min(n, self.remaining)
@@ -182,19 +265,49 @@ class DatasetCursor:
             want = n
             at = self.position
             while want > 0:
-                buf = self._buf
-                if buf is None or not (self._buf_start <= at < self._buf_start + len(buf)):
-                    self._fill(self._fill_index(at))
-                    buf = self._buf
-                    assert buf is not None
-                lo = at - self._buf_start
-                take = min(want, len(buf) - lo)
-                parts.append(buf[lo:lo + take])
+                blk, lo = self._block_rows(at)
+                take = min(want, len(blk) - lo)
+                parts.append(blk[lo:lo + take])
                 at += take
                 want -= take
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.position += n
         return list(map(SampleId._make, rows.tolist()))
+
+    def next_one(self) -> SampleId | None:
+        """The next pointer, or None at the end of the epoch (same order as :meth:`next_many`)."""
+        at = self.position
+        if at >= self._order.total:
+            return None
+        if not self.has_blocks:
+            sid = self._order.point(at)
+        else:
+            blk, lo = self._block_rows(at)
+            row = blk[lo]
+            sid = SampleId(int(row[0]), int(row[1]), int(row[2]))
+        self.position = at + 1
+        return sid
+
+    def advance(self, n: int) -> int:
+        """Move past the next ``n`` pointers without building them; returns how many.
+
+        Same end state as ``len(next_many(n))``: the block generator is moved past
+        every fill before the one holding the new position (it is sequential), but
+        no rows are sliced, and that fill is shuffled only when something is read.
+        """
+        n = min(n, self.remaining)
+        if n <= 0:
+            return 0
+        at = self.position + n
+        if self.has_blocks and at < self.total:
+            k = self._fill_index(at)
+            if self._perms is None or self._fill_k != k:
+                first = k * self._fill_blocks
+                if self._rng_blocks < first:
+                    self._move_generator(first)
+                    self._perms, self._fill_k, self._blk = None, -1, None  # behind the position now
+        self.position = at
+        return n
 
     # Fills lie on a fixed grid of `_fill_blocks` blocks, so the snapshot a state
     # carries depends only on (epoch, position): a restored cursor writes the same
@@ -210,24 +323,50 @@ class DatasetCursor:
         assert b is not None
         return (at // b) // self._fill_blocks
 
+    def _move_generator(self, first: int) -> None:
+        """Move the block generator forward to block ``first`` (a fill start) without filling."""
+        assert self._block_rng is not None and self._rng_blocks <= first
+        order = self._order
+        known = order.fill_start.get(first // self._fill_blocks)
+        if known is not None:
+            self._block_rng.bit_generator.state = known
+        else:
+            for j in range(self._rng_blocks, first):
+                self._block_rng.shuffle(np.arange(order.block_len(j), dtype=np.intp))
+            order.remember(order.fill_start, first // self._fill_blocks, self._block_rng.bit_generator.state,
+                           FILL_START_MEMO)
+        self._rng_blocks = first
+
     def _fill(self, k: int) -> None:
-        """Shuffle fill ``k`` (blocks ``[k*F, (k+1)*F)``) into the buffer."""
+        """Shuffle the block permutations of fill ``k`` (blocks ``[k*F, (k+1)*F)``)."""
         b = self._knobs.block_size
         assert b is not None and self._block_rng is not None
         first = k * self._fill_blocks
         # invariant: the generator sits after exactly `_rng_blocks` block shuffles
         assert self._rng_blocks == first, (self._rng_blocks, first)
-        start = first * b
-        rows = self._order.raw_slice(start, self._fill_blocks * b)
-        self._snap_state = self._block_rng.bit_generator.state
+        total = self._order.total
+        last = min(first + self._fill_blocks, -(-total // b))
+        order = self._order
+        memo = order.fill_memo.get(k)
+        if memo is not None:  # another lane clone shuffled this fill already: same generator, same result
+            before, perms, after = memo
+            self._block_rng.bit_generator.state = after
+        else:
+            before = self._block_rng.bit_generator.state
+            perms = []
+            for j in range(first, last):
+                perm = np.arange(min(b, total - j * b), dtype=np.intp)
+                self._block_rng.shuffle(perm)
+                perm.setflags(write=False)
+                perms.append(perm)
+            after = self._block_rng.bit_generator.state
+            order.remember(order.fill_memo, k, (before, perms, after), FILL_MEMO)
+            order.remember(order.fill_start, k, before, FILL_START_MEMO)
+            order.remember(order.fill_start, k + 1, after, FILL_START_MEMO)
+        self._snap_state = before
         self._snap_blocks = first
-        for j in range(0, len(rows), b):
-            perm = np.arange(min(b, len(rows) - j), dtype=np.intp)
-            self._block_rng.shuffle(perm)
-            rows[j:j + len(perm)] = rows[j:j + len(perm)][perm]
-        self._rng_blocks = first + -(-len(rows) // b)
-        self._buf = rows
-        self._buf_start = start
+        self._rng_blocks = last
+        self._perms, self._fill_k, self._blk = perms, k, None
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -239,7 +378,7 @@ class DatasetCursor:
         out: dict[str, Any] = {"position": self.position, "epoch": self.epoch}
         if self.has_blocks and self.position < self.total:
             first = self._fill_index(self.position) * self._fill_blocks
-            if self._buf is not None and self._snap_blocks == first:
+            if self._perms is not None and self._snap_blocks == first:
                 snap = self._snap_state
             else:
                 # position is at the first block of the next, not yet shuffled, fill
@@ -260,24 +399,20 @@ class DatasetCursor:
         assert self._block_rng is not None
         k = self._fill_index(self.position)
         first = k * self._fill_blocks
-        done = 0
         if block_rng_snapshot is not None and int(block_rng_snapshot["block_count"]) <= first:
             self._block_rng.bit_generator.state = block_rng_snapshot["rng_state"]
-            done = int(block_rng_snapshot["block_count"])
+            self._rng_blocks = int(block_rng_snapshot["block_count"])
         # advance the generator past blocks [done, first) without materialising them
-        for j in range(done, first):
-            self._block_rng.shuffle(np.arange(self._order.block_len(j), dtype=np.intp))
-        self._rng_blocks = first
+        self._move_generator(first)
         self._fill(k)
 
     def clone(self) -> DatasetCursor:
-        """An independent cursor at the same place (the order object is shared: immutable)."""
+        """An independent cursor at the same place (orders, permutations and rows are shared: never mutated)."""
         c = DatasetCursor.__new__(DatasetCursor)
         c._dataset_id, c._ids, c._counts = self._dataset_id, self._ids, self._counts
-        c._base_seed, c._knobs, c._order = self._base_seed, self._knobs, self._order
+        c._base_seed, c._knobs, c._order, c._orders = self._base_seed, self._knobs, self._order, self._orders
         c.epoch, c.position = self.epoch, self.position
-        c._buf = None if self._buf is None else self._buf.copy()
-        c._buf_start = self._buf_start
+        c._perms, c._fill_k, c._blk = self._perms, self._fill_k, self._blk
         c._rng_blocks = self._rng_blocks
         c._snap_state, c._snap_blocks = self._snap_state, self._snap_blocks
         c._block_rng = None

@@ -1,26 +1,22 @@
-"""MixtureSpec and the smooth weighted round robin that defines within-chunk offsets.
+"""MixtureSpec, weight normalisation, and the chunk reader's interleave.
 
 Theory of operation
 -------------------
 :class:`MixtureSpec` normalises positive weights by their sum, keeping insertion
-order.  :func:`swrr_order` is the interleave the engine uses to read a chunk:
-at each step every component still believed to have items gets
-``deficit_k = T_k * max(1, total) - E_k`` (``total`` is the emissions of all
-target components so far) and the largest deficit wins, ties to the earlier
-component.  A component is dropped only when it is chosen and found empty.
-
-Floating point here is deliberate: the targets are IEEE quotients exactly as
-zephon 0.2.0 computes them, so the interleave (and hence every chunk offset)
-agrees bit for bit.  All emission counts are integers held in floats below 2**53,
-so the sums are exact; only ``T_k * total`` rounds, identically on every run.
+order.  :func:`swrr_order` is the interleave the engine uses to read a chunk (a
+pointer's position in it is its offset); the smooth weighted round robin itself
+lives in :mod:`zephon_ref.swrr`, shared with ``ensure_mixture``.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.swrr import interleave
 
 __all__ = ["MixtureSpec", "normalize_weights", "swrr_order"]
 
@@ -28,7 +24,12 @@ T = TypeVar("T")
 
 
 def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") -> dict[str, float]:
-    """Positive weights divided by their (left-to-right float) sum, insertion order kept."""
+    """Positive weights divided by their (left-to-right float) sum, insertion order kept.
+
+    Refused (nothing is built): a non-mapping, no components, a non-str name, a
+    weight that is not a real number (str, bool, None...), a weight that is not
+    finite or not > 0, a sum that overflows, and a share that underflows to 0.
+    """
     if not isinstance(weights, Mapping):
         raise ConfigTypeError(expected(what, "a mapping name -> positive weight", type(weights).__name__))
     if not weights:
@@ -36,15 +37,24 @@ def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") 
     total = 0.0
     vals: dict[str, float] = {}
     for name, raw in weights.items():
-        try:
-            v = float(raw)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(expected(f"{what} weight for {name!r}", "a positive number", raw)) from exc
-        if not v > 0.0 or v == float("inf"):
+        if not isinstance(name, str):
+            raise ConfigTypeError(expected(f"{what} component name", "a str", name))
+        if isinstance(raw, bool) or not isinstance(raw, numbers.Real):
+            raise ConfigTypeError(expected(f"{what} weight for {name!r}", "a real number > 0", raw))
+        v = float(raw)
+        if not (v > 0.0 and math.isfinite(v)):
             raise ConfigError(expected(f"{what} weight for {name!r}", "a finite number > 0", raw))
         total += v
-        vals[str(name)] = v
-    return {k: v / total for k, v in vals.items()}
+        vals[name] = v
+    if not math.isfinite(total):
+        raise ConfigError(expected(f"{what} weights", "a finite sum (scale the weights down)",
+                                   f"weights summing past the float range: {dict(weights)}"))
+    shares = {k: v / total for k, v in vals.items()}
+    tiny = [k for k, v in shares.items() if v <= 0.0]
+    if tiny:
+        raise ConfigError(expected(f"{what} weights", "shares > 0 after normalisation",
+                                   f"{tiny} underflowing to 0 against the sum {total!r}"))
+    return shares
 
 
 class MixtureSpec:
@@ -87,42 +97,6 @@ class MixtureSpec:
 def swrr_order(components: Mapping[str, Sequence[T]]) -> Iterator[tuple[T, str]]:
     """Yield ``(item, component)`` for every item, in smooth weighted round-robin order.
 
-    Targets are each non-empty component's share of the items, in mapping order.
+    The chunk reader's interleave; the rule lives in :func:`zephon_ref.swrr.interleave`.
     """
-    order = [name for name, items in components.items() if len(items) > 0]
-    if not order:
-        return
-    if len(order) == 1:
-        only = order[0]
-        for item in components[only]:
-            yield item, only
-        return
-    shares = normalize_weights({n: len(components[n]) for n in order}, what="chunk mixture")
-    # zephon normalises the already-normalised shares once more; the second division
-    # can move a share by an ulp, which decides near-ties, so do the same
-    share_sum = 0.0
-    for n in order:
-        share_sum += shares[n]
-    target = {n: shares[n] / share_sum for n in order}
-    emitted = dict.fromkeys(order, 0.0)
-    pos = dict.fromkeys(order, 0)
-    alive = list(order)  # still believed to hold items, in tie-break order
-    while alive:
-        total = 0.0
-        for n in order:  # every target component counts, drained or not
-            total += emitted[n]
-        scale = max(1.0, total)
-        best = alive[0]
-        best_def = target[best] * scale - emitted[best]
-        for n in alive[1:]:
-            d = target[n] * scale - emitted[n]
-            if d > best_def:  # strict: ties go to the earlier component
-                best, best_def = n, d
-        i = pos[best]
-        items = components[best]
-        if i >= len(items):
-            alive.remove(best)
-            continue
-        pos[best] = i + 1
-        emitted[best] += 1.0
-        yield items[i], best
+    return interleave(components)

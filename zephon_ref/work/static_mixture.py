@@ -40,6 +40,7 @@ What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from random import Random  # seeded instances only: never the global generator
@@ -58,13 +59,15 @@ from zephon_ref.work.base import WorkChunk, WorkSource
 from zephon_ref.work.cursor import GOLDEN, DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
+from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
 
 __all__ = ["STATIC_MIXTURE_SCHEMA", "StaticMixtureWorkSource"]
 
 STATIC_MIXTURE_SCHEMA = "zephon_ref.static_mixture/1"
 AUTO_BLOCK_FACTOR = 8
 _POLICIES = ("stop", "redistribute", "repeat")
-_MODES = ("accumulator", "legacy_fixed")
+_MODES = ("accumulator", "legacy_fixed", "token_aware")
+_MAX_PASSES = 1 << 40  # stop_after_passes / max_repeats bound: epochs count in machine ints downstream
 
 
 class _Unset:
@@ -174,8 +177,29 @@ class _Allocator:
             out[n] = got
         return out
 
+    def skip(self, cursors: dict[str, DatasetCursor]) -> bool:
+        """Advance exactly as :meth:`produce` would, without building the pointer lists.
+
+        For a chunk another lane owns.  Returns whether a chunk was produced.
+        """
+        q = self.quotas(cursors)
+        if q is None:
+            return False
+        any_taken = False
+        for n, k in q.items():  # the order of advances does not matter: cursors are independent
+            if k > 0:
+                # invariant: the exhaustion pass guaranteed every quota fits
+                got = cursors[n].advance(k)
+                assert got == k, (n, got, k)
+                any_taken = True
+        return any_taken
+
     def state(self) -> dict[str, float] | None:
         return None
+
+    def draws_per_chunk(self) -> dict[str, float]:
+        """Average samples each dataset gives per chunk (what ``len()`` estimates from)."""
+        return {n: self.cfg.weights[n] * self.cfg.chunk_size for n in self.cfg.order}
 
     def clone(self) -> _Allocator:
         raise NotImplementedError
@@ -222,33 +246,33 @@ class _AccumulatorAllocator(_Allocator):
     def _advance(self, weights: Mapping[str, float]) -> dict[str, int]:
         cfg = self.cfg
         acc = self.acc
-        names = [n for n in cfg.order if n in weights]
+        size = cfg.chunk_size
+        names = cfg.order if weights is cfg.weights else [n for n in cfg.order if n in weights]
         q: dict[str, int] = {}
         total = 0
         for n in names:
-            acc[n] += weights[n] * cfg.chunk_size
-            k = int(acc[n])  # truncation toward zero
-            acc[n] -= k
+            a = acc[n] + weights[n] * size
+            k = int(a)  # truncation toward zero
+            acc[n] = a - k
             q[n] = k
             total += k
-        diff = cfg.chunk_size - total
+        diff = size - total
         if diff > 0:
-            for _, n in sorted(enumerate(names), key=lambda p: (-acc[p[1]], p[0])):
-                if diff <= 0:
-                    break
+            # largest remainder first, ties to the earlier component (the sort is stable, also reversed)
+            for n in sorted(names, key=acc.__getitem__, reverse=True)[:diff]:
                 q[n] += 1
                 acc[n] -= 1.0
                 diff -= 1
         elif diff < 0:
-            for _, n in sorted(enumerate(names), key=lambda p: (acc[p[1]], p[0])):
+            for n in sorted(names, key=acc.__getitem__):
                 if diff >= 0:
                     break
                 if q[n] > 0:
                     q[n] -= 1
                     acc[n] += 1.0
                     diff += 1
-        if sum(q.values()) != cfg.chunk_size:
-            raise ContractError(expected("quota sum", str(cfg.chunk_size), sum(q.values())))
+        if diff != 0:
+            raise ContractError(expected("quota sum", str(size), size - diff))
         return q
 
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
@@ -339,14 +363,27 @@ class _LegacyFixedAllocator(_Allocator):
             raise ContractError(expected("legacy quota slots left", "0", left))
         return q
 
+    def draws_per_chunk(self) -> dict[str, float]:
+        return {n: float(self.fixed[n]) for n in self.cfg.order}
+
     def clone(self) -> _LegacyFixedAllocator:
         c = _LegacyFixedAllocator.__new__(_LegacyFixedAllocator)
         _Allocator.__init__(c, self.cfg)
         c.fixed = dict(self.fixed)
         return c
 
+    def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
+        for n in self.cfg.order:
+            if self.cfg.policy[n] == "repeat" and cursors[n].total < self.fixed[n]:
+                raise ConfigError(expected(
+                    f"dataset {n!r} size", f">= {self.fixed[n]} samples (its fixed quota per chunk with "
+                    "allocation_mode='legacy_fixed' and exhausted_policy='repeat')", cursors[n].total))
+
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
+        # zephon's legacy mode never sees stop_after_passes (its legacy checkpoints migrate to
+        # None); zephon_ref lets a user pick legacy_fixed, so it honours it like accumulator mode
         cfg = self.cfg
+        sap = cfg.stop_after_passes
         for n in cfg.order:
             cur = cursors[n]
             if cur.remaining >= self.fixed[n]:
@@ -355,13 +392,191 @@ class _LegacyFixedAllocator(_Allocator):
             cap = cfg.max_repeats[n]
             if cfg.policy[n] != "repeat" or (cap is not None and cur.epoch >= cap):
                 return None
+            if sap is not None and cfg.passes_reached(cursors, n):
+                return None
             cur.reset(reshuffle=cfg.reshuffle[n])
+        if sap is not None and cfg.passes_reached(cursors):
+            return None
         return dict(self.fixed)
+
+    def remaining_samples(self, cursors: Mapping[str, DatasetCursor]) -> int:
+        """Exactly what the stream still yields (precondition: bounded), in O(datasets).
+
+        With fixed quotas, dataset ``n`` (quota ``q``, ``total`` T, at ``(epoch e, position p)``)
+        is short of its quota at the start of chunks ``c_j = k0 + j*k`` (``k0 = (T-p)//q``,
+        ``k = T//q``), and counts ``e + 1 + (c-k0)//k`` completed passes from ``c = k0`` on
+        (``e`` before).  The stream stops at the first chunk where a ``stop`` dataset or a
+        capped one (``e + j >= max_repeats``) is short, or where every dataset has
+        completed ``stop_after_passes`` passes.
+        """
+        cfg = self.cfg
+        sap = cfg.stop_after_passes
+        end = math.inf
+        last_pass = 0
+        for n in cfg.order:
+            cur, q = cursors[n], self.fixed[n]
+            k0 = cur.remaining // q
+            if cfg.policy[n] != "repeat":
+                end = min(end, k0)
+                continue
+            k = cur.total // q  # >= 1: check_liveness
+            cap = cfg.max_repeats[n]
+            if cap is not None:
+                end = min(end, k0 + max(0, cap - cur.epoch) * k)
+            if sap is not None:
+                need = sap - cur.epoch
+                last_pass = max(last_pass, 0 if need <= 0 else k0 + (need - 1) * k)
+        if sap is not None:
+            end = min(end, last_pass)
+        assert not math.isinf(end), "remaining_samples of an unbounded source"
+        return int(end) * cfg.chunk_size
+
+class _TokenAllocator(_Allocator):
+    """Per-draw token deficits: each draw serves the component owed the most tokens.
+
+    Every draw charges the drawn pointer's estimated cost ``c``: each active
+    component's deficit grows by ``w_k * c`` and the chosen one's shrinks by
+    ``c`` (the smooth weighted round robin's update, in token units; ties go to
+    the earlier component).  A ``repeat`` cursor that runs dry rolls the whole
+    attempt back (deficits and cursors), starts that dataset's next epoch and
+    retries; more than ``MAX_RESETS`` resets of one dataset within a chunk means
+    the carried deficit asks for more than a pass, and raises.  A dry
+    ``redistribute`` cursor ends the chunk early (short chunk).
+    """
+
+    mode = "token_aware"
+    LIVENESS_SAFETY = 2.0
+    MAX_RESETS = 3
+
+    def __init__(self, cfg: _Config, table: TokenCostTable, ratios: Mapping[str, float],
+                 deficits: Mapping[str, float] | None = None) -> None:
+        super().__init__(cfg)
+        self.table = table
+        self.ratios = dict(ratios)
+        self.deficits: dict[str, float] = dict(deficits) if deficits is not None else dict.fromkeys(cfg.order, 0.0)
+
+    def skip(self, cursors: dict[str, DatasetCursor]) -> bool:
+        # every draw's cost depends on the drawn pointer's shard: the pointers must be drawn
+        return bool(self.produce(cursors))
+
+    def clone(self) -> _TokenAllocator:
+        return _TokenAllocator(self.cfg, self.table, self.ratios, self.deficits)
+
+    def state(self) -> dict[str, float]:
+        return {n: float(v) for n, v in self.deficits.items()}
+
+    def target_mixture(self, cursors: Mapping[str, DatasetCursor]) -> dict[str, float] | None:
+        return dict(self.active_weights(cursors))  # the declared token mixture, always
+
+    def effective_shares(self) -> dict[str, float]:
+        """Long-run sample shares: ``normalize(w_k / mean_cost_k)``."""
+        cfg = self.cfg
+        raw = {n: cfg.weights[n] / self.table.mean_cost(n) for n in cfg.order}
+        total = sum(raw.values())
+        return {n: v / total for n, v in raw.items()}
+
+    def draws_per_chunk(self) -> dict[str, float]:
+        return {n: v * self.cfg.chunk_size for n, v in self.effective_shares().items()}
+
+    def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
+        cfg = self.cfg
+        if "repeat" not in cfg.policy.values():
+            return
+        shares = self.effective_shares()
+        if cfg.redistributing:
+            surv = {n: w for n, w in shares.items() if n not in cfg.redistributing}
+            tot = sum(surv.values())
+            shares = {n: w / tot for n, w in surv.items()}
+        for n in cfg.order:
+            if cfg.policy[n] != "repeat":
+                continue
+            need = min(cfg.chunk_size, math.ceil(shares[n] * cfg.chunk_size * self.LIVENESS_SAFETY))
+            if cursors[n].total < need:
+                raise ConfigError(
+                    expected(
+                        f"dataset {n!r} size",
+                        f">= {need} samples for exhausted_policy='repeat' in token-aware allocation "
+                        f"(min(chunk_size, ceil(sample share {shares[n]:.4g} x chunk_size {cfg.chunk_size} "
+                        f"x {self.LIVENESS_SAFETY})))",
+                        cursors[n].total,
+                    ) + "; use a larger dataset or a smaller chunk_size"
+                )
+
+    def produce(self, cursors: dict[str, DatasetCursor]) -> dict[str, list[SampleId]] | None:
+        cfg = self.cfg
+        weights = self.active_weights(cursors)
+        if not weights:
+            return None
+        order = [n for n in cfg.order if n in weights]
+        w = [weights[n] for n in order]
+        k = len(order)
+        cost = self.table.cost
+        # the rollback point: every cursor as it was before this chunk (a reset moves it)
+        start = {n: cur.state() for n, cur in cursors.items()}
+        resets: dict[str, int] = {}
+        while True:
+            # a dataset may complete its last pass exactly on the previous chunk boundary
+            if cfg.stop_after_passes is not None and cfg.passes_reached(cursors):
+                return None
+            d = [self.deficits[n] for n in order]
+            drawn: list[list[SampleId]] = [[] for _ in order]
+            retry = False
+            for _ in range(cfg.chunk_size):
+                best = 0
+                for i in range(1, k):
+                    if d[i] > d[best]:  # strict: ties go to the earlier component
+                        best = i
+                name = order[best]
+                sid = cursors[name].next_one()
+                if sid is None:
+                    self.last_failed = name
+                    pol = cfg.policy[name]
+                    if pol == "redistribute":
+                        break  # keep the short chunk; the component leaves the next target
+                    self._rollback(cursors, start)
+                    if pol == "stop":
+                        return None
+                    cap = cfg.max_repeats[name]
+                    if cap is not None and cursors[name].epoch >= cap:
+                        return None
+                    if cfg.stop_after_passes is not None and cfg.passes_reached(cursors, name):
+                        return None
+                    resets[name] = resets.get(name, 0) + 1
+                    if resets[name] > self.MAX_RESETS:
+                        raise ContractError(
+                            f"dataset {name!r} ({cursors[name].total} samples) ran dry {resets[name]} times "
+                            f"while filling one chunk: its carried token deficit ({self.deficits[name]:.0f}) "
+                            "asks for more than a full pass per attempt; use a larger dataset, a smaller "
+                            "chunk_size, or bound the run with max_repeats / stop_after_passes"
+                        )
+                    cursors[name].reset(reshuffle=cfg.reshuffle[name])
+                    start[name] = cursors[name].state()
+                    retry = True
+                    break
+                c = cost(name, sid[1])
+                for i in range(k):
+                    d[i] += w[i] * c
+                d[best] -= c
+                drawn[best].append(sid)
+            if retry:
+                continue
+            for i, n in enumerate(order):
+                self.deficits[n] = d[i]
+            return {n: got for n, got in zip(order, drawn, strict=True) if got}
+
+    def _rollback(self, cursors: dict[str, DatasetCursor], start: Mapping[str, Mapping[str, Any]]) -> None:
+        for n, st in start.items():
+            cur = cursors[n]
+            if cur.epoch == st["epoch"] and cur.position == st["position"]:
+                continue
+            cur.seek(st["epoch"], st["position"], reshuffle=self.cfg.reshuffle[n],
+                     block_rng_snapshot=st.get("block_rng_snapshot"))
 
 
 def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = None) -> _Allocator:
     if mode == "accumulator":
         return _AccumulatorAllocator(cfg, acc)
+    assert mode == "legacy_fixed", mode  # token_aware is built with its cost table
     return _LegacyFixedAllocator(cfg)
 
 
@@ -409,13 +624,21 @@ class StaticMixtureWorkSource(WorkSource):
             raise ConfigError(expected("dataset names", "unique names", list(names)))
         if lane_assignment not in ("modulo", "permute"):
             raise ConfigError(expected("lane_assignment", "'modulo' or 'permute'", lane_assignment))
-        if allocation_mode not in _MODES:
-            raise ConfigError(expected("allocation_mode", "'accumulator' or 'legacy_fixed'", allocation_mode))
-        if token_estimation is not None:
+        if allocation_mode not in ("accumulator", "legacy_fixed"):
             raise ConfigError(expected(
-                "token_estimation", "None (token-aware allocation is not implemented in zephon_ref yet)",
-                token_estimation,
-            ))
+                "allocation_mode", "'accumulator' or 'legacy_fixed' (token-aware allocation is chosen by "
+                "passing token_estimation)", allocation_mode))
+        ratios: dict[str, float] | None = None
+        if token_estimation is not None:
+            if not isinstance(token_estimation, TokenEstimation):
+                # a ValueError, like every other refused source argument (test_source_rules pins it)
+                raise ConfigError(expected("token_estimation", "None or a zephon_ref.work.TokenEstimation",
+                                           type(token_estimation).__name__))
+            if allocation_mode != "accumulator":
+                raise ConfigError(expected("allocation_mode with token_estimation",
+                                           "the default (token_estimation selects 'token_aware')", allocation_mode))
+            ratios = token_estimation.pinned_ratios(names)
+            allocation_mode = "token_aware"
         for flag, v in (("shuffle_shards", shuffle_shards), ("shuffle_within_shard", shuffle_within_shard)):
             if not isinstance(v, bool):
                 raise ConfigTypeError(expected(flag, "a bool", v))
@@ -438,8 +661,8 @@ class StaticMixtureWorkSource(WorkSource):
         )
         if stop_after_passes is UNSET:
             stop_after_passes = 1 if (exhausted_policy is None and max_repeats is None) else None
-        if stop_after_passes is not None and (not _is_int(stop_after_passes) or stop_after_passes < 1):
-            raise ConfigError(expected("stop_after_passes", "a positive int or None", stop_after_passes))
+        if stop_after_passes is not None and (not _is_int(stop_after_passes) or not 1 <= stop_after_passes <= _MAX_PASSES):
+            raise ConfigError(expected("stop_after_passes", f"None or an int in [1, {_MAX_PASSES}]", stop_after_passes))
         default_policy = "repeat" if stop_after_passes is not None else "stop"
         policy = _per_dataset(exhausted_policy if exhausted_policy is not None else default_policy,
                               names, default=default_policy, arg="exhausted_policy")
@@ -462,8 +685,8 @@ class StaticMixtureWorkSource(WorkSource):
                 raise ConfigTypeError(expected(f"reshuffle_on_repeat[{n!r}]", "a bool", v))
         caps = _per_dataset(max_repeats, names, default=None, arg="max_repeats")
         for n, v in caps.items():
-            if v is not None and (not _is_int(v) or v < 0):
-                raise ConfigError(expected(f"max_repeats[{n!r}]", "None or an int >= 0", v))
+            if v is not None and (not _is_int(v) or not 0 <= v <= _MAX_PASSES):
+                raise ConfigError(expected(f"max_repeats[{n!r}]", f"None or an int in [0, {_MAX_PASSES}]", v))
         has_repeat = "repeat" in policy.values()
         for arg, given, default in (("max_repeats", max_repeats, None), ("reshuffle_on_repeat", reshuffle_on_repeat, True)):
             if given is UNSET:
@@ -493,7 +716,12 @@ class StaticMixtureWorkSource(WorkSource):
         self._cfg = _Config(names, spec.normalized_for(names), chunk_size, policy, reshuffle, caps, stop_after_passes)
         self._cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards,
                                             within=shuffle_within_shard)
-        self._alloc = _make_allocator(allocation_mode, self._cfg)
+        self._token_estimation: TokenEstimation | None = token_estimation
+        self._alloc: _Allocator
+        if ratios is not None:
+            self._alloc = _TokenAllocator(self._cfg, TokenCostTable(self._datasets, ratios), ratios)
+        else:
+            self._alloc = _make_allocator(allocation_mode, self._cfg)
         self._alloc.check_liveness(self._cursors)
         if not any(c.total for c in self._cursors.values()):
             raise ConfigError(expected("datasets", "at least one sample in total", 0))
@@ -574,15 +802,23 @@ class StaticMixtureWorkSource(WorkSource):
 
     @property
     def total_samples(self) -> int | float:
-        return float("inf") if self._cfg.unbounded() else len(self)
+        return float("inf") if self._cfg.unbounded() else self._remaining()
 
     def __len__(self) -> int:
-        """An estimate of the samples still to come (exact only for all-redistribute)."""
-        cfg = self._cfg
-        if cfg.unbounded():
+        """An estimate of the samples still to come (exact for all-redistribute and legacy_fixed)."""
+        if self._cfg.unbounded():
             raise TypeError("len() of an unbounded work source (a 'repeat' dataset with max_repeats=None)")
-        rate = {n: (self._alloc.fixed[n] if isinstance(self._alloc, _LegacyFixedAllocator) else cfg.weights[n] * cfg.chunk_size)
-                for n in cfg.order}
+        n = self._remaining()
+        if n > sys.maxsize:
+            raise ContractError(expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
+                                + "; read total_samples instead (a component's weight is tiny against its size)")
+        return n
+
+    def _remaining(self) -> int:
+        cfg = self._cfg
+        if isinstance(self._alloc, _LegacyFixedAllocator):
+            return self._alloc.remaining_samples(self._cursors)
+        rate = self._alloc.draws_per_chunk()
         if cfg.stop_after_passes is not None:
             chunks = 0.0
             for n in cfg.order:
@@ -620,18 +856,23 @@ class StaticMixtureWorkSource(WorkSource):
     def next_chunk(self) -> WorkChunk | None:
         """This lane's next chunk, or None when the stream has ended."""
         lane, _ = self._require_lane()
+        lane_for_chunk, skip, cursors = self.lane_for_chunk, self._alloc.skip, self._cursors
         while True:
             g = self._g
-            mine = self.lane_for_chunk(g) == lane
-            target = self._alloc.target_mixture(self._cursors) if mine else None
+            if lane_for_chunk(g) != lane:
+                # another lane's chunk: advance cursors and carry, build nothing
+                if not skip(cursors):
+                    return None
+                self._g = g + 1
+                continue
+            target = self._alloc.target_mixture(self._cursors)
             comps = self._alloc.produce(self._cursors)
             if not comps:
                 # refusals are side-effect free: asking again gives None again
                 return None
             self._g = g + 1
-            if mine:
-                return WorkChunk(comps, seed=self._seed, target_mixture=target,
-                                 source_exhausted=self._exhausted_names())
+            return WorkChunk(comps, seed=self._seed, target_mixture=target,
+                             source_exhausted=self._exhausted_names())
 
     def _exhausted_names(self) -> tuple[str, ...]:
         cfg = self._cfg
@@ -667,7 +908,9 @@ class StaticMixtureWorkSource(WorkSource):
             "stop_after_passes": cfg.stop_after_passes,
             "lane_assignment": self._lane_assignment,
             "allocation_mode": self._alloc.mode,
-            "accumulators": self._alloc.state(),
+            "accumulators": self._alloc.state() if self._alloc.mode == "accumulator" else None,
+            "token_deficits": self._alloc.state() if isinstance(self._alloc, _TokenAllocator) else None,
+            "token_ratios": dict(self._alloc.ratios) if isinstance(self._alloc, _TokenAllocator) else None,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -732,6 +975,20 @@ class StaticMixtureWorkSource(WorkSource):
             acc = None
             if mode == "accumulator":
                 acc = {n: float(state["accumulators"][n]) for n in order}
+            token_mode = isinstance(self._alloc, _TokenAllocator)
+            if (mode == "token_aware") != token_mode:
+                raise StateMismatchError(expected(
+                    "state allocation_mode", "'token_aware' (this source has token_estimation)" if token_mode
+                    else "a sample mode (this source has no token_estimation)", mode))
+            token_alloc: _TokenAllocator | None = None
+            if mode == "token_aware":
+                ratios = {n: float(state["token_ratios"][n]) for n in order}
+                if any(not (math.isfinite(r) and r > 0) for r in ratios.values()):
+                    raise StateFormatError(expected("state token_ratios", "finite ratios > 0", ratios))
+                deficits = {n: float(state["token_deficits"][n]) for n in order}
+                if any(not math.isfinite(v) for v in deficits.values()):
+                    raise StateFormatError(expected("state token_deficits", "finite numbers", deficits))
+                token_alloc = _TokenAllocator(cfg, TokenCostTable(self._datasets, ratios), ratios, deficits)
             cursor_states = state["cursor_states"]
             # build the replacement completely before touching self
             cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards, within=within)
@@ -741,7 +998,7 @@ class StaticMixtureWorkSource(WorkSource):
                 if not _is_int(ep) or ep < 0 or not _is_int(pos) or not 0 <= pos <= cursors[n].total:
                     raise StateFormatError(expected(f"state cursor {n!r}", "epoch >= 0 and 0 <= position <= total", cs))
                 cursors[n].seek(ep, pos, reshuffle=reshuffle[n], block_rng_snapshot=cs.get("block_rng_snapshot"))
-            alloc = _make_allocator(mode, cfg, acc)
+            alloc = token_alloc if token_alloc is not None else _make_allocator(mode, cfg, acc)
         except (StateFormatError, StateMismatchError, ConfigError):
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
