@@ -67,6 +67,7 @@ __all__ = [
 EXAMPLES_ENV = "ZEPHON_FUZZ_EXAMPLES"
 ITEMS = 3  # items drawn from an accepted object
 CALL_TIMEOUT_S = 20.0  # a call or its first items taking longer than this is a hang
+RESTORE_TIMEOUT_S = 8.0  # a restore plus the whole remainder of a small pipeline
 
 
 def n_examples(default: int) -> int:
@@ -853,7 +854,7 @@ class RestoreOutcome:
         return self.kind not in (RESTORE_REFUSED, RESTORE_IDENTICAL)
 
 
-def restore_outcome(name: str, cut: int, mutated: Any, *, timeout: float = CALL_TIMEOUT_S) -> RestoreOutcome:
+def restore_outcome(name: str, cut: int, mutated: Any, *, timeout: float = RESTORE_TIMEOUT_S) -> RestoreOutcome:
     """Restore ``mutated`` into a fresh pipeline of config ``name`` and judge it."""
     full, _ = real_run(name)
     with warnings.catch_warnings():
