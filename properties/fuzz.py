@@ -284,7 +284,8 @@ def jsonl_dir() -> str:
     if not _JSONL_DIR:
         import json
 
-        d = tempfile.mkdtemp(prefix="zephon-fuzz-jsonl-")
+        _scratch()
+        d = tempfile.mkdtemp(dir=_SCRATCH_ROOT[0])
         for sid, n in enumerate((9, 5)):
             with open(os.path.join(d, f"shard{sid}.jsonl"), "w", encoding="utf-8") as fh:
                 for row in _rows("js", sid, n):
@@ -293,9 +294,21 @@ def jsonl_dir() -> str:
     return _JSONL_DIR[0]
 
 
+_SCRATCH_ROOT: list[str] = []
+
+
 def _scratch() -> str:
-    """A fresh scratch directory; the process works inside it (relative paths land there)."""
-    d = tempfile.mkdtemp(prefix="zephon-fuzz-scratch-")
+    """A fresh scratch directory; the process works inside it (relative paths land there).
+
+    All of them live under one temporary root that is removed at exit.
+    """
+    if not _SCRATCH_ROOT:
+        import atexit
+        import shutil
+
+        _SCRATCH_ROOT.append(tempfile.mkdtemp(prefix="zephon-fuzz-"))
+        atexit.register(shutil.rmtree, _SCRATCH_ROOT[0], True)
+    d = tempfile.mkdtemp(dir=_SCRATCH_ROOT[0])
     os.chdir(d)
     return d
 
@@ -854,12 +867,21 @@ class RestoreOutcome:
         return self.kind not in (RESTORE_REFUSED, RESTORE_IDENTICAL)
 
 
-def restore_outcome(name: str, cut: int, mutated: Any, *, timeout: float = RESTORE_TIMEOUT_S) -> RestoreOutcome:
-    """Restore ``mutated`` into a fresh pipeline of config ``name`` and judge it."""
-    full, _ = real_run(name)
+def restore_outcome(name: str, cut: int, mutated: Any, *, timeout: float = RESTORE_TIMEOUT_S,
+                    preload: int | None = None) -> RestoreOutcome:
+    """Restore ``mutated`` into a fresh pipeline of config ``name`` and judge it.
+
+    With ``preload``, the pipeline first restores the real checkpoint taken after
+    ``preload`` items, so a refusal must leave *that* pending restore in force.
+    """
+    full, cks = real_run(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         q = RESTORE_CONFIGS[name]()
+        before = full
+        if preload is not None:
+            q.restore(copy.deepcopy(cks[preload]))
+            before = full[preload:]
         try:
             with time_limit(timeout):
                 q.restore(mutated)
@@ -869,11 +891,12 @@ def restore_outcome(name: str, cut: int, mutated: Any, *, timeout: float = RESTO
                 return RestoreOutcome(f"{o.kind} at restore", f"{o.exc}: {o.message[:200]}")
             try:  # rule 6: the refused restore changed nothing
                 with time_limit(timeout):
-                    got = views(q, len(full) + 5)
+                    got = views(q, len(before) + 5)
             except (Exception, HangError) as exc2:
                 return RestoreOutcome("BROKEN after refusal", f"{type(exc2).__name__}: {exc2}")
-            if got != full:
-                return RestoreOutcome("CHANGED by refused restore", f"{len(got)} items, not the full {len(full)}")
+            if got != before:
+                return RestoreOutcome("CHANGED by refused restore",
+                                      f"{len(got)} items, not the {len(before)} it gave before the refusal")
             return RestoreOutcome(RESTORE_REFUSED, f"{o.exc}: {o.message[:120]}")
         want = full[cut:]
         try:

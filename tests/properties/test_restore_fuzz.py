@@ -43,14 +43,16 @@ KINDS = ("drop", "retype", "rerange", "empty", "knob-string", "swap-other", "swa
          "sample-id", "lane-source")
 
 
-def _check(name: str, cut: int, m: Mutation) -> None:
+def _check(name: str, cut: int, m: Mutation, preload: int | None = None) -> None:
     _, cks = real_run(name)
-    out = restore_outcome(name, cut, m.apply(cks[cut]))
-    assert not out.failed, f"[{name}, checkpoint after {cut} items] {m.describe()}: {out.kind}: {out.detail}"
+    out = restore_outcome(name, cut, m.apply(cks[cut]), preload=preload)
+    where = "" if preload is None else f", into a pipeline holding the restore after {preload} items"
+    assert not out.failed, (f"[{name}, checkpoint after {cut} items{where}] {m.describe()}: "
+                            f"{out.kind}: {out.detail}")
 
 
 @st.composite
-def mutation_cases(draw: Any, configs: list[str]) -> tuple[str, int, Mutation]:
+def mutation_cases(draw: Any, configs: list[str]) -> tuple[str, int, Mutation, int | None]:
     name = draw(st.sampled_from(configs), label="config")
     _, cks = real_run(name)
     cut = draw(st.integers(0, len(cks) - 1), label="cut")
@@ -62,18 +64,20 @@ def mutation_cases(draw: Any, configs: list[str]) -> tuple[str, int, Mutation]:
     kinds = sorted({m.kind for m in ms})
     kind = draw(st.sampled_from(kinds), label="kind")
     m = draw(st.sampled_from([m for m in ms if m.kind == kind]), label="mutation")
-    return name, cut, m
+    # a refusal must also leave an earlier, pending restore in force (rule 6)
+    preload = draw(st.one_of(st.none(), st.integers(0, len(cks) - 1)), label="pending restore")
+    return name, cut, m, preload
 
 
 @fuzz_settings(150)
 @given(case=mutation_cases(FAST))
-def test_mutated_checkpoint_is_refused_or_resumes_identically(case: tuple[str, int, Mutation]) -> None:
+def test_mutated_checkpoint_is_refused_or_resumes_identically(case: tuple[Any, ...]) -> None:
     _check(*case)
 
 
 @fuzz_settings(15)
 @given(case=mutation_cases(["demo/3"]))
-def test_mutated_demo_checkpoint_is_refused_or_resumes_identically(case: tuple[str, int, Mutation]) -> None:
+def test_mutated_demo_checkpoint_is_refused_or_resumes_identically(case: tuple[Any, ...]) -> None:
     _check(*case)
 
 
