@@ -171,11 +171,10 @@ class _Fake:
 def test_the_restore_oracle_flags_accepted_changes_and_untyped_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     import properties.fuzz as fuzz
 
+    monkeypatch.setattr(fuzz, "real_run", lambda name: ([_view(i) for i in range(10)],
+                                                        [{"pos": i} for i in range(11)]))
     for strict in (False, True):
         monkeypatch.setitem(fuzz.RESTORE_CONFIGS, "fake", lambda strict=strict: _Fake(strict))
-        fuzz.real_run.cache_clear()
-        monkeypatch.setattr(fuzz, "real_run", lambda name: ([_view(i) for i in range(10)],
-                                                            [{"pos": i} for i in range(11)]))
         assert restore_outcome("fake", 3, {"pos": 3}).kind == RESTORE_IDENTICAL
         assert restore_outcome("fake", 3, {"pos": 4}).kind == "ACCEPTED, OUTPUT DIFFERS"
         if strict:
