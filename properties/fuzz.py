@@ -724,18 +724,24 @@ def drop_at(obj: Any, path: Path_) -> Any:
 
 
 def norm_path(path: Path_) -> str:
-    """A path with lane ids, chunk ids and list indices folded, for deduplicated reports."""
-    lane_tables = {"inflight", "progress", "lane_next_cid", "lane_ws_state", "replay_cursors", "epoch_boundaries",
-                   "lane_emitted"}
+    """A path with lane ids, chunk ids and list indices folded to ``*`` (report grouping).
+
+    Inside an inflight chunk's components the meaning of an index is kept: ``name`` /
+    ``ids`` for a component pair, ``dataset_id`` / ``shard_id`` / ``local_idx`` in a sample id.
+    """
     out = []
+    in_comps = len(path) > 3 and path[0] == "inflight" and path[3] == "components"
     for i, k in enumerate(path):
-        prev = path[i - 1] if i else None
         if isinstance(k, int) and not isinstance(k, bool):
-            out.append("*" if prev in lane_tables or out[-1:] == ["*"] and path[0] == "inflight" else f"{k}")
+            if in_comps and i == 5:
+                out.append(("name", "ids")[k] if k in (0, 1) else "*")
+            elif in_comps and i == 7:
+                out.append(("dataset_id", "shard_id", "local_idx")[k] if k in (0, 1, 2) else "*")
+            else:
+                out.append("*")
         else:
             out.append(str(k))
-    s = "/".join(out)
-    return s
+    return "/".join(out)
 
 
 @dataclass(frozen=True)
@@ -743,6 +749,10 @@ class Mutation:
     kind: str
     path: Path_
     value: Any = None
+    label: str = ""  # what the value means, for grouping ("v+1", "other checkpoint", ...)
+
+    def group(self) -> str:
+        return self.label or (repr(self.value)[:40] if self.value is not _DROP else "dropped")
 
     def describe(self) -> str:
         v = "" if self.value is _DROP else f" = {self.value!r}"
@@ -775,7 +785,8 @@ def mutations(ck: dict[str, Any], other: dict[str, Any] | None = None) -> list[M
             if type(r) is not type(v) or r != v:
                 out.append(Mutation("retype", path, r))
         if isinstance(v, int) and not isinstance(v, bool):
-            out += [Mutation("rerange", path, x) for x in _ints_for(v)]
+            out += [Mutation("rerange", path, x, "v+1" if x == v + 1 else "v-1" if x == v - 1 else repr(x))
+                    for x in _ints_for(v)]
         if isinstance(v, float):
             out += [Mutation("rerange", path, x) for x in (v + 0.25, -v - 1.0, float("nan"), float("inf"))]
         if isinstance(v, dict) and v:
@@ -791,7 +802,7 @@ def mutations(ck: dict[str, Any], other: dict[str, Any] | None = None) -> list[M
             except (KeyError, IndexError, TypeError):
                 ov = _DROP
             if ov is not _DROP and ov != v:
-                out.append(Mutation("swap-other", path, ov))
+                out.append(Mutation("swap-other", path, ov, "another checkpoint's value"))
     out += _lane_swaps(ck)
     out += _semantic(ck)
     return out
@@ -809,7 +820,7 @@ def _lane_swaps(ck: dict[str, Any]) -> list[Mutation]:
             a, b = sorted(table)[:2]
             if table[a] != table[b]:
                 swapped = {**table, a: table[b], b: table[a]}
-                out.append(Mutation("swap-lanes", (t,), swapped))
+                out.append(Mutation("swap-lanes", (t,), swapped, f"lanes {a} and {b} swapped"))
     return out
 
 
@@ -992,7 +1003,7 @@ class Tally:
         out = []
         for key, repro in self.failures.items():
             vs = self.also[key]
-            more = f"   [{sum(vs.values())} cases; values of type {', '.join(sorted(vs))}]" if vs else ""
+            more = f"   [{sum(vs.values())} cases; variants: {', '.join(sorted(vs))[:300]}]" if vs else ""
             out.append(repro + more)
         return out
 
@@ -1024,10 +1035,13 @@ def _corpus(ep: EntryPoint, n: int) -> list[Any]:
 
 def report_bad_values(n_per_arg: int, out: Callable[[str], None] = print) -> Tally:
     tally = Tally()
+    accepted: dict[str, Counter[str]] = defaultdict(Counter)
     for ep in ENTRY_POINTS:
         for v in _corpus(ep, n_per_arg):
             o = classify(ep, v)
             row = ep.name
+            if o.kind == ACCEPTED:
+                accepted[ep.label][type(v).__name__] += 1
             if o.failed:
                 key = (ep.name, ep.arg, o.kind, o.where, o.exc)
                 tally.add(row, o.kind, key, f"{ep.name}({ep.arg}={_short(v)}) -> {o.line()}", type(v).__name__)
@@ -1041,6 +1055,9 @@ def report_bad_values(n_per_arg: int, out: Callable[[str], None] = print) -> Tal
     out(f"\n== bad values: {len(tally.failures)} distinct failures ==")
     for line in tally.lines():
         out("  " + line)
+    out("\n== bad values: accepted (first items came out), by argument and value type (not failures) ==")
+    for label, c in accepted.items():
+        out(f"  {label:52} " + ", ".join(f"{t}:{n}" for t, n in sorted(c.items())))
     return tally
 
 
@@ -1072,7 +1089,7 @@ def report_restore(configs: list[str], cuts_per_config: int, out: Callable[[str]
             other = cks[(cut + 1) % n]
             seen: set[tuple[str, str, str]] = set()
             for m in mutations(cks[cut], other):
-                key = (m.kind, norm_path(m.path), repr(m.value)[:40])
+                key = (m.kind, norm_path(m.path), m.group())
                 if key in seen:
                     continue
                 seen.add(key)
@@ -1080,7 +1097,7 @@ def report_restore(configs: list[str], cuts_per_config: int, out: Callable[[str]
                 if o.failed:
                     fkey = (m.kind, norm_path(m.path), o.kind, o.detail.split(":")[0])
                     tally.add(m.kind, o.kind, fkey, f"[{name} cut {cut}] {m.describe()} -> {o.kind}: {o.detail}",
-                              name)
+                              m.group())
                 else:
                     tally.add(m.kind, o.kind)
     out("\n== restore fuzzer: outcomes per mutation kind ==")
