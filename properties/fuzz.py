@@ -144,6 +144,21 @@ SPECIAL_VALUES: list[Any] = [
 _SPECIAL = st.sampled_from(SPECIAL_VALUES)
 
 
+def _returns(value: Any) -> Callable[..., Any]:
+    def wrong(*args: Any, **kwargs: Any) -> Any:
+        return value
+    wrong.__qualname__ = f"returns<{value!r}>"
+    return wrong
+
+
+WRONG_CALLABLES = st.sampled_from([_any_callable, str, int, object, _returns(5), _returns([1, 2]),
+                                   _returns("x"), _returns((None, None)), _returns({"input_ids": "x"}),
+                                   _returns(float("nan")), _returns(-1)])
+
+CALLABLE_ARGS = frozenset({"fn", "init_state", "push", "flush", "should_flush", "transform", "tokenizer",
+                           "length_fn", "weight_by", "pack_payloads"})
+
+
 def bad_values(int_cap: int | None = None) -> st.SearchStrategy[Any]:
     """Arbitrary values; ``int_cap`` bounds ints (for arguments whose size is a cost)."""
     scalars = _SCALARS
@@ -258,6 +273,8 @@ class EntryPoint:
 
     def values(self) -> st.SearchStrategy[Any]:
         s = bad_values(self.int_cap)
+        if self.arg in CALLABLE_ARGS:  # callables that return the wrong thing, half the time
+            s = st.one_of(WRONG_CALLABLES, s)
         return s.filter(safe_path_value) if self.path_like else s
 
 
@@ -527,10 +544,6 @@ def _judge(exc: BaseException, where: str) -> Outcome:
     if not says_expected(exc):
         return Outcome("VAGUE", where, name, msg)
     return Outcome(TYPED_CALL if where == "call" else TYPED_LATER, where, name, msg)
-
-
-CALLABLE_ARGS = frozenset({"fn", "init_state", "push", "flush", "should_flush", "transform", "tokenizer",
-                           "length_fn", "weight_by", "pack_payloads"})
 
 
 class _UserRaised(Exception):
