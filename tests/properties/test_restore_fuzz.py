@@ -119,8 +119,11 @@ KNOWN: dict[str, Any] = {
     "stop_after_passes=5": lambda ck: Mutation("lane-source", _ws(ck, "stop_after_passes"), 5),
     "max_repeats=0": lambda ck: Mutation("lane-source", _ws(ck, "max_repeats"),
                                          dict.fromkeys(_get(ck, _ws(ck, "component_order")), 0)),
-    "knob shuffle_within_shard='False'": lambda ck: Mutation("knob-string",
-                                                              _ws(ck, "knobs", "shuffle_within_shard"), "False"),
+    # strings bool() coerces: '' reads as False where the checkpoint said True
+    "knob shuffle_within_shard=''": lambda ck: Mutation("knob-string", _ws(ck, "knobs", "shuffle_within_shard"), ""),
+    "knob shuffle_shards=0": lambda ck: Mutation("knob-string", _ws(ck, "knobs", "shuffle_shards"), 0),
+    "reshuffle_on_repeat=''": lambda ck: Mutation("knob-string", _ws(ck, "reshuffle_on_repeat"),
+                                                    dict.fromkeys(_get(ck, _ws(ck, "component_order")), "")),
     "lane_next_cid-1": lambda ck: Mutation("rerange", ("lane_next_cid", _lane0(ck, "lane_next_cid")),
                                            ck["lane_next_cid"][_lane0(ck, "lane_next_cid")] - 1),
 }
