@@ -6,8 +6,9 @@ threads runner, a new iterator), editing every checkpoint the pipeline returned 
 every dict passed to restore, after the call) in depth changes nothing the pipeline
 later delivers or checkpoints.  Two runs perform the same calls, one editing and one
 not; their logs (delivered items, checkpoints as copied at return, refusals) must be
-equal.  The run that does not edit also checks the reverse direction: a checkpoint once
-returned is never changed by the pipeline afterwards.
+equal; a checkpoint is logged as what it means, the stream a fresh pipeline resumes
+from it.  The run that does not edit also checks the reverse direction: a checkpoint
+once returned is never changed by the pipeline afterwards.
 
 Named regressions (the issue's reproducers, on the demo pipeline):
 (a) options(runner=...) while iterating must not reset engine state (or be refused with
@@ -96,7 +97,7 @@ def run_script(make: Callable[[], Any], script: list[tuple[Any, ...]], edit: Cal
                             ck = p.checkpoint()
                             snap = copy.deepcopy(ck)
                             handed.append((ck, snap))
-                            log.append(("ck", snap))
+                            log.append(("ck", resumed(make, snap)))
                             if edit is not None:
                                 edit(ck)
                         elif act[0] == "restore":
@@ -120,13 +121,27 @@ def run_script(make: Callable[[], Any], script: list[tuple[Any, ...]], edit: Cal
                     final = copy.deepcopy(p.checkpoint())
                     if it is not None:
                         it.close()
-                    log.append(("final", final, views(make().restore(copy.deepcopy(final)), 500)))
+                    log.append(("final", resumed(make, final)))
                 except Exception as exc:
                     log.append(("final error", type(exc).__name__, str(exc)[:100]))
         finally:
             if it is not None:
                 it.close()
     return log, handed
+
+
+def resumed(make: Callable[[], Any], state: Any) -> Any:
+    """What a checkpoint means: the stream a fresh pipeline resumes from it.
+
+    (The threads runner reads ahead by timing, so two runs that delivered the same items
+    may hold different inflight chunks; their checkpoints differ as dicts, not in meaning.)
+    """
+    try:
+        return views(make().restore(copy.deepcopy(state)), 500)
+    except ZephonRefError as exc:
+        return ("refused", type(exc).__name__)
+    except Exception as exc:
+        return ("error", type(exc).__name__, str(exc)[:100])
 
 
 scripts = st.lists(actions, min_size=1, max_size=12)
