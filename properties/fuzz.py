@@ -71,9 +71,13 @@ RESTORE_TIMEOUT_S = 8.0  # a restore plus the whole remainder of a small pipelin
 
 
 def n_examples(default: int) -> int:
-    """``ZEPHON_FUZZ_EXAMPLES`` if set (an absolute count), else ``default``."""
+    """``ZEPHON_FUZZ_EXAMPLES`` if set (an absolute count); else ``default`` scaled by the
+    loaded Hypothesis profile (``default`` at the stock 100 examples, 10x under a profile
+    that asks for 1000), so a nightly profile raises every fuzz test at once."""
     raw = os.environ.get(EXAMPLES_ENV)
-    return int(raw) if raw else default
+    if raw:
+        return max(1, int(raw))
+    return max(1, round(default * settings.default.max_examples / 100))
 
 
 def fuzz_settings(default: int, **kw: Any) -> settings:
