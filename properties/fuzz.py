@@ -21,7 +21,7 @@ checkpoint contract):
   caller is the caller's; editing it must change nothing the pipeline does later.
 
 ``python -m properties.fuzz --report`` runs the deterministic sweeps and prints the
-tables the issue asks for (counts per entry point and per mutation kind, and every
+tables the issue asks for (``--no-restore`` / ``--no-bad-values`` for one half) (counts per entry point and per mutation kind, and every
 distinct failure with a one-line reproducer).  Example counts of the Hypothesis tests
 scale with ``ZEPHON_FUZZ_EXAMPLES`` (an absolute count) so CI stays cheap and a nightly
 run can raise it.
@@ -1128,11 +1128,14 @@ def report_restore(configs: list[str], cuts_per_config: int, out: Callable[[str]
 
 
 def main(argv: list[str]) -> int:
+    """``--report``: bad values (~5 min at 120 values per argument) and the restore sweep
+    (~20 min for every config at one cut; ``--cuts 3`` takes three cuts per config)."""
     if "--report" not in argv:
-        print("usage: python -m properties.fuzz --report [--per-arg N] [--restore-configs a,b] [--quick]")
+        print("usage: python -m properties.fuzz --report [--per-arg N] [--restore-configs a,b] [--cuts 1|3] "
+              "[--no-bad-values] [--no-restore]")
         return 2
     per_arg = int(argv[argv.index("--per-arg") + 1]) if "--per-arg" in argv else 120
-    quick = "--quick" in argv
+    quick = "--quick" in argv or ("--cuts" not in argv) or argv[argv.index("--cuts") + 1] == "1"
     names = (argv[argv.index("--restore-configs") + 1].split(",") if "--restore-configs" in argv
              else list(RESTORE_CONFIGS))
     home = os.getcwd()
