@@ -155,9 +155,9 @@ def _returns(value: Any) -> Callable[..., Any]:
     return wrong
 
 
-WRONG_CALLABLES = st.sampled_from([_any_callable, str, int, object, _returns(5), _returns([1, 2]),
-                                   _returns("x"), _returns((None, None)), _returns({"input_ids": "x"}),
-                                   _returns(float("nan")), _returns(-1)])
+WRONG_CALLABLE_VALUES = [_any_callable, str, int, object, _returns(5), _returns([1, 2]), _returns("x"),
+                         _returns((None, None)), _returns({"input_ids": "x"}), _returns(float("nan")), _returns(-1)]
+WRONG_CALLABLES = st.sampled_from(WRONG_CALLABLE_VALUES)
 
 CALLABLE_ARGS = frozenset({"fn", "init_state", "push", "flush", "should_flush", "transform", "tokenizer",
                            "length_fn", "weight_by", "pack_payloads"})
@@ -1032,6 +1032,8 @@ def _corpus(ep: EntryPoint, n: int) -> list[Any]:
     from hypothesis.errors import NonInteractiveExampleWarning
 
     specials = [v for v in SPECIAL_VALUES if safe_path_value(v) or not ep.path_like]
+    if ep.arg in CALLABLE_ARGS:
+        specials += WRONG_CALLABLE_VALUES
     if ep.int_cap is not None:
         specials = [v for v in specials
                     if not (isinstance(v, int) and not isinstance(v, bool) and abs(v) > ep.int_cap)]
