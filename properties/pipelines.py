@@ -75,7 +75,10 @@ def item_view(item: Any) -> list[tuple[Any, ...]]:
                      for ref in m.contribution_refs())
         pl = r.payload
         if isinstance(pl, dict) and "packed_samples" in pl:
-            pl = tuple(tuple(s["input_ids"]) for s in pl["packed_samples"])
+            packed = pl["packed_samples"]  # pack_payloads may return anything: compare its repr then
+            pl = (tuple(tuple(s["input_ids"]) for s in packed)
+                  if isinstance(packed, list) and all(isinstance(s, dict) and "input_ids" in s for s in packed)
+                  else repr(packed))
         elif isinstance(pl, dict):
             pl = tuple(pl.get("input_ids", ()))
         out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))

@@ -161,6 +161,8 @@ class Pipeline:
     def add_op(self, op: BaseOp, /, *, name: str | None = None, placement: str = "auto") -> Pipeline:
         if not isinstance(op, BaseOp):
             raise ConfigTypeError(expected("add_op op", "a BaseOp instance", type(op).__name__))
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigTypeError(expected("add_op name", "None or a non-empty str", name))
         traits = op.traits()
         if not isinstance(traits, OpTraits):
             raise ConfigTypeError(expected(f"{type(op).__name__}.traits()", "an OpTraits", traits))
@@ -457,6 +459,7 @@ class Pipeline:
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
         """Durably save :meth:`checkpoint` as a new generation in ``directory``; returns it."""
+        _check_directory(directory)
         return ckpt_store.save(self.checkpoint(), directory)
 
     def load_checkpoint(self, directory: str | os.PathLike[str], generation: int | None = None) -> int:
@@ -466,6 +469,7 @@ class Pipeline:
         already restored from the same directory is refused (a reset cursor), and
         so is any other bad state; a refusal changes no file and no pipeline state.
         """
+        _check_directory(directory)
         key = str(Path(directory).resolve())
         world = self._world_of(self._options)
         loaded = ckpt_store.load_checkpoint(
@@ -497,6 +501,11 @@ class Pipeline:
         self._pending = private
         self._engine = None
         return self
+
+
+def _check_directory(directory: Any) -> None:
+    if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
+        raise ConfigTypeError(expected("directory", "a non-empty str or os.PathLike", directory))
 
 
 class PipelineIterator(Iterator[Any]):

@@ -209,7 +209,12 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         if m.component_token_counts is not None:
             return {c: float(n) for c, n in m.component_token_counts.items()}
         if callable(self.weight_by):
-            total = float(self.weight_by(rec))
+            got = self.weight_by(rec)
+            # the callable's result is only seen here: a typed error naming weight_by and the record
+            if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got < 0:
+                err = ConfigError if isinstance(got, (int, float)) and not isinstance(got, bool) else ConfigTypeError
+                raise err(expected(f"weight_by(record {rec.meta.cursor.as_key()})", "a finite number >= 0", got))
+            total = float(got)
         else:
             name = resolve_token_field(rec.payload, "auto" if self.weight_by == "auto" else self.weight_by)
             total = float(value_length(rec.payload[name], name))

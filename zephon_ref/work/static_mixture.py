@@ -39,6 +39,7 @@ What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
@@ -580,6 +581,15 @@ def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = N
     return _LegacyFixedAllocator(cfg)
 
 
+@functools.lru_cache(maxsize=8)
+def _lane_permutation(seed: int, block: int, canonical_replicas: int) -> tuple[int, ...]:
+    """The lane order of routing block ``block`` (every lane's clone asks for the same one, so
+    one process computes it once: without the cache, C lanes cost O(C^2) before a first item)."""
+    order = list(range(canonical_replicas))
+    Random(seed + block * GOLDEN).shuffle(order)
+    return tuple(order)
+
+
 class StaticMixtureWorkSource(WorkSource):
     """A weighted mixture of datasets emitted in chunks of ``chunk_size`` pointers.
 
@@ -726,7 +736,7 @@ class StaticMixtureWorkSource(WorkSource):
         if not any(c.total for c in self._cursors.values()):
             raise ConfigError(expected("datasets", "at least one sample in total", 0))
         self._g = 0
-        self._perm: tuple[int, list[int]] = (-1, [])
+        self._perm: tuple[int, tuple[int, ...]] = (-1, ())
         # the first chunk must be producible; find out now, on throwaway copies
         trial = self._alloc.clone()
         if not trial.produce({n: c.clone() for n, c in self._cursors.items()}):
@@ -770,7 +780,7 @@ class StaticMixtureWorkSource(WorkSource):
         c.__dict__.update(self.__dict__)
         c._cursors = {n: cur.clone() for n, cur in self._cursors.items()}
         c._alloc = self._alloc.clone()
-        c._perm = (-1, [])
+        c._perm = (-1, ())
         c._cloned = True
         c._lane, c._canon = int(lane_id), int(canonical_replicas)
         return c
@@ -848,9 +858,7 @@ class StaticMixtureWorkSource(WorkSource):
             return g % canon
         block, slot = divmod(g, canon)
         if self._perm[0] != block:
-            order = list(range(canon))
-            Random(self._seed + block * GOLDEN).shuffle(order)
-            self._perm = (block, order)
+            self._perm = (block, _lane_permutation(self._seed, block, canon))
         return self._perm[1][slot]
 
     def next_chunk(self) -> WorkChunk | None:
@@ -1012,4 +1020,4 @@ class StaticMixtureWorkSource(WorkSource):
         self._cursors = cursors
         self._alloc = alloc
         self._g = g
-        self._perm = (-1, [])
+        self._perm = (-1, ())
