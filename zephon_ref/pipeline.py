@@ -58,7 +58,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.ops.base import BaseOp, OpTraits
+from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.ensure_mixture import EnsureMixture
 from zephon_ref.ops.map_transform import MapTransform
@@ -205,6 +205,8 @@ class Pipeline:
                                                    parallelism=parallelism))
 
     def ensure_mixture(self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
+        check_placement(placement)
+        check_parallelism(parallelism)
         op = EnsureMixture(**kwargs)  # validates its own arguments
         try:
             names = dict(self._source.component_ids())
@@ -222,6 +224,7 @@ class Pipeline:
         return self._add("ensure_mixture", op)
 
     def batch(self, microbatch_size: int, *, drop_last: bool = True, placement: str = "auto") -> Pipeline:
+        check_placement(placement)
         if any(isinstance(o, Batch) for _, o in self._ops):
             raise ConfigError(expected("batch()", "at most one batch per pipeline", "a second batch()"))
         op = Batch(microbatch_size, drop_last=drop_last)

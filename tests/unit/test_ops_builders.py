@@ -145,7 +145,7 @@ def test_map_transform_parallelism_none_is_the_default_four() -> None:
 @pytest.mark.parametrize("builder", ["map_transform", "tokenize", "pack_sequences", "shuffle", "stateful_transform"])
 def test_placement_and_parallelism_are_validated_at_the_builder(builder: str) -> None:
     base: dict[str, dict[str, Any]] = {
-        "map_transform": {"fn": lambda x: x}, "tokenize": {"field": "text"},
+        "map_transform": {"transform_fn": lambda x: x}, "tokenize": {"field": "text"},
         "pack_sequences": {"max_length": 64, "num_bins": 2}, "shuffle": {"buffer_size": 4},
         "stateful_transform": {"name": "s", "init_state": list, "push": _push},
     }
@@ -201,7 +201,7 @@ ODD: list[Any] = [
 ]
 
 BUILDERS: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "map_transform": ({"fn": lambda x: x}, ["fn", "drop_none", "placement", "parallelism"]),
+    "map_transform": ({"transform_fn": lambda x: x}, ["transform_fn", "drop_none", "placement", "parallelism"]),
     "stateful_transform": ({"name": "s", "init_state": list, "push": _push},
                            ["name", "init_state", "push", "flush", "should_flush", "transform", "placement",
                             "parallelism", "indexable", "preserves_cursor_order"]),
@@ -258,14 +258,16 @@ def test_every_argument_of_every_builder_ends_typed_or_runs(builder: str) -> Non
     assert tally["typed at the call"] > 0 and tally["accepted"] > 0, tally
 
 
-@pytest.mark.xfail(strict=True, reason="ops/ensure_mixture.py and Pipeline.ensure_mixture belong to another owner; "
-                   "reported: a weight_by callable returning None/'x' raises TypeError/ValueError from float(), "
-                   "mixture={'a': 1} raises KeyError at iteration, placement/parallelism are not validated")
 def test_ensure_mixture_arguments_end_typed_or_run() -> None:
-    for arg, values in (("weight_by", [lambda r: None, lambda r: "x"]), ("mixture", [{"a": 1}])):
-        for value in values:
-            p = _pipe().ensure_mixture(**{arg: value}).options(runner="inline", canonical_replicas=2)
-            with pytest.raises(ZephonRefError):
-                list(p)
+    """weight_by results are checked where they are used (typed, at iteration); an unknown
+    mixture component and bad placement / parallelism are refused at the builder call."""
+    for value in (lambda r: None, lambda r: "x"):
+        p = _pipe().ensure_mixture(weight_by=value).options(runner="inline", canonical_replicas=2)
+        with pytest.raises(ZephonRefError, match="weight_by"):
+            list(p)
+    with pytest.raises(ZephonRefError, match="unknown"):
+        _pipe().ensure_mixture(mixture={"a": 1})
+    with pytest.raises(ZephonRefError):
+        _pipe().ensure_mixture(placement=7)
     with pytest.raises(ZephonRefError):
         _pipe().ensure_mixture(parallelism=0)
