@@ -183,7 +183,7 @@ class Dataset:
         for sid, shard in shards.items():
             if isinstance(sid, bool) or not isinstance(sid, (int, np.integer)) or int(sid) < 0:
                 raise ConfigError(expected(f"shard id in dataset {name!r}", "an int >= 0", sid))
-            if (not (hasattr(shard, "__len__") and hasattr(shard, "__getitem__"))
+            if (isinstance(shard, type) or not (hasattr(shard, "__len__") and hasattr(shard, "__getitem__"))
                     or isinstance(shard, (str, bytes, bytearray, Mapping))):
                 raise ConfigTypeError(expected(f"shard {sid} of dataset {name!r}",
                                                "a shard (len() and [index], e.g. InMemoryShard)", type(shard).__name__))
