@@ -398,6 +398,13 @@ class Pipeline:
         if not isinstance(state, Mapping):
             raise StateFormatError(expected("checkpoint", "a mapping (the dict checkpoint() returned)",
                                             type(state).__name__))
+        from zephon_ref.compat import from_zephon_state, is_zephon_state
+
+        if is_zephon_state(state):  # a zephon 0.2.0 checkpoint: translate, then the same checks
+            state = from_zephon_state(
+                state, fingerprint=self.fingerprint(),
+                canonical_replicas=self._world_of(self._options).canonical_replicas,
+                work_source=self._source, flush_every_k_chunks=self._resolve_k(warn=False))
         if state.get("schema") != ENGINE_SCHEMA or state.get("version") != ENGINE_VERSION:
             raise StateFormatError(expected("checkpoint schema/version", f"{ENGINE_SCHEMA!r}/{ENGINE_VERSION}",
                                             (state.get("schema"), state.get("version"))))
