@@ -60,8 +60,22 @@ def random_config(rng: Random) -> PipelineConfig:
     k: int | None = rng.choice([None, 1, 2, 3, 4])
     if not any(step[0] in ("pack_sequences", "shuffle", "ensure_mixture") for step in chain):
         k = None  # monotone plan: both reset K to 0
-    return PipelineConfig(chain, layout=LAYOUT,
-                          source_kwargs={"chunk_size": rng.randint(4, 24), "seed": rng.randint(0, 999)},
+    src: dict[str, Any] = {"chunk_size": rng.randint(4, 24), "seed": rng.randint(0, 999)}
+    if rng.random() < 0.3:
+        src["shuffle_block_size"] = rng.choice([2, 5, 16])
+    if rng.random() < 0.2:
+        src["shuffle_within_shard"] = True
+    if rng.random() < 0.2:
+        src["lane_assignment"] = "modulo"
+    r = rng.random()
+    if r < 0.2:
+        src["exhausted_policy"] = "repeat"
+        src["stop_after_passes"] = 2
+    elif r < 0.3:
+        src["exhausted_policy"] = {"books": "redistribute"}
+    elif r < 0.4:
+        src["exhausted_policy"] = "stop"
+    return PipelineConfig(chain, layout=LAYOUT, source_kwargs=src,
                           options={"runner": "inline", "canonical_replicas": rng.randint(1, 8),
                                    "flush_every_k_chunks": k})
 
