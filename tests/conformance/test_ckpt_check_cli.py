@@ -126,3 +126,13 @@ def test_refusals_are_one_line_with_their_own_exit_code(workdir: Path, state: st
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(prefix), r.stdout
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_the_zephon_ref_command_has_ckpt_check(workdir: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "z7.pkl", "--factory", "ckfac:make"],
+                        cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "consistent: yes" in ok.stdout, ok.stdout + ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "otherC.pkl", "--factory",
+                          "ckfac:make"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stdout.startswith("inconsistent: "), bad.stdout + bad.stderr

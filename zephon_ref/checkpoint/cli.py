@@ -1,4 +1,4 @@
-"""``zephon-ref ckpt inspect DIR`` and ``zephon-ref ckpt verify DIR``.
+"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR`` and ``ckpt check STATE.pkl --factory m:f``.
 
 Theory of operation
 -------------------
@@ -6,7 +6,8 @@ A thin, read-only front end over store.py.  ``inspect`` lists every published
 generation (lanes, shard sizes, capture, fingerprint) and marks the ones that
 fail verification; ``verify`` checks every digest and header of every
 generation and exits 0 only if all pass (1 if any fails, 2 if there is no
-published generation).  Neither command writes a file.
+published generation).  Neither command writes a file.  ``check`` lives in
+zephon_ref.compat.check (it judges one pickled engine state, zephon's or ours).
 
 ``add_ckpt_subcommands(subparsers)`` attaches a ``ckpt`` command to the
 project's parser; each leaf sets ``func(args) -> int``.  ``main(argv)`` runs the
@@ -85,6 +86,9 @@ def _add_leaves(sub: Any) -> None:
     v = sub.add_parser("verify", help="check every digest of every generation (exit 0 only if all pass)")
     v.add_argument("directory")
     v.set_defaults(func=cmd_verify)
+    from zephon_ref.compat.check import add_check_parser
+
+    add_check_parser(sub)
 
 
 def add_ckpt_subcommands(subparsers: Any) -> argparse.ArgumentParser:
