@@ -88,6 +88,7 @@ class CutResult:
     zephon: str  # "exact" | "differs" | "raised: <error>"
     ref_detail: str = ""
     zephon_detail: str = ""
+    resumed_from: int | None = None  # the cut of the zephon checkpoint this run resumed from
 
 
 @dataclass
@@ -99,13 +100,18 @@ class Tally:
     zephon_exact: int = 0
     zephon_wrong: int = 0
     skipped_configs: int = 0
+    after_resume: int = 0  # cuts taken from a zephon run that was itself resumed
+    skipped: list[str] = field(default_factory=list)
     refusals: dict[str, int] = field(default_factory=dict)
     ref_failures: list[str] = field(default_factory=list)
     zephon_failures: list[str] = field(default_factory=list)
 
     def add(self, cfg: PipelineConfig, r: CutResult) -> None:
         self.cuts += 1
-        where = f"cut {r.cut}/{r.total} of {cfg.describe()}"
+        again = "" if r.resumed_from is None else f" (taken after a zephon resume at {r.resumed_from})"
+        where = f"cut {r.cut}/{r.total}{again} of {cfg.describe()}"
+        if r.resumed_from is not None:
+            self.after_resume += 1
         if r.ref == "exact":
             self.ref_exact += 1
         elif r.ref.startswith("refused"):
@@ -122,8 +128,9 @@ class Tally:
             self.zephon_failures.append(f"{r.zephon} ({r.zephon_detail}): {where}")
 
     def summary(self) -> str:
-        lines = [f"zephon checkpoints at random cuts: {self.cuts} "
-                 f"(configs skipped because the uninterrupted runs differ: {self.skipped_configs})",
+        lines = [f"zephon checkpoints at random cuts: {self.cuts}, {self.after_resume} of them written by a "
+                 f"resumed zephon run (configs skipped because the uninterrupted runs differ: "
+                 f"{self.skipped_configs})",
                  f"  zephon_ref restores and continues exactly: {self.ref_exact}",
                  f"  zephon_ref refuses: {self.ref_refused} {self.refusals or ''}",
                  f"  zephon_ref continues wrongly: {self.ref_differs}",
@@ -142,9 +149,12 @@ def _first_difference(got: list[Any], want: list[Any]) -> str:
     return f"length {len(got)} != {len(want)}"
 
 
-def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int]) -> tuple[list[Any], dict[int, Any]]:
-    """zephon's uninterrupted run (item views) and a deep-copied checkpoint at each cut."""
-    p = build_pipeline("zephon", cfg)
+def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int], *, state: Any = None,
+                                runner: str | None = None) -> tuple[list[Any], dict[int, Any]]:
+    """zephon's run (item views; resumed from ``state`` if given) and a deep copy of its checkpoint at each cut."""
+    p = build_pipeline("zephon", cfg, **({} if runner is None else {"runner": runner}))
+    if state is not None:
+        p.restore(copy.deepcopy(state))
     want = set(cuts)
     states: dict[int, Any] = {}
     out: list[Any] = []
@@ -157,41 +167,63 @@ def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int]) -> tup
     return out, states
 
 
+def _ref_verdict(cfg: PipelineConfig, state: Any, want: list[Any]) -> tuple[str, str]:
+    try:
+        p = build_pipeline("zephon_ref", cfg)
+        p.restore(copy.deepcopy(state))
+        got = _views(list(p))
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        return f"refused: {type(exc).__name__}", str(exc)[:300]
+    return ("exact", "") if got == want else ("differs", _first_difference(got, want))
+
+
 def judge_config(cfg: PipelineConfig, rng: Random, n_cuts: int) -> tuple[list[CutResult], bool]:
-    """Results for ``n_cuts`` random cuts; False if the two uninterrupted runs differ (not judged)."""
+    """Results for up to ``n_cuts`` random cuts; False if the two uninterrupted runs differ (not judged).
+
+    zephon's run uses the threads runner for some configurations (its checkpoint
+    then holds however many chunks its pump admitted ahead).  Every other cut is
+    taken from a zephon run that was itself resumed from an earlier checkpoint
+    (when that resume was exact), so states written after a reload are judged too.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref_full = _views(list(build_pipeline("zephon_ref", cfg)))
         total = len(ref_full)
-        cuts = sorted({rng.randint(0, max(0, total - 1)) for _ in range(n_cuts)})
-        z_full, states = zephon_run_with_checkpoints(cfg, cuts)
+        runner = "threads" if rng.random() < 0.3 else None
+        first = sorted({rng.randint(0, max(0, total - 1)) for _ in range(max(1, (n_cuts + 1) // 2))})
+        z_full, states = zephon_run_with_checkpoints(cfg, first, runner=runner)
         if z_full != ref_full:
             return [], False
-        results = []
-        for cut in cuts:
+        results: list[CutResult] = []
+        for cut in first:
+            if len(results) >= n_cuts:
+                break
             state = states[cut]
             res = CutResult(cut, total, "", "")
+            res.ref, res.ref_detail = _ref_verdict(cfg, state, ref_full[cut:])
+            second = rng.randint(0, max(0, total - cut - 1))
             try:
-                p = build_pipeline("zephon_ref", cfg)
-                p.restore(copy.deepcopy(state))
-                got = _views(list(p))
-                res.ref = "exact" if got == ref_full[cut:] else "differs"
-                if res.ref == "differs":
-                    res.ref_detail = _first_difference(got, ref_full[cut:])
-            except (ValueError, TypeError, RuntimeError, KeyError) as exc:
-                res.ref = f"refused: {type(exc).__name__}"
-                res.ref_detail = str(exc)[:300]
-            try:
-                zp = build_pipeline("zephon", cfg)
-                zp.restore(copy.deepcopy(state))
-                zgot = _views(list(zp))
+                zgot, later = zephon_run_with_checkpoints(cfg, [second], state=state, runner=runner)
                 res.zephon = "exact" if zgot == z_full[cut:] else "differs"
                 if res.zephon == "differs":
                     res.zephon_detail = _first_difference(zgot, z_full[cut:])
             except Exception as exc:  # noqa: BLE001 - any zephon failure is a finding, recorded
-                res.zephon = f"raised: {type(exc).__name__}"
-                res.zephon_detail = str(exc)[:300]
+                res.zephon, res.zephon_detail, later = f"raised: {type(exc).__name__}", str(exc)[:300], {}
             results.append(res)
+            if res.zephon != "exact" or second not in later or len(results) >= n_cuts:
+                continue
+            # a checkpoint written by a resumed zephon run
+            c2 = cut + second
+            res2 = CutResult(c2, total, "", "", resumed_from=cut)
+            res2.ref, res2.ref_detail = _ref_verdict(cfg, later[second], ref_full[c2:])
+            try:
+                zgot2, _ = zephon_run_with_checkpoints(cfg, [], state=later[second], runner=runner)
+                res2.zephon = "exact" if zgot2 == z_full[c2:] else "differs"
+                if res2.zephon == "differs":
+                    res2.zephon_detail = _first_difference(zgot2, z_full[c2:])
+            except Exception as exc:  # noqa: BLE001 - any zephon failure is a finding, recorded
+                res2.zephon, res2.zephon_detail = f"raised: {type(exc).__name__}", str(exc)[:300]
+            results.append(res2)
         return results, True
 
 
@@ -203,6 +235,7 @@ def survey(total_cuts: int, *, seed: int = 0, cuts_per_config: int = 4) -> Tally
         results, judged = judge_config(cfg, rng, min(cuts_per_config, total_cuts - tally.cuts))
         if not judged:
             tally.skipped_configs += 1
+            tally.skipped.append(cfg.describe())
             continue
         for r in results:
             tally.add(cfg, r)
@@ -221,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("REF  ", line)
     for line in t.zephon_failures[: a.examples]:
         print("ZEPH ", line)
+    for line in t.skipped[: a.examples]:
+        print("SKIP ", line)
     return 0 if not t.ref_failures else 1
 
 

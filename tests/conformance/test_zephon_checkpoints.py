@@ -13,6 +13,7 @@ raises the number of cuts (default 100).
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import warnings
@@ -43,13 +44,13 @@ ZEPHON_RESUME_BUG = PipelineConfig(
     options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 3})
 
 
-def _run(impl: str, cfg: PipelineConfig, state: Any = None) -> list[Any]:
+def _run(impl: str, cfg: PipelineConfig, state: Any = None, limit: int | None = None) -> list[Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = build_pipeline(impl, cfg)
         if state is not None:
             p.restore(state)
-        return [item_view(x) for x in p]
+        return [item_view(x) for x in itertools.islice(p, limit)]
 
 
 def _zephon_state(cfg: PipelineConfig, cut: int) -> dict[str, Any]:
@@ -205,3 +206,42 @@ def test_a_zephon_state_of_another_k_is_refused() -> None:
         warnings.simplefilter("ignore")
         with pytest.raises(StateMismatchError, match="flush_every_k_chunks"):
             build_pipeline("zephon_ref", SHUFFLED).restore(state)
+
+
+def test_a_zephon_block_shuffle_snapshot_past_the_first_fill_is_used() -> None:
+    """A cursor past 65,536 samples carries a block-RNG snapshot with block_count > 0; the source continues."""
+    from properties.sources import SourceConfig, build_source, chunk_view
+    from zephon_ref.compat import from_zephon_state
+
+    cfg = SourceConfig({"web": (100000,)}, {"web": 1.0}, 1, {"chunk_size": 8192, "seed": 5, "shuffle_block_size": 16})
+    z, r = build_source("zephon", cfg), build_source("zephon_ref", cfg)
+    zc = z.clone_for_lane(0, 1)
+    for _ in range(9):  # 73,728 samples: into the second fill of 4,096 blocks
+        zc.next_chunk()
+    ws = zc.state_dict()
+    assert ws["cursor_states"]["web"]["block_rng_snapshot"]["block_count"] > 0
+    engine = {"version": 2, "world": {"canonical_replicas": 1}, "progress": {0: {"chunk_id": -1, "offset": 0}},
+              "lane_next_cid": {0: 0}, "lane_ws_state": {0: ws}, "inflight": {}}
+    rc = r.clone_for_lane(0, 1)
+    rc.load_state_dict(from_zephon_state(engine, fingerprint="f", canonical_replicas=1, work_source=r)
+                       ["lane_ws_state"][0])
+
+    def view(c: Any) -> Any:
+        return None if c is None else chunk_view(c)
+
+    assert [view(zc.next_chunk()) for _ in range(3)] == [view(rc.next_chunk()) for _ in range(3)]
+
+
+def test_a_legacy_fixed_zephon_state_continues_like_zephon() -> None:
+    """zephon reaches legacy_fixed quotas only from an old checkpoint; both continue it the same way.
+
+    (The legacy quotas never end this stream in either implementation: compare 60 items.)
+    """
+    cfg = PipelineConfig(SHUFFLED.chain, layout=LAYOUT, source_kwargs={"chunk_size": 16, "seed": 3},
+                         options=SHUFFLED.options)
+    state = _zephon_state(cfg, 3)
+    for ws in state["lane_ws_state"].values():
+        ws["allocation_mode"], ws["accumulators"] = "legacy_fixed", None
+    ours = _run("zephon_ref", cfg, copy.deepcopy(state), limit=60)
+    assert len(ours) == 60 and ours == _run("zephon", cfg, copy.deepcopy(state), limit=60)
+    assert ours != _run("zephon_ref", cfg)[3:63], "legacy quotas must change the continuation, or this tests nothing"
