@@ -485,9 +485,21 @@ class Pipeline:
         return loaded.generation
 
     def restore(self, ckpt: Mapping[str, Any]) -> Pipeline:
-        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal changes nothing."""
+        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal changes nothing.
+
+        A zephon 0.2.0 checkpoint is translated first (:mod:`zephon_ref.compat`) and sealed
+        by that translation, which checks it against this pipeline; the same checks follow.
+        """
         self._refuse_while_running("restore()")
-        schema.validate(ckpt)
+        from zephon_ref.compat import from_zephon_state, is_zephon_state
+
+        translated = is_zephon_state(ckpt)
+        if translated:
+            ckpt = from_zephon_state(  # sealed by the translation, which checked it against this pipeline
+                ckpt, fingerprint=self.fingerprint(),
+                canonical_replicas=self._world_of(self._options).canonical_replicas,
+                work_source=self._source, flush_every_k_chunks=self._resolve_k(warn=False))
+        schema.validate(ckpt, strict_cursors=not translated)
         schema.verify_integrity(ckpt)
         world = self._world_of(self._options)
         c = ckpt["world"].get("canonical_replicas")

@@ -59,6 +59,7 @@ __all__ = [
     "REQUIRED_LANE_FIELDS",
     "SCHEMA",
     "SOURCE_POSITION_KEYS",
+    "SOURCE_RESTORABLE_KEYS",
     "UNIVERSAL_FIELDS",
     "VERSION",
     "Field",
@@ -75,7 +76,11 @@ VERSION = 2
 #: Keys of a StaticMixtureWorkSource state that move as the lane advances; every other key
 #: is configuration (the fingerprint digests it; a restore requires it unchanged).
 SOURCE_POSITION_KEYS = frozenset({"lane_id", "canonical_replicas", "global_chunk_index", "cursor_states",
-                                  "accumulators"})
+                                  "accumulators", "token_deficits"})
+#: What a restore lets a lane's source state change beyond the positions: zephon restores
+#: ``legacy_fixed`` quotas from an old checkpoint into an accumulator source (its own
+#: compatibility path, which zephon_ref follows), so the allocation mode may come from the state.
+SOURCE_RESTORABLE_KEYS = SOURCE_POSITION_KEYS | {"allocation_mode"}
 #: The versions a restore, a merge and the store accept (one list for all three).
 ACCEPTED_VERSIONS: tuple[int, ...] = (2,)
 
@@ -225,7 +230,7 @@ def _lane_table(state: Mapping[str, Any], name: str, c: int) -> dict[int, Any]:
     return out
 
 
-def _check_lane(lane: int, slices: Mapping[str, Any], c: int) -> None:
+def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors: bool = True) -> None:
     """The consistency rules of one lane's slice (see the module docstring)."""
     where = f"lane {lane}"
     nxt = _int(slices["lane_next_cid"], f"{where} lane_next_cid", lo=0)
@@ -254,7 +259,7 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int) -> None:
     emitted = _int(slices.get("lane_emitted", 0), f"{where} lane_emitted", lo=0)
     raw_cursor = slices["replay_cursors"]
     if raw_cursor is None:
-        if emitted:
+        if emitted and strict_cursors:
             raise StateFormatError(expected(f"{where} replay cursor", f"the cursor of its last delivered item "
                                             f"({emitted} delivered)", None))
         return
@@ -271,10 +276,14 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int) -> None:
                                         cursor.chunk_id))
 
 
-def validate(state: Any, *, require_all_lanes: bool = False) -> int:
+def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: bool = True) -> int:
     """Check ``state`` against the schema; return its canonical_replicas.  Never mutates it.
 
     With ``require_all_lanes`` (a merged state), every canonical lane must be present.
+    ``strict_cursors=False`` is for translated zephon 0.2.0 states only: zephon clears a
+    lane's replay cursor once the cursor's chunk is evicted, so a lane that delivered items
+    may carry none (nothing of its inflight chunks was delivered); zephon_ref's engine never
+    clears a cursor, so for its own states the rule holds.
     """
     if not isinstance(state, Mapping):
         raise StateFormatError(expected("checkpoint", "a mapping (the dict checkpoint() returned)",
@@ -323,5 +332,6 @@ def validate(state: Any, *, require_all_lanes: bool = False) -> int:
     if require_all_lanes and lanes != list(range(c)):
         raise StateFormatError(expected("lanes of a merged checkpoint", f"every lane in [0, {c})", lanes))
     for lane in lanes:
-        _check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]}, c)
+        _check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]}, c,
+                    strict_cursors=strict_cursors)
     return c

@@ -178,3 +178,24 @@ def test_the_digest_survives_json_and_store_round_trips_and_seal_vouches(
     with pytest.raises(StateMismatchError, match="unsealed"):
         build_pipeline("zephon_ref", CFG).restore(unsealed)
     build_pipeline("zephon_ref", CFG).restore(schema.seal(unsealed))  # an explicit vouch is accepted
+
+
+def test_a_token_aware_pipeline_resumes_exactly_at_every_cut() -> None:
+    """token_deficits move during a run (a position field): a mid-run checkpoint of a
+    token-aware source restores and continues exactly."""
+    from zephon_ref.work import TokenEstimation
+
+    cfg = PipelineConfig(chain=[("batch", {"microbatch_size": 2})], layout={"web": (20, 10), "code": (10,)},
+                         weights={"web": 0.7, "code": 0.3},
+                         source_kwargs={"chunk_size": 6, "seed": 2, "token_estimation": TokenEstimation(primer=0.25)},
+                         options={"runner": "inline", "canonical_replicas": 2})
+    items = [item_view(x) for x in build_pipeline("zephon_ref", cfg)]
+    assert len(items) > 6
+    for cut in range(0, len(items), 3):
+        p = build_pipeline("zephon_ref", cfg)
+        it = iter(p)
+        for _ in range(cut):
+            next(it)
+        ck = p.checkpoint()
+        it.close()
+        assert [item_view(x) for x in build_pipeline("zephon_ref", cfg).restore(ck)] == items[cut:], cut

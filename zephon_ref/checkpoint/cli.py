@@ -1,4 +1,4 @@
-"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR`` and ``ckpt gc DIR --keep N``.
+"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR``, ``ckpt gc DIR --keep N`` and ``ckpt check STATE.pkl --factory m:f``.
 
 Theory of operation
 -------------------
@@ -7,21 +7,14 @@ A thin front end over store.py.  ``inspect`` lists every published generation
 verification; ``verify`` checks every digest and header of every generation;
 neither writes a file.  ``gc`` keeps the N newest generations and removes older
 ones and torn leftovers (store.gc's rule), then prints one summary line.
+``check`` lives in zephon_ref.compat.check (it judges one pickled engine state,
+zephon's or ours, against a pipeline factory; its own exit codes are in its help).
 
 Every refusal ends the command with one line on stderr (never a traceback) and
 a distinct exit code (:data:`EXIT_CODES`); with several failing generations the
 code is that of the oldest failing one:
 
-====  ==========================================================================
-0     ok
-1     corrupt: a published generation is damaged (missing/truncated shard, digest)
-2     missing: no published generation (or the requested one is gone)
-3     mismatch: a well-formed generation that does not belong (capture, schema)
-4     storage error: the operating system refused (not a directory, symlink
-      loop, read-only filesystem, disk full, ...)
-64    usage: bad command line (EX_USAGE)
-====  ==========================================================================
-
+====  ===================================================================
 ``add_ckpt_subcommands(subparsers)`` attaches a ``ckpt`` command to the
 project's parser; each leaf sets ``func(args) -> int``.  ``main(argv)`` runs the
 same commands on their own (``main(["verify", DIR])``; a leading ``"ckpt"`` is
@@ -219,6 +212,9 @@ def _add_leaves(sub: Any) -> None:
     g.add_argument("directory")
     g.add_argument("--keep", type=_positive, required=True, help="generations to keep (>= 1)")
     g.set_defaults(func=cmd_gc)
+    from zephon_ref.compat.check import add_check_parser
+
+    add_check_parser(sub)
 
 
 def add_ckpt_subcommands(subparsers: Any) -> argparse.ArgumentParser:

@@ -442,7 +442,7 @@ class Engine:
             raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
                                               sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state))
         for key in sorted(fresh):
-            if key not in schema.SOURCE_POSITION_KEYS and ws_state[key] != fresh[key]:
+            if key not in schema.SOURCE_RESTORABLE_KEYS and ws_state[key] != fresh[key]:
                 raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
                                                   "pipeline's source configuration)", ws_state[key]))
 
