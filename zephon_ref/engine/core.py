@@ -42,6 +42,7 @@ chunk, and everything passes).
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
 from collections import deque
@@ -441,6 +442,9 @@ class Engine:
         if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
             raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
                                               sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state))
+        bad = _non_finite(ws_state)
+        if bad is not None:
+            raise StateFormatError(expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity"))
         for key in sorted(fresh):
             if key not in schema.SOURCE_RESTORABLE_KEYS and ws_state[key] != fresh[key]:
                 raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
@@ -461,3 +465,20 @@ class Engine:
                     raise StateMismatchError(expected(f"lane {lane} chunk {cid} sample of {name!r}",
                                                       f"a row of dataset {self._ids[name]} (shards {shards})",
                                                       tuple(sid)))
+
+
+def _non_finite(value: Any, path: str = "state") -> str | None:
+    """The path of the first NaN or infinite float in a plain-data value, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Iterator[tuple[Any, Any]] = iter(value.items())
+    elif isinstance(value, (list, tuple)):
+        items = iter(enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{path}.{k}")
+        if found is not None:
+            return found
+    return None

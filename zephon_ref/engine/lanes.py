@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from zephon_ref.errors import ContractError, StateFormatError, expected
+from zephon_ref.errors import ContractError, StateFormatError, ZephonRefError, expected
 from zephon_ref.types import SampleRecord, eod_sentinel, flush_sentinel
 from zephon_ref.work.base import WorkChunk, WorkSource
 
@@ -83,7 +83,14 @@ class LaneStream:
             raise StateFormatError(f"lane {self.lane}: malformed inflight/boundary state: {exc}") from exc
         if chunks and nxt != max(chunks) + 1:
             raise StateFormatError(expected(f"lane {self.lane} lane_next_cid", f"{max(chunks) + 1}", nxt))
-        self.source.load_state_dict(ws_state)
+        try:
+            self.source.load_state_dict(ws_state)
+        except ZephonRefError:
+            raise
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
+            # the source's own decoding (e.g. numpy refusing an RNG snapshot) reached a raw error
+            raise StateFormatError(expected(f"lane {self.lane} work-source state", "a state this source can load",
+                                            f"{type(exc).__name__}: {exc}")) from exc
         self.inflight = chunks
         self.mixtures = {cid: self._mixture_of(ch) for cid, ch in chunks.items()}
         self.next_cid = nxt
