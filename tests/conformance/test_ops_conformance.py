@@ -20,8 +20,8 @@ from zephon._internal.ops.shuffle_buffer import ShuffleBuffer as ZShuffle  # noq
 from zephon._internal.ops.tokenize_text import TokenizeText as ZTokenize  # noqa: E402
 from zephon.ops import OpContext as ZOpContext  # noqa: E402
 
+from properties.opkit import rec, run, split, stream  # noqa: E402
 from tests.conformance.adapters import per_lane, to_zephon_all  # noqa: E402
-from tests.unit.test_ops_helpers import rec, run, split, stream  # noqa: E402
 from zephon_ref.lineage import spawn_child  # noqa: E402
 from zephon_ref.ops import (  # noqa: E402
     Batch,

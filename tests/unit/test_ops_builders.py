@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from properties.opkit import rec, run
 from properties.pipelines import crc_tokens
-from tests.unit.test_ops_helpers import rec, run
 from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError
 from zephon_ref.ops import MapTransform, PackSequences, Shuffle, Tokenize
 from zephon_ref.ops.shuffle import BlockWarmupAccumulator

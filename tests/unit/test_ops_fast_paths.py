@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.test_ops_helpers import rec, run
+from properties.opkit import rec, run
 from zephon_ref.ops import HashTokenizer, Tokenize
 from zephon_ref.ops import tokenize as tokenize_mod
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from tests.unit.test_ops_helpers import check_lineage, rec, run, stream
+from properties.opkit import check_lineage, rec, run, stream
 from zephon_ref.errors import ConfigError, ConfigTypeError
 from zephon_ref.ops import (
     Batch,

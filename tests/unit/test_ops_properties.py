@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_ops_helpers import check_lineage, rec, run, split
+from properties.opkit import check_lineage, rec, run, split
 from zephon_ref.lineage import spawn_child
 from zephon_ref.ops import (
     Batch,

@@ -1,4 +1,4 @@
-"""Record factories and drivers shared by the operator tests (no zephon needed)."""
+"""Operator test kit: records, streams, push splits, a serial driver and lineage checks, shared by the operator tests."""
 
 from __future__ import annotations
 
