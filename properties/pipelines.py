@@ -119,3 +119,14 @@ def real_state(source_seed: int, *, canonical_replicas: int, items: int, chunk_s
     state: dict[str, Any] = p.checkpoint()
     it.close()
     return state
+
+
+def checkpoints_at_every_cut(impl: str, cfg: PipelineConfig) -> tuple[list[Any], list[Any]]:
+    """One uninterrupted run of ``cfg``: its item views and a checkpoint before every item and
+    after the last (``cks[i]`` resumes at ``items[i:]``)."""
+    p = build_pipeline(impl, cfg)
+    cks, items = [p.checkpoint()], []
+    for x in p:
+        items.append(item_view(x))
+        cks.append(p.checkpoint())
+    return items, cks

@@ -156,15 +156,16 @@ def test_zephon_random_packing_resume_fails_on_the_minimal_config() -> None:
     (tests/elastic/test_lane_aware_ops.py checks every cut of ours)."""
     import warnings
 
-    from properties.pipelines import RANDOM_PACK_MINIMAL, build_pipeline, item_view
+    from properties.pipelines import (
+        RANDOM_PACK_MINIMAL,
+        build_pipeline,
+        checkpoints_at_every_cut,
+        item_view,
+    )
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = build_pipeline("zephon", RANDOM_PACK_MINIMAL)
-        cks, items = [p.checkpoint()], []
-        for x in p:
-            items.append(item_view(x))
-            cks.append(p.checkpoint())
+        items, cks = checkpoints_at_every_cut("zephon", RANDOM_PACK_MINIMAL)
         failing = []
         for i, ck in enumerate(cks):
             q = build_pipeline("zephon", RANDOM_PACK_MINIMAL)

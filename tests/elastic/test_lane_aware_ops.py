@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from properties.pipelines import RANDOM_PACK_MINIMAL, PipelineConfig, build_pipeline, item_view
+from properties.pipelines import (
+    RANDOM_PACK_MINIMAL,
+    PipelineConfig,
+    build_pipeline,
+    checkpoints_at_every_cut,
+    item_view,
+)
 from properties.topology import lane_streams, merged_checkpoint, participants, run_lockstep
 from zephon_ref.checkpoint.codec import decode, encode
 from zephon_ref.types import SampleRecord
@@ -94,11 +100,7 @@ def test_random_packing_resumed_on_another_topology_continues_every_lane(before:
 def _resume_every_cut(c: PipelineConfig) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        p = build_pipeline("zephon_ref", c)
-        cks, items = [p.checkpoint()], []
-        for x in p:
-            items.append(item_view(x))
-            cks.append(p.checkpoint())
+        items, cks = checkpoints_at_every_cut("zephon_ref", c)
         for i, ck in enumerate(cks):
             q = build_pipeline("zephon_ref", c)
             q.restore(decode(encode(ck)))
