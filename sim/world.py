@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.choices import Choices
+from sim.invariants import Step, global_step_problems, lane_stream_problems, per_lane
 from sim.kernel import Kernel
 from zephon_ref.coordination.merge import merge
 from zephon_ref.ops.base import lane_of
@@ -203,9 +204,6 @@ class RunReport:
         return not self.problems
 
 
-Step = tuple[tuple[int, Any], ...]  # ((lane, view), ...) in delivery order
-
-
 def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Step]:
     """An uninterrupted single-rank run cut into global steps of one round over every lane."""
     engine = build().engine()
@@ -229,14 +227,6 @@ def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Ste
     return out
 
 
-def _per_lane(steps: Sequence[Step]) -> dict[int, list[Any]]:
-    lanes: dict[int, list[Any]] = {}
-    for step in steps:
-        for lane, v in step:
-            lanes.setdefault(lane, []).append(v)
-    return lanes
-
-
 def check_run(history: Sequence[Event], reference: Sequence[Step]) -> RunReport:
     """Rebuild the consumed global steps (a restore rolls them back to its step) and compare:
 
@@ -257,17 +247,6 @@ def check_run(history: Sequence[Event], reference: Sequence[Step]) -> RunReport:
         elif e.kind == "restore":
             restores += 1
             del consumed[e.step:]
-    problems = []
-    got_lanes, want_lanes = _per_lane(consumed), _per_lane(reference)
-    for lane in sorted(set(got_lanes) | set(want_lanes)):
-        got, want = got_lanes.get(lane, []), want_lanes.get(lane, [])
-        if got != want[:len(got)]:
-            at = next(i for i in range(len(got)) if i >= len(want) or got[i] != want[i])
-            problems.append(f"lane {lane}: item {at} differs from the uninterrupted run "
-                            f"({'a repeat or an extra item' if got[at] in want[:at] or at >= len(want) else 'lost or reordered'})")
-    n_lanes = len(want_lanes)
-    for i, step in enumerate(consumed):
-        full_round = i < len(reference) and len({lane for lane, _ in reference[i]}) == n_lanes == len(reference[i])
-        if full_round and sorted(map(repr, step)) != sorted(map(repr, reference[i])):
-            problems.append(f"global step {i + 1}: another set of samples than the uninterrupted run's")
+    problems = lane_stream_problems(per_lane(consumed), per_lane(reference))
+    problems += global_step_problems(consumed, reference)
     return RunReport(len(consumed), restores, tuple(problems))
