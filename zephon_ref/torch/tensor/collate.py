@@ -1,0 +1,64 @@
+"""Native items -> tensors: token rows, position ids, variable-length boundaries.
+
+Theory of operation
+-------------------
+One row per entry of the item (a pack, or a document), padded on the right with
+0 to the longest row: ``input_ids`` (int64, ``[rows, width]``), ``position_ids``
+restarting at 0 for every packed document, ``attention_mask`` (1 on tokens),
+``cu_seqlens`` (int32, cumulative document lengths over the flattened rows, for
+variable-length attention) and ``max_seqlen``.  The arithmetic is numpy over one
+flat token array; torch only wraps the result (``torch.from_numpy``) and moves
+it to ``device`` ("cuda" when the caller asks and it is present).
+
+A pure function of the item: the same item gives the same tensors on any
+device.  torch is imported here only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["collate", "collate_numpy"]
+
+
+def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
+    _lane, entries = item
+    rows: list[list[list[int]]] = []
+    for e in entries:
+        if isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], tuple) and e[1] and isinstance(e[1][0], bool):
+            rows.append([d[6] or [] for d in e[0]])  # a pack: its documents' token lists
+        else:
+            rows.append([e[6] or []])
+    lens = [[len(x) for x in r] for r in rows]
+    flat_lens = np.fromiter((n for r in lens for n in r), dtype=np.int64)
+    widths = np.fromiter((sum(r) for r in lens), dtype=np.int64, count=len(rows))
+    width = int(widths.max()) if len(rows) else 0
+    flat = np.fromiter((t for r in rows for x in r for t in x), dtype=np.int64, count=int(flat_lens.sum()))
+    # position of every token inside its document, and its row
+    starts = np.repeat(np.cumsum(flat_lens) - flat_lens, flat_lens)
+    pos = np.arange(flat.size, dtype=np.int64) - starts
+    row_of = np.repeat(np.arange(len(rows)), widths)
+    col = np.arange(flat.size, dtype=np.int64) - np.repeat(np.cumsum(widths) - widths, widths)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    ids[row_of, col] = flat
+    positions = np.zeros_like(ids)
+    positions[row_of, col] = pos
+    mask = np.zeros_like(ids)
+    mask[row_of, col] = 1
+    cu = np.zeros(flat_lens.size + 1, dtype=np.int32)
+    np.cumsum(flat_lens, out=cu[1:])
+    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "cu_seqlens": cu,
+            "max_seqlen": int(flat_lens.max()) if flat_lens.size else 0}
+
+
+def collate(item: tuple[int, tuple[Any, ...]], *, device: Any = None) -> dict[str, Any]:
+    import torch
+
+    out = collate_numpy(item)
+    res: dict[str, Any] = {"max_seqlen": out.pop("max_seqlen")}
+    for k, v in out.items():
+        t = torch.from_numpy(v)
+        res[k] = t if device is None else t.to(device, non_blocking=True)
+    return res
