@@ -25,12 +25,8 @@ __all__ = ["collate", "collate_numpy"]
 
 def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
     _lane, entries = item
-    rows: list[list[list[int]]] = []
-    for e in entries:
-        if isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], tuple) and e[1] and isinstance(e[1][0], bool):
-            rows.append([d[6] or [] for d in e[0]])  # a pack: its documents' token lists
-        else:
-            rows.append([e[6] or []])
+    # every entry is a unit (documents, flags): a pack's row is its documents' tokens in order
+    rows: list[list[list[int]]] = [[d[6] or [] for d in docs] for docs, _flags in entries]
     lens = [[len(x) for x in r] for r in rows]
     flat_lens = np.fromiter((n for r in lens for n in r), dtype=np.int64)
     widths = np.fromiter((sum(r) for r in lens), dtype=np.int64, count=len(rows))

@@ -17,21 +17,22 @@ What may not live here: data, state, torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
-__all__ = ["REFUSED_KNOBS", "BatchSpec", "MapSpec", "PackSpec", "TensorPlan", "TokenizeSpec",
+__all__ = ["REFUSED_KNOBS", "BatchSpec", "MapSpec", "PackSpec", "ShuffleSpec", "TensorPlan", "TokenizeSpec",
            "UnsupportedKnob", "compile_chain"]
 
 #: What the tensor implementation refuses (see docs/tensor.md); everything else in the
 #: supported operators is reproduced exactly.
 REFUSED_KNOBS: tuple[str, ...] = (
-    "shuffle (any algorithm)",
     "ensure_mixture",
-    "any operator other than map_transform, tokenize, pack_sequences, batch",
+    "any operator other than map_transform, tokenize, pack_sequences, shuffle, ensure_mixture, batch",
+    "map_transform or tokenize after pack_sequences / shuffle / ensure_mixture; more than one pack_sequences",
     "pack_sequences(algorithm='wrap')",
     "pack_sequences(tokens_field other than 'auto', length_fn, shuffle_strategy, pack_payloads other than "
     "'keep_list', homogeneity other than 'none', candidate_pool_size, max_candidate_age, groups)",
@@ -74,12 +75,20 @@ class PackSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ShuffleSpec:
+    buffer_size: int
+    seed: int = 0
+    algorithm: str = "streaming"
+    growth: float = 1.5
+
+
+@dataclass(frozen=True, slots=True)
 class BatchSpec:
     microbatch_size: int
     drop_last: bool = True
 
 
-Stage = MapSpec | TokenizeSpec | PackSpec
+Stage = MapSpec | TokenizeSpec | PackSpec | ShuffleSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +186,25 @@ def _pack(kw: Mapping[str, Any]) -> PackSpec:
     )
 
 
+def _shuffle(kw: Mapping[str, Any]) -> ShuffleSpec:
+    _only("shuffle", kw, {"buffer_size", "seed", "algorithm", "warmup_growth"})
+    size = kw.get("buffer_size")
+    size = 8192 if size is None else _int("shuffle buffer_size", size, minimum=1)
+    algorithm = kw.get("algorithm", "streaming")
+    if algorithm not in ("streaming", "block", "block_warmup"):
+        raise ConfigError(expected("shuffle algorithm", "'streaming', 'block' or 'block_warmup'", algorithm))
+    growth = kw.get("warmup_growth", 1.5)
+    if isinstance(growth, bool) or not isinstance(growth, (int, float)):
+        raise ConfigTypeError(expected("warmup_growth", "a finite number > 1.0", growth))
+    try:
+        g = float(growth)
+    except OverflowError:
+        g = math.inf
+    if not (g > 1.0 and math.isfinite(g)):
+        raise ConfigError(expected("warmup_growth", "a finite number > 1.0", growth))
+    return ShuffleSpec(size, _int("shuffle seed", kw.get("seed", 0), minimum=0), algorithm, g)
+
+
 def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mapping[str, Any]) -> TensorPlan:
     """The plan for ``chain`` under ``options``, or a typed refusal (nothing is built on refusal)."""
     stages: list[Stage] = []
@@ -190,6 +218,8 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
             stages.append(_tokenize(kw))
         elif method == "pack_sequences":
             stages.append(_pack(kw))
+        elif method == "shuffle":
+            stages.append(_shuffle(kw))
         elif method == "batch":
             _only("batch", kw, {"microbatch_size", "drop_last"})
             batch = BatchSpec(_int("microbatch_size", kw.get("microbatch_size"), minimum=1),
@@ -197,9 +227,12 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
         else:
             raise _refuse("operator", method)
     packs = [s for s in stages if isinstance(s, PackSpec)]
-    if len(packs) > 1 or (packs and not isinstance(stages[-1], PackSpec)):
-        raise _refuse("operator order (at most one pack_sequences, last before batch)", [type(s).__name__
-                                                                                        for s in stages])
+    kinds = [type(s).__name__ for s in stages]
+    record_level = [isinstance(s, (MapSpec, TokenizeSpec)) for s in stages]
+    if len(packs) > 1 or record_level != sorted(record_level, reverse=True) or (
+            packs and any(isinstance(s, ShuffleSpec) for s in stages[:stages.index(packs[0])])):
+        raise _refuse("operator order (record-level operators first, at most one pack_sequences, before any "
+                      "shuffle)", kinds)
     for key in sorted(options):
         if key not in _EXEC_OPTIONS and key not in ("canonical_replicas", "flush_every_k_chunks"):
             if key == "world_size" and options[key] == 1:
@@ -207,7 +240,7 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
             raise _refuse(f"option {key}", options[key])
     lanes = _int("canonical_replicas", options.get("canonical_replicas", 1), minimum=1)
     k = _int("flush_every_k_chunks", options.get("flush_every_k_chunks"), minimum=0, allow_none=True)
-    monotone = not packs
+    monotone = not any(isinstance(s, (PackSpec, ShuffleSpec)) for s in stages)
     if k is None:
         k = 0 if monotone else 8
     elif monotone:

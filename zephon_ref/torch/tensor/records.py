@@ -37,11 +37,12 @@ def _payload(d: Doc) -> Any:
     return {"input_ids": ids, "attention_mask": [1] * len(ids)}
 
 
-def _doc_record(lane: int, d: Doc) -> SampleRecord:
+def _doc_record(lane: int, unit: tuple[tuple[Doc, ...], tuple[bool, ...]]) -> SampleRecord:
+    d = unit[0][0]
     sid, cid, off, comp, lineage, closing, _ids, _p = d
     tags: dict[str, Any] = {}
     if closing is not None:
-        tags[TAG_CONTRIBUTORS] = (ContributorRef(SampleCursor(cid, off, sid, lineage), closing),)
+        tags[TAG_CONTRIBUTORS] = (ContributorRef(SampleCursor(cid, off, sid, lineage), unit[1][0]),)
     return SampleRecord(SampleMeta(sid, lane, cid, off, {comp: 1}, None, lineage, tags), _payload(d))
 
 

@@ -24,32 +24,51 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from zephon_ref.torch.tensor.config import PackSpec, TensorPlan
-from zephon_ref.torch.tensor.lanes import Doc, lane_documents
-from zephon_ref.torch.tensor.packing import LanePacker, Pack
+from zephon_ref.torch.tensor.config import PackSpec, ShuffleSpec, TensorPlan
+from zephon_ref.torch.tensor.lanes import lane_documents
+from zephon_ref.torch.tensor.packing import LanePacker
+from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane, Unit
 
 __all__ = ["Item", "lane_items", "round_robin"]
 
 Item = tuple[int, tuple[Any, ...]]
 
 
+def _unit_stages(plan: TensorPlan, lane: int, packed: bool) -> list[Any]:
+    out: list[Any] = []
+    for s in plan.stages:
+        if isinstance(s, PackSpec):
+            out.append(LanePacker(s))
+        elif isinstance(s, ShuffleSpec):
+            if s.algorithm == "streaming":
+                out.append(StreamingLane(lane, s.buffer_size, s.seed, packed))
+            else:
+                out.append(BlockLane(s.buffer_size, s.seed, packed, s.growth if s.algorithm == "block_warmup"
+                                     else None))
+    return out
+
+
 def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any) -> Iterator[Item]:
-    packs = [s for s in plan.stages if isinstance(s, PackSpec)]
-    packer = LanePacker(packs[0]) if packs else None
+    packed = any(isinstance(s, PackSpec) for s in plan.stages)
+    stages = _unit_stages(plan, lane, packed)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
-    group: list[Pack | Doc] = []
+    group: list[Unit] = []
+
+    def run(units: list[Any], flush: bool) -> list[Unit]:
+        for st in stages:
+            nxt: list[Any] = []
+            if units:
+                st.push(units, nxt)
+            if flush:
+                st.flush(nxt)
+            units = nxt
+        return units
+
     for _cid, docs, boundary in lane_documents(plan, source, datasets, ids):
-        out: list[Any]
-        if packer is not None:
-            out = []
-            packer.push(docs, out)
-            if boundary:
-                packer.flush(out)
-        else:
-            out = docs
-        for x in out:
+        first: list[Any] = docs if packed else [((d,), (True if d[5] is None else d[5],)) for d in docs]
+        for x in run(first, boundary):
             group.append(x)
             if len(group) == size:
                 yield lane, tuple(group)
@@ -57,10 +76,7 @@ def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any
         if boundary and not drop_last and group:
             yield lane, tuple(group)
             group = []
-    tail: list[Any] = []
-    if packer is not None:
-        packer.flush(tail)
-    for x in tail:
+    for x in run([], True):
         group.append(x)
         if len(group) == size:
             yield lane, tuple(group)

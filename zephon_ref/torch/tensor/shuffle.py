@@ -1,0 +1,181 @@
+"""The shuffle permutation of one lane: streaming reservoir and block shuffles over units.
+
+Theory of operation
+-------------------
+A *unit* is what flows after the record-level stages: ``(documents, flags)``, a
+pack or a single document, with one contributor flag per document.  Its cursor
+is the first document's (extended by offset 0 for a pack); its contributors are
+its documents' base offsets ``(chunk, offset)``.
+
+Streaming (``StreamingLane``): a reservoir list and a counter.  A unit is
+appended; while the reservoir is longer than ``min(buffer_size, W + counter)``
+(``W = max(1, min(128, buffer_size // 16))``; target 0 when ``buffer_size == 1``)
+one unit leaves by swap-pop at the victim index, a splitmix64 fold of
+``(seed, lane, salt, counter, size)`` modulo ``size``, where ``salt`` is a 32-bit
+FNV-1a of the unit's cursor (chunk, offset, lineage, sample id as 32-bit
+halves).  A flush drains the reservoir with the fixed flush salt and forgets the
+lane (the counter restarts at 0).  These are the formulas of the zephon 0.2.0
+notes (section on shuffle); implemented here from the notes, not from the
+reference's code path.
+
+Block (``BlockLane``): groups of ``buffer_size`` (or, for ``block_warmup``,
+growing sizes), each permuted by ``random.Random(block_seed)`` where the seed
+folds the block's cursors (zephon's formula, using CPython's hash of int tuples,
+which does not depend on PYTHONHASHSEED); a flush emits the partial block,
+permuted the same way.
+
+Closing flags: per base offset a count of buffered units and whether a closer
+was seen; when a unit leaves, a flag closes iff a closer was seen and no other
+buffered unit holds that offset (block: the last occurrence in the permuted
+block closes).
+"""
+
+from __future__ import annotations
+
+import math
+from random import Random  # explicitly seeded instances only
+from typing import Any
+
+__all__ = ["BlockLane", "StreamingLane", "Unit", "unit_cursor"]
+
+Unit = tuple[tuple[Any, ...], tuple[bool, ...]]
+
+_M64 = (1 << 64) - 1
+_M32 = (1 << 32) - 1
+_PHI = 0x9E3779B97F4A7C15
+FLUSH_SALT = 0xD1B54A32D192ED03
+
+
+def _mix(x: int) -> int:
+    x &= _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def victim(seed: int, lane: int, salt: int, counter: int, size: int) -> int:
+    acc = _mix(seed)
+    for v in (lane, salt, counter, size):
+        acc = _mix(acc ^ _mix(v + _PHI))
+    return acc % size
+
+
+def unit_cursor(u: Unit, packed: bool) -> tuple[int, int, tuple[int, ...], tuple[int, int, int]]:
+    d = u[0][0]
+    return d[1], d[2], ((*d[4], 0) if packed else d[4]), d[0]
+
+
+def fnv_salt(cur: tuple[int, int, tuple[int, ...], tuple[int, int, int]]) -> int:
+    h = 0x811C9DC5
+    for v in (cur[0], cur[1], *cur[2], *cur[3]):
+        v &= _M64
+        h = ((h ^ (v & _M32)) * 0x01000193) & _M32
+        h = ((h ^ (v >> 32)) * 0x01000193) & _M32
+    return h
+
+
+def block_seed(base: int, units: list[Unit], packed: bool) -> int:
+    acc = base
+    for u in units:
+        cid, off, lineage, sid = unit_cursor(u, packed)
+        acc = (acc * 1315423911) ^ (cid * 2654435761) ^ (off << 8)
+        acc = acc ^ hash(lineage) ^ hash(sid)  # int tuples: independent of PYTHONHASHSEED
+    return acc & _M32
+
+
+class StreamingLane:
+    __slots__ = ("buffer_size", "counter", "lane", "packed", "reservoir", "seed", "tallies", "warmup")
+
+    def __init__(self, lane: int, buffer_size: int, seed: int, packed: bool) -> None:
+        self.lane, self.buffer_size, self.seed, self.packed = lane, buffer_size, seed, packed
+        self.warmup = 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
+        self.reservoir: list[Unit] = []
+        self.counter = 0
+        self.tallies: dict[tuple[int, int], list[int]] = {}
+
+    def _release(self, idx: int) -> Unit:
+        buf = self.reservoir
+        u = buf[idx]
+        tail = buf.pop()
+        if idx < len(buf):
+            buf[idx] = tail
+        docs, flags = u
+        tallies = self.tallies
+        new = []
+        for d in docs:
+            key = (d[1], d[2])
+            t = tallies[key]
+            t[0] -= 1
+            new.append(bool(t[1]) and t[0] == 0)
+            if t[0] == 0:
+                del tallies[key]
+        nf = tuple(new)
+        return u if nf == flags else (docs, nf)
+
+    def push(self, units: list[Unit], out: list[Unit]) -> None:
+        tallies = self.tallies
+        for u in units:
+            for d, f in zip(u[0], u[1], strict=True):
+                key = (d[1], d[2])
+                t = tallies.get(key)
+                if t is None:
+                    tallies[key] = [1, int(f)]
+                else:
+                    t[0] += 1
+                    t[1] = t[1] or int(f)
+            self.reservoir.append(u)
+            size = len(self.reservoir)
+            target = 0 if self.buffer_size == 1 else min(self.buffer_size, self.warmup + self.counter)
+            if size > target:
+                idx = victim(self.seed, self.lane, fnv_salt(unit_cursor(u, self.packed)), self.counter, size)
+                self.counter += 1
+                out.append(self._release(idx))
+
+    def flush(self, out: list[Unit]) -> None:
+        while self.reservoir:
+            idx = victim(self.seed, self.lane, FLUSH_SALT, self.counter, len(self.reservoir))
+            self.counter += 1
+            out.append(self._release(idx))
+        assert not self.tallies
+        self.counter = 0
+
+
+class BlockLane:
+    __slots__ = ("buf", "buffer_size", "growth", "initial", "packed", "seed", "target")
+
+    def __init__(self, buffer_size: int, seed: int, packed: bool, growth: float | None) -> None:
+        self.buffer_size, self.seed, self.packed, self.growth = buffer_size, seed, packed, growth
+        w = 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
+        self.initial = buffer_size if growth is None else min(buffer_size, max(1, w))
+        self.target = self.initial
+        self.buf: list[Unit] = []
+
+    def _emit(self, block: list[Unit], out: list[Unit]) -> None:
+        Random(block_seed(self.seed, block, self.packed)).shuffle(block)
+        last: dict[tuple[int, int], int] = {}
+        closer: set[tuple[int, int]] = set()
+        for i, (docs, flags) in enumerate(block):
+            for d, f in zip(docs, flags, strict=True):
+                last[(d[1], d[2])] = i
+                if f:
+                    closer.add((d[1], d[2]))
+        for i, (docs, flags) in enumerate(block):
+            nf = tuple((d[1], d[2]) in closer and last[(d[1], d[2])] == i for d in docs)
+            out.append((docs, flags) if nf == flags else (docs, nf))
+
+    def push(self, units: list[Unit], out: list[Unit]) -> None:
+        for u in units:
+            self.buf.append(u)
+            if len(self.buf) >= self.target:
+                block, self.buf = self.buf, []
+                self._emit(block, out)
+                if self.growth is not None:
+                    scaled = self.target * self.growth
+                    grown = self.buffer_size if scaled >= self.buffer_size else math.ceil(scaled)
+                    self.target = min(self.buffer_size, max(self.target + 1, grown))
+
+    def flush(self, out: list[Unit]) -> None:
+        block, self.buf = self.buf, []
+        self.target = self.initial
+        if block:
+            self._emit(block, out)
