@@ -24,13 +24,15 @@ from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
-__all__ = ["REFUSED_KNOBS", "BatchSpec", "MapSpec", "PackSpec", "ShuffleSpec", "TensorPlan", "TokenizeSpec",
+__all__ = ["REFUSED_KNOBS", "BatchSpec", "MapSpec", "MixtureSpec", "PackSpec", "ShuffleSpec", "TensorPlan", "TokenizeSpec",
            "UnsupportedKnob", "compile_chain"]
 
 #: What the tensor implementation refuses (see docs/tensor.md); everything else in the
 #: supported operators is reproduced exactly.
 REFUSED_KNOBS: tuple[str, ...] = (
-    "ensure_mixture",
+    "ensure_mixture(weight_by other than 'auto' / 'samples', warn_tolerance); with a source whose "
+    "exhausted_policy redistributes; and, found while running (UnsupportedKnob then), a target whose component "
+    "set changes within a flush epoch or a record outside the target (retirement groups, obsolete records)",
     "any operator other than map_transform, tokenize, pack_sequences, shuffle, ensure_mixture, batch",
     "map_transform or tokenize after pack_sequences / shuffle / ensure_mixture; more than one pack_sequences",
     "pack_sequences(algorithm='wrap')",
@@ -41,7 +43,7 @@ REFUSED_KNOBS: tuple[str, ...] = (
     "options world_size / global_rank / dp_degree / dp_group_id / mapping_strategy (one participant only)",
 )
 
-_EXECUTION = frozenset({"placement", "parallelism", "max_batch"})
+_EXECUTION = frozenset({"placement", "parallelism"})
 _EXEC_OPTIONS = frozenset({"runner", "max_workers", "queue_size", "prefetch", "deterministic", "workers"})
 
 
@@ -53,6 +55,7 @@ class UnsupportedKnob(ConfigError):
 class MapSpec:
     fn: Callable[[Any], Any]
     drop_none: bool = True
+    max_batch: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,7 @@ class TokenizeSpec:
     max_length: int | None
     split_long_samples: bool
     tokenizer: Any  # a zephon_ref.ops.tokenize.HashTokenizer (a plain frozen dataclass: its knobs only)
+    max_batch: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +87,21 @@ class ShuffleSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class MixtureSpec:
+    max_buffer_size: int | None = 1000
+    drain_target_ratio: float = 0.8
+    obsolete_drain_rate: float = 0.1
+    by_samples: bool = False
+    mixture: tuple[tuple[str | int, float], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BatchSpec:
     microbatch_size: int
     drop_last: bool = True
 
 
-Stage = MapSpec | TokenizeSpec | PackSpec | ShuffleSpec
+Stage = MapSpec | TokenizeSpec | PackSpec | ShuffleSpec | MixtureSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +143,19 @@ def _only(method: str, kwargs: Mapping[str, Any], allowed: set[str]) -> None:
 
 def _map(kw: Mapping[str, Any]) -> MapSpec:
     fn = kw.get("transform_fn", kw.get("fn"))
-    _only("map_transform", {k: v for k, v in kw.items() if k not in ("fn", "transform_fn")}, {"drop_none"})
+    _only("map_transform", {k: v for k, v in kw.items() if k not in ("fn", "transform_fn")},
+          {"drop_none", "max_batch"})
     if not callable(fn):
         raise ConfigTypeError(expected("map_transform fn", "a callable payload -> payload | None", fn))
-    return MapSpec(fn, _bool("drop_none", kw.get("drop_none", True)))
+    return MapSpec(fn, _bool("drop_none", kw.get("drop_none", True)),
+                   _int("map_transform max_batch", kw.get("max_batch", 64), minimum=1))
 
 
 def _tokenize(kw: Mapping[str, Any]) -> TokenizeSpec:
     from zephon_ref.ops.tokenize import HashTokenizer  # the tokenizer's definition (a value), not the operator
 
     _only("tokenize", kw, {"tokenizer", "field", "max_length", "split_long_samples", "truncation",
-                           "special_tokens", "add_attention_mask"})
+                           "special_tokens", "add_attention_mask", "max_batch"})
     tok = kw.get("tokenizer")
     tok = HashTokenizer() if tok is None else tok
     if type(tok) is not HashTokenizer:
@@ -161,7 +176,7 @@ def _tokenize(kw: Mapping[str, Any]) -> TokenizeSpec:
         raise ConfigError(expected("tokenize max_length", "an int when split_long_samples=True", None))
     if not split and max_length is not None:
         raise _refuse("tokenize(max_length without split_long_samples)", max_length)
-    return TokenizeSpec(field, max_length, split, tok)
+    return TokenizeSpec(field, max_length, split, tok, _int("tokenize max_batch", kw.get("max_batch", 64), minimum=1))
 
 
 def _pack(kw: Mapping[str, Any]) -> PackSpec:
@@ -205,6 +220,45 @@ def _shuffle(kw: Mapping[str, Any]) -> ShuffleSpec:
     return ShuffleSpec(size, _int("shuffle seed", kw.get("seed", 0), minimum=0), algorithm, g)
 
 
+def _ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigTypeError(expected(name, "a number", value))
+    if not ((value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)):
+        raise ConfigError(expected(name, f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}",
+                                   value))
+    return float(value)
+
+
+def _mixture(kw: Mapping[str, Any]) -> MixtureSpec:
+    _only("ensure_mixture", kw, {"max_buffer_size", "drain_target_ratio", "obsolete_drain_rate", "weight_by",
+                                 "mixture"})
+    weight_by = kw.get("weight_by", "auto")
+    if weight_by not in ("auto", "samples"):
+        raise _refuse("ensure_mixture(weight_by)", weight_by)
+    mix = kw.get("mixture")
+    pairs: tuple[tuple[str | int, float], ...] | None = None
+    if mix is not None:
+        if not isinstance(mix, Mapping) or not mix:
+            raise ConfigError(expected("mixture", "a non-empty mapping component -> weight", mix))
+        out = []
+        for key, w in mix.items():
+            if isinstance(key, bool) or not isinstance(key, (str, int)) or (isinstance(key, int) and key < 0):
+                raise ConfigTypeError(expected("mixture key", "a component name (str) or id (int >= 0)", key))
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
+                raise ConfigError(expected(f"mixture[{key!r}]", "a finite number >= 0", w))
+            out.append((key, float(w)))
+        if not sum(w for _, w in out) > 0:
+            raise ConfigError(expected("mixture", "weights with a finite sum > 0", dict(mix)))
+        pairs = tuple(out)
+    return MixtureSpec(
+        max_buffer_size=_int("max_buffer_size", kw.get("max_buffer_size", 1000), minimum=1, allow_none=True),
+        drain_target_ratio=_ratio("drain_target_ratio", kw.get("drain_target_ratio", 0.8), 0, 1, lo_open=True,
+                                  hi_open=True),
+        obsolete_drain_rate=_ratio("obsolete_drain_rate", kw.get("obsolete_drain_rate", 0.1), 0, 1, lo_open=False,
+                                   hi_open=False),
+        by_samples=weight_by == "samples", mixture=pairs)
+
+
 def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mapping[str, Any]) -> TensorPlan:
     """The plan for ``chain`` under ``options``, or a typed refusal (nothing is built on refusal)."""
     stages: list[Stage] = []
@@ -220,6 +274,8 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
             stages.append(_pack(kw))
         elif method == "shuffle":
             stages.append(_shuffle(kw))
+        elif method == "ensure_mixture":
+            stages.append(_mixture(kw))
         elif method == "batch":
             _only("batch", kw, {"microbatch_size", "drop_last"})
             batch = BatchSpec(_int("microbatch_size", kw.get("microbatch_size"), minimum=1),
@@ -230,7 +286,7 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
     kinds = [type(s).__name__ for s in stages]
     record_level = [isinstance(s, (MapSpec, TokenizeSpec)) for s in stages]
     if len(packs) > 1 or record_level != sorted(record_level, reverse=True) or (
-            packs and any(isinstance(s, ShuffleSpec) for s in stages[:stages.index(packs[0])])):
+            packs and any(isinstance(s, (ShuffleSpec, MixtureSpec)) for s in stages[:stages.index(packs[0])])):
         raise _refuse("operator order (record-level operators first, at most one pack_sequences, before any "
                       "shuffle)", kinds)
     for key in sorted(options):
@@ -240,7 +296,7 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
             raise _refuse(f"option {key}", options[key])
     lanes = _int("canonical_replicas", options.get("canonical_replicas", 1), minimum=1)
     k = _int("flush_every_k_chunks", options.get("flush_every_k_chunks"), minimum=0, allow_none=True)
-    monotone = not any(isinstance(s, (PackSpec, ShuffleSpec)) for s in stages)
+    monotone = not any(isinstance(s, (PackSpec, ShuffleSpec, MixtureSpec)) for s in stages)
     if k is None:
         k = 0 if monotone else 8
     elif monotone:

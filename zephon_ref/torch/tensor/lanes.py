@@ -31,7 +31,10 @@ from typing import Any
 from zephon_ref.errors import ConfigError, expected
 from zephon_ref.torch.tensor.config import MapSpec, TensorPlan, TokenizeSpec
 
-__all__ = ["Doc", "WordIds", "lane_documents"]
+__all__ = ["TOMB", "Doc", "WordIds", "lane_samples", "map_docs", "tokenize_docs"]
+
+#: a tombstone's place in a micro-batch (it splits the pushes of a later operator)
+TOMB: Any = None
 
 #: (sample_id, chunk_id, offset, component_id, lineage, closing, ids, payload)
 Doc = tuple[tuple[int, int, int], int, int, int, tuple[int, ...], bool | None, list[int] | None, Any]
@@ -63,7 +66,7 @@ class WordIds:
         return [self.bos, *map(ids.__getitem__, words), self.eos]
 
 
-def _tokenize(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
+def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
     out: list[Doc] = []
     f = spec.field
     n = spec.max_length
@@ -89,38 +92,36 @@ def _tokenize(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
     return out
 
 
-def _map(spec: MapSpec, docs: list[Doc]) -> list[Doc]:
-    out: list[Doc] = []
+def map_docs(spec: MapSpec, docs: list[Doc]) -> list[Any]:
+    out: list[Any] = []
     fn = spec.fn
     for sid, cid, off, comp, lineage, closing, ids, payload in docs:
         new = fn(payload if payload is not None else {"input_ids": ids, "attention_mask": [1] * len(ids)})
         if new is None:
             if not spec.drop_none:  # the record passes unchanged
                 out.append((sid, cid, off, comp, lineage, closing, ids, payload))
-            continue  # drop_none: a tombstone in the reference, never delivered
+            elif closing is None or closing:
+                out.append(TOMB)  # the reference's tombstone for a closing contributor
+            continue
         got = new.get("input_ids") if isinstance(new, dict) else None
         out.append((sid, cid, off, comp, lineage, closing, got if isinstance(got, list) else None, new))
     return out
 
 
-def lane_documents(plan: TensorPlan, source: Any, datasets: Mapping[int, Any],
-                   ids: Mapping[str, int]) -> Iterator[tuple[int, list[Doc], bool]]:
-    """``(chunk_id, documents, boundary_after)`` for every chunk of one lane's source clone."""
-    k = plan.k
-    tokenizers = {i: WordIds(s.tokenizer) for i, s in enumerate(plan.stages) if isinstance(s, TokenizeSpec)}
+def lane_samples(source: Any, datasets: Mapping[int, Any], ids: Mapping[str, int], k: int,
+                 mixtures: dict[int, dict[int, float]]) -> Iterator[Doc | None]:
+    """One lane's fetched documents in order, None after every flush boundary; records each
+    chunk's mixture (by component id) in ``mixtures`` as the chunk is admitted."""
     cid = 0
     while True:
         chunk = source.next_chunk()
         if chunk is None:
             return
-        docs: list[Doc] = []
+        mix = chunk.target_mixture if chunk.target_mixture is not None else chunk.mixture
+        mixtures[cid] = {ids[name]: w for name, w in mix.items()}
         for off, (sid, name) in enumerate(chunk.ordered()):
             s = (int(sid[0]), int(sid[1]), int(sid[2]))
-            docs.append((s, cid, off, ids[name], (), None, [], datasets[s[0]].get(s[1], s[2])))
-        for i, st in enumerate(plan.stages):
-            if isinstance(st, MapSpec):
-                docs = _map(st, docs)
-            elif isinstance(st, TokenizeSpec):
-                docs = _tokenize(st, tokenizers[i], docs)
-        yield cid, docs, (k > 0 and (cid + 1) % k == 0)
+            yield (s, cid, off, ids[name], (), None, [], datasets[s[0]].get(s[1], s[2]))
         cid += 1
+        if k > 0 and cid % k == 0:
+            yield None

@@ -24,9 +24,11 @@ order, and each one's contributor flag.  Nothing here builds records.
 
 from __future__ import annotations
 
+from typing import Any
+
 from zephon_ref.errors import ConfigError, expected
 from zephon_ref.torch.tensor.config import PackSpec
-from zephon_ref.torch.tensor.lanes import Doc
+from zephon_ref.torch.tensor.lanes import TOMB, Doc
 
 __all__ = ["LanePacker", "Pack"]
 
@@ -57,7 +59,7 @@ class LanePacker:
                 del tally[key]
         return tuple(docs), tuple(flags)
 
-    def push(self, docs: list[Doc], out: list[Pack]) -> None:
+    def push(self, docs: list[Doc], out: list[Any]) -> None:
         spec = self.spec
         max_length, cap, min_len = spec.max_length, spec.max_sequences_per_bin, spec.min_sequence_length
         rooms, bins, tally = self.rooms, self.bins, self.tally
@@ -71,10 +73,14 @@ class LanePacker:
                 if not spec.drop_oversized:
                     raise ConfigError(expected("record length", f"<= max_length={max_length} "
                                                "(drop_oversized=False)", n))
-                if d[5]:  # a closing window: a binned sibling carries the closer instead
+                if d[5] is None:
+                    out.append(TOMB)  # its own tombstone
+                elif d[5]:  # a closing window: a binned sibling carries the closer instead
                     tal = tally.get((d[1], d[2]))
                     if tal is not None:
                         tal[1] = 1
+                    else:
+                        out.append(TOMB)
                 continue
             if d[5] is not None:
                 tal = tally.setdefault((d[1], d[2]), [0, 0])

@@ -27,8 +27,8 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from zephon_ref.errors import ConfigTypeError, StateFormatError, StateMismatchError, expected
-from zephon_ref.torch.tensor.config import PackSpec, TensorPlan, compile_chain
+from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, StateMismatchError, expected
+from zephon_ref.torch.tensor.config import MixtureSpec, PackSpec, TensorPlan, UnsupportedKnob, compile_chain
 from zephon_ref.torch.tensor.records import to_reference
 from zephon_ref.torch.tensor.stream import Item, lane_items, round_robin
 
@@ -67,13 +67,31 @@ class TensorPipeline:
         self.fingerprint = hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=16).hexdigest()
         self._skip = 0
         self._delivered = 0
+        self._mixture: dict[int, float] | None = None
+        mixes = [s for s in self.plan.stages if isinstance(s, MixtureSpec)]
+        if mixes:
+            if len(mixes) > 1:
+                raise UnsupportedKnob(expected("ensure_mixture", "at most one", len(mixes)))
+            if source.continues_after_exhaustion():
+                raise UnsupportedKnob(expected("work source with ensure_mixture", "no redistributing component",
+                                               sorted(source.continues_after_exhaustion())))
+            comp = dict(source.component_ids())
+            if mixes[0].mixture is not None:
+                by_id: dict[int, float] = {}
+                for key, w in mixes[0].mixture:
+                    if isinstance(key, str):
+                        if key not in comp:
+                            raise ConfigError(expected("mixture key", f"one of {sorted(comp)}", key))
+                        key = comp[key]
+                    by_id[key] = w
+                self._mixture = by_id
 
     # -- delivery -------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Item]:
         C = self.plan.canonical_replicas
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
-        streams = [lane_items(self.plan, lane, self.source.clone_for_lane(lane, C), datasets, ids)
+        streams = [lane_items(self.plan, lane, self.source.clone_for_lane(lane, C), datasets, ids, self._mixture)
                    for lane in range(C)]
         it = round_robin(streams)
         skip, self._delivered = self._skip, 0

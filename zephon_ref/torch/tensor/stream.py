@@ -1,82 +1,164 @@
-"""One lane's output stream and the round-robin interleaving of lanes.
+"""One lane's output stream, as a cascade of per-lane stages, and the round robin over lanes.
 
 Theory of operation
 -------------------
 Every operator the tensor implementation supports keeps state per lane only, so
-a lane's output is a function of that lane's chunk sequence:
-:func:`lane_items` runs the lane's documents through the packer (flushed at
-every boundary and at the end) and groups the result into micro-batches of
-``microbatch_size`` (``drop_last=True``: groups run across boundaries, as the
-reference's stalled flush sentinel lets them, and a partial last group is
-dropped; ``drop_last=False``: a boundary or the end emits the partial group).
+a lane's output is a function of that lane's chunk sequence.  :func:`lane_items`
+feeds the lane's fetched documents one at a time through a cascade of stages,
+each with ``push(units, out)`` and ``flush(out)``:
+
+* counting stages (the fetch of 64 samples, ``map_transform`` and ``tokenize``
+  with their ``max_batch``) regroup the stream and apply their pure function to
+  each full group (a boundary or the end emits the partial group): the groups
+  decide what a later ``ensure_mixture`` sees per push, so they are kept exactly;
+* the packer, the shuffles and the mixture (packing.py, shuffle.py, mixture.py).
+
+What one stage outputs for one input micro-batch (its pushes, then on a
+boundary its flush) is the next stage's single micro-batch; a tombstone marker
+``TOMB`` in a micro-batch splits it into separate pushes.  At a boundary every
+stage flushes and resets in order; at the end every stage flushes.
+
+Batching: groups of ``microbatch_size`` units (``drop_last=True``: groups run
+across boundaries, as the reference's stalled flush sentinel lets them, and a
+partial last group is dropped; ``drop_last=False``: a boundary or the end emits
+the partial group).
 
 :func:`round_robin` delivers strictly in turn over the lanes in order, starting
 at lane index 0; a lane whose stream has ended drops out (the reference's tail
 multiplexer waits for a lane's output until upstream is done, then skips empty
-lanes, which yields exactly this order).
-
-An item is ``(lane, entries)`` where entries is a tuple of packs or documents
-(one entry when there is no batch).  Lazy: a lane pulls one chunk at a time.
+lanes, which yields exactly this order).  An item is ``(lane, units)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from zephon_ref.torch.tensor.config import PackSpec, ShuffleSpec, TensorPlan
-from zephon_ref.torch.tensor.lanes import lane_documents
+from zephon_ref.torch.tensor.config import MapSpec, MixtureSpec, PackSpec, ShuffleSpec, TensorPlan, TokenizeSpec
+from zephon_ref.torch.tensor.lanes import TOMB, WordIds, lane_samples, map_docs, tokenize_docs
+from zephon_ref.torch.tensor.mixture import MixtureLane
 from zephon_ref.torch.tensor.packing import LanePacker
-from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane, Unit
+from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
 
-__all__ = ["Item", "lane_items", "round_robin"]
+__all__ = ["FETCH_GROUP", "Item", "lane_items", "round_robin"]
 
 Item = tuple[int, tuple[Any, ...]]
 
+#: samples fetched per group (the reference's implicit first operator)
+FETCH_GROUP = 64
 
-def _unit_stages(plan: TensorPlan, lane: int, packed: bool) -> list[Any]:
-    out: list[Any] = []
+
+class Counting:
+    """Groups of ``size`` (per lane), each mapped by ``fn`` when complete or flushed."""
+
+    __slots__ = ("buf", "fn", "size")
+
+    def __init__(self, size: int, fn: Callable[[list[Any]], list[Any]]) -> None:
+        self.size, self.fn, self.buf = size, fn, []
+
+    def push(self, units: list[Any], out: list[Any]) -> None:
+        buf, size = self.buf, self.size
+        for u in units:
+            buf.append(u)
+            if len(buf) >= size:
+                out.extend(self.fn(buf))
+                buf = self.buf = []
+
+    def flush(self, out: list[Any]) -> None:
+        if self.buf:
+            out.extend(self.fn(self.buf))
+            self.buf = []
+
+
+class AsUnits:
+    """Documents -> one-document units (no packing): the flag of a 1:1 document is its own."""
+
+    __slots__ = ()
+
+    def push(self, units: list[Any], out: list[Any]) -> None:
+        out.extend(((d,), (True if d[5] is None else d[5],)) for d in units)
+
+    def flush(self, out: list[Any]) -> None:
+        return None
+
+
+def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
+            chunk_mixtures: dict[int, Any]) -> list[Any]:
+    packed = any(isinstance(s, PackSpec) for s in plan.stages)
+    out: list[Any] = [Counting(FETCH_GROUP, list)]
+    units = False
     for s in plan.stages:
-        if isinstance(s, PackSpec):
-            out.append(LanePacker(s))
-        elif isinstance(s, ShuffleSpec):
-            if s.algorithm == "streaming":
-                out.append(StreamingLane(lane, s.buffer_size, s.seed, packed))
-            else:
-                out.append(BlockLane(s.buffer_size, s.seed, packed, s.growth if s.algorithm == "block_warmup"
-                                     else None))
+        if isinstance(s, MapSpec):
+            out.append(Counting(s.max_batch, lambda b, s=s: map_docs(s, b)))
+        elif isinstance(s, TokenizeSpec):
+            words = WordIds(s.tokenizer)
+            out.append(Counting(s.max_batch, lambda b, s=s, w=words: tokenize_docs(s, w, b)))
+        else:
+            if not units:
+                units = True
+                if not packed:
+                    out.append(AsUnits())
+            if isinstance(s, PackSpec):
+                out.append(LanePacker(s))
+            elif isinstance(s, ShuffleSpec):
+                if s.algorithm == "streaming":
+                    out.append(StreamingLane(lane, s.buffer_size, s.seed, packed))
+                else:
+                    out.append(BlockLane(s.buffer_size, s.seed, packed,
+                                         s.growth if s.algorithm == "block_warmup" else None))
+            elif isinstance(s, MixtureSpec):
+                out.append(MixtureLane(s, mixture, chunk_mixtures, packed))
+    if not units and not packed:
+        out.append(AsUnits())
     return out
 
 
-def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any) -> Iterator[Item]:
-    packed = any(isinstance(s, PackSpec) for s in plan.stages)
-    stages = _unit_stages(plan, lane, packed)
+def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
+    for st in stages:
+        out: list[Any] = []
+        if batch:
+            if TOMB in batch:
+                seg: list[Any] = []
+                for x in batch:
+                    if x is TOMB:
+                        if seg:
+                            st.push(seg, out)
+                            seg = []
+                        out.append(TOMB)
+                    else:
+                        seg.append(x)
+                if seg:
+                    st.push(seg, out)
+            else:
+                st.push(batch, out)
+        if flush:
+            st.flush(out)
+        batch = out
+    return [x for x in batch if x is not TOMB] if TOMB in batch else batch
+
+
+def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any,
+               mixture: dict[int, float] | None = None) -> Iterator[Item]:
+    chunk_mixtures: dict[int, Any] = {}
+    stages = _stages(plan, lane, mixture, chunk_mixtures)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
-    group: list[Unit] = []
-
-    def run(units: list[Any], flush: bool) -> list[Unit]:
-        for st in stages:
-            nxt: list[Any] = []
-            if units:
-                st.push(units, nxt)
-            if flush:
-                st.flush(nxt)
-            units = nxt
-        return units
-
-    for _cid, docs, boundary in lane_documents(plan, source, datasets, ids):
-        first: list[Any] = docs if packed else [((d,), (True if d[5] is None else d[5],)) for d in docs]
-        for x in run(first, boundary):
+    group: list[Any] = []
+    for doc in lane_samples(source, datasets, ids, plan.k, chunk_mixtures):
+        boundary = doc is None
+        for x in _cascade(stages, [] if boundary else [doc], boundary):
             group.append(x)
             if len(group) == size:
                 yield lane, tuple(group)
                 group = []
-        if boundary and not drop_last and group:
-            yield lane, tuple(group)
-            group = []
-    for x in run([], True):
+        if boundary:
+            if not drop_last and group:
+                yield lane, tuple(group)
+                group = []
+            for cid in [c for c in chunk_mixtures if c < max(chunk_mixtures)]:
+                del chunk_mixtures[cid]
+    for x in _cascade(stages, [], True):
         group.append(x)
         if len(group) == size:
             yield lane, tuple(group)

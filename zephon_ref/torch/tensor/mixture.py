@@ -1,0 +1,240 @@
+"""ensure_mixture for one lane: smooth weighted round robin over buffered units.
+
+Theory of operation
+-------------------
+Per lane: one FIFO per component for single-component units, one FIFO of
+multi-component units (packs), a target adopted when a unit arrives from a
+chunk later than the last adopted one (the explicit ``mixture``, or that
+chunk's mixture), and a deficit round robin (:class:`Deficits`: normalised
+target ``T``, emitted mass ``E``, ``deficit_k = T_k * max(1, sum E) - E_k``,
+ties to the earliest component in its order, initially ascending ids).
+
+After each push the lane emits while it can: unless *forced* (buffer at
+``max_buffer_size``, draining to ``drain_target_ratio`` of it) it waits until the
+ideal (largest-deficit) component is buffered; then the ideal single, else the
+best available single (no pack holds the ideal), else the pack with the largest
+weighted deficit (among packs holding the ideal, if any).  A flush emits
+everything (forced), or with ``max_buffer_size=None`` discards it; a boundary
+flush resets the lane.  Floats in the order of the zephon 0.2.0 notes, so the
+selections agree bit for bit.
+
+Scope: a target change that adds or drops components (retirement groups,
+obsolete records, exhaustion removals) is not implemented; it raises
+:class:`~.config.UnsupportedKnob` when it happens (a source with redistributing
+components is refused at build time).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from zephon_ref.errors import ConfigError, expected
+from zephon_ref.torch.tensor.config import MixtureSpec, UnsupportedKnob
+
+__all__ = ["Deficits", "MixtureLane"]
+
+
+class Deficits:
+    __slots__ = ("emitted", "order", "target")
+
+    def __init__(self, target: Mapping[int, float]) -> None:
+        total = sum(w for w in target.values() if w > 0)
+        self.target: dict[int, float] = {k: w / total for k, w in target.items() if w > 0} if total > 0 else {}
+        self.order = sorted(self.target)
+        self.emitted: dict[int, float] = {}
+
+    def update(self, new: Mapping[int, float]) -> None:
+        total = sum(w for w in new.values() if w > 0)
+        self.target = {k: w / total for k, w in new.items() if w > 0} if total > 0 else {}
+        for k in new:
+            if k not in self.order:
+                self.order.append(k)
+
+    def deficits(self) -> dict[int, float]:
+        eff = max(1.0, sum(self.emitted.get(k, 0.0) for k in self.target))
+        return {k: self.target[k] * eff - self.emitted.get(k, 0.0) for k in self.target}
+
+    def best(self, keys: list[int]) -> int | None:
+        if not keys:
+            return None
+        if len(keys) == 1:
+            return keys[0]
+        eff = max(1.0, sum(self.emitted.get(k, 0.0) for k in self.target))
+        t, e = self.target, self.emitted
+        best = keys[0]
+        best_d = t[best] * eff - e.get(best, 0.0)
+        for k in keys[1:]:
+            d = t[k] * eff - e.get(k, 0.0)
+            if d > best_d:
+                best, best_d = k, d
+        return best
+
+    def record(self, contributions: Mapping[int, float]) -> None:
+        for k, w in contributions.items():
+            self.emitted[k] = self.emitted.get(k, 0.0) + w
+
+
+class MixtureLane:
+    __slots__ = ("chunk_mixtures", "interval", "mixture", "packed", "spec", "st_packs", "st_pack_counts",
+                 "st_since", "st_singles", "st_target_cid", "st_total", "swrr")
+
+    def __init__(self, spec: MixtureSpec, mixture: dict[int, float] | None, chunk_mixtures: dict[int, Any],
+                 packed: bool) -> None:
+        self.spec = spec
+        self.mixture = mixture
+        self.chunk_mixtures = chunk_mixtures
+        self.packed = packed
+        self.interval = int(1.0 / spec.obsolete_drain_rate) if spec.obsolete_drain_rate else None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.st_singles: dict[int, deque[Any]] = {}
+        self.st_packs: deque[Any] = deque()
+        self.st_pack_counts: dict[int, int] = {}
+        self.swrr: Deficits | None = None
+        self.st_target_cid: int | None = None
+        self.st_total = 0
+        self.st_since = 0
+
+    # -- weights and targets ------------------------------------------------------------------
+    def _contributions(self, unit: Any) -> dict[int, float]:
+        docs = unit[0]
+        if self.spec.by_samples:
+            out: dict[int, float] = {}
+            for d in docs:
+                out[d[3]] = out.get(d[3], 0.0) + 1.0
+            if not self.packed:
+                return {docs[0][3]: 1.0}
+            return {c: float(n) for c, n in out.items()}
+        if self.packed:
+            tokens: dict[int, int] = {}
+            for d in docs:
+                n = len(d[6] or ())
+                if n > 0:
+                    tokens[d[3]] = tokens.get(d[3], 0) + n
+            if not tokens:
+                raise UnsupportedKnob(expected("ensure_mixture weight of an empty pack", "a pack with tokens",
+                                               "a pack of empty documents"))
+            return {c: float(n) for c, n in tokens.items()}
+        d = docs[0]
+        if d[6] is None:
+            raise ConfigError(expected(f"payload of sample {d[0]!r} for ensure_mixture", "a token field", d[7]))
+        return {d[3]: float(len(d[6])) * (1 / 1)}
+
+    def _set_target(self, target: dict[int, float] | None) -> None:
+        prev = None if self.swrr is None else set(self.swrr.target)
+        if target is None:
+            if prev is not None:
+                raise UnsupportedKnob(expected("ensure_mixture target", "a fixed set of components", "no target"))
+            return
+        filtered = {c: w for c, w in target.items() if w > 0}
+        if self.swrr is None:
+            self.swrr = Deficits(filtered)
+        else:
+            if set(filtered) != prev:
+                raise UnsupportedKnob(expected("ensure_mixture target", f"the components {sorted(prev or ())} "
+                                               "(a change of the component set is not implemented)",
+                                               sorted(filtered)))
+            self.swrr.update(filtered)
+
+    def _buffer(self, unit: Any, contrib: dict[int, float]) -> None:
+        target = self.swrr.target if self.swrr is not None else None
+        if len(contrib) == 1:
+            (c,) = contrib
+            if target is None or c in target:
+                q = self.st_singles.get(c)
+                if q is None:
+                    q = self.st_singles[c] = deque()
+                q.append((unit, contrib))
+                return
+        elif target is None or (any(c in target for c in contrib)
+                                and not any(w > 0 and c not in target for c, w in contrib.items())):
+            self.st_packs.append((unit, contrib, tuple(contrib.items())))
+            for c in contrib:
+                self.st_pack_counts[c] = self.st_pack_counts.get(c, 0) + 1
+            return
+        raise UnsupportedKnob(expected("ensure_mixture unit", "components within the target (obsolete records "
+                                       "are not implemented)", sorted(contrib)))
+
+    # -- push / emit ----------------------------------------------------------------------------
+    def push(self, units: list[Any], out: list[Any]) -> None:
+        for u in units:
+            cid = u[0][0][1]
+            if self.st_target_cid is None or cid > self.st_target_cid:
+                target = self.mixture
+                if not target:
+                    target = dict(self.chunk_mixtures.get(cid) or {})
+                self._set_target(target or None)
+                self.st_target_cid = cid
+            self._buffer(u, self._contributions(u))
+            self.st_total += 1
+        cap = self.spec.max_buffer_size
+        force = cap is not None and self.st_total >= cap
+        floor = int(self.spec.drain_target_ratio * cap) if cap is not None else 0
+        while self._has_buffered():
+            x = self._emit_one(force and self.st_total > floor)
+            if x is None:
+                break
+            self.st_total -= 1
+            out.append(x)
+
+    def _has_buffered(self) -> bool:
+        return bool(self.st_packs) or any(self.st_singles.values())
+
+    def _finish(self, item: Any) -> Any:
+        if self.swrr is not None:
+            self.swrr.record(item[1])
+        if self.interval is not None:
+            self.st_since = min(self.st_since + 1, self.interval)
+        return item[0]
+
+    def _emit_one(self, force: bool) -> Any:
+        swrr, singles = self.swrr, self.st_singles
+        ideal = None
+        if swrr is not None:
+            ideal = swrr.best([k for k in swrr.order if k in swrr.target])
+        ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
+        if not force and not ideal_ok:
+            return None
+        if ideal is not None and singles.get(ideal):
+            return self._finish(singles[ideal].popleft())
+        available = {c for c, q in singles.items() if q}
+        has_ideal = ideal is not None and bool(self.st_pack_counts.get(ideal))
+        if not has_ideal and available:
+            chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
+            if chosen is None:
+                chosen = min(available)
+            return self._finish(singles[chosen].popleft())
+        packs = self.st_packs
+        if packs:
+            d = swrr.deficits() if swrr is not None else {}
+            dget = d.get
+            best_i, best = -1, 0.0
+            for i, p in enumerate(packs):
+                if has_ideal and ideal not in p[1]:
+                    continue
+                score = 0.0
+                for c, w in p[2]:
+                    score += w * dget(c, 0.0)
+                if best_i < 0 or score > best:
+                    best_i, best = i, score
+            item = packs[best_i]
+            del packs[best_i]
+            for c in item[1]:
+                self.st_pack_counts[c] -= 1
+                if not self.st_pack_counts[c]:
+                    del self.st_pack_counts[c]
+            return self._finish(item)
+        return None
+
+    def flush(self, out: list[Any]) -> None:
+        if self.spec.max_buffer_size is not None:
+            while self._has_buffered():
+                x = self._emit_one(True)
+                if x is None:
+                    break
+                self.st_total -= 1
+                out.append(x)
+        self._reset()
