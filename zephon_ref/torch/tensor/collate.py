@@ -25,26 +25,27 @@ __all__ = ["collate", "collate_numpy"]
 
 def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
     _lane, entries = item
-    # every entry is a unit (documents, flags): a pack's row is its documents' tokens in order
-    rows: list[list[list[int]]] = [[d[6] or [] for d in docs] for docs, _flags in entries]
-    lens = [[len(x) for x in r] for r in rows]
-    flat_lens = np.fromiter((n for r in lens for n in r), dtype=np.int64)
-    widths = np.fromiter((sum(r) for r in lens), dtype=np.int64, count=len(rows))
-    width = int(widths.max()) if len(rows) else 0
-    flat = np.fromiter((t for r in rows for x in r for t in x), dtype=np.int64, count=int(flat_lens.sum()))
-    # position of every token inside its document, and its row
-    starts = np.repeat(np.cumsum(flat_lens) - flat_lens, flat_lens)
-    pos = np.arange(flat.size, dtype=np.int64) - starts
-    row_of = np.repeat(np.arange(len(rows)), widths)
-    col = np.arange(flat.size, dtype=np.int64) - np.repeat(np.cumsum(widths) - widths, widths)
-    ids = np.zeros((len(rows), width), dtype=np.int64)
+    # every entry is a unit (documents, flags): a row is its documents' tokens in order
+    docs = [np.asarray(() if d[6] is None else d[6], dtype=np.int64) for u in entries for d in u[0]]
+    per_row = np.fromiter((len(u[0]) for u in entries), dtype=np.int64, count=len(entries))
+    flat_lens = np.fromiter((a.shape[0] for a in docs), dtype=np.int64, count=len(docs))
+    flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
+    doc_ends = np.cumsum(flat_lens)
+    row_ends = doc_ends[np.cumsum(per_row) - 1] if docs else np.zeros(len(entries), dtype=np.int64)
+    widths = np.diff(row_ends, prepend=0)
+    width = int(widths.max()) if len(entries) else 0
+    # position of every token inside its document, and its row and column
+    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(doc_ends - flat_lens, flat_lens)
+    row_of = np.repeat(np.arange(len(entries)), widths)
+    col = np.arange(flat.size, dtype=np.int64) - np.repeat(row_ends - widths, widths)
+    ids = np.zeros((len(entries), width), dtype=np.int64)
     ids[row_of, col] = flat
     positions = np.zeros_like(ids)
     positions[row_of, col] = pos
     mask = np.zeros_like(ids)
     mask[row_of, col] = 1
     cu = np.zeros(flat_lens.size + 1, dtype=np.int32)
-    np.cumsum(flat_lens, out=cu[1:])
+    cu[1:] = doc_ends
     return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "cu_seqlens": cu,
             "max_seqlen": int(flat_lens.max()) if flat_lens.size else 0}
 

@@ -152,7 +152,9 @@ def _map(kw: Mapping[str, Any]) -> MapSpec:
 
 
 def _tokenize(kw: Mapping[str, Any]) -> TokenizeSpec:
-    from zephon_ref.ops.tokenize import HashTokenizer  # the tokenizer's definition (a value), not the operator
+    from zephon_ref.ops.tokenize import (
+        HashTokenizer,  # the tokenizer's definition (a value), not the operator
+    )
 
     _only("tokenize", kw, {"tokenizer", "field", "max_length", "split_long_samples", "truncation",
                            "special_tokens", "add_attention_mask", "max_batch"})

@@ -24,12 +24,15 @@ What may not live here: packing, batching, ordering across lanes.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from zephon_ref.errors import ConfigError, expected
-from zephon_ref.torch.tensor.config import MapSpec, TensorPlan, TokenizeSpec
+from zephon_ref.torch.tensor.config import MapSpec, TokenizeSpec
+from zephon_ref.torch.tensor.order import chunk_pattern
+from zephon_ref.torch.tensor.tokens import WordIds
 
 __all__ = ["TOMB", "Doc", "WordIds", "lane_samples", "map_docs", "tokenize_docs"]
 
@@ -37,57 +40,39 @@ __all__ = ["TOMB", "Doc", "WordIds", "lane_samples", "map_docs", "tokenize_docs"
 TOMB: Any = None
 
 #: (sample_id, chunk_id, offset, component_id, lineage, closing, ids, payload)
-Doc = tuple[tuple[int, int, int], int, int, int, tuple[int, ...], bool | None, list[int] | None, Any]
-
-
-class WordIds:
-    """word -> id for the built-in tokenizer's definition: crc32(utf-8) % vocab_size + offset."""
-
-    __slots__ = ("_ids", "bos", "eos", "offset", "vocab")
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.vocab = int(tokenizer.vocab_size)
-        self.offset = int(tokenizer.offset)
-        self.bos = int(tokenizer.bos_token_id)
-        self.eos = int(tokenizer.eos_token_id)
-        self._ids: dict[str, int] = {}
-
-    def encode(self, text: str) -> list[int]:
-        words = text.split()
-        ids = self._ids
-        try:
-            return [self.bos, *map(ids.__getitem__, words), self.eos]
-        except KeyError:
-            pass
-        v, o = self.vocab, self.offset
-        for w in words:
-            if w not in ids:
-                ids[w] = zlib.crc32(w.encode("utf-8")) % v + o
-        return [self.bos, *map(ids.__getitem__, words), self.eos]
+Doc = tuple[tuple[int, int, int], int, int, int, tuple[int, ...], bool | None, Any, Any]
 
 
 def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
-    out: list[Doc] = []
     f = spec.field
     n = spec.max_length
-    for sid, cid, off, comp, lineage, closing, _ids, payload in docs:
+    texts: list[str] = []
+    for d in docs:
+        payload = d[7]
+        if payload is None:
+            raise ConfigError(expected("tokenize input", "a payload with a text field", "token ids"))
         if isinstance(payload, Mapping):
             if f not in payload:
-                raise ConfigError(expected(f"payload of sample {tuple(sid)!r}",
+                raise ConfigError(expected(f"payload of sample {tuple(d[0])!r}",
                                            f"a {f!r} field (have {sorted(map(repr, payload))})", "no such field"))
             text = payload[f]
         else:
             text = str(payload)
-        ids = words.encode(text if isinstance(text, str) else str(text))
-        if not spec.split_long_samples or len(ids) <= (n or 0):
+        texts.append(text if isinstance(text, str) else str(text))
+    out: list[Doc] = []
+    split = spec.split_long_samples
+    for (sid, cid, off, comp, lineage, closing, _ids, _payload), ids in zip(docs, words.encode_many(texts),
+                                                                            strict=True):
+        size = ids.shape[0]
+        if not split or size <= (n or 0):
             out.append((sid, cid, off, comp, lineage, closing, ids, None))
             continue
         assert n is not None
-        last = (len(ids) - 1) // n
+        if closing is not None:
+            raise ConfigError(expected("tokenize(split_long_samples) input", "1:1 documents", "a split one"))
+        last = (size - 1) // n
         for i in range(last + 1):
             # a split of a 1:1 document: child i has its own cursor, the last one closes
-            if closing is not None:
-                raise ConfigError(expected("tokenize(split_long_samples) input", "1:1 documents", "a split one"))
             out.append((sid, cid, off, comp, (*lineage, i), i == last, ids[i * n:(i + 1) * n], None))
     return out
 
@@ -96,7 +81,10 @@ def map_docs(spec: MapSpec, docs: list[Doc]) -> list[Any]:
     out: list[Any] = []
     fn = spec.fn
     for sid, cid, off, comp, lineage, closing, ids, payload in docs:
-        new = fn(payload if payload is not None else {"input_ids": ids, "attention_mask": [1] * len(ids)})
+        if payload is None:
+            tokens = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+            payload = {"input_ids": tokens, "attention_mask": [1] * len(tokens)}
+        new = fn(payload)
         if new is None:
             if not spec.drop_none:  # the record passes unchanged
                 out.append((sid, cid, off, comp, lineage, closing, ids, payload))
@@ -119,7 +107,9 @@ def lane_samples(source: Any, datasets: Mapping[int, Any], ids: Mapping[str, int
             return
         mix = chunk.target_mixture if chunk.target_mixture is not None else chunk.mixture
         mixtures[cid] = {ids[name]: w for name, w in mix.items()}
-        for off, (sid, name) in enumerate(chunk.ordered()):
+        comps = chunk.components
+        for off, (name, i) in enumerate(chunk_pattern(comps)):
+            sid = comps[name][i]
             s = (int(sid[0]), int(sid[1]), int(sid[2]))
             yield (s, cid, off, ids[name], (), None, [], datasets[s[0]].get(s[1], s[2]))
         cid += 1

@@ -111,7 +111,7 @@ class MixtureLane:
         if self.packed:
             tokens: dict[int, int] = {}
             for d in docs:
-                n = len(d[6] or ())
+                n = 0 if d[6] is None else len(d[6])
                 if n > 0:
                     tokens[d[3]] = tokens.get(d[3], 0) + n
             if not tokens:

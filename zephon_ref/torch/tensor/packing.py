@@ -110,10 +110,7 @@ class LanePacker:
                 out.append(self._close([d]))
                 continue
             while bins and len(bins) >= spec.num_bins:
-                if spec.fullest:
-                    i = min(range(len(rooms)), key=rooms.__getitem__)
-                else:
-                    i = 0
+                i = min(range(len(rooms)), key=rooms.__getitem__) if spec.fullest else 0
                 del rooms[i]
                 out.append(self._close(bins.pop(i)))
             bins.append([d])

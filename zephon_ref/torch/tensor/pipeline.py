@@ -27,10 +27,22 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, StateMismatchError, expected
-from zephon_ref.torch.tensor.config import MixtureSpec, PackSpec, TensorPlan, UnsupportedKnob, compile_chain
+from zephon_ref.errors import (
+    ConfigError,
+    ConfigTypeError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
+from zephon_ref.torch.tensor.config import (
+    MixtureSpec,
+    PackSpec,
+    TensorPlan,
+    UnsupportedKnob,
+    compile_chain,
+)
 from zephon_ref.torch.tensor.records import to_reference
-from zephon_ref.torch.tensor.stream import Item, lane_items, round_robin
+from zephon_ref.torch.tensor.stream import Item, lane_items, round_robin, word_tables
 
 __all__ = ["FORMAT", "TensorPipeline"]
 
@@ -91,7 +103,9 @@ class TensorPipeline:
         C = self.plan.canonical_replicas
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
-        streams = [lane_items(self.plan, lane, self.source.clone_for_lane(lane, C), datasets, ids, self._mixture)
+        words = word_tables(self.plan)
+        streams = [lane_items(self.plan, lane, self.source.clone_for_lane(lane, C), datasets, ids, self._mixture,
+                              words)
                    for lane in range(C)]
         it = round_robin(streams)
         skip, self._delivered = self._skip, 0

@@ -34,7 +34,8 @@ def _payload(d: Doc) -> Any:
         return d[7]
     ids = d[6]
     assert ids is not None
-    return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+    tokens = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    return {"input_ids": tokens, "attention_mask": [1] * len(tokens)}
 
 
 def _doc_record(lane: int, unit: tuple[tuple[Doc, ...], tuple[bool, ...]]) -> SampleRecord:
@@ -55,10 +56,10 @@ def _pack_record(lane: int, pack: tuple[tuple[Doc, ...], tuple[bool, ...]], max_
         sid, cid, off, comp, lineage, _closing, ids, _p = d
         refs.append(ContributorRef(SampleCursor(cid, off, sid, lineage), flag))
         samples[comp] = samples.get(comp, 0) + 1
-        n = len(ids or ())
+        n = 0 if ids is None else len(ids)
         if n > 0:
             tokens[comp] = tokens.get(comp, 0) + n
-    total = sum(len(d[6] or ()) for d in docs)
+    total = sum(0 if d[6] is None else len(d[6]) for d in docs)
     first = docs[0]
     tags = {TAG_PACKING_METADATA: {"num_sequences": len(docs), "total_length": total,
                                    "packing_efficiency": total / max_length, "padding_length": None},

@@ -7,8 +7,8 @@ a lane's output is a function of that lane's chunk sequence.  :func:`lane_items`
 feeds the lane's fetched documents one at a time through a cascade of stages,
 each with ``push(units, out)`` and ``flush(out)``:
 
-* counting stages (the fetch of 64 samples, ``map_transform`` and ``tokenize``
-  with their ``max_batch``) regroup the stream and apply their pure function to
+* counting stages (the fetch of :data:`FETCH_GROUP` samples, formed here, and
+  ``map_transform`` and ``tokenize`` with their ``max_batch``) regroup the stream and apply their pure function to
   each full group (a boundary or the end emits the partial group): the groups
   decide what a later ``ensure_mixture`` sees per push, so they are kept exactly;
 * the packer, the shuffles and the mixture (packing.py, shuffle.py, mixture.py).
@@ -34,13 +34,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from zephon_ref.torch.tensor.config import MapSpec, MixtureSpec, PackSpec, ShuffleSpec, TensorPlan, TokenizeSpec
-from zephon_ref.torch.tensor.lanes import TOMB, WordIds, lane_samples, map_docs, tokenize_docs
+from zephon_ref.torch.tensor.config import (
+    MapSpec,
+    MixtureSpec,
+    PackSpec,
+    ShuffleSpec,
+    TensorPlan,
+    TokenizeSpec,
+)
+from zephon_ref.torch.tensor.lanes import TOMB, lane_samples, map_docs, tokenize_docs
 from zephon_ref.torch.tensor.mixture import MixtureLane
 from zephon_ref.torch.tensor.packing import LanePacker
 from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
+from zephon_ref.torch.tensor.tokens import WordIds
 
-__all__ = ["FETCH_GROUP", "Item", "lane_items", "round_robin"]
+__all__ = ["FETCH_GROUP", "Item", "lane_items", "round_robin", "word_tables"]
 
 Item = tuple[int, tuple[Any, ...]]
 
@@ -82,17 +90,21 @@ class AsUnits:
         return None
 
 
+def word_tables(plan: TensorPlan) -> dict[int, WordIds]:
+    """One word-id memo per tokenize stage, shared by all lanes of a run (a pure function's cache)."""
+    return {i: WordIds(s.tokenizer) for i, s in enumerate(plan.stages) if isinstance(s, TokenizeSpec)}
+
+
 def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
-            chunk_mixtures: dict[int, Any]) -> list[Any]:
+            chunk_mixtures: dict[int, Any], words: dict[int, WordIds]) -> list[Any]:
     packed = any(isinstance(s, PackSpec) for s in plan.stages)
-    out: list[Any] = [Counting(FETCH_GROUP, list)]
+    out: list[Any] = []  # the fetch groups are formed by lane_items itself
     units = False
-    for s in plan.stages:
+    for i, s in enumerate(plan.stages):
         if isinstance(s, MapSpec):
             out.append(Counting(s.max_batch, lambda b, s=s: map_docs(s, b)))
         elif isinstance(s, TokenizeSpec):
-            words = WordIds(s.tokenizer)
-            out.append(Counting(s.max_batch, lambda b, s=s, w=words: tokenize_docs(s, w, b)))
+            out.append(Counting(s.max_batch, lambda b, s=s, w=words[i]: tokenize_docs(s, w, b)))
         else:
             if not units:
                 units = True
@@ -138,16 +150,23 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
 
 
 def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any,
-               mixture: dict[int, float] | None = None) -> Iterator[Item]:
+               mixture: dict[int, float] | None = None, words: dict[int, WordIds] | None = None) -> Iterator[Item]:
     chunk_mixtures: dict[int, Any] = {}
-    stages = _stages(plan, lane, mixture, chunk_mixtures)
+    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
     group: list[Any] = []
+    fetched: list[Any] = []
     for doc in lane_samples(source, datasets, ids, plan.k, chunk_mixtures):
         boundary = doc is None
-        for x in _cascade(stages, [] if boundary else [doc], boundary):
+        if not boundary:
+            fetched.append(doc)
+            if len(fetched) < FETCH_GROUP:
+                continue
+        # a full fetch group, or (boundary) the partial one followed by every stage's flush
+        batch, fetched = fetched, []
+        for x in _cascade(stages, batch, boundary):
             group.append(x)
             if len(group) == size:
                 yield lane, tuple(group)
@@ -158,7 +177,7 @@ def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any
                 group = []
             for cid in [c for c in chunk_mixtures if c < max(chunk_mixtures)]:
                 del chunk_mixtures[cid]
-    for x in _cascade(stages, [], True):
+    for x in _cascade(stages, fetched, True):
         group.append(x)
         if len(group) == size:
             yield lane, tuple(group)

@@ -1,0 +1,159 @@
+"""The tensor implementation against the reference: documents per second at equal output.
+
+What is compared, side by side in one run (the two alternate, best of ``rounds``):
+
+* the reference: ``zephon_ref.demo.build_demo_pipeline`` (synthetic corpus, 4 lanes,
+  tokenize(max_length=96, split_long_samples) -> pack_sequences(256, num_bins=4,
+  first_fit) -> shuffle(64) -> ensure_mixture -> batch(4), inline runner), iterated to
+  the end (its delivered SampleBatch objects);
+* the tensor implementation (``zephon_ref.torch.tensor``) of the same configuration on the
+  same work source, iterated to the end, every batch turned into tensors (input_ids,
+  position_ids, attention_mask, cu_seqlens) on the CPU, and on CUDA when present.
+
+Both pipelines are built before the clock starts (the corpus and the work source are
+shared); a round times the iteration only.  "docs" are the documents (packed segments)
+in the delivered batches.  Before timing, the tensor implementation's batches are spelled
+out as the reference's records and compared with ``==`` (every field: cursors, lineage,
+contributors, counts, tags, payloads), and its tensors' tokens are compared with the
+reference's token lists; a row is reported only when both are equal.
+
+Also at ``--full``: a larger corpus (``mean_log_words=4.0``, 6,000 documents) of the same
+pipeline shape.  Nothing here asserts a speed; the machine (2 shared cores in CI) is the caveat.
+
+Run: python3 bench/bench_tensor.py [--quick | --full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEMO_CHAIN = [("tokenize", {"field": "text", "max_length": 96, "split_long_samples": True}),
+              ("pack_sequences", {"max_length": 256, "num_bins": 4}),
+              ("shuffle", {"buffer_size": 64, "seed": 0}),
+              ("ensure_mixture", {}),
+              ("batch", {"microbatch_size": 4})]
+WEIGHTS = {"web": 0.6, "code": 0.3, "books": 0.1}
+
+
+def _source(corpus: Any, seed: int) -> Any:
+    from zephon_ref.work import StaticMixtureWorkSource
+
+    return StaticMixtureWorkSource(list(corpus.datasets), dict(WEIGHTS), chunk_size=32, seed=seed)
+
+
+def _reference(corpus: Any, seed: int, lanes: int) -> Any:
+    from zephon_ref.pipeline import Pipeline
+
+    p = Pipeline(_source(corpus, seed))
+    for method, kw in DEMO_CHAIN:
+        getattr(p, method)(**kw)
+    return p.options(runner="inline", canonical_replicas=lanes)
+
+
+def _tensor(corpus: Any, seed: int, lanes: int) -> Any:
+    from zephon_ref.torch.tensor import TensorPipeline
+
+    return TensorPipeline(_source(corpus, seed), DEMO_CHAIN, {"runner": "inline", "canonical_replicas": lanes})
+
+
+def _docs(batches: list[Any]) -> int:
+    return sum(len(r.payload["packed_samples"]) for b in batches for r in b.records)
+
+
+def check_equal(corpus: Any, seed: int, lanes: int, device: Any) -> tuple[bool, str]:
+    """Records equal field for field, and the tensors' tokens equal the reference's token lists."""
+    ref = list(_reference(corpus, seed, lanes))
+    tp = _tensor(corpus, seed, lanes)
+    items = list(tp)
+    recs = [tp.records(x) for x in items]
+    if recs != ref:
+        return False, "records differ"
+    for item, batch in zip(items, ref, strict=True):
+        t = tp.tensors(item, device=device)
+        for row, rec in enumerate(batch.records):
+            toks = [tok for seg in rec.payload["packed_samples"] for tok in seg["input_ids"]]
+            got = t["input_ids"][row].cpu().tolist()
+            if got[:len(toks)] != toks or any(got[len(toks):]):
+                return False, "tensors differ"
+    return True, f"{len(ref)} batches, {_docs(ref)} docs equal (records field for field, tensors token for token)"
+
+
+def _time_ref(corpus: Any, seed: int, lanes: int) -> float:
+    p = _reference(corpus, seed, lanes)
+    t0 = time.perf_counter()
+    for _ in p:
+        pass
+    return time.perf_counter() - t0
+
+
+def _time_tensor(corpus: Any, seed: int, lanes: int, device: Any) -> float:
+    tp = _tensor(corpus, seed, lanes)
+    t0 = time.perf_counter()
+    for item in tp:
+        tp.tensors(item, device=device)
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]]:
+    from zephon_ref.work import synthetic_corpus
+
+    import torch
+
+    rounds = 3 if quick else 7
+    cases = [("demo pipeline (synthetic corpus, 4 lanes)", synthetic_corpus(seed=0), 0, 4)]
+    if full:
+        cases.append(("demo pipeline, 6,000 longer documents, 4 lanes",
+                      synthetic_corpus(seed=0, mean_log_words=4.0, docs=6000), 0, 4))
+    devices: list[tuple[str, Any]] = [("CPU", None)]
+    if torch.cuda.is_available():
+        devices.append(("CUDA", "cuda"))
+    rows: list[dict[str, object]] = []
+    for label, corpus, seed, lanes in cases:
+        docs = _docs(list(_reference(corpus, seed, lanes)))
+        for dev_name, device in devices:
+            ok, note = check_equal(corpus, seed, lanes, device)
+            if not ok:
+                rows.append({"name": f"tensor vs reference, {label}, {dev_name}, docs/s", "ours": float("nan"),
+                             "theirs": None, "unit": "docs/s", "ratio": None, "note": f"NOT EQUAL: {note}"})
+                continue
+            ref_t, ten_t = [], []
+            for _ in range(rounds):  # alternate, best of rounds
+                ref_t.append(_time_ref(corpus, seed, lanes))
+                ten_t.append(_time_tensor(corpus, seed, lanes, device))
+            ours, theirs = docs / min(ten_t), docs / min(ref_t)
+            rows.append({"name": f"tensor vs reference, {label}, tensors on {dev_name}, docs/s", "ours": ours,
+                         "theirs": theirs, "unit": "docs/s", "ratio": ours / theirs,
+                         "note": f"{note}; best of {rounds} alternating rounds; tensor side includes building "
+                                 "the batch tensors, reference side iterates records only; shared 2-core "
+                                 "machine, ratios only"})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--full", action="store_true")
+    a = ap.parse_args()
+    rows = results(quick=not a.full, full=a.full)
+    print(f"| {'name':<78} | {'ours':>10} | {'theirs':>10} | {'ratio':>6} |")
+    print(f"|{'-' * 80}|{'-' * 12}|{'-' * 12}|{'-' * 8}|")
+    for r in rows:
+        theirs = "" if r["theirs"] is None else f"{r['theirs']:.0f}"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        print(f"| {r['name']:<78} | {r['ours']:>10.0f} | {theirs:>10} | {ratio:>6} |")
+    for r in rows:
+        print(f"  {r['name']}: {r['note']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The built-in tokenizer's ids as array operations: whitespace words -> crc32 -> ids.
+
+Theory of operation
+-------------------
+The built-in tokenizer (``HashTokenizer``) maps every whitespace-separated word to
+``crc32(utf-8 bytes) % vocab_size + offset`` and brackets a text with BOS/EOS.
+:meth:`WordIds.encode_many` computes that for a group of texts at once:
+
+* ASCII texts (the common case): the texts are joined by a newline into one byte
+  array; word starts and ends are where the whitespace mask changes (the ASCII
+  whitespace of ``str.split``: space, ``\\t\\n\\v\\f\\r`` and ``\\x1c``-``\\x1f``);
+  the CRC-32 of every word runs column by column over the words sorted by length
+  (table-driven, the reflected polynomial 0xEDB88320 of zlib), so each step is one
+  vector operation over the words still that long;
+* anything else (non-ASCII text, a word longer than :data:`LONG_WORD`): per
+  word with ``zlib.crc32`` and a memo (a pure function's cache, cleared past
+  :data:`CACHE_LIMIT`, which changes no id).
+
+Both paths give the same ids (tests compare them with the reference tokenizer).
+The result is one int64 array per text (views of one flat array).
+"""
+
+from __future__ import annotations
+
+import zlib
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CACHE_LIMIT", "LONG_WORD", "WordIds"]
+
+CACHE_LIMIT = 1 << 20
+LONG_WORD = 48
+
+
+def _crc_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table[i] = c
+    return table
+
+
+_TABLE = _crc_table()
+_WS = np.zeros(256, dtype=bool)
+_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+
+
+class WordIds:
+    __slots__ = ("bos", "eos", "ids", "offset", "vocab")
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.vocab = int(tokenizer.vocab_size)
+        self.offset = int(tokenizer.offset)
+        self.bos = int(tokenizer.bos_token_id)
+        self.eos = int(tokenizer.eos_token_id)
+        self.ids: dict[str, int] = {}
+
+    # -- per word (fallback) ----------------------------------------------------------------
+    def _word_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        split = [t.split() for t in texts]
+        flat = list(chain.from_iterable(split))
+        ids = self.ids
+        missing = set(flat).difference(ids)  # order-free: every id is a pure function of its word
+        if missing:
+            if len(ids) + len(missing) > CACHE_LIMIT:
+                ids.clear()
+                missing = set(flat)
+            v, o = self.vocab, self.offset
+            for w in missing:
+                ids[w] = zlib.crc32(w.encode("utf-8")) % v + o
+        words = np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat))
+        return words, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
+
+    # -- vectorised (ASCII) -----------------------------------------------------------------
+    def _ascii_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        joined = "\n".join(texts)
+        if not joined.isascii():
+            return None
+        buf = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        word = ~_WS[buf]
+        edge = np.diff(word.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
+        starts = np.flatnonzero(edge == 1)
+        ends = np.flatnonzero(edge == -1)
+        lens = ends - starts
+        if lens.size and int(lens.max()) > LONG_WORD:
+            return None
+        order = np.argsort((LONG_WORD - lens).astype(np.uint8), kind="stable")  # radix sort, longest first
+        s_sorted = starts[order]
+        l_sorted = lens[order]
+        crc = np.full(lens.size, 0xFFFFFFFF, dtype=np.uint32)
+        # active[j] = how many words are longer than j (l_sorted is non-increasing)
+        active = np.searchsorted(-l_sorted, -np.arange(int(l_sorted[0]) if lens.size else 0), side="left")
+        for j, k in enumerate(active.tolist()):
+            c = crc[:k]
+            crc[:k] = _TABLE[(c ^ buf[s_sorted[:k] + j]) & 0xFF] ^ (c >> 8)
+        crc ^= np.uint32(0xFFFFFFFF)
+        ids = np.empty(lens.size, dtype=np.int64)
+        ids[order] = (crc.astype(np.int64) % self.vocab) + self.offset
+        # words per text: texts start at the cumulative offsets of "\n".join
+        text_starts = np.cumsum([0] + [len(t) + 1 for t in texts[:-1]])
+        per_text = np.bincount(np.searchsorted(text_starts, starts, side="right") - 1, minlength=len(texts))
+        return ids, per_text.astype(np.int64)
+
+    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
+        """Every text's ids, bracketed with BOS/EOS, as int64 views of one flat array."""
+        if not texts:
+            return []
+        got = self._ascii_ids(texts)
+        words, lens = got if got is not None else self._word_ids(texts)
+        sizes = lens + 2
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        out = np.empty(int(ends[-1]), dtype=np.int64)
+        keep = np.ones(out.size, dtype=bool)
+        keep[starts] = False
+        keep[ends - 1] = False
+        out[keep] = words
+        out[starts] = self.bos
+        out[ends - 1] = self.eos
+        return [out[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
