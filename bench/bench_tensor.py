@@ -105,9 +105,9 @@ def _time_tensor(corpus: Any, seed: int, lanes: int, device: Any) -> float:
 
 
 def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]]:
-    from zephon_ref.work import synthetic_corpus
-
     import torch
+
+    from zephon_ref.work import synthetic_corpus
 
     rounds = 3 if quick else 7
     cases = [("demo pipeline (synthetic corpus, 4 lanes)", synthetic_corpus(seed=0), 0, 4)]

@@ -31,6 +31,7 @@ lanes, which yields exactly this order).  An item is ``(lane, units)``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,7 +63,8 @@ class Counting:
     __slots__ = ("buf", "fn", "size")
 
     def __init__(self, size: int, fn: Callable[[list[Any]], list[Any]]) -> None:
-        self.size, self.fn, self.buf = size, fn, []
+        self.size, self.fn = size, fn
+        self.buf: list[Any] = []
 
     def push(self, units: list[Any], out: list[Any]) -> None:
         buf, size = self.buf, self.size
@@ -102,9 +104,9 @@ def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
     units = False
     for i, s in enumerate(plan.stages):
         if isinstance(s, MapSpec):
-            out.append(Counting(s.max_batch, lambda b, s=s: map_docs(s, b)))
+            out.append(Counting(s.max_batch, functools.partial(map_docs, s)))
         elif isinstance(s, TokenizeSpec):
-            out.append(Counting(s.max_batch, lambda b, s=s, w=words[i]: tokenize_docs(s, w, b)))
+            out.append(Counting(s.max_batch, functools.partial(tokenize_docs, s, words[i])))
         else:
             if not units:
                 units = True
@@ -165,8 +167,8 @@ def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any
             if len(fetched) < FETCH_GROUP:
                 continue
         # a full fetch group, or (boundary) the partial one followed by every stage's flush
-        batch, fetched = fetched, []
-        for x in _cascade(stages, batch, boundary):
+        ready, fetched = fetched, []
+        for x in _cascade(stages, ready, boundary):
             group.append(x)
             if len(group) == size:
                 yield lane, tuple(group)
