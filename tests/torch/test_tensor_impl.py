@@ -117,7 +117,7 @@ def test_tensors_carry_the_reference_tokens() -> None:
             assert t["attention_mask"][row].tolist() == [1] * len(toks) + [0] * (len(got) - len(toks))
             flat_lens += [len(s) for s in segs]
         cu = t["cu_seqlens"].tolist()
-        assert cu[0] == 0 and [b - a for a, b in zip(cu, cu[1:])] == flat_lens
+        assert cu[0] == 0 and [b - a for a, b in zip(cu, cu[1:], strict=False)] == flat_lens
         assert t["max_seqlen"] == max(flat_lens)
 
 
