@@ -26,28 +26,37 @@ __all__ = ["collate", "collate_numpy"]
 def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
     _lane, entries = item
     # every entry is a unit (documents, flags): a row is its documents' tokens in order
-    docs = [np.asarray(() if d[6] is None else d[6], dtype=np.int64) for u in entries for d in u[0]]
-    per_row = np.fromiter((len(u[0]) for u in entries), dtype=np.int64, count=len(entries))
-    flat_lens = np.fromiter((a.shape[0] for a in docs), dtype=np.int64, count=len(docs))
-    flat = np.concatenate(docs) if docs else np.zeros(0, dtype=np.int64)
-    doc_ends = np.cumsum(flat_lens)
-    row_ends = doc_ends[np.cumsum(per_row) - 1] if docs else np.zeros(len(entries), dtype=np.int64)
-    widths = np.diff(row_ends, prepend=0)
-    width = int(widths.max()) if len(entries) else 0
-    # position of every token inside its document, and its row and column
-    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(doc_ends - flat_lens, flat_lens)
-    row_of = np.repeat(np.arange(len(entries)), widths)
-    col = np.arange(flat.size, dtype=np.int64) - np.repeat(row_ends - widths, widths)
+    docs = [() if d[6] is None else d[6] for u in entries for d in u[0]]
+    lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+    flat = np.concatenate(docs).astype(np.int64, copy=False) if docs else np.zeros(0, dtype=np.int64)
+    doc_ends = np.cumsum(lens)
+    # position of every token inside its document
+    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(doc_ends - lens, lens)
+    row_ends: list[int] = []
+    n = 0
+    ends = doc_ends.tolist()
+    for u in entries:
+        n += len(u[0])
+        row_ends.append(int(ends[n - 1]) if n else 0)
+    width = 0
+    prev = 0
+    for e in row_ends:
+        width = max(width, e - prev)
+        prev = e
     ids = np.zeros((len(entries), width), dtype=np.int64)
-    ids[row_of, col] = flat
     positions = np.zeros_like(ids)
-    positions[row_of, col] = pos
     mask = np.zeros_like(ids)
-    mask[row_of, col] = 1
-    cu = np.zeros(flat_lens.size + 1, dtype=np.int32)
+    prev = 0
+    for r, e in enumerate(row_ends):
+        w = e - prev
+        ids[r, :w] = flat[prev:e]
+        positions[r, :w] = pos[prev:e]
+        mask[r, :w] = 1
+        prev = e
+    cu = np.zeros(lens.size + 1, dtype=np.int32)
     cu[1:] = doc_ends
     return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "cu_seqlens": cu,
-            "max_seqlen": int(flat_lens.max()) if flat_lens.size else 0}
+            "max_seqlen": int(lens.max()) if lens.size else 0}
 
 
 def collate(item: tuple[int, tuple[Any, ...]], *, device: Any = None) -> dict[str, Any]:

@@ -37,12 +37,13 @@ __all__ = ["Deficits", "MixtureLane"]
 
 
 class Deficits:
-    __slots__ = ("emitted", "order", "target")
+    __slots__ = ("emitted", "keys", "order", "target")
 
     def __init__(self, target: Mapping[int, float]) -> None:
         total = sum(w for w in target.values() if w > 0)
         self.target: dict[int, float] = {k: w / total for k, w in target.items() if w > 0} if total > 0 else {}
         self.order = sorted(self.target)
+        self.keys = list(self.order)  # the target's keys in tie-break order
         self.emitted: dict[int, float] = {}
 
     def update(self, new: Mapping[int, float]) -> None:
@@ -51,6 +52,7 @@ class Deficits:
         for k in new:
             if k not in self.order:
                 self.order.append(k)
+        self.keys = [k for k in self.order if k in self.target]
 
     def deficits(self) -> dict[int, float]:
         eff = max(1.0, sum(self.emitted.get(k, 0.0) for k in self.target))
@@ -194,7 +196,7 @@ class MixtureLane:
         swrr, singles = self.swrr, self.st_singles
         ideal = None
         if swrr is not None:
-            ideal = swrr.best([k for k in swrr.order if k in swrr.target])
+            ideal = swrr.best(swrr.keys)
         ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
         if not force and not ideal_ok:
             return None

@@ -28,10 +28,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CACHE_LIMIT", "LONG_WORD", "WordIds"]
+__all__ = ["CACHE_LIMIT", "LONG_WORD", "VECTOR_TAIL", "WordIds"]
 
 CACHE_LIMIT = 1 << 20
 LONG_WORD = 48
+#: words per call whose CRC is taken one by one (the longest ones)
+VECTOR_TAIL = 24
 
 
 def _crc_table() -> np.ndarray:
@@ -80,7 +82,8 @@ class WordIds:
         joined = "\n".join(texts)
         if not joined.isascii():
             return None
-        buf = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        raw = joined.encode("ascii")
+        buf = np.frombuffer(raw, dtype=np.uint8)
         word = ~_WS[buf]
         edge = np.diff(word.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
         starts = np.flatnonzero(edge == 1)
@@ -92,11 +95,24 @@ class WordIds:
         s_sorted = starts[order]
         l_sorted = lens[order]
         crc = np.full(lens.size, 0xFFFFFFFF, dtype=np.uint32)
-        # active[j] = how many words are longer than j (l_sorted is non-increasing)
-        active = np.searchsorted(-l_sorted, -np.arange(int(l_sorted[0]) if lens.size else 0), side="left")
-        for j, k in enumerate(active.tolist()):
-            c = crc[:k]
-            crc[:k] = _TABLE[(c ^ buf[s_sorted[:k] + j]) & 0xFF] ^ (c >> 8)
+        # the few longest words (at most VECTOR_TAIL) go through zlib one by one, so the column
+        # loop below runs only as many steps as the bulk of the words is long
+        n_long = 0
+        if lens.size > VECTOR_TAIL:
+            cut = int(l_sorted[VECTOR_TAIL])
+            n_long = int(np.count_nonzero(l_sorted > cut))
+        for i in range(n_long):
+            a = int(s_sorted[i])
+            crc[i] = zlib.crc32(raw[a:a + int(l_sorted[i])]) ^ 0xFFFFFFFF
+        bulk_len = l_sorted[n_long:]
+        bulk_s = s_sorted[n_long:]
+        bulk = crc[n_long:]
+        if bulk.size:
+            # active[j] = how many bulk words are longer than j (bulk_len is non-increasing)
+            active = np.searchsorted(-bulk_len, -np.arange(int(bulk_len[0])), side="left")
+            for j, k in enumerate(active.tolist()):
+                c = bulk[:k]
+                bulk[:k] = _TABLE[(c ^ buf[bulk_s[:k] + j]) & 0xFF] ^ (c >> 8)
         crc ^= np.uint32(0xFFFFFFFF)
         ids = np.empty(lens.size, dtype=np.int64)
         ids[order] = (crc.astype(np.int64) % self.vocab) + self.offset
