@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from zephon_ref.errors import ConfigError, expected
 from zephon_ref.torch.tensor.config import MixtureSpec, UnsupportedKnob
 
@@ -78,13 +80,93 @@ class Deficits:
             self.emitted[k] = self.emitted.get(k, 0.0) + w
 
 
+#: buffered packs from which the best-pack scan runs as array operations
+VECTOR_PACKS = 24
+
+
+class PackTable:
+    """The buffered multi-component units in arrival order, with their contributions as arrays.
+
+    Row ``i``: the component columns and weights of pack ``i`` in its own contribution
+    order, padded with a column whose deficit is 0.0 and weight 0.0 (adding ``0.0`` leaves
+    a float unchanged), so a score is the same left-to-right sum as the scalar loop.
+    """
+
+    __slots__ = ("cols", "comp", "items", "n", "weight", "width")
+
+    def __init__(self, width: int) -> None:
+        self.width = max(1, width)
+        self.items: list[Any] = []
+        self.cols: dict[int, int] = {}
+        self.n = 0
+        self.comp = np.zeros((64, self.width), dtype=np.int64)
+        self.weight = np.zeros((64, self.width), dtype=np.float64)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def append(self, item: Any) -> None:
+        pairs = item[2]
+        if len(pairs) > self.width:
+            raise UnsupportedKnob(expected("ensure_mixture pack", f"at most {self.width} components", len(pairs)))
+        if self.n == self.comp.shape[0]:
+            self.comp = np.concatenate([self.comp, np.zeros_like(self.comp)])
+            self.weight = np.concatenate([self.weight, np.zeros_like(self.weight)])
+        row_c, row_w = self.comp[self.n], self.weight[self.n]
+        row_c[:] = 0
+        row_w[:] = 0.0
+        for j, (c, w) in enumerate(pairs):
+            col = self.cols.get(c)
+            if col is None:
+                col = self.cols[c] = len(self.cols) + 1  # column 0 is the padding
+            row_c[j] = col
+            row_w[j] = w
+        self.items.append(item)
+        self.n += 1
+
+    def pop(self, i: int) -> Any:
+        n = self.n
+        self.comp[i:n - 1] = self.comp[i + 1:n]
+        self.weight[i:n - 1] = self.weight[i + 1:n]
+        self.n = n - 1
+        return self.items.pop(i)
+
+    def best(self, deficits: Mapping[int, float], ideal: int | None) -> int:
+        """Index of the first pack with the largest weighted deficit (among those holding ``ideal``)."""
+        n = self.n
+        if n < VECTOR_PACKS:
+            dget = deficits.get
+            best_i, best = -1, 0.0
+            for i, p in enumerate(self.items):
+                if ideal is not None and ideal not in p[1]:
+                    continue
+                score = 0.0
+                for c, w in p[2]:
+                    score += w * dget(c, 0.0)
+                if best_i < 0 or score > best:
+                    best_i, best = i, score
+            return best_i
+        d = np.zeros(len(self.cols) + 1, dtype=np.float64)
+        for c, col in self.cols.items():
+            d[col] = deficits.get(c, 0.0)
+        comp, weight = self.comp[:n], self.weight[:n]
+        scores = 0.0 + weight[:, 0] * d[comp[:, 0]]
+        for j in range(1, self.width):
+            scores = scores + weight[:, j] * d[comp[:, j]]
+        if ideal is not None:
+            col = self.cols.get(ideal, -1)
+            scores = np.where((comp == col).any(axis=1), scores, -np.inf)
+        return int(np.argmax(scores))
+
+
 class MixtureLane:
-    __slots__ = ("chunk_mixtures", "interval", "mixture", "packed", "spec", "st_packs", "st_pack_counts",
-                 "st_since", "st_singles", "st_target_cid", "st_total", "swrr")
+    __slots__ = ("chunk_mixtures", "interval", "mixture", "packed", "spec", "st_pack_counts", "st_packs",
+                 "st_since", "st_singles", "st_target_cid", "st_total", "swrr", "width")
 
     def __init__(self, spec: MixtureSpec, mixture: dict[int, float] | None, chunk_mixtures: dict[int, Any],
-                 packed: bool) -> None:
+                 packed: bool, *, components: int = 8) -> None:
         self.spec = spec
+        self.width = components
         self.mixture = mixture
         self.chunk_mixtures = chunk_mixtures
         self.packed = packed
@@ -93,7 +175,7 @@ class MixtureLane:
 
     def _reset(self) -> None:
         self.st_singles: dict[int, deque[Any]] = {}
-        self.st_packs: deque[Any] = deque()
+        self.st_packs = PackTable(self.width)
         self.st_pack_counts: dict[int, int] = {}
         self.swrr: Deficits | None = None
         self.st_target_cid: int | None = None
@@ -183,7 +265,7 @@ class MixtureLane:
             out.append(x)
 
     def _has_buffered(self) -> bool:
-        return bool(self.st_packs) or any(self.st_singles.values())
+        return len(self.st_packs) > 0 or any(self.st_singles.values())
 
     def _finish(self, item: Any) -> Any:
         if self.swrr is not None:
@@ -210,20 +292,9 @@ class MixtureLane:
                 chosen = min(available)
             return self._finish(singles[chosen].popleft())
         packs = self.st_packs
-        if packs:
+        if len(packs):
             d = swrr.deficits() if swrr is not None else {}
-            dget = d.get
-            best_i, best = -1, 0.0
-            for i, p in enumerate(packs):
-                if has_ideal and ideal not in p[1]:
-                    continue
-                score = 0.0
-                for c, w in p[2]:
-                    score += w * dget(c, 0.0)
-                if best_i < 0 or score > best:
-                    best_i, best = i, score
-            item = packs[best_i]
-            del packs[best_i]
+            item = packs.pop(packs.best(d, ideal if has_ideal else None))
             for c in item[1]:
                 self.st_pack_counts[c] -= 1
                 if not self.st_pack_counts[c]:

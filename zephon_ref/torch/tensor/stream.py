@@ -98,7 +98,7 @@ def word_tables(plan: TensorPlan) -> dict[int, WordIds]:
 
 
 def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
-            chunk_mixtures: dict[int, Any], words: dict[int, WordIds]) -> list[Any]:
+            chunk_mixtures: dict[int, Any], words: dict[int, WordIds], components: int) -> list[Any]:
     packed = any(isinstance(s, PackSpec) for s in plan.stages)
     out: list[Any] = []  # the fetch groups are formed by lane_items itself
     units = False
@@ -121,7 +121,7 @@ def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
                     out.append(BlockLane(s.buffer_size, s.seed, packed,
                                          s.growth if s.algorithm == "block_warmup" else None))
             elif isinstance(s, MixtureSpec):
-                out.append(MixtureLane(s, mixture, chunk_mixtures, packed))
+                out.append(MixtureLane(s, mixture, chunk_mixtures, packed, components=components))
     if not units and not packed:
         out.append(AsUnits())
     return out
@@ -154,7 +154,7 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
 def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any,
                mixture: dict[int, float] | None = None, words: dict[int, WordIds] | None = None) -> Iterator[Item]:
     chunk_mixtures: dict[int, Any] = {}
-    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words)
+    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, len(ids))
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
