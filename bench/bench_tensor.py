@@ -92,11 +92,25 @@ def _time_ref(corpus: Any, seed: int, lanes: int) -> float:
     return time.perf_counter() - t0
 
 
-def _time_tensor(corpus: Any, seed: int, lanes: int, device: Any) -> float:
+def _time_ref_tensors(corpus: Any, seed: int, lanes: int) -> float | None:
+    """The reference plus the torch path's own collation (zephon_ref.torch.collate_batch), if present."""
+    try:
+        from zephon_ref.torch import collate_batch
+    except ImportError:
+        return None
+    p = _reference(corpus, seed, lanes)
+    t0 = time.perf_counter()
+    for b in p:
+        collate_batch(b)
+    return time.perf_counter() - t0
+
+
+def _time_tensor(corpus: Any, seed: int, lanes: int, device: Any, *, tensors: bool = True) -> float:
     tp = _tensor(corpus, seed, lanes)
     t0 = time.perf_counter()
     for item in tp:
-        tp.tensors(item, device=device)
+        if tensors:
+            tp.tensors(item, device=device)
     if device is not None and str(device).startswith("cuda"):
         import torch
 
@@ -127,16 +141,36 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
                 rows.append({"name": f"tensor vs reference, {label}, {dev_name}, docs/s", "ours": float("nan"),
                              "theirs": None, "unit": "docs/s", "ratio": None, "note": f"NOT EQUAL: {note}"})
                 continue
-            ref_t, ten_t = [], []
+            ref_t: list[float] = []
+            ref_c: list[float] = []
+            ten_t: list[float] = []
+            nat_t: list[float] = []
             for _ in range(rounds):  # alternate, best of rounds
+                if device is None:
+                    nat_t.append(_time_tensor(corpus, seed, lanes, None, tensors=False))
                 ref_t.append(_time_ref(corpus, seed, lanes))
+                if device is None:
+                    rc = _time_ref_tensors(corpus, seed, lanes)
+                    if rc is not None:
+                        ref_c.append(rc)
                 ten_t.append(_time_tensor(corpus, seed, lanes, device))
             ours, theirs = docs / min(ten_t), docs / min(ref_t)
-            rows.append({"name": f"tensor vs reference, {label}, tensors on {dev_name}, docs/s", "ours": ours,
-                         "theirs": theirs, "unit": "docs/s", "ratio": ours / theirs,
-                         "note": f"{note}; best of {rounds} alternating rounds; tensor side includes building "
-                                 "the batch tensors, reference side iterates records only; shared 2-core "
-                                 "machine, ratios only"})
+            common = f"best of {rounds} alternating rounds; shared 2-core machine, ratios only"
+            if nat_t:
+                rows.append({"name": f"tensor (native items) vs reference (records), {label}, docs/s",
+                             "ours": docs / min(nat_t), "theirs": theirs, "unit": "docs/s",
+                             "ratio": docs / min(nat_t) / theirs,
+                             "note": f"{note}; {common}; the data path alone: neither side builds tensors"})
+            rows.append({"name": f"tensor (+ tensors on {dev_name}) vs reference (records), {label}, docs/s",
+                         "ours": ours, "theirs": theirs, "unit": "docs/s", "ratio": ours / theirs,
+                         "note": f"{note}; {common}; the tensor side also builds the batch tensors, the "
+                                 "reference side only iterates its records"})
+            if ref_c:
+                theirs_c = docs / min(ref_c)
+                rows.append({"name": f"tensor vs reference, both to CPU tensors, {label}, docs/s", "ours": ours,
+                             "theirs": theirs_c, "unit": "docs/s", "ratio": ours / theirs_c,
+                             "note": f"{note}; {common}; reference batches collated by "
+                                     "zephon_ref.torch.collate_batch (the torch path's collation)"})
     return rows
 
 
