@@ -233,3 +233,31 @@ def test_importing_the_package_does_not_import_torch() -> None:
     code = "import sys, zephon_ref, zephon_ref.torch.tensor; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+SOURCE_KWARGS = [
+    {"chunk_size": 7, "seed": 3},
+    {"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
+     "exhausted_policy": "repeat", "max_repeats": 2},
+    {"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"},
+    {"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
+]
+
+
+@pytest.mark.parametrize("kwargs", SOURCE_KWARGS, ids=range(len(SOURCE_KWARGS)))
+@pytest.mark.parametrize("lanes", [1, 3, 4])
+def test_one_global_pass_gives_every_lane_its_own_chunks(kwargs: dict[str, Any], lanes: int) -> None:
+    from properties.tensor_adapter import _source
+    from zephon_ref.torch.tensor.chunks import lane_sources
+
+    src = _source(PipelineConfig([], source_kwargs=kwargs))
+    readers = lane_sources(src, lanes)
+    for lane in range(lanes):
+        want = []
+        clone = src.clone_for_lane(lane, lanes)
+        while (c := clone.next_chunk()) is not None:
+            want.append(c.state_dict())
+        got = []
+        while (c := readers[lane].next_chunk()) is not None:
+            got.append(c.state_dict())
+        assert got == want and want, (lane, len(got), len(want))

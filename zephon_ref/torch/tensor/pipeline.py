@@ -34,6 +34,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
+from zephon_ref.torch.tensor.chunks import lane_sources
 from zephon_ref.torch.tensor.config import (
     MixtureSpec,
     PackSpec,
@@ -104,8 +105,8 @@ class TensorPipeline:
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
         words = word_tables(self.plan)
-        streams = [lane_items(self.plan, lane, self.source.clone_for_lane(lane, C), datasets, ids, self._mixture,
-                              words)
+        readers = lane_sources(self.source, C)
+        streams = [lane_items(self.plan, lane, readers[lane], datasets, ids, self._mixture, words)
                    for lane in range(C)]
         it = round_robin(streams)
         skip, self._delivered = self._skip, 0
