@@ -23,40 +23,33 @@ import numpy as np
 __all__ = ["collate", "collate_numpy"]
 
 
+_ARANGE = np.arange(1 << 16, dtype=np.int64)
+
+
 def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
     _lane, entries = item
     # every entry is a unit (documents, flags): a row is its documents' tokens in order
-    docs = [() if d[6] is None else d[6] for u in entries for d in u[0]]
-    lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-    flat = np.concatenate(docs).astype(np.int64, copy=False) if docs else np.zeros(0, dtype=np.int64)
-    doc_ends = np.cumsum(lens)
-    # position of every token inside its document
-    pos = np.arange(flat.size, dtype=np.int64) - np.repeat(doc_ends - lens, lens)
-    row_ends: list[int] = []
-    n = 0
-    ends = doc_ends.tolist()
-    for u in entries:
-        n += len(u[0])
-        row_ends.append(int(ends[n - 1]) if n else 0)
-    width = 0
-    prev = 0
-    for e in row_ends:
-        width = max(width, e - prev)
-        prev = e
-    ids = np.zeros((len(entries), width), dtype=np.int64)
-    positions = np.zeros_like(ids)
-    mask = np.zeros_like(ids)
-    prev = 0
-    for r, e in enumerate(row_ends):
-        w = e - prev
-        ids[r, :w] = flat[prev:e]
-        positions[r, :w] = pos[prev:e]
-        mask[r, :w] = 1
-        prev = e
-    cu = np.zeros(lens.size + 1, dtype=np.int32)
-    cu[1:] = doc_ends
-    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask, "cu_seqlens": cu,
-            "max_seqlen": int(lens.max()) if lens.size else 0}
+    rows = [[() if d[6] is None else d[6] for d in u[0]] for u in entries]
+    row_lens = [[len(x) for x in r] for r in rows]
+    widths = [sum(r) for r in row_lens]
+    width = max(widths) if widths else 0
+    out = np.zeros((3, len(rows), width), dtype=np.int64)  # input_ids, position_ids, attention_mask
+    ar = _ARANGE if width <= _ARANGE.size else np.arange(width, dtype=np.int64)
+    for r, (docs, lens, w) in enumerate(zip(rows, row_lens, widths, strict=True)):
+        if not w:
+            continue
+        if len(docs) == 1:
+            out[0, r, :w] = docs[0]
+            out[1, r, :w] = ar[:w]
+        else:
+            out[0, r, :w] = np.concatenate(docs)
+            out[1, r, :w] = np.concatenate([ar[:n] for n in lens])
+        out[2, r, :w] = 1
+    flat_lens = [n for r in row_lens for n in r]
+    cu = np.zeros(len(flat_lens) + 1, dtype=np.int32)
+    np.cumsum(flat_lens, out=cu[1:])
+    return {"input_ids": out[0], "position_ids": out[1], "attention_mask": out[2], "cu_seqlens": cu,
+            "max_seqlen": max(flat_lens) if flat_lens else 0}
 
 
 def collate(item: tuple[int, tuple[Any, ...]], *, device: Any = None) -> dict[str, Any]:
