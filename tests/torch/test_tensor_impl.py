@@ -261,3 +261,11 @@ def test_one_global_pass_gives_every_lane_its_own_chunks(kwargs: dict[str, Any],
         while (c := readers[lane].next_chunk()) is not None:
             got.append(c.state_dict())
         assert got == want and want, (lane, len(got), len(want))
+
+
+def test_a_missing_text_field_is_the_same_typed_error() -> None:
+    cfg = PipelineConfig([("tokenize", {"field": "text"})])  # crc_tokens leaves no "text" field
+    with pytest.raises(ConfigError):
+        list(build_pipeline("zephon_ref", cfg))
+    with pytest.raises(ConfigError, match="'text' field"):
+        _tensor_items(cfg)

@@ -43,9 +43,8 @@ TOMB: Any = None
 Doc = tuple[tuple[int, int, int], int, int, int, tuple[int, ...], bool | None, Any, Any]
 
 
-def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
-    f = spec.field
-    n = spec.max_length
+def _texts(f: str, docs: list[Doc]) -> list[str]:
+    """Every document's text, with the reference's errors for a missing field."""
     texts: list[str] = []
     for d in docs:
         payload = d[7]
@@ -59,6 +58,18 @@ def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[D
         else:
             text = str(payload)
         texts.append(text if isinstance(text, str) else str(text))
+    return texts
+
+
+def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
+    f = spec.field
+    n = spec.max_length
+    try:  # the common case: dict payloads holding the text field as a str
+        texts = [d[7][f] for d in docs]
+        if not all(type(t) is str for t in texts):
+            texts = _texts(f, docs)
+    except (KeyError, TypeError, IndexError):
+        texts = _texts(f, docs)
     out: list[Doc] = []
     split = spec.split_long_samples
     for (sid, cid, off, comp, lineage, closing, _ids, _payload), ids in zip(docs, words.encode_many(texts),
@@ -109,9 +120,8 @@ def lane_samples(source: Any, datasets: Mapping[int, Any], ids: Mapping[str, int
         mixtures[cid] = {ids[name]: w for name, w in mix.items()}
         comps = chunk.components
         for off, (name, i) in enumerate(chunk_pattern(comps)):
-            sid = comps[name][i]
-            s = (int(sid[0]), int(sid[1]), int(sid[2]))
-            yield (s, cid, off, ids[name], (), None, [], datasets[s[0]].get(s[1], s[2]))
+            sid = comps[name][i]  # the source's SampleId (a tuple of ints), as the reference keeps it
+            yield (sid, cid, off, ids[name], (), None, [], datasets[sid[0]].get(sid[1], sid[2]))
         cid += 1
         if k > 0 and cid % k == 0:
             yield None
