@@ -29,6 +29,11 @@ from zephon_ref.errors import ConfigError, StateFormatError, StateMismatchError,
 from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
 
 _L = {"web": (20, 10), "code": (10,), "books": (6,)}
+
+
+def drop_some(payload: Any) -> Any:
+    """Drops about a third of the documents (a tombstone each in the reference)."""
+    return None if sum(payload["input_ids"]) % 3 == 0 else {"input_ids": payload["input_ids"][:60]}
 CONFIGS: dict[str, PipelineConfig] = {
     **{f"machine{i}": c for i, c in enumerate(MACHINE_CONFIGS)},
     "pack_batch": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 4}),
@@ -56,6 +61,18 @@ CONFIGS: dict[str, PipelineConfig] = {
          ("batch", {"microbatch_size": 2})],
         layout=_L, source_kwargs={"chunk_size": 8, "seed": 6},
         options={"canonical_replicas": 3, "flush_every_k_chunks": 2}),
+    "tombstones_split_mixture_pushes": PipelineConfig(
+        [("map_transform", {"transform_fn": drop_some}),
+         ("pack_sequences", {"max_length": 40, "num_bins": 2}),
+         ("shuffle", {"buffer_size": 3, "seed": 4}),
+         ("ensure_mixture", {"max_buffer_size": 4, "mixture": {"web": 0.5, "code": 0.4, "books": 0.1}}),
+         ("batch", {"microbatch_size": 2, "drop_last": False})],
+        layout=_L, source_kwargs={"chunk_size": 6, "seed": 8},
+        options={"canonical_replicas": 2, "flush_every_k_chunks": 3}),
+    "keep_none_unbatched": PipelineConfig(
+        [("map_transform", {"transform_fn": drop_some, "drop_none": False}),
+         ("shuffle", {"buffer_size": 6, "seed": 2})],
+        layout=_L, source_kwargs={"chunk_size": 4, "seed": 9}, options={"canonical_replicas": 3}),
     "one_lane_plain": PipelineConfig([], source_kwargs={"chunk_size": 5, "seed": 7},
                                      options={"canonical_replicas": 1}),
 }

@@ -68,11 +68,14 @@ class Counting:
 
     def push(self, units: list[Any], out: list[Any]) -> None:
         buf, size = self.buf, self.size
-        for u in units:
-            buf.append(u)
-            if len(buf) >= size:
-                out.extend(self.fn(buf))
-                buf = self.buf = []
+        buf.extend(units)
+        start = 0
+        # every full group, in order, as the per-element count would emit them
+        while len(buf) - start >= size:
+            out.extend(self.fn(buf[start:start + size]))
+            start += size
+        if start:
+            self.buf = buf[start:]
 
     def flush(self, out: list[Any]) -> None:
         if self.buf:
