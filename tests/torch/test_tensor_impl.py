@@ -153,6 +153,36 @@ def test_resume_at_every_cut(name: str) -> None:
         assert [item_view(fresh.records(x)) for x in fresh] == want[i:], f"resumed at cut {i}"
 
 
+@pytest.mark.parametrize("name", ["machine0", "machine1", "pack_shuffle_keep_last", "one_lane_plain"])
+def test_restore_from_the_reference_engine_state_at_every_cut(name: str) -> None:
+    from properties.pipelines import checkpoints_at_every_cut
+
+    cfg = CONFIGS[name]
+    want, states = checkpoints_at_every_cut("zephon_ref", cfg)
+    for i, state in enumerate(states):
+        tp = tensor_pipeline(cfg)
+        tp.restore(copy.deepcopy(state))
+        assert [item_view(tp.records(x)) for x in tp] == want[i:], f"engine state at cut {i}"
+
+
+def test_an_engine_state_of_another_configuration_is_refused() -> None:
+    from properties.pipelines import checkpoints_at_every_cut
+    from zephon_ref import state as schema
+
+    _, states = checkpoints_at_every_cut("zephon_ref", CONFIGS["machine1"])
+    other = PipelineConfig(CONFIGS["machine1"].chain, layout=CONFIGS["machine1"].layout,
+                           source_kwargs={"chunk_size": 6, "seed": 3}, options=CONFIGS["machine1"].options)
+    with pytest.raises(StateMismatchError):  # another source seed
+        tensor_pipeline(other).restore(states[4])
+    moved = copy.deepcopy(states[4])
+    lane = next(k for k, n in moved["lane_emitted"].items() if n > 0)
+    moved["lane_emitted"][lane] += 1  # a position that does not match the replay cursor
+    with pytest.raises(StateMismatchError):
+        tensor_pipeline(CONFIGS["machine1"]).restore(schema.seal(moved))
+    with pytest.raises(StateMismatchError, match="integrity"):  # edited without a seal
+        tensor_pipeline(CONFIGS["machine1"]).restore(moved)
+
+
 def test_resume_machine_against_the_tensor_adapter() -> None:
     machine = resume_machine(ADAPTER)  # type: ignore[arg-type]
     run_state_machine_as_test(machine, settings=settings(
@@ -171,18 +201,16 @@ def test_bad_checkpoints_are_refused_and_change_nothing() -> None:
     other = tensor_pipeline(CONFIGS["machine2"])
     bad: list[tuple[Any, type[ZephonRefError]]] = [
         (None, StateFormatError), ({}, StateFormatError), ({**good, "format": "x"}, StateFormatError),
-        ({**good, "delivered": -1}, StateFormatError), ({**good, "delivered": True}, StateFormatError),
+        ({**good, "lane_delivered": [-1, 0]}, StateFormatError), ({**good, "lane_delivered": [1]}, StateFormatError),
+        ({**good, "next_lane": 2}, StateFormatError), ({**good, "next_lane": True}, StateFormatError),
         ({**good, "extra": 1}, StateFormatError), (other.checkpoint(), StateMismatchError),
+        ({**good, "lane_delivered": [len(want), 0]}, StateMismatchError),  # past the end of lane 0
     ]
     fresh = tensor_pipeline(cfg)
     for state, err in bad:
         with pytest.raises(err):
             fresh.restore(state)
     assert [item_view(fresh.records(x)) for x in fresh] == want  # the refusals changed nothing
-    past = tensor_pipeline(cfg)
-    past.restore({**good, "delivered": len(want) + 1})
-    with pytest.raises(StateMismatchError):
-        list(past)
     assert isinstance(StateMismatchError("x"), ValueError)
 
 

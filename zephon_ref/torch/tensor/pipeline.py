@@ -9,13 +9,23 @@ items* ``(lane, entries)``.  :meth:`TensorPipeline.tensors` turns an item into
 tensors (:mod:`.collate`), :meth:`TensorPipeline.records` into the reference's
 record objects (:mod:`.records`).
 
-Checkpoint (its own format, ``FORMAT``): the configuration's fingerprint and
-the number of items delivered.  Every lane's stream, and so the interleaving,
-is a pure function of the configuration, so that count names the position
-exactly; restore rebuilds the streams and skips that many items (cost: linear
-in the delivered prefix, not constant as the reference's replay from inflight
-chunks).  A state of another format or configuration, or one past the end of
-the stream, is refused with a typed error and changes nothing.
+Delivery is strict round robin over the lanes from the lane whose turn is next
+(index 0 on a fresh run); a lane whose stream has ended drops out, which is the
+order the reference's tail multiplexer produces.  The pipeline's position (items
+delivered per lane, the next lane) advances as it delivers.
+
+Checkpoint (its own format, ``FORMAT``): the configuration's fingerprint, the
+items delivered per lane and the next lane.  Every lane's stream is a pure
+function of the configuration, so that names the position exactly; restore
+rebuilds the lane streams and skips each lane's delivered items (cost: linear in
+the delivered prefix, not constant as the reference's replay from inflight
+chunks).  ``restore`` also reads the reference's engine state
+(``zephon_ref.state``: schema, integrity, per-lane ``lane_emitted``, the
+round-robin pointer), after checking each lane's work-source configuration and
+that each lane's replay cursor is the cursor of the item this implementation
+delivers at that position.  It does not write that schema.  A state of another
+format or configuration, or a position past the end of a lane's stream, is
+refused with a typed error and changes nothing.
 
 What may not live here: per-lane semantics (stream.py), torch (collate.py).
 """
@@ -43,7 +53,7 @@ from zephon_ref.torch.tensor.config import (
     compile_chain,
 )
 from zephon_ref.torch.tensor.records import to_reference
-from zephon_ref.torch.tensor.stream import Item, lane_items, round_robin, word_tables
+from zephon_ref.torch.tensor.stream import Item, lane_items, word_tables
 
 __all__ = ["FORMAT", "TensorPipeline"]
 
@@ -78,8 +88,8 @@ class TensorPipeline:
                 "k": self.plan.k,
                 "source": _describe(source.clone_for_lane(0, self.plan.canonical_replicas).state_dict())}
         self.fingerprint = hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=16).hexdigest()
-        self._skip = 0
-        self._delivered = 0
+        self._lane_counts = [0] * self.plan.canonical_replicas
+        self._next_lane = 0
         self._mixture: dict[int, float] | None = None
         mixes = [s for s in self.plan.stages if isinstance(s, MixtureSpec)]
         if mixes:
@@ -100,24 +110,47 @@ class TensorPipeline:
                 self._mixture = by_id
 
     # -- delivery -------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Item]:
+    def _streams(self) -> list[Iterator[Item]]:
         C = self.plan.canonical_replicas
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
         words = word_tables(self.plan)
         readers = lane_sources(self.source, C)
-        streams = [lane_items(self.plan, lane, readers[lane], datasets, ids, self._mixture, words)
-                   for lane in range(C)]
-        it = round_robin(streams)
-        skip, self._delivered = self._skip, 0
-        for _ in range(skip):
-            if next(it, None) is None:
-                raise StateMismatchError(expected("restored position", "an item of this configuration's "
-                                                  "stream", f"item {skip} of a shorter stream"))
-            self._delivered += 1
-        for x in it:
-            self._delivered += 1
-            yield x
+        return [lane_items(self.plan, lane, readers[lane], datasets, ids, self._mixture, words)
+                for lane in range(C)]
+
+    def _skip_to(self, streams: list[Iterator[Item]], counts: list[int]) -> list[Item | None]:
+        """Drop each lane's first ``counts[lane]`` items; the last dropped item per lane (or None)."""
+        last: list[Item | None] = []
+        for lane, (s, n) in enumerate(zip(streams, counts, strict=True)):
+            x: Item | None = None
+            for i in range(n):
+                x = next(s, None)
+                if x is None:
+                    raise StateMismatchError(expected(f"lane {lane} restored position", f"{n} delivered items of "
+                                                      "this configuration's lane stream", f"a stream of {i} items"))
+            last.append(x)
+        return last
+
+    def __iter__(self) -> Iterator[Item]:
+        C = self.plan.canonical_replicas
+        streams = self._streams()
+        counts, start = list(self._lane_counts), self._next_lane
+        self._skip_to(streams, counts)
+        self._lane_counts, self._next_lane = counts, start
+        # strict round robin from lane `start`; a lane whose stream has ended drops out
+        live = [(lane, streams[lane]) for lane in list(range(start, C)) + list(range(start))]
+        while live:
+            alive = []
+            for lane, s in live:
+                x = next(s, None)
+                if x is None:
+                    continue
+                alive.append((lane, s))
+                counts[lane] += 1
+                self._next_lane = (lane + 1) % C
+                yield x
+            live = alive
 
     def records(self, item: Item) -> Any:
         """The reference's delivered object (SampleBatch or SampleRecord) for ``item``."""
@@ -130,20 +163,81 @@ class TensorPipeline:
 
     # -- checkpoint -----------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
-        return {"format": FORMAT, "fingerprint": self.fingerprint, "delivered": self._delivered}
+        """Its own format: per lane the items delivered, and the lane whose turn is next."""
+        return {"format": FORMAT, "fingerprint": self.fingerprint, "lane_delivered": list(self._lane_counts),
+                "next_lane": self._next_lane}
 
     def restore(self, state: Any) -> None:
-        """Position a fresh iteration at ``state`` (validated first; a refusal changes nothing)."""
-        if not isinstance(state, Mapping) or set(state) != {"format", "fingerprint", "delivered"}:
-            raise StateFormatError(expected("tensor checkpoint", "a mapping with keys format, fingerprint, "
-                                            "delivered", state))
+        """Position a fresh iteration at ``state``: this implementation's own checkpoint, or the
+        reference's engine state (``zephon_ref.engine/1``: Pipeline.checkpoint()).  Validated
+        first; a refusal changes nothing."""
+        if isinstance(state, Mapping) and "schema" in state:
+            counts, start = self._from_engine_state(state)
+        else:
+            counts, start = self._from_own_state(state)
+        self._lane_counts, self._next_lane = counts, start
+
+    def _from_own_state(self, state: Any) -> tuple[list[int], int]:
+        C = self.plan.canonical_replicas
+        keys = {"format", "fingerprint", "lane_delivered", "next_lane"}
+        if not isinstance(state, Mapping) or set(state) != keys:
+            raise StateFormatError(expected("tensor checkpoint", f"a mapping with keys {sorted(keys)}", state))
         if state["format"] != FORMAT:
             raise StateFormatError(expected("tensor checkpoint format", FORMAT, state["format"]))
-        n = state["delivered"]
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise StateFormatError(expected("tensor checkpoint delivered", "an int >= 0", n))
         if state["fingerprint"] != self.fingerprint:
             raise StateMismatchError(expected("tensor checkpoint fingerprint", self.fingerprint,
                                               state["fingerprint"]))
-        self._skip = n
-        self._delivered = n
+        counts, start = state["lane_delivered"], state["next_lane"]
+        if (not isinstance(counts, list) or len(counts) != C
+                or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts)):
+            raise StateFormatError(expected("tensor checkpoint lane_delivered", f"{C} ints >= 0", counts))
+        if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < C:
+            raise StateFormatError(expected("tensor checkpoint next_lane", f"an int in [0, {C})", start))
+        self._skip_to(self._streams(), counts)  # a position past a lane's end is refused now
+        return list(counts), start
+
+    def _from_engine_state(self, state: Mapping[str, Any]) -> tuple[list[int], int]:
+        """The reference's engine state: per-lane delivered counts, the round-robin pointer, and
+        checks that it belongs to this configuration (work-source configuration per lane, and the
+        replay cursor of every lane equal to the cursor of the item this implementation delivers
+        at that position)."""
+        from zephon_ref import state as schema
+        from zephon_ref.types import SampleCursor
+
+        C = self.plan.canonical_replicas
+        c = schema.validate(state, require_all_lanes=True)
+        schema.verify_integrity(state)
+        if c != C:
+            raise StateMismatchError(expected("engine state canonical_replicas", str(C), c))
+
+        def table(name: str) -> dict[int, Any]:
+            return {schema.lane_key(k, name, C): v for k, v in (state.get(name) or {}).items()}
+
+        ws, emitted, cursors = table("lane_ws_state"), table("lane_emitted"), table("replay_cursors")
+        for lane in range(C):
+            fresh = self.source.clone_for_lane(lane, C).state_dict()
+            got = ws.get(lane)
+            if not isinstance(got, Mapping) or set(got) != set(fresh):
+                raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
+                                                  sorted(got) if isinstance(got, Mapping) else got))
+            for key in sorted(fresh):
+                if key not in schema.SOURCE_RESTORABLE_KEYS and got[key] != fresh[key]:
+                    raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
+                                                      "configuration's source)", got[key]))
+        counts = [int(emitted.get(lane, 0)) for lane in range(C)]
+        rr = state.get("rr_next_idx") or {}
+        key = f"0/1:{','.join(map(str, range(C)))}"
+        start = int(rr[key]) % C if key in rr else min((n, i) for i, n in enumerate(counts))[1]
+        last = self._skip_to(self._streams(), counts)
+        monotone = self.plan.k == 0
+        for lane, item in enumerate(last):
+            raw = cursors.get(lane)
+            if item is None:
+                continue  # validate() already required no cursor for a lane that delivered nothing
+            recs = self.records(item)
+            recs = recs.records if hasattr(recs, "records") else (recs,)
+            mine = max(r.meta.cursor for r in recs) if monotone else recs[-1].meta.cursor
+            if raw is None or SampleCursor.from_key(raw).as_key() != mine.as_key():
+                raise StateMismatchError(expected(f"lane {lane} replay cursor", f"{mine.as_key()} (the cursor of "
+                                                  f"this configuration's item {counts[lane]} of the lane)", raw))
+        return counts, start

@@ -1,4 +1,4 @@
-"""One lane's output stream, as a cascade of per-lane stages, and the round robin over lanes.
+"""One lane's output stream, as a cascade of per-lane stages.
 
 Theory of operation
 -------------------
@@ -23,10 +23,9 @@ across boundaries, as the reference's stalled flush sentinel lets them, and a
 partial last group is dropped; ``drop_last=False``: a boundary or the end emits
 the partial group).
 
-:func:`round_robin` delivers strictly in turn over the lanes in order, starting
-at lane index 0; a lane whose stream has ended drops out (the reference's tail
-multiplexer waits for a lane's output until upstream is done, then skips empty
-lanes, which yields exactly this order).  An item is ``(lane, units)``.
+An item is ``(lane, units)``; the interleaving of lanes is the pipeline's
+(:mod:`.pipeline`: strict round robin, as the reference's tail multiplexer, which
+waits for a lane's output until upstream is done and then skips empty lanes).
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ from zephon_ref.torch.tensor.packing import LanePacker
 from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
 from zephon_ref.torch.tensor.tokens import WordIds
 
-__all__ = ["FETCH_GROUP", "Item", "lane_items", "round_robin", "word_tables"]
+__all__ = ["FETCH_GROUP", "Item", "lane_items", "word_tables"]
 
 Item = tuple[int, tuple[Any, ...]]
 
@@ -189,16 +188,3 @@ def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any
             group = []
     if group and not drop_last:
         yield lane, tuple(group)
-
-
-def round_robin(streams: list[Iterator[Item]]) -> Iterator[Item]:
-    live = list(streams)
-    while live:
-        alive = []
-        for s in live:
-            x = next(s, None)
-            if x is None:
-                continue
-            alive.append(s)
-            yield x
-        live = alive
