@@ -4,7 +4,7 @@
 names the refused knob (the tensor implementation's own build-time refusal),
 ``build`` returns a run delivering items in :func:`properties.pipelines.item_view`'s
 normal form, and checkpoints are the tensor implementation's own format (opaque
-to the suite).  Features: none (no durable directory format, and execution
+to the suite; ``build(state=...)`` also accepts the reference's engine state).  Features: none (no durable directory format, and execution
 settings such as the runner never reach its data path: it accepts and ignores them).
 """
 
