@@ -255,13 +255,13 @@ def test_a_target_change_it_cannot_follow_raises_instead_of_drifting() -> None:
 
 def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
     from zephon_ref.ops.tokenize import HashTokenizer
-    from zephon_ref.torch.tensor.tokens import LONG_WORD, WordIds
+    from zephon_ref.torch.tensor.tokens import WordIds
 
     tok = HashTokenizer(vocab_size=777, offset=5)
-    texts = ["hello  world\tx", "", "   ", "a\x1cb\x1fc\x0bd", "x" * (LONG_WORD + 5) + " y", "héllo wörld\u2003z",
-             "the quick\nbrown fox", "\r\n", "é"]
+    texts = ["hello  world\tx", "", "   ", "a\x1cb\x1fc\x0bd", "x" * 60 + " y", "héllo wörld\u2003z",
+             "the quick\nbrown fox", "\r\n", "é", "\x02", "a \x03 b", "\x02\x03"]
     words = WordIds(tok)
-    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]]):
+    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""]):
         assert [a.tolist() for a in words.encode_many(group)] == [[1, *tok.encode(t), 2] for t in group]
 
 
