@@ -59,6 +59,7 @@ own retry back-off aside), fault injection.
 
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
 import os
 import re
@@ -213,7 +214,8 @@ class S3Storage:
         """The typed form of a botocore failure of ``op`` on ``key``."""
         if isinstance(exc, StorageError):
             return exc
-        from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, HTTPClientError
+        from botocore.exceptions import ClientError, HTTPClientError
+        from botocore.exceptions import ConnectionError as BotoConnectionError
 
         where = f"S3 {op} of s3://{self.bucket}/{key} at {self.endpoint}"
         if isinstance(exc, ClientError):
@@ -268,10 +270,8 @@ class S3Storage:
         try:
             second = self._conditional_put(key, b"probe-2", op="probe")
         finally:
-            try:
+            with contextlib.suppress(Exception):  # best effort; a leftover probe key is harmless
                 self.client.delete_object(Bucket=self.bucket, Key=key)
-            except Exception:  # noqa: BLE001 - best effort; a leftover probe key is harmless
-                pass
         if not first or second:
             raise ConditionalWritesUnsupported(
                 expected(
@@ -340,10 +340,8 @@ class S3Storage:
                 Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
             )
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # best effort; a bucket lifecycle rule reaps the rest
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload)
-            except Exception:  # noqa: BLE001 - best effort; a bucket lifecycle rule reaps the rest
-                pass
             raise
 
     # ------------------------------------------------------------ the Storage primitives
