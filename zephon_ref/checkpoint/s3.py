@@ -171,22 +171,28 @@ _PROBED_LOCK = threading.Lock()
 _STORAGES: dict[tuple[str, str], S3Storage] = {}  # forward reference; filled by storage_for
 
 
-def _new_client(max_attempts: int) -> Any:
+def _new_client(max_attempts: int, endpoint_url: str | None) -> Any:
     import boto3
     from botocore.config import Config
 
-    config = Config(retries={"mode": "standard", "max_attempts": max_attempts})
-    return boto3.session.Session().client("s3", config=config)
+    config = Config(retries={"mode": "standard", "total_max_attempts": max_attempts})
+    return boto3.session.Session().client("s3", config=config, endpoint_url=endpoint_url)
 
 
 class S3Storage:
-    """One bucket behind the Storage interface plus ``publish_object`` (module docstring)."""
+    """One bucket behind the Storage interface plus ``publish_object`` (module docstring).
+
+    ``client`` is a ready boto3 S3 client; otherwise one is made from the
+    environment (``endpoint_url`` overrides ``AWS_ENDPOINT_URL``) with botocore's
+    ``standard`` retry mode and ``max_attempts`` attempts per request.
+    """
 
     def __init__(
         self,
         bucket: str,
         *,
         client: Any = None,
+        endpoint_url: str | None = None,
         verify_conditional_writes: bool = True,
         multipart_threshold: int = MULTIPART_THRESHOLD,
         part_size: int = PART_SIZE,
@@ -202,7 +208,7 @@ class S3Storage:
             if type(value) is not int or value < lo:
                 raise ConfigError(expected(name, f"an int >= {lo}", value))
         self.bucket = bucket
-        self.client: Any = _new_client(max_attempts) if client is None else client
+        self.client: Any = _new_client(max_attempts, endpoint_url) if client is None else client
         self.endpoint: str = str(getattr(getattr(self.client, "meta", None), "endpoint_url", "?"))
         self.verify_conditional_writes = verify_conditional_writes
         self.multipart_threshold = multipart_threshold
