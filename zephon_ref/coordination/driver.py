@@ -199,11 +199,7 @@ def aggregate_round(
     timeout = _seconds(timeout_s, "timeout_s", lo=0.001)
     poll = max(1, _seconds(poll_s, "poll_s", lo=0.001))
     cloud = _object_store(backend)
-    if cloud:
-        # zephon's cloud polling: the machine may sleep up to the cap; the backend's
-        # pause() shortens each wait to the back-off's step (0.5 s, x1.5, cap 5 s).
-        poll = round(objectstore.CAP_S * 1000)
-        timeout = max(timeout, round(objectstore.TIMEOUT_FLOOR_S * 1000))
+    timeout, poll = round_timing(cloud, timeout, poll)
     grace = _seconds(stale_grace_s, "stale_grace_s", lo=0.0)
     ns = namespace(run_id, state.get("checkpoint_reload_count", 0))
     is_leader = rank == 0 and worker == 0
@@ -225,6 +221,16 @@ def aggregate_round(
         connect()  # before the clock starts: connection set-up is not round time
     pause = getattr(store, "pause", None) if cloud else None
     return run_round(machine, store, sleep=pause if callable(pause) else time.sleep)
+
+
+def round_timing(cloud: bool, timeout: int, poll: int) -> tuple[int, int]:
+    """(timeout, poll) in ms for a round: as given, or for object storage zephon's
+    cloud rule: the timeout raised to at least 90 s, and the machine allowed to sleep
+    up to the back-off cap (the backend's ``pause`` shortens each wait to its step:
+    0.5 s, x1.5, cap 5 s)."""
+    if not cloud:
+        return timeout, poll
+    return max(timeout, round(objectstore.TIMEOUT_FLOOR_S * 1000)), round(objectstore.CAP_S * 1000)
 
 
 def _object_store(backend: object) -> bool:
