@@ -6,7 +6,8 @@ Theory of operation
 upstream server (moto's server mode in the tests).  On purpose it can drop the
 ``If-None-Match`` header (an endpoint that ignores conditional writes), or
 answer a matching request itself: 503 SlowDown, 500 InternalError, 403
-AccessDenied, or a reset connection (:class:`Fault`).  It counts the requests
+AccessDenied, or a reset connection; or forward it and then reset the
+connection, so the server acted but the client never hears (:class:`Fault`).  It counts the requests
 it saw per method and the faults it injected.  Nothing here runs in the
 product; it is the adversary.
 """
@@ -29,9 +30,10 @@ __all__ = ["Fault", "FaultProxy"]
 class Fault:
     """Answer ``action`` to the next ``count`` requests (None: all) whose method is ``method`` (None: any)."""
 
-    action: str  # "throttle" | "server" | "denied" | "reset"
+    action: str  # "throttle" | "server" | "denied" | "reset" | "drop" (forward, then reset: the answer is lost)
     method: str | None = None
     count: int | None = None
+    path_contains: str = ""
 
 
 _ANSWERS = {
@@ -63,13 +65,13 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length", 0) or 0)
                 body = self.rfile.read(length) if length else b""
-                fault = proxy._take(self.command)
+                fault = proxy._take(self.command, self.path)
                 if fault is not None and fault.action == "reset":
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     self.close_connection = True
                     self.connection.close()
                     return
-                if fault is not None:
+                if fault is not None and fault.action != "drop":
                     status, code, msg = _ANSWERS[fault.action]
                     data = (
                         f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
@@ -89,6 +91,11 @@ class FaultProxy:
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
+                    if fault is not None:  # "drop": the server acted, the client never hears
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        self.connection.close()
+                        return
                     self.send_response(resp.status)
                     for k, v in resp.getheaders():
                         if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
@@ -108,11 +115,11 @@ class FaultProxy:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def _take(self, method: str) -> Fault | None:
+    def _take(self, method: str, path: str) -> Fault | None:
         with self._lock:
             self.seen[method] += 1
             for f in self.faults:
-                if f.method is not None and f.method != method:
+                if (f.method is not None and f.method != method) or f.path_contains not in path:
                     continue
                 if f.count is not None:
                     if f.count <= 0:

@@ -248,3 +248,23 @@ def test_pipeline_refuses_bad_directory_arguments(s3_endpoint: str) -> None:
     for bad in (None, 3, b"s3://bucket/x", ""):
         with pytest.raises(ConfigTypeError):
             p.save_checkpoint(bad)
+
+
+@pytest.mark.parametrize("target", ["manifest-", ".universal.", ".lane-"])
+def test_a_conditional_write_whose_answer_was_lost_is_recognised_as_ours(
+    bucket: str, proxy: FaultProxy, target: str
+) -> None:
+    """The server stores the object, the connection dies before the answer, botocore
+    retries and gets 412: the store reads the object back and sees its own bytes."""
+    st = s3.S3Storage(bucket, endpoint_url=proxy.url, max_attempts=3)
+    url = f"s3://{bucket}/ck"
+    store.save(crash_state(1), url, storage=st)
+    proxy.faults.append(Fault("drop", method="PUT", count=1, path_contains=target))
+    assert store.save(crash_state(2), url, storage=st) == 2
+    assert proxy.injected["drop"] == 1
+    assert store.load(url) == crash_state(2)
+    assert all(isinstance(r, store.Manifest) for _, r in store.iter_verify(url))
+    # Nothing was removed or left over: exactly the two generations' objects.
+    names = [k.removeprefix("ck/") for k in keys(bucket, "ck/")]
+    want = [e.file_name(g) for g in (1, 2) for e in store.read_manifest(url, g).shards]
+    assert names == sorted(want + [manifest_file_name(1), manifest_file_name(2)])
