@@ -122,3 +122,19 @@ def test_round_between_processes_over_s3(bucket: str, ws: int) -> None:
     # As on the directory backend: only the closed-round marker is left in the namespace.
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="agg/run-0/").get("Contents", [])
     assert [o["Key"] for o in listed] == [f"agg/run-0/{outs[0]['round_id']}.outcome"]
+
+
+@pytest.mark.slow
+def test_rank_that_never_calls_is_named_after_the_90_s_floor(bucket: str) -> None:
+    """As on the directory backend, with the cloud timing: asked for 2 s, the round waits
+    the 90 s floor, then the leader names the missing rank and its lanes in a failure
+    notice that the followers read."""
+    url = f"s3://{bucket}/agg"
+    procs = [_spawn({"backend": url, "run_id": "run", "timeout_s": 2.0, "seed": 1, "c": 8, "rank": r,
+                     "worker": 0, "world_size": 4, "workers": 1}) for r in (0, 1, 3)]
+    lead, *fols = [_result(p) for p in procs]
+    assert not lead["ok"] and lead["type"] == "AggregationTimeout"
+    assert lead["missing_ranks"] == [2] and lead["missing_lanes"] == [4, 5]
+    for f in fols:
+        assert not f["ok"]
+        assert (f["type"] == "LeaderFailed" and "missing ranks [2]" in f["msg"]) or f["waiting_for"] == "outcome"
