@@ -7,8 +7,8 @@ HTTP request of a save (every request index at least once) and 20 killed at
 random times; plus two concurrent writers.  Counts are printed (``-s``) and
 appended to ``$ZEPHON_REF_CAMPAIGN_OUT`` if set.  The full byte campaign (6840
 loads, ~4 requests each) and the full kill campaigns are ``slow`` (minutes through
-HTTP); the default run covers a seeded sample of 200 byte damages, every request
-index of a save once, and 4 timed kills.
+HTTP); the default run covers a seeded sample of 120 byte damages, every request
+index of a save once, and 3 timed kills.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _byte_campaign(bucket: str, *, sample: int | None, masks: tuple[int, ...], n
 
 
 def test_sampled_byte_flips_and_truncations_are_refused(bucket: str) -> None:
-    _byte_campaign(bucket, sample=200, masks=(0xFF,), name="s3 byte-flip+truncate (seeded sample of 200)")
+    _byte_campaign(bucket, sample=120, masks=(0xFF,), name="s3 byte-flip+truncate (seeded sample of 120)")
 
 
 @pytest.mark.slow
@@ -230,7 +230,7 @@ def _timed_campaign(bucket: str, runs: int) -> None:
 
 
 def test_sigkill_at_random_times(bucket: str) -> None:
-    _timed_campaign(bucket, runs=4)
+    _timed_campaign(bucket, runs=3)
 
 
 @pytest.mark.slow
