@@ -213,7 +213,7 @@ def _timed_run(args: tuple[str, float, int]) -> tuple[str, int, int]:
 
 def _timed_campaign(bucket: str, runs: int) -> None:
     rnd = random.Random(77)
-    plan = [(f"s3://{bucket}/t{i:02d}", rnd.uniform(0.0, 0.5), 100 * i) for i in range(runs)]
+    plan = [(f"s3://{bucket}/t{i:02d}", rnd.uniform(0.0, 1.0), 100 * i) for i in range(runs)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_timed_run, plan))
     gens = []
