@@ -461,7 +461,8 @@ class Pipeline:
         return copy.deepcopy(engine.state_dict())
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
-        """Durably save :meth:`checkpoint` as a new generation in ``directory``; returns it."""
+        """Durably save :meth:`checkpoint` as a new generation in ``directory`` (a path or an
+        ``s3://bucket/prefix`` URL); returns it."""
         _check_directory(directory)
         return ckpt_store.save(self.checkpoint(), directory)
 
@@ -472,8 +473,7 @@ class Pipeline:
         already restored from the same directory is refused (a reset cursor), and
         so is any other bad state; a refusal changes no file and no pipeline state.
         """
-        _check_directory(directory)
-        key = str(Path(directory).resolve())
+        key = _check_directory(directory)
         world = self._world_of(self._options)
         loaded = ckpt_store.load_checkpoint(
             directory, generation, expected_fingerprint=self.fingerprint(),
@@ -518,9 +518,16 @@ class Pipeline:
         return self
 
 
-def _check_directory(directory: Any) -> None:
+def _check_directory(directory: Any) -> str:
+    """Refuse a bad directory argument; return the key of its restore floor (the
+    resolved local path, or the normalised ``s3://bucket/prefix`` URL)."""
     if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
         raise ConfigTypeError(expected("directory", "a non-empty str or os.PathLike", directory))
+    if isinstance(directory, str) and "://" in directory:
+        from zephon_ref.checkpoint.s3 import location
+
+        return location(directory).url  # ConfigError for another scheme or a malformed URL
+    return str(Path(directory).resolve())
 
 
 class PipelineIterator(Iterator[Any]):

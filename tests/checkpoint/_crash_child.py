@@ -20,19 +20,13 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from properties.pipelines import real_state
+from properties.ckpt_campaigns import CRASH_LANES as C
+from properties.ckpt_campaigns import crash_state as state_for
 from sim.storage import FaultyStorage
 from zephon_ref.checkpoint import store
 
-C = 3
-
-
-def state_for(seed: int, *, canonical_replicas: int = C) -> dict[str, Any]:
-    """A real engine state: source seed ``seed``, 1..5 items delivered, ``canonical_replicas`` lanes."""
-    return real_state(seed, canonical_replicas=canonical_replicas, items=1 + seed % 5, chunk_size=8,
-                      corpus_seed=seed % 7)
+__all__ = ["C", "state_for"]
 
 
 def _race(directory: str, n: int, seed0: int) -> None:

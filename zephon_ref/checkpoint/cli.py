@@ -2,7 +2,10 @@
 
 Theory of operation
 -------------------
-A thin front end over store.py.  ``inspect`` lists every published generation
+A thin front end over store.py.  ``DIR`` is a local directory or an
+``s3://bucket/prefix`` URL (object storage, configured by the standard AWS
+environment variables; see docs/s3.md); a malformed URL or another scheme is a
+usage error (64), an unreachable or refusing endpoint a storage error (4).  ``inspect`` lists every published generation
 (lanes, shard sizes, capture, fingerprint) and marks the ones that fail
 verification; ``verify`` checks every digest and header of every generation;
 neither writes a file.  ``gc`` keeps the N newest generations and removes older
@@ -73,6 +76,8 @@ _EPILOG = (
     "exit codes: 0 ok, 1 corrupt, 2 missing (no published generation), 3 mismatch, "
     "4 storage error (OS refused: not a directory, read-only, disk full, ...), 64 usage"
 )
+
+_DIR_HELP = "checkpoint directory: a local path or s3://bucket/prefix"
 
 
 def exit_code(exc: BaseException) -> int:
@@ -199,17 +204,17 @@ def _positive(text: str) -> int:
 
 def _add_leaves(sub: Any) -> None:
     p = sub.add_parser("inspect", help="list generations, lanes, sizes, capture, fingerprint", epilog=_EPILOG)
-    p.add_argument("directory")
+    p.add_argument("directory", help=_DIR_HELP)
     p.set_defaults(func=cmd_inspect)
     v = sub.add_parser(
         "verify", help="check every digest of every generation (exit 0 only if all pass)", epilog=_EPILOG
     )
-    v.add_argument("directory")
+    v.add_argument("directory", help=_DIR_HELP)
     v.set_defaults(func=cmd_verify)
     g = sub.add_parser(
         "gc", help="keep the N newest generations; remove older ones and torn leftovers", epilog=_EPILOG
     )
-    g.add_argument("directory")
+    g.add_argument("directory", help=_DIR_HELP)
     g.add_argument("--keep", type=_positive, required=True, help="generations to keep (>= 1)")
     g.set_defaults(func=cmd_gc)
     from zephon_ref.compat.check import add_check_parser

@@ -40,6 +40,14 @@ PIDs), and a temp name that already exists is never touched: another token is
 tried.  A failure before the link removes this call's temp file (best effort)
 and leaves the target name as it was.
 
+**Publish-level storages.**  A storage that has no temp files or links (object
+storage: :class:`zephon_ref.checkpoint.s3.S3Storage`) offers one optional
+method, ``publish_object(path, data, *, replace)``, which publishes the whole
+value under its final name (``FileExistsError`` when taken and not
+``replace``).  :func:`publish` calls it instead of the sequence above when a
+storage has it; storages without it (POSIX, the simulator's faulty one) are
+unchanged.
+
 What may not live here: checkpoint layout or schema (store.py), clocks, and
 any fault injection (that is the simulator's storage).
 """
@@ -171,6 +179,17 @@ def publish(
     Every ``OSError`` becomes a :class:`StorageError`.
     """
     final = Path(path)
+    direct = getattr(storage, "publish_object", None)
+    if callable(direct):
+        try:
+            direct(final, data, replace=replace)
+        except FileExistsError as exc:
+            raise PublishConflict(
+                expected(f"publish target {final.name}", "a name not yet taken", "an existing object")
+            ) from exc
+        except OSError as exc:
+            raise storage_error(exc, "put", final) from exc
+        return
     directory = final.parent
     op = "create"
     tmp: Path | None = None

@@ -45,6 +45,12 @@ any newer manifest before publishing.  A reader that had already read the
 manifest of a collected generation gets :class:`CheckpointNotFound`
 (``reason="generation-collected"``), never wrong data.
 
+**Object storage.**  Every function taking a directory also takes an
+``s3://bucket/prefix`` URL (:mod:`zephon_ref.checkpoint.s3`): the same layout
+as object keys under the prefix, published with conditional writes (a
+published key is never replaced), so every rule above holds unchanged; there
+are no temp files there.
+
 **Restore.**  :func:`load` validates everything before it returns anything:
 manifest self-digest and canonical form, format and schema version, expected
 fingerprint and canonical_replicas, the generation floor (reset cursor), then
@@ -136,6 +142,18 @@ def _storage(storage: Storage | None) -> Storage:
     return _POSIX if storage is None else storage
 
 
+def _at(directory: PathLike, storage: Storage | None) -> tuple[Storage, Path]:
+    """The storage and root path for a directory argument: a local path, or an
+    ``s3://bucket/prefix`` URL (object storage, :mod:`zephon_ref.checkpoint.s3`;
+    ``storage=`` then overrides the process's shared client for that bucket)."""
+    if isinstance(directory, str) and "://" in directory:
+        from zephon_ref.checkpoint import s3
+
+        loc = s3.location(directory)  # ConfigError for any other scheme or a malformed URL
+        return (s3.storage_for(loc.bucket) if storage is None else storage), loc.root
+    return _storage(storage), Path(directory)
+
+
 def publish_bytes(path: PathLike, data: bytes, *, storage: Storage | None = None) -> None:
     """Durably publish ``data`` at ``path``; never replace an existing file.
 
@@ -143,7 +161,8 @@ def publish_bytes(path: PathLike, data: bytes, *, storage: Storage | None = None
     :class:`PublishConflict` if ``path`` exists, :class:`StorageError` for any
     operating-system failure; the temp file is removed either way.
     """
-    _st.publish(_storage(storage), path, data)
+    st, target = _at(path, storage)
+    _st.publish(st, target, data)
 
 
 # ---------------------------------------------------------------- listing
@@ -164,7 +183,8 @@ def _manifest_generations(names: list[str]) -> list[int]:
 
 def list_generations(directory: PathLike, *, storage: Storage | None = None) -> list[int]:
     """Generations with a published manifest, ascending (content not checked)."""
-    return _manifest_generations(_names(_storage(storage), Path(directory)))
+    st, root = _at(directory, storage)
+    return _manifest_generations(_names(st, root))
 
 
 def latest_complete_generation(directory: PathLike, *, storage: Storage | None = None) -> int | None:
@@ -236,8 +256,7 @@ def save(
     schema = schema_digest(version)
     capture = capture_of(state)
 
-    st = _storage(storage)
-    root = Path(directory)
+    st, root = _at(directory, storage)
     _st.ensure_dir(st, root)
     lost: list[int] = []
     for _ in range(max_attempts):
@@ -333,8 +352,8 @@ class LoadedCheckpoint:
 
 def read_manifest(directory: PathLike, generation: int, *, storage: Storage | None = None) -> Manifest:
     """Read and validate the manifest of ``generation`` (shards not checked)."""
-    root = Path(directory)
-    data = _st.read_bytes(_storage(storage), root / manifest_file_name(generation))
+    st, root = _at(directory, storage)
+    data = _st.read_bytes(st, root / manifest_file_name(generation))
     if data is None:
         raise CheckpointNotFound(
             expected(f"manifest of generation {generation} in {root}", "a published file", "nothing"),
@@ -471,8 +490,7 @@ def load_checkpoint(
     """Validate a whole generation (newest published if None) and return it."""
     if type(min_generation) is not int or min_generation < 0:
         raise ConfigError(expected("min_generation", "an int >= 0", min_generation))
-    st = _storage(storage)
-    root = Path(directory)
+    st, root = _at(directory, storage)
     if generation is None:
         gen = latest_complete_generation(root, storage=st)
         if gen is None:
@@ -550,7 +568,8 @@ class CheckpointReader:
     ) -> None:
         if type(min_generation) is not int or min_generation < 0:
             raise ConfigError(expected("min_generation", "an int >= 0", min_generation))
-        self._directory = Path(directory)
+        _at(directory, storage)  # a malformed URL is refused here, not at the first load
+        self._directory: PathLike = directory if isinstance(directory, str) and "://" in directory else Path(directory)
         self._fingerprint = expected_fingerprint
         self._replicas = expected_canonical_replicas
         self._floor = min_generation
@@ -601,8 +620,7 @@ def gc(directory: PathLike, *, keep: int, storage: Storage | None = None) -> GcR
     """
     if type(keep) is not int or keep < 1:
         raise ConfigError(expected("gc keep", "an int >= 1 (the newest generation is always kept)", keep))
-    st = _storage(storage)
-    root = Path(directory)
+    st, root = _at(directory, storage)
     names = _names(st, root)
     gens = _manifest_generations(names)
     if not gens:

@@ -29,6 +29,8 @@ Backends:
   temp file to the target (``link`` fails if the name exists), so a created
   file is always complete; both sync the directory after.  Temp files start
   with ``.`` and are never listed.
+* ``ObjectStoreBackend`` (:mod:`.objectstore`): ``s3://bucket/prefix``, objects
+  through the checkpoint store's S3 storage, polled with capped exponential back-off.
 * :class:`TCPStoreBackend`: a client of torch.distributed's ``TCPStore``
   (``torch://`` = MASTER_ADDR/MASTER_PORT, or ``torch://host:port``).  Every
   value is stored behind a manifest: ``ZR1`` + kind + 16-byte write id, then the
@@ -506,7 +508,8 @@ class TCPStoreBackend:
 
 def open_backend(spec: str | os.PathLike[str] | Backend, *, timeout_s: float = 30.0) -> Backend:
     """A backend from a spec: a Backend is returned as is, ``torch://...`` gives a
-    TCPStoreBackend, ``memory://`` a fresh MemoryBackend, anything else a
+    TCPStoreBackend, ``memory://`` a fresh MemoryBackend, ``s3://bucket/prefix`` an
+    :class:`~zephon_ref.coordination.objectstore.ObjectStoreBackend`, anything else a
     directory path (``aggregate_dir``)."""
     if isinstance(spec, Backend):
         return spec
@@ -516,9 +519,13 @@ def open_backend(spec: str | os.PathLike[str] | Backend, *, timeout_s: float = 3
             return TCPStoreBackend.from_uri(spec, timeout_s=timeout_s)
         if scheme == "memory" and spec == "memory://":
             return MemoryBackend()
+        if scheme == "s3":
+            from zephon_ref.coordination.objectstore import ObjectStoreBackend
+
+            return ObjectStoreBackend(spec)
         if scheme != "file":
             raise ConfigError(
-                expected("aggregate backend", "a directory, torch://[host:port] or memory://", spec)
+                expected("aggregate backend", "a directory, s3://bucket/prefix, torch://[host:port] or memory://", spec)
             )
         spec = spec.partition("://")[2]
     if not isinstance(spec, (str, os.PathLike)) or not str(spec):

@@ -16,6 +16,10 @@ follower from ``(rank, worker)``, picks a fresh round id (leader) and a fresh
 participant token, and returns the merged state or raises the round's typed
 error (:class:`~zephon_ref.errors.AggregationError` and subclasses).
 
+Over object storage (``s3://``) the round polls with zephon's capped
+exponential back-off (:mod:`.objectstore`: ``poll_s`` is ignored, the timeout is
+raised to at least 90 s); the waits themselves are the backend's ``pause``.
+
 Namespace: ``<run_id>-<checkpoint_reload_count>``: runs with distinct run ids
 never see each other's keys; a restored run (reload count + 1) starts afresh.
 """
@@ -30,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from zephon_ref.coordination import objectstore
 from zephon_ref.coordination.backends import Backend, open_backend
 from zephon_ref.coordination.protocol import (
     Abort,
@@ -193,6 +198,8 @@ def aggregate_round(
         raise StateFormatError(expected("state", "an engine-state dict", type(state).__name__))
     timeout = _seconds(timeout_s, "timeout_s", lo=0.001)
     poll = max(1, _seconds(poll_s, "poll_s", lo=0.001))
+    cloud = _object_store(backend)
+    timeout, poll = round_timing(cloud, timeout, poll)
     grace = _seconds(stale_grace_s, "stale_grace_s", lo=0.0)
     ns = namespace(run_id, state.get("checkpoint_reload_count", 0))
     is_leader = rank == 0 and worker == 0
@@ -212,7 +219,25 @@ def aggregate_round(
     connect = getattr(store, "connect", None)
     if callable(connect):
         connect()  # before the clock starts: connection set-up is not round time
-    return run_round(machine, store)
+    pause = getattr(store, "pause", None) if cloud else None
+    return run_round(machine, store, sleep=pause if callable(pause) else time.sleep)
+
+
+def round_timing(cloud: bool, timeout: int, poll: int) -> tuple[int, int]:
+    """(timeout, poll) in ms for a round: as given, or for object storage zephon's
+    cloud rule: the timeout raised to at least 90 s, and the machine allowed to sleep
+    up to the back-off cap (the backend's ``pause`` shortens each wait to its step:
+    0.5 s, x1.5, cap 5 s)."""
+    if not cloud:
+        return timeout, poll
+    return max(timeout, round(objectstore.TIMEOUT_FLOOR_S * 1000)), round(objectstore.CAP_S * 1000)
+
+
+def _object_store(backend: object) -> bool:
+    """True for an ``s3://`` spec or an object-store backend (polled with back-off)."""
+    if isinstance(backend, str):
+        return backend.partition("://")[0].lower() == "s3" and "://" in backend
+    return isinstance(backend, objectstore.ObjectStoreBackend)
 
 
 def aggregate(
