@@ -50,12 +50,21 @@ from typing import Any
 from zephon_ref.torch.collate import COLLATED_FIELDS, collate_batch
 from zephon_ref.torch.dataset import dataset_class, to_torch_dataset
 from zephon_ref.torch.device import WorkerSlot, resolve_device, worker_slot
+from zephon_ref.torch.stateful import (
+    STATE_FORMAT,
+    StampedItem,
+    stateful_dataset_class,
+    to_stateful_dataset,
+)
 
 __all__ = [
     "COLLATED_FIELDS",
+    "STATE_FORMAT",
+    "StampedItem",
     "WorkerSlot",
     "collate_batch",
     "resolve_device",
+    "to_stateful_dataset",
     "to_torch_dataset",
     "worker_slot",
 ]
@@ -66,4 +75,6 @@ def __getattr__(name: str) -> Any:
     # for a spawned DataLoader worker unpickles there (importing torch only then).
     if name == "TorchPipelineDataset":
         return dataset_class()
+    if name == "StatefulPipelineDataset":
+        return stateful_dataset_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
