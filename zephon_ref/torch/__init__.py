@@ -47,9 +47,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon_ref.torch.collate import COLLATED_FIELDS, collate_batch
+from zephon_ref.torch.collate import (
+    COLLATED_FIELDS,
+    IGNORE_INDEX,
+    TRAINING_FIELDS,
+    collate_batch,
+    collate_for_training,
+)
 from zephon_ref.torch.dataset import dataset_class, to_torch_dataset
-from zephon_ref.torch.device import WorkerSlot, resolve_device, worker_slot
+from zephon_ref.torch.device import WorkerSlot, move_batch, resolve_device, worker_slot
 from zephon_ref.torch.stateful import (
     STATE_FORMAT,
     StampedItem,
@@ -59,10 +65,14 @@ from zephon_ref.torch.stateful import (
 
 __all__ = [
     "COLLATED_FIELDS",
+    "IGNORE_INDEX",
     "STATE_FORMAT",
     "StampedItem",
+    "TRAINING_FIELDS",
     "WorkerSlot",
     "collate_batch",
+    "collate_for_training",
+    "move_batch",
     "resolve_device",
     "to_stateful_dataset",
     "to_torch_dataset",
