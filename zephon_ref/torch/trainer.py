@@ -137,14 +137,28 @@ class ReferenceTrainer:
 
     def step(self, batch: dict[str, Any]) -> float:
         """One AdamW update on one collated batch; returns the loss."""
+        return self.update([batch])
+
+    def update(self, batches: Sequence[dict[str, Any]]) -> float:
+        """One AdamW update on several collated batches (a global step), summed in the order given.
+
+        The loss is the sum of every target token's cross entropy divided by the
+        number of target tokens, accumulated batch by batch in ``batches`` order,
+        so equal batch lists give bit-equal updates on any topology.
+        """
         torch = require_torch()
         v = self.config.vocab_size
-        ids = batch["input_ids"].remainder(v)
-        labels = batch["labels"]
-        labels = torch.where(labels == IGNORE_INDEX, labels, labels.remainder(v))
-        logits = self.model(ids)
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, v), labels.reshape(-1),
-                                                 ignore_index=IGNORE_INDEX)
+        total = torch.zeros((), dtype=torch.float32)
+        count = 0
+        for batch in batches:
+            ids = batch["input_ids"].remainder(v)
+            labels = batch["labels"]
+            labels = torch.where(labels == IGNORE_INDEX, labels, labels.remainder(v))
+            logits = self.model(ids)
+            total = total + torch.nn.functional.cross_entropy(logits.reshape(-1, v), labels.reshape(-1),
+                                                              ignore_index=IGNORE_INDEX, reduction="sum")
+            count += int((labels != IGNORE_INDEX).sum())
+        loss = total / max(count, 1)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -172,25 +186,44 @@ class ReferenceTrainer:
     # -- checkpoint ---------------------------------------------------------------------------
     def save(self, directory: str | Path) -> int:
         """Publish the pipeline state, then the trainer state (the commit point); return the generation."""
+        state = self.dataset.state_dict()
+        return self.publish(directory, state["engine"],
+                            {"num_workers": state["num_workers"], "next_role": state["next_role"]})
+
+    def publish(self, directory: str | Path, engine_state: dict[str, Any], extra: dict[str, Any]) -> int:
+        """Publish ``engine_state`` to ``<directory>/pipeline``, then this trainer's file naming it."""
         torch = require_torch()
         root = Path(directory)
-        state = self.dataset.state_dict()
-        gen = ckpt_store.save(state["engine"], root / "pipeline")
+        gen = ckpt_store.save(engine_state, root / "pipeline")
         buf = io.BytesIO()
         torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "updates": self.updates, "losses": list(self.losses), "pipeline_generation": gen,
-                    "num_workers": state["num_workers"], "next_role": state["next_role"],
-                    "config": [self.config.seed, self.config.vocab_size, self.config.dim, self.config.lr]}, buf)
+                    "config": self._config_key(), **extra}, buf)
         blob = buf.getvalue()
         name = f"trainer-g{gen:08d}.{hashlib.sha256(blob).hexdigest()}.pt"
         ckpt_store.publish_bytes(root / name, blob)
         return gen
+
+    def _config_key(self) -> list[Any]:
+        return [self.config.seed, self.config.vocab_size, self.config.dim, self.config.lr]
 
     def load(self, directory: str | Path) -> int:
         """Resume from the newest committed checkpoint in ``directory``; return its generation.
 
         Must be called before the first update.  Everything is read and
         validated before the model, optimizer or dataset change.
+        """
+        saved, engine, gen = self.read(directory)
+        state = {"format": STATE_FORMAT, "engine": engine, "num_workers": saved["num_workers"],
+                 "next_role": saved["next_role"]}
+        self.dataset.load_state_dict(state)  # validates first; the last step that can refuse
+        self.adopt(saved)
+        return gen
+
+    def read(self, directory: str | Path) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """(trainer file content, validated pipeline state, generation) of the newest committed checkpoint.
+
+        Reads and validates only: nothing changes.
         """
         torch = require_torch()
         if self._batches is not None or self.updates:
@@ -206,23 +239,27 @@ class ReferenceTrainer:
             raise CheckpointCorrupt(expected(f"{path.name}", "content matching the digest in its name",
                                              "other bytes"), reason="digest-mismatch")
         saved = torch.load(io.BytesIO(blob), weights_only=True)
-        want = [self.config.seed, self.config.vocab_size, self.config.dim, self.config.lr]
-        if saved["config"] != want:
-            raise CheckpointCorrupt(expected(f"{path.name} trainer config", repr(want), saved["config"]),
-                                    reason="config-mismatch")
+        if saved["config"] != self._config_key():
+            raise CheckpointCorrupt(expected(f"{path.name} trainer config", repr(self._config_key()),
+                                             saved["config"]), reason="config-mismatch")
         gen = int(gen_text)
         loaded = ckpt_store.load_checkpoint(root / "pipeline", gen, expected_fingerprint=self.pipeline.fingerprint())
-        state = {"format": STATE_FORMAT, "engine": loaded.state, "num_workers": saved["num_workers"],
-                 "next_role": saved["next_role"]}
-        fresh_model = _build_model(self.config)
-        fresh_model.load_state_dict(saved["model"])
-        fresh_opt = torch.optim.AdamW(fresh_model.parameters(), lr=self.config.lr)
-        fresh_opt.load_state_dict(saved["optimizer"])
-        self.dataset.load_state_dict(state)  # validates first; the last step that can refuse
-        self.model, self.optimizer = fresh_model, fresh_opt
+        # a dry run of the model and optimizer state before anything is replaced
+        probe = _build_model(self.config)
+        probe.load_state_dict(saved["model"])
+        torch.optim.AdamW(probe.parameters(), lr=self.config.lr).load_state_dict(saved["optimizer"])
+        return saved, loaded.state, gen
+
+    def adopt(self, saved: dict[str, Any]) -> None:
+        """Take the model, optimizer and counters of a trainer file :meth:`read` validated."""
+        torch = require_torch()
+        model = _build_model(self.config)
+        model.load_state_dict(saved["model"])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.config.lr)
+        optimizer.load_state_dict(saved["optimizer"])
+        self.model, self.optimizer = model, optimizer
         self.updates = int(saved["updates"])
         self.losses = [float(x) for x in saved["losses"]]
-        return gen
 
     def snapshot(self) -> dict[str, Any]:
         """Model and optimizer state, detached copies (for torch.equal comparisons)."""
