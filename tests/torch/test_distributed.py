@@ -72,3 +72,18 @@ def test_rank_count_changes_keep_global_batches_and_the_loss_curve(tmp_path: Pat
     assert [sorted(s) for s in observed] == [sorted(s) for s in ref_steps]
     assert one["losses"] == ref["losses"], "the loss curve is identical across 2 -> 4 -> 1 ranks"
     assert one["params"] == ref["params"]
+
+
+@pytest.mark.slow
+def test_ranks_reading_through_dataloader_workers_checkpoint_every_worker_shard(tmp_path: Path) -> None:
+    """2 ranks x 2 DataLoader workers: each worker's shard joins the round over the TCPStore (one
+    participant per worker); the state resumes on 1 rank with 3 workers and on 4 ranks with 1."""
+    steps = 4
+    (ref,) = launch(tmp_path, "ref", 1, steps)
+    ckpt = str(tmp_path / "ckpt")
+    first = launch(tmp_path, "a", 2, 2, "--checkpoint-dir", ckpt, "--workers", "2")[0]
+    second = launch(tmp_path, "b", 1, 1, "--checkpoint-dir", ckpt, "--resume", "--workers", "3")[0]
+    third = launch(tmp_path, "c", 4, 1, "--checkpoint-dir", ckpt, "--resume", "--workers", "1")[0]
+    observed = as_steps(first) + as_steps(second) + as_steps(third)
+    assert [sorted(s) for s in observed] == [sorted(s) for s in as_steps(ref)]
+    assert third["losses"] == ref["losses"] and third["params"] == ref["params"]

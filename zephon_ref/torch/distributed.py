@@ -38,6 +38,7 @@ from typing import Any
 from zephon_ref.errors import ConfigError, ContractError, expected
 from zephon_ref.torch.collate import collate_for_training
 from zephon_ref.torch.device import require_torch
+from zephon_ref.torch.stateful import STATE_FORMAT, to_stateful_dataset
 
 __all__ = ["gather_global_step", "init_rank", "main", "run_rank"]
 
@@ -89,8 +90,13 @@ def _view(batch: Any) -> list[Any]:
 
 
 def run_rank(*, rank: int, world_size: int, port: int, steps: int, seed: int = 0,
-             checkpoint_dir: str | None = None, resume: bool = False) -> dict[str, Any]:
+             checkpoint_dir: str | None = None, resume: bool = False, workers: int | None = None) -> dict[str, Any]:
     """Train ``steps`` global steps of the demo pipeline on this rank (see the module docstring).
+
+    ``workers=None`` iterates the pipeline in the rank's process and checkpoints with
+    ``Pipeline.checkpoint()``; ``workers=n`` reads it through a plain
+    ``DataLoader(num_workers=n)`` over :func:`~zephon_ref.torch.stateful.to_stateful_dataset`
+    and checkpoints with its ``state_dict()`` (each worker's shard joins the round).
 
     Returns ``{"steps": [[view, ...] per global step], "losses": [...], "params": {name: list}}``
     (the same on every rank).  With ``checkpoint_dir`` the state after the last step is
@@ -109,13 +115,22 @@ def run_rank(*, rank: int, world_size: int, port: int, steps: int, seed: int = 0
         if lanes % world_size:
             raise ContractError(expected("canonical_replicas", f"a multiple of world_size={world_size}", lanes))
         trainer = ReferenceTrainer(pipeline, config=TrainerConfig(seed=seed))
+        dataset = None if workers is None else to_stateful_dataset(pipeline)
         if resume:
             if checkpoint_dir is None:
                 raise ConfigError(expected("checkpoint_dir", "a directory when resume=True", None))
             saved, engine, _gen = trainer.read(checkpoint_dir)
-            pipeline.restore(engine)
+            if dataset is None:
+                pipeline.restore(engine)
+            else:
+                dataset.load_state_dict({"format": STATE_FORMAT, "engine": engine,
+                                         "num_workers": int(saved.get("num_workers", 1)),
+                                         "next_role": int(saved.get("next_role", 0))})
             trainer.adopt(saved)
-        items = iter(pipeline)
+        if dataset is None:
+            items: Iterator[Any] = iter(pipeline)
+        else:
+            items = dataset.track(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers))
         steps_seen: list[list[Any]] = []
         was = torch.are_deterministic_algorithms_enabled()
         torch.use_deterministic_algorithms(True)
@@ -127,9 +142,16 @@ def run_rank(*, rank: int, world_size: int, port: int, steps: int, seed: int = 0
         finally:
             torch.use_deterministic_algorithms(was)
         if checkpoint_dir is not None:
-            state = pipeline.checkpoint()  # the aggregation round over the process group's TCPStore
+            # the aggregation round over the process group's TCPStore (every rank, every worker shard)
+            if dataset is None:
+                state, extra = pipeline.checkpoint(), {}
+            else:
+                ds_state = dataset.state_dict()
+                state = ds_state["engine"]
+                extra = {"num_workers": ds_state["num_workers"], "next_role": ds_state["next_role"]}
             if rank == 0:
-                trainer.publish(checkpoint_dir, state, {})
+                trainer.publish(checkpoint_dir, state, extra)
+        del items
         torch.distributed.barrier()  # nobody leaves (rank 0 hosts the store) before the checkpoint is published
         return {"steps": steps_seen, "losses": trainer.losses,
                 "params": {k: v.tolist() for k, v in trainer.model.state_dict().items()}}
@@ -151,10 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--workers", type=int, help="read through DataLoader(num_workers=N) (stateful dataset)")
     parser.add_argument("--out", required=True, help="where this rank writes its result (JSON)")
     args = parser.parse_args(argv)
     result = run_rank(rank=args.rank, world_size=args.world_size, port=args.port, steps=args.steps,
-                      seed=args.seed, checkpoint_dir=args.checkpoint_dir, resume=args.resume)
+                      seed=args.seed, checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                      workers=args.workers)
     Path(args.out).write_text(json.dumps(result))
     return 0
 

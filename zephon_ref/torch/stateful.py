@@ -20,9 +20,9 @@ This module keeps the two apart without patching torch:
 3. **state_dict() merges the per-role states** of the last item each role
    delivered (a role that delivered nothing yet contributes its starting state)
    with :func:`zephon_ref.coordination.merge.merge`, the same merge the
-   aggregation round runs for ``Pipeline.checkpoint()``.  With several ranks the
-   rank's shard then goes through the pipeline's aggregation round (one worker
-   per rank at most: see "Refused").  The result is
+   aggregation round runs for ``Pipeline.checkpoint()``.  With several ranks each
+   role's shard joins the pipeline's aggregation round as participant
+   ``(rank, worker=role)``, one thread each, and the round's leader merges them all.  The result is
    ``{"format": ..., "engine": <engine state>, "num_workers": n, "next_role": r}``;
    ``engine`` is an ordinary engine state that ``Pipeline.restore`` accepts too.
 4. **Role rotation makes same-count resumes exact.**  A DataLoader asks its
@@ -41,9 +41,10 @@ stream rather than replaying it.
 Refused, with typed errors (a configuration that cannot be checkpointed):
 ``persistent_workers=True`` (the workers would keep the state they were forked
 with), a DataLoader ``batch_size`` other than None (the pipeline batches; a
-DataLoader batch would mix stamps), a loader over another dataset, and more
-than one DataLoader worker per rank when ``world_size > 1`` (the rank's worker
-shards would each have to join the cross-rank round).
+DataLoader batch would mix stamps), a loader over another dataset, and, with
+``world_size > 1`` and several workers per rank, a custom ``aggregate`` (each
+worker shard joins the round as its own participant, through the pipeline's
+configured backend).
 
 What may not live here: pipeline logic (lanes, order, replay belong to the
 engine), merge rules (:mod:`zephon_ref.coordination.merge`), torch patches.
@@ -217,7 +218,6 @@ def stateful_dataset_class() -> type[Any]:
                 raise ConfigError(expected("DataLoader persistent_workers for a stateful pipeline dataset",
                                            "False (persistent workers keep the state they were started "
                                            "with, so load_state_dict() could not reach them)", True))
-            self._check_ranks(n)
             self._begin(n)
             tracked: Iterator[Any] = self._tracked(loader)
             return tracked
@@ -242,14 +242,6 @@ def stateful_dataset_class() -> type[Any]:
             """This rank's World (one worker): its group's lanes and its place in the round."""
             return self.pipeline._world_of(self.pipeline._options)
 
-        def _check_ranks(self, n: int) -> None:
-            world_size = self._rank_world().world_size
-            if world_size > 1 and n > 1:
-                raise ContractError(expected(
-                    f"DataLoader num_workers for a checkpointed stateful dataset at world_size={world_size}",
-                    "0 or 1 (each rank's worker shards would each have to join the cross-rank aggregation "
-                    "round)", n))
-
         def _start_state(self, role: int) -> dict[str, Any]:
             """Role ``role``'s local state at the start of the pass (its lanes, nothing consumed)."""
             if role not in self._starts:
@@ -271,20 +263,52 @@ def stateful_dataset_class() -> type[Any]:
             active = active_workers(len(rank_world.group_lanes), n)
             shards = [self._seen[r] if r in self._seen else self._start_state(r) for r in range(active)]
             if rank_world.world_size > 1:
-                assert len(shards) == 1  # _check_ranks refused more workers
-                engine = self._aggregate(shards[0], rank_world, aggregate)
+                engine = self._aggregate(shards, rank_world, aggregate)
             else:
                 engine = merge(shards, warn_mid_window=False)
             next_role = self._offset(n) if self._last_role is None else (self._last_role + 1) % n
             return {"format": STATE_FORMAT, "engine": engine, "num_workers": n, "next_role": next_role}
 
-        def _aggregate(self, shard: dict[str, Any], world: Any, aggregate: Any) -> dict[str, Any]:
+        def _aggregate(self, shards: list[dict[str, Any]], world: Any, aggregate: Any) -> dict[str, Any]:
+            """The merged state of every rank: each role's shard joins the round as one participant.
+
+            One shard (0 or 1 workers) joins from this thread.  Several join at once,
+            one thread each, as ``(rank, worker=role)`` participants of the same round, so
+            the leader (rank 0, worker 0) sees every lane exactly once; all get the same
+            merged state back.
+            """
             if aggregate is None:
                 from zephon_ref.coordination.driver import pipeline_aggregate
 
                 aggregate = pipeline_aggregate(self.pipeline._options)
-            merged, _round = aggregate(shard, world)
-            return copy.deepcopy(dict(merged))
+            elif len(shards) > 1:
+                raise ContractError(expected("aggregate= with several DataLoader workers per rank",
+                                             "None (the pipeline's configured backend)", "a custom aggregate"))
+            if len(shards) == 1:
+                merged, _round = aggregate(shards[0], world)
+                return copy.deepcopy(dict(merged))
+            import dataclasses
+            import threading
+
+            results: dict[int, Any] = {}
+            errors: dict[int, BaseException] = {}
+
+            def join(role: int) -> None:
+                try:
+                    w = dataclasses.replace(world, worker_id=role, num_workers=self._n)
+                    results[role] = aggregate(shards[role], w)[0]
+                except BaseException as exc:  # re-raised below, in the caller's thread
+                    errors[role] = exc
+
+            threads = [threading.Thread(target=join, args=(r,), name=f"zephon-ref-round-w{r}")
+                       for r in range(len(shards))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[min(errors)]
+            return copy.deepcopy(dict(results[0]))
 
         def load_state_dict(self, state: Mapping[str, Any]) -> None:
             """Resume from a :meth:`state_dict` result at the next pass (under any worker count).
