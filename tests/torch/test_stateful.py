@@ -200,3 +200,12 @@ def test_bad_states_are_refused_and_change_nothing() -> None:
         tail = [view(b) for b in ds.track(DataLoader(ds, batch_size=None, num_workers=2))]
     assert head + tail == full
     assert state["format"] == STATE_FORMAT
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory needs a CUDA device")
+def test_pin_memory_pins_the_stamped_items_tensors_only() -> None:
+    ds = to_stateful_dataset(small_pipeline(), device="cpu")
+    items = list(ds.track(DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True)))
+    assert items and all(t.is_pinned() for item in items for t in item.values())
+    head, state = run(2, stop=3)
+    assert state["engine"]["lane_emitted"]  # the stamp itself stays a plain dict
