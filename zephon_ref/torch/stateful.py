@@ -36,7 +36,9 @@ This module keeps the two apart without patching torch:
 
 Each :meth:`track` pass starts where the consumed state stands (the loaded
 state, or the end of the previous pass), so consecutive passes continue the
-stream rather than replaying it.
+stream rather than replaying it.  With several ranks that needs the ranks'
+round, so a new pass after consumed items requires a ``state_dict()`` on every
+rank first (a ContractError says so); a pass never starts a round by itself.
 
 Refused, with typed errors (a configuration that cannot be checkpointed):
 ``persistent_workers=True`` (the workers would keep the state they were forked
@@ -162,6 +164,7 @@ def stateful_dataset_class() -> type[Any]:
             self._seen: dict[int, dict[str, Any]] = {}  # role -> local state after its last consumed item
             self._last_role: int | None = None
             self._starts: dict[int, dict[str, Any]] = {}  # role -> its state at the start of the pass
+            self._last_state: dict[str, Any] | None = None  # state_dict() since the last observed item
 
         # -- worker side --------------------------------------------------------------------
         def _role_pipeline(self, role: int, n: int) -> Pipeline:
@@ -194,13 +197,25 @@ def stateful_dataset_class() -> type[Any]:
 
         # -- trainer side -------------------------------------------------------------------
         def _begin(self, n: int) -> None:
-            """Start a pass with ``n`` workers from the consumed state (so passes continue)."""
+            """Start a pass with ``n`` workers from the consumed state (so passes continue).
+
+            With several ranks that state needs an aggregation round, which every rank must
+            join; a pass does not start one on its own: call state_dict() on every rank first.
+            """
             if self._seen:
-                self._resume = _check_state(self.state_dict())
+                if self._last_state is None:
+                    if self._rank_world().world_size > 1:
+                        raise ContractError(expected(
+                            "a new pass at world_size > 1 after items were consumed",
+                            "state_dict() called on every rank first (the state of a consumed pass needs "
+                            "the ranks' aggregation round)", "a pass with no state_dict() since the last item"))
+                    self._last_state = self.state_dict()
+                self._resume = _check_state(self._last_state)
             self._n = max(1, n)
             self._seen = {}
             self._last_role = None
             self._starts = {}
+            self._last_state = None
 
         def track(self, loader: Any) -> Iterator[Any]:
             """Iterate ``loader`` (a DataLoader over this dataset), yielding bare items and
@@ -236,6 +251,7 @@ def stateful_dataset_class() -> type[Any]:
                                              stamped.num_workers))
             self._seen[stamped.role] = stamped.state
             self._last_role = stamped.role
+            self._last_state = None
             return stamped.item
 
         def _rank_world(self) -> Any:
@@ -267,7 +283,9 @@ def stateful_dataset_class() -> type[Any]:
             else:
                 engine = merge(shards, warn_mid_window=False)
             next_role = self._offset(n) if self._last_role is None else (self._last_role + 1) % n
-            return {"format": STATE_FORMAT, "engine": engine, "num_workers": n, "next_role": next_role}
+            state = {"format": STATE_FORMAT, "engine": engine, "num_workers": n, "next_role": next_role}
+            self._last_state = copy.deepcopy(state)
+            return state
 
         def _aggregate(self, shards: list[dict[str, Any]], world: Any, aggregate: Any) -> dict[str, Any]:
             """The merged state of every rank: each role's shard joins the round as one participant.
@@ -322,6 +340,7 @@ def stateful_dataset_class() -> type[Any]:
             self._seen = {}
             self._last_role = None
             self._starts = {}
+            self._last_state = None
 
     StatefulPipelineDataset.__module__ = "zephon_ref.torch"
     StatefulPipelineDataset.__qualname__ = "StatefulPipelineDataset"
