@@ -1,7 +1,19 @@
 #!/usr/bin/env python
-"""GPU check of the torch path: demo pipeline -> to_torch_dataset -> DataLoader(num_workers=2) -> CUDA.
+"""GPU check of the torch path: quick device checks, the torch-path tests and the tensor benchmark, one line.
 
-Checks, on one CUDA device:
+Three parts, all within one fixed time budget (``--budget-s``, default 540 s, under
+10 minutes); the target is CUDA when it is available, else the CPU, and the line
+says which:
+
+A. the device checks below (the demo pipeline through DataLoader workers to the device);
+B. the torch-path tests, ``pytest tests/torch`` (CUDA-only tests run where CUDA is);
+C. the tensor implementation's benchmark, ``bench/bench_tensor.py --quick``, when that
+   file exists (otherwise the line says it was skipped and why).
+
+A part that fails, or the budget running out, makes the line a FAIL.  ``--checks-only``
+runs part A alone (what the tests of this script use).
+
+Part A's checks, on the target device:
 
 1. every lane's batches through ``DataLoader(num_workers=2)`` equal the
    single-process run's, in order (the worker split loses, repeats and reorders
@@ -13,16 +25,20 @@ Checks, on one CUDA device:
    process copies to the GPU; the result equals check 2's tensors in order.
 
 Prints one line, ``gpu_check: PASS ...`` or ``gpu_check: FAIL ...``, and exits
-0 / 1.  Without a CUDA device (or without torch) it prints why it skipped and
-exits 0.  ``--device cpu`` runs every check with the CPU as the target, which
-tests this script on a machine without a GPU.
+0 / 1.  Without torch it prints why it skipped and exits 0.  ``--device auto``
+(the default) targets CUDA when available, else the CPU and says "no CUDA: ran on
+the CPU"; ``--device cuda`` without CUDA skips (exit 0); ``--device cpu`` forces the CPU.
 
-Usage: ``python scripts/gpu_check.py [--device cuda|cpu] [--seed 0] [--lanes 4]``
+Usage: ``python scripts/gpu_check.py [--device auto|cuda|cpu] [--checks-only] [--budget-s 540]
+[--seed 0] [--lanes 4]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
 import sys
 import time
 import warnings
@@ -30,7 +46,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from zephon_ref.demo import build_demo_pipeline  # noqa: E402
 
@@ -104,26 +121,73 @@ def run(device_name: str, seed: int, lanes: int) -> tuple[bool, str]:
                   f"the CPU collation, worker-collated copies equal too ({time.monotonic() - t0:.1f} s)")
 
 
+def _tail(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+def _run_part(cmd: list[str], budget_end: float) -> tuple[bool, str]:
+    """Run ``cmd`` in the checkout within what is left of the budget: (ok, its last output line)."""
+    left = budget_end - time.monotonic()
+    if left < 5:
+        return False, "budget exhausted before it started"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left, check=False, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"stopped by the time budget after {left:.0f} s"
+    return res.returncode == 0, _tail(res.stdout + "\n" + res.stderr if res.returncode else res.stdout)
+
+
+def _bench_summary(stdout_line: str) -> str:
+    return re.sub(r"\s+", " ", stdout_line)[:200]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    ap.add_argument("--checks-only", action="store_true", help="part A only (the device checks)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="time budget for all parts (< 600)")
+    ap.add_argument("--tests", default="tests/torch", help="what part B runs under pytest")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lanes", type=int, default=4)
     args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    budget_end = t0 + min(args.budget_s, 590.0)
     try:
         import torch
     except ImportError:
         print("gpu_check: torch not importable: skipped (pip install 'zephon_ref[torch]')")
         return 0
-    if args.device == "cuda" and not torch.cuda.is_available():
+    cuda = bool(torch.cuda.is_available())
+    if args.device == "cuda" and not cuda:
         print("gpu_check: no CUDA device: skipped")
         return 0
+    device = "cuda:0" if args.device in ("cuda", "auto") and cuda else "cpu"
+    where = f"on {device} ({torch.cuda.get_device_name(0)})" if device != "cpu" else (
+        "on the CPU (no CUDA)" if args.device == "auto" else "on the CPU")
     try:
-        ok, detail = run(args.device if args.device == "cpu" else "cuda:0", args.seed, args.lanes)
+        ok, detail = run(device, args.seed, args.lanes)
     except Exception as exc:  # a crash is a FAIL with its reason on the one line
         ok, detail = False, f"{type(exc).__name__}: {exc}"
-    print(f"gpu_check: {'PASS' if ok else 'FAIL'}: {detail}")
-    return 0 if ok else 1
+    if args.checks_only:
+        print(f"gpu_check: {'PASS' if ok else 'FAIL'}: {detail}")
+        return 0 if ok else 1
+    parts = [f"checks {'ok' if ok else 'FAILED: ' + detail}"]
+    tests_ok, tests_line = _run_part([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",
+                                      args.tests], budget_end)
+    parts.append(f"{args.tests}: {tests_line}")
+    bench = ROOT / "bench" / "bench_tensor.py"
+    bench_ok = True
+    if bench.exists():
+        bench_ok, bench_line = _run_part([sys.executable, str(bench), "--quick"], budget_end)
+        parts.append(f"bench_tensor: {_bench_summary(bench_line)}")
+    else:
+        parts.append("bench_tensor: skipped (bench/bench_tensor.py not present)")
+    all_ok = ok and tests_ok and bench_ok
+    print(f"gpu_check: {'PASS' if all_ok else 'FAIL'} {where}: " + "; ".join(parts)
+          + f" ({time.monotonic() - t0:.0f} s of a {min(args.budget_s, 590.0):.0f} s budget)")
+    return 0 if all_ok else 1
 
 
 if __name__ == "__main__":

@@ -26,15 +26,38 @@ def _load_script() -> Any:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the skip on a machine without CUDA")
-def test_without_cuda_it_skips_and_exits_0() -> None:
-    res = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, check=False, cwd="/")
+def test_without_cuda_an_explicit_cuda_target_skips_and_exits_0() -> None:
+    res = subprocess.run([sys.executable, str(SCRIPT), "--device", "cuda"], capture_output=True, text=True,
+                         check=False, cwd="/")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "gpu_check: no CUDA device: skipped"
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback on a machine without CUDA")
+def test_the_full_run_says_where_it_ran_and_reports_each_part_in_one_line() -> None:
+    one_test = "tests/torch/test_training_collate.py::test_training_layout_is_exactly_the_documented_one"
+    res = subprocess.run([sys.executable, str(SCRIPT), "--lanes", "2", "--tests", one_test, "--budget-s", "300"],
+                         capture_output=True, text=True, check=False, cwd="/")
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1, res.stdout + res.stderr
+    line = lines[0]
+    assert line.startswith("gpu_check: PASS on the CPU (no CUDA): checks ok; "), line
+    assert f"{one_test}: 1 passed" in line
+    assert "bench_tensor: " in line and res.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_failing_test_part_is_a_fail_line() -> None:
+    res = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--lanes", "2", "--tests",
+                          "tests/torch/no_such_test_file.py", "--budget-s", "300"],
+                         capture_output=True, text=True, check=False, cwd="/")
+    assert res.returncode == 1
+    assert res.stdout.startswith("gpu_check: FAIL on the CPU: checks ok; tests/torch/no_such_test_file.py: ")
+
+
 def test_the_cpu_target_passes_in_one_line() -> None:
-    res = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--lanes", "3"], capture_output=True,
-                         text=True, check=False, cwd="/")
+    res = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--checks-only", "--lanes", "3"],
+                         capture_output=True, text=True, check=False, cwd="/")
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu_check: PASS: ")
@@ -51,6 +74,6 @@ def test_a_device_collation_that_differs_is_a_fail(monkeypatch: pytest.MonkeyPat
         return out
 
     monkeypatch.setattr(zt, "collate_batch", corrupt)
-    assert _load_script().main(["--device", "cpu", "--lanes", "2"]) == 1
+    assert _load_script().main(["--device", "cpu", "--checks-only", "--lanes", "2"]) == 1
     out = capsys.readouterr().out.strip()
     assert out == "gpu_check: FAIL: batch 0 position_ids: the cpu collation differs from the CPU collation"

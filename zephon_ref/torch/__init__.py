@@ -32,30 +32,51 @@ never needs it; every entry point raises :class:`~zephon_ref.errors.ConfigError`
 naming the ``torch`` extra when it is missing.
 
 One module per concern: :mod:`.device` (the torch import, the worker slot, device
-rules), :mod:`.collate` (tensors), :mod:`.dataset` (the IterableDataset and its
-worker split).  None of them imports :mod:`zephon_ref.pipeline` at run time (the
+rules, :func:`move_batch`), :mod:`.collate` (tensors, training tensors),
+:mod:`.dataset` (the IterableDataset and its worker split), :mod:`.stateful` (the
+checkpointable dataset: the state travels with each batch, ``state_dict()`` merges
+what the trainer consumed), :mod:`.trainer` (the reference trainer) and
+:mod:`.distributed` (ranks through torch.distributed); the last two are imported
+from their modules, not from here.  None of them imports :mod:`zephon_ref.pipeline` at run time (the
 pipeline imports this package, lazily, for ``Pipeline.to_torch_dataset``), so the
 two never form an import cycle.  The public names below are importable from here.
 
 What may not live here: pipeline logic (lanes, ordering, notification and
-replay all belong to the engine), and mutation of the Pipeline's state.  Not
-done yet: a stateful ``state_dict()`` across DataLoader workers (each worker's
-engine state must be merged by the multi-rank aggregation round).
+replay all belong to the engine), and mutation of the Pipeline's state.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from zephon_ref.torch.collate import COLLATED_FIELDS, collate_batch
+from zephon_ref.torch.collate import (
+    COLLATED_FIELDS,
+    IGNORE_INDEX,
+    TRAINING_FIELDS,
+    collate_batch,
+    collate_for_training,
+)
 from zephon_ref.torch.dataset import dataset_class, to_torch_dataset
-from zephon_ref.torch.device import WorkerSlot, resolve_device, worker_slot
+from zephon_ref.torch.device import WorkerSlot, move_batch, resolve_device, worker_slot
+from zephon_ref.torch.stateful import (
+    STATE_FORMAT,
+    StampedItem,
+    stateful_dataset_class,
+    to_stateful_dataset,
+)
 
 __all__ = [
     "COLLATED_FIELDS",
+    "IGNORE_INDEX",
+    "STATE_FORMAT",
+    "StampedItem",
+    "TRAINING_FIELDS",
     "WorkerSlot",
     "collate_batch",
+    "collate_for_training",
+    "move_batch",
     "resolve_device",
+    "to_stateful_dataset",
     "to_torch_dataset",
     "worker_slot",
 ]
@@ -66,4 +87,6 @@ def __getattr__(name: str) -> Any:
     # for a spawned DataLoader worker unpickles there (importing torch only then).
     if name == "TorchPipelineDataset":
         return dataset_class()
+    if name == "StatefulPipelineDataset":
+        return stateful_dataset_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

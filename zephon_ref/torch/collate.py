@@ -23,10 +23,14 @@ from zephon_ref.types import SampleBatch, SampleRecord
 if TYPE_CHECKING:
     import torch as _torch
 
-__all__ = ["COLLATED_FIELDS", "collate_batch"]
+__all__ = ["COLLATED_FIELDS", "IGNORE_INDEX", "TRAINING_FIELDS", "collate_batch", "collate_for_training"]
 
 #: The keys of :func:`collate_batch`'s result, in order.
 COLLATED_FIELDS = ("input_ids", "attention_mask", "segment_ids", "position_ids")
+#: The keys of :func:`collate_for_training`'s result, in order.
+TRAINING_FIELDS = (*COLLATED_FIELDS, "labels", "loss_mask", "cu_seqlens", "max_seqlen")
+#: torch's CrossEntropyLoss default ``ignore_index``.
+IGNORE_INDEX = -100
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -163,3 +167,62 @@ def collate_batch(
         t = torch.tensor(values, dtype=torch.int64).reshape(len(rows), width)
         out[name] = t.to(dev) if dev.type != "cpu" else t
     return out
+
+
+def collate_for_training(
+    batch: SampleBatch | SampleRecord | Sequence[SampleRecord],
+    *,
+    tokens_field: str = "auto",
+    device: Any = None,
+    pad_token_id: int = 0,
+    pad_to: int | None = None,
+    ignore_index: int = IGNORE_INDEX,
+) -> dict[str, _torch.Tensor]:
+    """:func:`collate_batch`'s tensors plus what a next-token loss and varlen attention need.
+
+    * ``labels`` ``[B, L]`` int64: at a token, the *next* token of the same
+      segment when that next token is attended (``attention_mask`` 1); else
+      ``ignore_index`` (a segment's last token, masked tokens, padding).  Labels
+      are already shifted: ``loss = cross_entropy(logits.view(-1, V), labels.view(-1),
+      ignore_index=ignore_index)`` needs no shift and never predicts across a
+      packed-document boundary.
+    * ``loss_mask`` ``[B, L]`` int64: 1 where ``labels != ignore_index``.
+    * ``cu_seqlens`` ``[S + 1]`` int32: cumulative segment lengths over the flat,
+      unpadded token stream ``input_ids[segment_ids > 0]`` (rows in order, a
+      row's segments in order), starting at 0 (flash-attn's varlen layout).
+    * ``max_seqlen``: a 0-d int64 tensor, the longest segment (0 for no tokens).
+
+    Built on the CPU from :func:`collate_batch`'s CPU tensors, then moved, so the
+    result is identical on every device.
+    """
+    torch = require_torch()
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) \
+            or not _INT64_MIN <= ignore_index <= _INT64_MAX:
+        raise ConfigTypeError(expected("ignore_index", "an int that fits int64", ignore_index))
+    dev = resolve_device(device)
+    out = collate_batch(batch, tokens_field=tokens_field, device="cpu", pad_token_id=pad_token_id, pad_to=pad_to)
+    ids, seg, mask = out["input_ids"], out["segment_ids"], out["attention_mask"]
+    labels = torch.full_like(ids, ignore_index)
+    if ids.shape[1] > 1:
+        # position t predicts t+1 when both lie in the same (non-padding) segment and t+1 is attended
+        same = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0) & (mask[:, 1:] == 1)
+        labels[:, :-1] = torch.where(same, ids[:, 1:], labels[:, :-1])
+    out["labels"] = labels
+    out["loss_mask"] = (labels != ignore_index).to(torch.int64)
+    # segment lengths in row-major order: one run of equal, non-zero segment ids per segment
+    lengths: list[int] = []
+    for row in seg.tolist():
+        # invariant: lengths holds every segment of the rows before this one
+        counts: dict[int, int] = {}
+        for k in row:
+            if k:
+                counts[k] = counts.get(k, 0) + 1
+        lengths += [counts[k] for k in sorted(counts)]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    out["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32)
+    out["max_seqlen"] = torch.tensor(max(lengths, default=0), dtype=torch.int64)
+    if dev.type == "cpu":
+        return out
+    return {k: v.to(dev) for k, v in out.items()}

@@ -31,7 +31,7 @@ from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 if TYPE_CHECKING:
     from zephon_ref.pipeline import Pipeline
 
-__all__ = ["dataset_class", "to_torch_dataset"]
+__all__ = ["dataset_class", "device_collate", "to_torch_dataset"]
 
 _DATASET_CLASS: type[Any] | None = None
 
@@ -94,6 +94,14 @@ def to_torch_dataset(
     pipeline_module = sys.modules.get("zephon_ref.pipeline")
     if pipeline_module is None or not isinstance(pipeline, pipeline_module.Pipeline):
         raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
+    return dataset_class()(pipeline, device_collate(collate, device))
+
+
+def device_collate(collate: Callable[[Any], Any] | None, device: Any) -> Callable[[Any], Any] | None:
+    """The per-item callable a worker applies: ``collate``, or :func:`collate_batch` on ``device``.
+
+    Validated eagerly: both at once is refused (a custom collate places its own tensors).
+    """
     if collate is not None and not callable(collate):
         raise ConfigTypeError(expected("collate", "None or a callable", type(collate).__name__))
     if collate is not None and device is not None:
@@ -101,8 +109,8 @@ def to_torch_dataset(
                                    "own tensors)", device))
     if collate is None and device is not None:
         resolve_device(device)  # validate eagerly (a CUDA device without CUDA warns here)
-        collate = _DeviceCollate(device)
-    return dataset_class()(pipeline, collate)
+        return _DeviceCollate(device)
+    return collate
 
 
 @dataclass(frozen=True, slots=True)

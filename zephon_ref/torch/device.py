@@ -26,7 +26,7 @@ from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expec
 if TYPE_CHECKING:
     import torch as _torch
 
-__all__ = ["WorkerSlot", "in_worker_process", "require_torch", "resolve_device", "worker_slot"]
+__all__ = ["WorkerSlot", "in_worker_process", "move_batch", "require_torch", "resolve_device", "worker_slot"]
 
 
 def require_torch() -> Any:
@@ -101,3 +101,35 @@ def resolve_device(device: Any = None) -> _torch.device:
         raise ContractError(expected("device inside a DataLoader worker", "'cpu' or 'auto' (collate on the CPU "
                                      "in workers, move batches to the GPU in the main process)", str(dev)))
     return dev  # type: ignore[no-any-return]
+
+
+def move_batch(batch: Any, device: Any = "auto", *, pin_memory: bool = True) -> Any:
+    """``batch`` (a tensor, or dicts / lists / tuples of them) on ``device`` (:func:`resolve_device`).
+
+    To a CUDA device, CPU tensors are first put in pinned memory (unless
+    ``pin_memory=False`` or already pinned) and copied with ``non_blocking=True``,
+    so the copy overlaps the host's next step; torch orders it before any kernel
+    that reads the tensor on the current stream.  To the CPU, tensors are returned
+    as they are.  Non-tensor leaves pass through unchanged.
+    """
+    torch = require_torch()
+    if not isinstance(pin_memory, bool):
+        raise ConfigTypeError(expected("pin_memory", "a bool", pin_memory))
+    dev = resolve_device(device)
+
+    def move(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if dev.type == "cpu":
+                return value if value.device.type == "cpu" else value.to(dev)
+            if pin_memory and value.device.type == "cpu" and not value.is_pinned():
+                value = value.pin_memory()
+            return value.to(dev, non_blocking=True)
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(move(v) for v in value)
+        return value
+
+    return move(batch)
