@@ -36,7 +36,8 @@ rules, :func:`move_batch`), :mod:`.collate` (tensors, training tensors),
 :mod:`.dataset` (the IterableDataset and its worker split), :mod:`.stateful` (the
 checkpointable dataset: the state travels with each batch, ``state_dict()`` merges
 what the trainer consumed), :mod:`.trainer` (the reference trainer) and
-:mod:`.distributed` (ranks through torch.distributed); the last two are imported
+:mod:`.distributed` (ranks through torch.distributed), and :mod:`.tensor` (the second,
+tensor implementation of the data path, validated by the property suite); trainer and distributed are imported
 from their modules, not from here.  None of them imports :mod:`zephon_ref.pipeline` at run time (the
 pipeline imports this package, lazily, for ``Pipeline.to_torch_dataset``), so the
 two never form an import cycle.  The public names below are importable from here.
@@ -64,13 +65,17 @@ from zephon_ref.torch.stateful import (
     stateful_dataset_class,
     to_stateful_dataset,
 )
+from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
 
 __all__ = [
     "COLLATED_FIELDS",
     "IGNORE_INDEX",
+    "REFUSED_KNOBS",
     "STATE_FORMAT",
     "StampedItem",
     "TRAINING_FIELDS",
+    "TensorPipeline",
+    "UnsupportedKnob",
     "WorkerSlot",
     "collate_batch",
     "collate_for_training",
