@@ -41,6 +41,12 @@ agree, as after a barrier), nothing inflight, nothing delivered.  Every shard ca
 the full DP-group mapping, so the star's cost grows as ranks x dp_degree: keep the
 degree modest at 200,000 ranks.
 
+Checks.  Star: when the leader finishes, every follower still alive has decoded the
+round's result (the leader's acks mean exactly that); ``leftover_acks_of`` starts the
+store with acks a crashed earlier round left behind, which the leader must not count.
+Tree: the root publishes only after every role committed.  A broken invariant is a
+``violations`` entry, never an exception, so a sweep can count them.
+
 Crash.  ``crash=(rank, ops)`` kills that rank (a SIGKILL: its keys stay) once it has
 completed ``ops`` storage operations; the round then ends as the protocol says (star:
 timeouts and a failure notice; tree: the subtree never commits, nobody reports).
@@ -77,6 +83,7 @@ from zephon_ref.checkpoint.tree import (
     TreeShape,
     WriteGroupManifest,
 )
+from zephon_ref.coordination import protocol
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
 from zephon_ref.coordination.protocol import (
@@ -126,6 +133,7 @@ class ScaleConfig:
     timeout: int = 10_000_000
     park: bool = True
     crash: tuple[int, int] | None = None  # (rank, after this many completed storage ops)
+    leftover_acks_of: str | None = None  # star: storage starts with every follower's ack of this earlier round
 
     def __post_init__(self) -> None:
         for name in ("ranks", "fanout", "max_latency", "poll", "timeout"):
@@ -176,6 +184,7 @@ class RoundStats:
     events: int
     fingerprint: str  # of the kernel trace and the result: the same config gives the same one
     merged_digest: str | None  # sha256 of the merged state (star) / the root manifest (tree)
+    violations: tuple[str, ...]  # broken round invariants the driver saw (see the module docstring)
     wall_s: float = field(compare=False)
 
     def to_json(self) -> str:
@@ -268,6 +277,10 @@ class _Star:
         self.key_watch: dict[str, set[int]] = {}
         self.prefix_watch: dict[str, set[int]] = {}
         self.parked: dict[int, tuple[Sleep, EventHandle, list[tuple[bool, str]]]] = {}
+        self.violations: list[str] = []
+        if cfg.leftover_acks_of is not None:
+            for m in self.machines[1:]:
+                self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = b"ok"
 
     # -- driving ------------------------------------------------------------------------
     def run(self) -> None:
@@ -279,6 +292,12 @@ class _Star:
         if isinstance(cmd, (Finish, Abort)):
             self.ended[r] = cmd
             self.end_time = max(self.end_time, self.kernel.now)
+            if r == 0 and isinstance(cmd, Finish):
+                late = [f for f, m in enumerate(self.machines) if f and not self.dead[f]
+                        and getattr(m, "merged", None) is None]
+                if late:
+                    self.violations.append(f"the leader finished at {self.kernel.now} before followers "
+                                           f"{late[:5]}{'...' if len(late) > 5 else ''} decoded the result")
             return
         if isinstance(cmd, Sleep):
             if not (self.cfg.park and self._park(r, cmd)):
@@ -389,7 +408,8 @@ class _Star:
             leader_bytes_held=self.leader_bytes + len(leader.own_bytes), storage_ops=sum(self.ops),
             storage_ops_elided=self.elided, storage_bytes_written=self.bytes_written,
             max_messages_per_participant=max(self.ops), participants_done=done, events=self.kernel.events_run,
-            fingerprint=fp.hexdigest(), merged_digest=merged_digest, wall_s=wall_s,
+            fingerprint=fp.hexdigest(), merged_digest=merged_digest, violations=tuple(self.violations),
+            wall_s=wall_s,
         )
 
 
@@ -424,6 +444,8 @@ class _Tree:
         self.root_bytes = 0
         self.root_digest: str | None = None
         self.cache: dict[Any, Any] = {}
+        self.violations: list[str] = []
+        self.committed: set[int] = set()  # roles whose group manifest is durable
 
     def run(self) -> None:
         for r in range(self.cfg.ranks):
@@ -478,6 +500,11 @@ class _Tree:
         self.bytes_written += len(e.data)
         if e.is_root:
             self.root_digest = e.digest
+            missing = [r for r in range(1, self.cfg.ranks) if r not in self.committed]
+            if missing:
+                self.violations.append(f"the root published before roles {missing[:5]} wrote their manifests")
+        else:
+            self.committed.add(e.role)
             self.root_bytes += len(e.data)
         if self._count_op(e.role):
             self._effects(e.role, self.parts[e.role].manifest_durable())
@@ -508,7 +535,7 @@ class _Tree:
             storage_ops=sum(self.ops), storage_ops_elided=0, storage_bytes_written=self.bytes_written,
             max_messages_per_participant=max(m + o for m, o in zip(self.msgs, self.ops, strict=True)),
             participants_done=len(self.reported), events=self.kernel.events_run, fingerprint=fp.hexdigest(),
-            merged_digest=self.root_digest, wall_s=wall_s,
+            merged_digest=self.root_digest, violations=tuple(self.violations), wall_s=wall_s,
         )
 
 
