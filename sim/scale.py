@@ -500,12 +500,12 @@ class _Tree:
         self.bytes_written += len(e.data)
         if e.is_root:
             self.root_digest = e.digest
+            self.root_bytes += len(e.data)
             missing = [r for r in range(1, self.cfg.ranks) if r not in self.committed]
             if missing:
                 self.violations.append(f"the root published before roles {missing[:5]} wrote their manifests")
         else:
             self.committed.add(e.role)
-            self.root_bytes += len(e.data)
         if self._count_op(e.role):
             self._effects(e.role, self.parts[e.role].manifest_durable())
 
@@ -531,7 +531,8 @@ class _Tree:
         return RoundStats(
             topology="tree", ranks=n, dp_degree=self.cfg.dp, canonical_replicas=self.cfg.lanes, outcome=outcome,
             detail=detail, virtual_time=end, leader_messages=self.msgs[0] + self.ops[0],
-            leader_bytes_held=self.root_bytes + sum(64 + 16 for _ in self.shape.children(0)),
+            # the root's own shard and manifest, plus one commitment per child (prefix + digest, about 80 bytes)
+            leader_bytes_held=self.root_bytes + 80 * len(self.shape.children(0)),
             storage_ops=sum(self.ops), storage_ops_elided=0, storage_bytes_written=self.bytes_written,
             max_messages_per_participant=max(m + o for m, o in zip(self.msgs, self.ops, strict=True)),
             participants_done=len(self.reported), events=self.kernel.events_run, fingerprint=fp.hexdigest(),

@@ -129,7 +129,7 @@ def test_star_versus_tree_at_a_thousand_ranks() -> None:
     assert star.outcome == tree.outcome == "ok"
     assert star.leader_messages > 2 * 999 and tree.leader_messages < 40
     assert tree.virtual_time < star.virtual_time
-    assert tree.leader_bytes_held < star.leader_bytes_held
+    assert tree.leader_bytes_held < 4_000 < 400_000 < star.leader_bytes_held  # O(fan-out) vs O(ranks)
 
 
 def test_the_cli_prints_one_json_line_per_round() -> None:
