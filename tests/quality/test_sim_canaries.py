@@ -11,7 +11,18 @@ the simulator has gone blind to that class of bug.
   round (its budget counts paths) and the scale driver (sim.scale, its budget counts seeds).
 
 Budgets measured when this file was written (smallest number of seeds from 0 that caught
-each canary) are in BUDGET_SEEN; BUDGET is what CI allows.
+each canary; run with -s to see them again, BUDGET_SEEN collects them):
+
+    (a) replay filter matches <= instead of ==            2 seeds   checker: lane stream differs
+    (b) epoch evicted one step early                      2 seeds   the engine refuses the state on
+                                                                    restore (StateFormatError)
+    (c) round-robin pointer not restored                  survives  (strict xfail; see BLIND below)
+    (d) trailing boundary sentinel not re-injected        2 seeds   checker: lane stream differs
+    (e) checkpoint counts produced, not delivered, items  2 seeds   checker: lane stream differs
+    (f) follower's ack accepted for a stale round         explorer: path 1 of a bounded scope;
+                                                                    scale driver: 1 seed
+
+BUDGET is what CI allows per engine canary.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ WORLD = WorldConfig(canonical_replicas=4, ranks=2, steps=40, checkpoint_every=3,
                     restart_ranks=(1, 2, 4))
 build = functools.partial(build_pipeline, "zephon_ref", CFG)
 
-BUDGET = 12  # seeds per engine canary in CI
+BUDGET = 6  # seeds per engine canary in CI (each caught one is caught by seed 1)
 BUDGET_SEEN: dict[str, int] = {}  # filled in by the runs below, printed with -s
 
 
