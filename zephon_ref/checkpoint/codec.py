@@ -84,11 +84,34 @@ def _key_sort(key: Any) -> tuple[int, Any]:
     return (rank, key)
 
 
-def _canon(value: Any, path: str) -> Any:
+# A value's path is built lazily: "$" or (parent path, key), rendered only for an error message
+# ("$['a'][0]"), so the hot path of encode allocates no strings per value.
+_Path = Any
+
+
+def _where(path: _Path) -> str:
+    keys: list[Any] = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    return str(path) + "".join(f"[{k!r}]" for k in reversed(keys))
+
+
+def _canon(value: Any, path: _Path) -> Any:
     """Convert ``value`` into a tree msgpack packs deterministically; validate on the way."""
     t = type(value)
     if value is None or t is bool or t is str or t is bytes:
         return value
+    if t is int and _INT_MIN <= value <= _INT_MAX:
+        return value
+    if t is dict and value:
+        # Fast path: keys all str, or all native-range ints, sort by value alone (one kind rank),
+        # which is the order _key_sort gives; values are canonicalised in insertion order as below.
+        kinds = set(map(type, value))
+        if kinds == _STR_KEYS or (kinds == _INT_KEYS and min(value) >= _INT_MIN and max(value) <= _INT_MAX):
+            fast = [(k, _canon(v, (path, k))) for k, v in value.items()]
+            fast.sort(key=_first)
+            return dict(fast)
     if isinstance(value, bool):  # bool subclasses are not a thing, but be exact
         return bool(value)
     if isinstance(value, int):
@@ -99,37 +122,45 @@ def _canon(value: Any, path: str) -> Any:
     if isinstance(value, float):
         f = float(value)
         if not math.isfinite(f):
-            raise StateFormatError(expected(f"value at {path}", "a finite float", f))
+            raise StateFormatError(expected(f"value at {_where(path)}", "a finite float", f))
         return f
     if isinstance(value, dict):
         items: list[tuple[Any, Any]] = []
         for k, v in value.items():
             ck = _canon_key(k, path)
-            items.append((ck, _canon(v, f"{path}[{k!r}]")))
+            items.append((ck, _canon(v, (path, k))))
         try:
             items.sort(key=lambda kv: _key_sort(kv[0]))
         except TypeError as exc:  # pragma: no cover - ranks make keys comparable
-            raise StateFormatError(expected(f"keys at {path}", "sortable keys", list(value))) from exc
+            raise StateFormatError(expected(f"keys at {_where(path)}", "sortable keys", list(value))) from exc
         return {(_key_to_ext(k) if _needs_ext_key(k) else k): v for k, v in items}
     if isinstance(value, tuple):
-        inner = [_canon(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        inner = [_canon(v, (path, i)) for i, v in enumerate(value)]
         return msgpack.ExtType(EXT_TUPLE, _packb(inner))
     if isinstance(value, list):
-        return [_canon(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_canon(v, (path, i)) for i, v in enumerate(value)]
     if isinstance(value, str):
         return str(value)
     if isinstance(value, bytes):
         return bytes(value)
     raise StateFormatError(
         expected(
-            f"value at {path}",
+            f"value at {_where(path)}",
             "None, bool, int, finite float, str, bytes, list, tuple or dict",
             type(value).__name__,
         )
     )
 
 
-def _canon_key(key: Any, path: str) -> Any:
+_STR_KEYS = {str}
+_INT_KEYS = {int}
+
+
+def _first(kv: tuple[Any, Any]) -> Any:
+    return kv[0]
+
+
+def _canon_key(key: Any, path: _Path) -> Any:
     # Keys are normalised to their builtin type so the sort rank is defined.
     if key is None or type(key) in (bool, int, str, bytes):
         return key
@@ -139,7 +170,7 @@ def _canon_key(key: Any, path: str) -> Any:
         return int(key)
     if isinstance(key, float):
         if not math.isfinite(key):
-            raise StateFormatError(expected(f"map key at {path}", "a finite float", key))
+            raise StateFormatError(expected(f"map key at {_where(path)}", "a finite float", key))
         return float(key)
     if isinstance(key, str):
         return str(key)
@@ -148,7 +179,7 @@ def _canon_key(key: Any, path: str) -> Any:
     if isinstance(key, tuple):
         return tuple(_canon_key(k, path) for k in key)
     raise StateFormatError(
-        expected(f"map key at {path}", "None, bool, int, float, str, bytes or tuple", type(key).__name__)
+        expected(f"map key at {_where(path)}", "None, bool, int, float, str, bytes or tuple", type(key).__name__)
     )
 
 
@@ -253,6 +284,10 @@ def encode(value: Any) -> bytes:
 
 def decode(data: bytes) -> Any:
     """Inverse of :func:`encode`; refuses non-finite floats and malformed input."""
-    out = unpack(decompress(data))
-    _check_finite(out)
+    raw = decompress(data)
+    out = unpack(raw)
+    # A float is packed behind marker byte 0xca or 0xcb (nested ext payloads are in ``raw``
+    # too): when neither byte occurs anywhere, no float can be in the tree.
+    if b"\xca" in raw or b"\xcb" in raw:
+        _check_finite(out)
     return out
