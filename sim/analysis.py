@@ -220,11 +220,16 @@ def _lane_sample(engine: Engine, lane: int, step: int) -> LaneSample:
 
 
 def _phase(engine: Engine, lane: int) -> float:
-    stream = engine.streams[lane]
+    """Where the lane's delivery stands inside its flush epoch, in [0, 1): the replay cursor's
+    chunk position within the epoch plus the offset's share of that chunk, over K.  Fresh
+    pipelines record boundaries at K, 2K, ..., so epoch e holds chunks [eK, (e+1)K)."""
+    cur = engine.trackers[lane].cursor
     k = engine.k
-    if k <= 0:
+    if k <= 0 or cur is None:
         return 0.0
-    return (stream.chunks_in_epoch % k) / k
+    chunk = engine.streams[lane].inflight.get(cur.chunk_id)
+    size = len(chunk) if chunk is not None else 1
+    return ((cur.chunk_id % k) + min(cur.chunk_offset + 1, size) / size) / k % 1.0
 
 
 def checkpoint_sample(pipeline: Pipeline, engine: Engine, step: int) -> tuple[CheckpointSample, dict[str, Any]]:
@@ -232,12 +237,7 @@ def checkpoint_sample(pipeline: Pipeline, engine: Engine, step: int) -> tuple[Ch
     nbytes = len(codec.encode(state))
     lanes = sorted(engine.streams)
     inflight = tuple(len(state["inflight"][lane]) for lane in lanes)
-    records = sum(sum(len(sids) for sids in ch["components"].values()) if "components" in ch else 0
-                  for lane in lanes for ch in state["inflight"][lane].values())
-    # the state's chunks hold their samples under their own schema; count through the engine too
-    eng_records = sum(len(ch) for lane in lanes for ch in engine.streams[lane].inflight.values())
-    if records != eng_records:
-        records = eng_records
+    records = sum(int(ch["total_samples"]) for lane in lanes for ch in state["inflight"][lane].values())
     return (CheckpointSample(step=step, nbytes=nbytes, inflight=inflight, records=records,
                              phase=tuple(_phase(engine, lane) for lane in lanes)), state)
 
