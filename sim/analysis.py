@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,12 +86,16 @@ class AnalysisConfig:
     mean_log_words: float = 3.5
     repeat: bool = True
     backpressure: bool = False
+    plan: str = "epoch"  # "epoch": pack + shuffle + ensure_mixture + batch; "monotone": tokens + batch
+
 
     def __post_init__(self) -> None:
         for name in ("lanes", "chunk_size", "max_length", "num_bins", "shuffle_buffer", "microbatch"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(expected(f"AnalysisConfig.{name}", "an int >= 1", v))
+        if self.plan not in ("epoch", "monotone"):
+            raise ConfigError(expected("AnalysisConfig.plan", "'epoch' or 'monotone'", self.plan))
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
             raise ConfigError(expected("AnalysisConfig.k", "an int >= 0", self.k))
 
@@ -108,6 +112,9 @@ def build_pipeline(cfg: AnalysisConfig) -> Pipeline:
     kw: dict[str, Any] = {"exhausted_policy": "repeat"} if cfg.repeat else {}
     source = StaticMixtureWorkSource(list(corpus.datasets), dict(cfg.mixture), chunk_size=cfg.chunk_size,
                                      seed=cfg.seed, **kw)
+    if cfg.plan == "monotone":  # every operator preserves cursor order: watermark eviction, K forced to 0
+        return (Pipeline(source).map_transform(token_ids).batch(cfg.microbatch)
+                .options(runner="inline", canonical_replicas=cfg.lanes, flush_every_k_chunks=0))
     return (Pipeline(source)
             .map_transform(token_ids)
             .pack_sequences(cfg.max_length, num_bins=cfg.num_bins)
@@ -185,6 +192,8 @@ class Trace:
     left: tuple[tuple[int, int, int], ...]  # (step, lane, cid)
     checkpoints: tuple[CheckpointSample, ...]
     states: tuple[tuple[int, dict[str, Any]], ...] = field(default=(), compare=False)
+    # per kept state: the keys of the next items the uninterrupted run delivered after it
+    followups: tuple[tuple[int, tuple[tuple[Any, ...], ...]], ...] = field(default=(), compare=False)
 
     def lane_series(self, lane: int, what: str) -> list[int]:
         return [int(getattr(s, what)) for s in self.samples if s.lane == lane]
@@ -243,9 +252,11 @@ def checkpoint_sample(pipeline: Pipeline, engine: Engine, step: int) -> tuple[Ch
 
 
 def trace(cfg: AnalysisConfig, steps: int, *, checkpoint_every: int = 0, keep_states: Sequence[int] = (),
-          sample_every: int = 1, progress: Callable[[int, int], None] | None = None) -> Trace:
+          sample_every: int = 1, follow: int = 8,
+          progress: Callable[[int, int], None] | None = None) -> Trace:
     """Run ``steps`` delivered items; sample every lane every ``sample_every`` items, take a
-    checkpoint every ``checkpoint_every`` items (0: none), keep the states at ``keep_states``."""
+    checkpoint every ``checkpoint_every`` items (0: none), keep the states at ``keep_states``
+    with the keys of the ``follow`` items delivered after each (what a restore must deliver)."""
     if steps < 1 or sample_every < 1 or checkpoint_every < 0:
         raise ConfigError(expected("trace steps / sample_every / checkpoint_every", ">= 1, >= 1, >= 0",
                                    (steps, sample_every, checkpoint_every)))
@@ -260,9 +271,19 @@ def trace(cfg: AnalysisConfig, steps: int, *, checkpoint_every: int = 0, keep_st
     cps: list[CheckpointSample] = []
     kept: list[tuple[int, dict[str, Any]]] = []
     keep = set(keep_states)
-    for step in range(1, steps + 1):
-        if d.next_item() is None:
+    follows: dict[int, list[tuple[Any, ...]]] = {}
+    last = max(keep, default=0)
+    step = 0
+    while step < steps or any(len(v) < follow for v in follows.values()):
+        step += 1
+        x = d.next_item()
+        if x is None:
             break
+        for v in follows.values():
+            if len(v) < follow:
+                v.append(_item_key(x))
+        if step > steps:
+            continue
         for lane in lanes:
             now = set(e.streams[lane].inflight)
             entered += [(step, lane, c) for c in sorted(now - before[lane])]
@@ -276,10 +297,13 @@ def trace(cfg: AnalysisConfig, steps: int, *, checkpoint_every: int = 0, keep_st
                 cps.append(cp)
             if step in keep:
                 kept.append((step, state))
+                follows[step] = []
         if progress is not None:
             progress(step, steps)
-    return Trace(config=cfg, steps=d.delivered, lanes=lanes, samples=tuple(samples), entered=tuple(entered),
-                 left=tuple(left), checkpoints=tuple(cps), states=tuple(kept))
+    assert last <= steps or not keep, "keep_states beyond the run"
+    return Trace(config=cfg, steps=min(d.delivered, steps), lanes=lanes, samples=tuple(samples),
+                 entered=tuple(entered), left=tuple(left), checkpoints=tuple(cps), states=tuple(kept),
+                 followups=tuple((s, tuple(v)) for s, v in sorted(follows.items())))
 
 
 # -- restore: predicted vs measured replay --------------------------------------------------------
@@ -301,17 +325,23 @@ def _item_key(x: Any) -> tuple[Any, ...]:
     return tuple(r.meta.cursor.as_key() for r in recs)
 
 
-def measure_restore(cfg: AnalysisConfig, state: Mapping[str, Any], step: int, *, compare: int = 8) -> RestoreResult:
+def measure_restore(cfg: AnalysisConfig, state: Mapping[str, Any], step: int, *, compare: int = 8,
+                    want: Sequence[tuple[Any, ...]] | None = None) -> RestoreResult:
     """Restore ``state`` (taken after ``step`` items) into a fresh pipeline, count what the lanes
     replay (source items of chunk ids below the checkpoint's next chunk id, per lane) and check
-    that the next ``compare`` items equal an uninterrupted run's."""
+    that the next items equal an uninterrupted run's: ``want`` (from :attr:`Trace.followups`),
+    or else the first ``compare`` items after ``step`` of a fresh uninterrupted run."""
     lanes = sorted(int(x) for x in state["lane_next_cid"])
     next_cid = {int(k): int(v) for k, v in state["lane_next_cid"].items()}
     predicted_chunks = sum(len(state["inflight"][lane]) for lane in lanes)
-    ref = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
-    for _ in range(step):
-        ref.next_item()
-    want = [_item_key(x) for x in (ref.next_item() for _ in range(compare)) if x is not None]
+    if want is None:
+        ref = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
+        for _ in range(step):
+            ref.next_item()
+        want = [_item_key(x) for x in (ref.next_item() for _ in range(compare)) if x is not None]
+    else:
+        want = list(want)
+        compare = len(want)
     p = build_pipeline(cfg)
     t0 = time.perf_counter()  # clock-ok: reported restore time, never asserted
     p.restore(state)
@@ -333,7 +363,7 @@ def measure_restore(cfg: AnalysisConfig, state: Mapping[str, Any], step: int, *,
         guard += 1
     return RestoreResult(step=step, predicted_chunks=predicted_chunks, predicted_records=predicted_records,
                          replayed_chunks=len(replayed), replayed_records=sum(replayed.values()),
-                         next_items_equal=got == want, seconds=seconds)
+                         next_items_equal=bool(want) and got == want, seconds=seconds)
 
 
 def _count_items(engine: Engine, lane: int, below: int, counts: dict[tuple[int, int], int]) -> None:
@@ -341,7 +371,7 @@ def _count_items(engine: Engine, lane: int, below: int, counts: dict[tuple[int, 
     stream = engine.streams[lane]
     original = stream.items
 
-    def counting() -> Iterable[Any]:
+    def counting() -> Iterator[Any]:
         for item in original():
             if isinstance(item, tuple) and item[2] < below:
                 key = (item[1], item[2])
@@ -520,13 +550,17 @@ class DriftPoint:
     max_inflight_so_far: int  # largest inflight chunks of any lane up to this step
 
 
-def drift_run(cfg: AnalysisConfig, steps: int, *, report_at: Sequence[int] = (),
+def drift_run(cfg: AnalysisConfig, steps: int, *, report_at: Sequence[int] = (), sample_every: int = 0,
               progress: Callable[[int, int], None] | None = None) -> list[DriftPoint]:
     """Run ``steps`` delivered items (repeat policy: unbounded) and report the drift at the
-    given steps (default: powers of two).  Reads only next_cid and the inflight sets."""
+    given steps (default: powers of two and the last step), plus every ``sample_every`` steps
+    when that is > 0.  Reads only next_cid and the inflight sets."""
     if not cfg.repeat:
         raise ConfigError(expected("drift_run config", "repeat=True (a long run)", "repeat=False"))
-    at = sorted(set(report_at) if report_at else {2 ** i for i in range(4, 40) if 2 ** i <= steps} | {steps})
+    chosen = set(report_at) if report_at else {2 ** i for i in range(4, 40) if 2 ** i <= steps} | {steps}
+    if sample_every > 0:
+        chosen |= set(range(sample_every, steps + 1, sample_every))
+    at = sorted(chosen)
     d = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
     e = d.engine
     lanes = sorted(e.streams)

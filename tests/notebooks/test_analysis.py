@@ -48,8 +48,10 @@ def test_predicted_replay_equals_measured_replay(backpressure: bool) -> None:
     steps = (1, 37, 90, 211)
     tr = trace(cfg, 220, keep_states=steps)
     assert [s for s, _ in tr.states] == list(steps)
+    follow = dict(tr.followups)
+    assert list(follow[37]) == _keys(cfg, 45)[37:]  # what the trace says comes next, does
     for step, state in tr.states:
-        r = measure_restore(cfg, state, step)
+        r = measure_restore(cfg, state, step, want=follow[step] if step % 2 else None)
         assert r.predicted_chunks > 0
         assert (r.replayed_chunks, r.replayed_records) == (r.predicted_chunks, r.predicted_records), r
         assert r.next_items_equal, r
