@@ -57,6 +57,14 @@ def test_predicted_replay_equals_measured_replay(backpressure: bool) -> None:
         assert r.next_items_equal, r
 
 
+def test_a_backpressure_checkpoint_resumes_in_the_default_mode() -> None:
+    bp = replace(CFG, backpressure=True)
+    tr = trace(bp, 150, keep_states=(150,))
+    (step, state), = tr.states
+    r = measure_restore(CFG, state, step, want=dict(tr.followups)[step])
+    assert r.next_items_equal and r.replayed_records == r.predicted_records
+
+
 def test_backpressure_keeps_the_stream_and_bounds_inflight() -> None:
     cfg = replace(CFG, seed=0)
     assert _keys(replace(cfg, backpressure=True), 400) == _keys(cfg, 400)
