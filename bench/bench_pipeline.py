@@ -546,6 +546,7 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     offsets = (0, 10, 100) if quick else (0, 10, 100, 1000)
     with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
         ndocs = write_corpus(tmp, LAYOUT_QUICK if quick else LAYOUT_FULL)
+        ref_inline: dict[int, str] = {}
         for lanes in (1, 4, 16, 64):
             for runner in ("inline", "threads"):
                 runs: dict[str, list[dict[str, Any]]] = {"zephon_ref": [], "zephon": []}
@@ -554,9 +555,14 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                         runs[impl].append(run_child(tmp, mode="lanes", impl=impl, lanes=lanes, runner=runner))
                 ours = statistics.median(r["docs"] / r["wall"] for r in runs["zephon_ref"])
                 theirs = statistics.median(r["docs"] / r["wall"] for r in runs["zephon"]) if have_z else None
-                digests = {r["stream"] for rs in runs.values() for r in rs}
-                note = (f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); "
-                        + ("streams identical" if len(digests) == 1 else f"streams DIFFER ({len(digests)} digests)")
+                own = {r["stream"] for r in runs["zephon_ref"]}
+                if runner == "inline":
+                    ref_inline[lanes] = runs["zephon_ref"][0]["stream"]
+                base = ref_inline[lanes]
+                zs = {r["stream"] for r in runs["zephon"]}
+                same = (f"zephon_ref stream {'=' if own == {base} else '!='} zephon_ref inline; zephon {runner} "
+                        f"stream {'=' if zs == {base} else '!='} zephon_ref inline")
+                note = (f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); {same}"
                         if have_z else "zephon not installed (the conformance extra): no comparison")
                 rows.append({"name": f"pipeline {runner}, {lanes} lane(s): zephon_ref vs zephon 0.2.0 {runner}",
                              "ours": ours, "theirs": theirs, "unit": "docs/s",
