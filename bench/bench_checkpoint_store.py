@@ -40,6 +40,45 @@ def engine_state(lanes: int, items: int) -> dict[str, Any]:
     return state
 
 
+def results(*, quick: bool = True) -> list[dict[str, object]]:
+    """Rows for ``python -m bench``: load (full validation) time against checkpoint size.
+
+    The ratio compares the largest state with the smallest: bytes grow with lanes, and the
+    ratio of load times says whether load time follows bytes."""
+    sizes = SIZES[:3] if quick else SIZES
+    base = Path(tempfile.mkdtemp(prefix="zref-bench-"))
+    rows: list[dict[str, object]] = []
+    try:
+        measured = []
+        for lanes, items in sizes:
+            state = engine_state(lanes, items)
+            loads, saves, nbytes = [], [], 0
+            for r in range(3):
+                d = base / f"l{lanes}-r{r}"
+                t0 = time.perf_counter()  # clock-ok: benchmark timing only
+                store.save(state, d)
+                t1 = time.perf_counter()  # clock-ok
+                out = store.load(d)
+                t2 = time.perf_counter()  # clock-ok
+                assert out == state
+                saves.append(t1 - t0)
+                loads.append(t2 - t1)
+                nbytes = sum(p.stat().st_size for p in d.iterdir())
+                shutil.rmtree(d)
+            measured.append((lanes, items, nbytes, statistics.median(saves), statistics.median(loads)))
+        for lanes, items, nbytes, s, ld in measured:
+            rows.append({"name": f"checkpoint store: save / load, {lanes} lanes after {items} items",
+                         "ours": ld * 1e3, "theirs": s * 1e3, "unit": "ms (load / save)", "ratio": ld / s,
+                         "note": f"{nbytes:,} B on disk; load validates fully and equals the saved state"})
+        (l0, _, b0, _, ld0), (l1, _, b1, _, ld1) = measured[0], measured[-1]
+        rows.append({"name": f"checkpoint store: load time, {l1} lanes vs {l0} lanes",
+                     "ours": ld1 * 1e3, "theirs": ld0 * 1e3, "unit": "ms", "ratio": ld1 / ld0,
+                     "note": f"bytes grow {b1 / b0:.1f}x ({b0:,} -> {b1:,} B); zephon_ref only"})
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)

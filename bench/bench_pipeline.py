@@ -238,7 +238,28 @@ def child_throughput(a: dict[str, Any]) -> dict[str, Any]:
             first = time.perf_counter() - t0
     wall = time.perf_counter() - t0
     return {"wall": wall, "first": first, "batches": batches, "docs": docs, "tokens": toks,
-            "stream": h.hexdigest()[:16]}
+            "stream": h.hexdigest()[:16], "rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def child_lanes(a: dict[str, Any]) -> dict[str, Any]:
+    """Config T at ``lanes`` canonical replicas on ``runner``: docs/s and the stream digest."""
+    datasets = make_datasets(a["impl"], load_rows(a["tmp"]))
+    pipe = build_pipeline(a["impl"], "T", datasets).options(runner=a["runner"], canonical_replicas=a["lanes"])
+    h = hashlib.sha1()
+    docs = 0
+    t0 = time.perf_counter()
+    for b in pipe:
+        d, nd, _ = batch_digest(b)
+        h.update(d.encode())
+        docs += nd
+    wall = time.perf_counter() - t0
+    return {"wall": wall, "docs": docs, "stream": h.hexdigest()[:16], "rss_mb": peak_rss_mb()}
 
 
 def child_make(a: dict[str, Any]) -> dict[str, Any]:
@@ -460,7 +481,7 @@ def side_by_side(tmp: str, pairs: int) -> None:
     print("issue goal: zephon_ref / zephon >= 1.5x with identical output\n")
 
 
-CHILDREN = {"sbs": child_sbs, "throughput": child_throughput, "make": child_make, "restore": child_restore,
+CHILDREN = {"lanes": child_lanes, "sbs": child_sbs, "throughput": child_throughput, "make": child_make, "restore": child_restore,
             "inflight": child_inflight}
 
 
@@ -513,6 +534,83 @@ def write_corpus(tmp: str, layout: dict[str, tuple[int, ...]]) -> int:
     with open(os.path.join(tmp, "corpus.pkl"), "wb") as fh:
         pickle.dump(rows, fh, protocol=pickle.HIGHEST_PROTOCOL)
     return sum(len(v) for s in rows.values() for v in s.values())
+
+
+def results(*, quick: bool = True) -> list[dict[str, object]]:
+    """Rows for ``python -m bench``: lanes x runner throughput against zephon, peak memory,
+    checkpoint bytes and restore time at increasing positions at the same epoch phase, and
+    the replay count.  Every run is a fresh process; outputs are compared, speed is not asserted."""
+    have_z = zephon_available()
+    rows: list[dict[str, object]] = []
+    rounds = 1 if quick else 3
+    offsets = (0, 10, 100) if quick else (0, 10, 100, 1000)
+    with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
+        ndocs = write_corpus(tmp, LAYOUT_QUICK if quick else LAYOUT_FULL)
+        ref_inline: dict[int, str] = {}
+        for lanes in (1, 4, 16, 64):
+            for runner in ("inline", "threads"):
+                runs: dict[str, list[dict[str, Any]]] = {"zephon_ref": [], "zephon": []}
+                for _ in range(rounds):
+                    for impl in ("zephon_ref", "zephon") if have_z else ("zephon_ref",):
+                        runs[impl].append(run_child(tmp, mode="lanes", impl=impl, lanes=lanes, runner=runner))
+                ours = statistics.median(r["docs"] / r["wall"] for r in runs["zephon_ref"])
+                theirs = statistics.median(r["docs"] / r["wall"] for r in runs["zephon"]) if have_z else None
+                own = {r["stream"] for r in runs["zephon_ref"]}
+                if runner == "inline":
+                    ref_inline[lanes] = runs["zephon_ref"][0]["stream"]
+                base = ref_inline[lanes]
+                zs = {r["stream"] for r in runs["zephon"]}
+                same = (f"zephon_ref stream {'=' if own == {base} else '!='} zephon_ref inline; zephon {runner} "
+                        f"stream {'=' if zs == {base} else '!='} zephon_ref inline")
+                note = (f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); {same}"
+                        if have_z else "zephon not installed (the conformance extra): no comparison")
+                rows.append({"name": f"pipeline {runner}, {lanes} lane(s): zephon_ref vs zephon 0.2.0 {runner}",
+                             "ours": ours, "theirs": theirs, "unit": "docs/s",
+                             "ratio": None if theirs is None else ours / theirs, "note": note})
+        mem = {impl: run_child(tmp, mode="throughput", impl=impl, cfg="T")
+               for impl in (("zephon_ref", "zephon") if have_z else ("zephon_ref",))}
+        rows.append({"name": "peak RSS, pipeline inline, 2 lanes, one pass", "ours": mem["zephon_ref"]["rss_mb"],
+                     "theirs": mem["zephon"]["rss_mb"] if have_z else None, "unit": "MiB",
+                     "ratio": mem["zephon_ref"]["rss_mb"] / mem["zephon"]["rss_mb"] if have_z else None,
+                     "note": "ru_maxrss of a fresh process, includes the interpreter and the corpus"})
+        k = CONFIGS["R"]["k"]
+        epochs = [S_EPOCH + o for o in offsets]
+        make = {"zephon_ref": run_child(tmp, mode="make", impl="zephon_ref", epochs=epochs)}
+        cuts = make["zephon_ref"]["cuts"]
+        if have_z:
+            make["zephon"] = run_child(tmp, mode="make", impl="zephon", batches=[c["batches"] for c in cuts])
+        by = {impl: {c["batches"]: c for c in m["cuts"]} for impl, m in make.items()}
+        firsts: dict[str, list[float]] = {}
+        for cut in cuts:
+            n = cut["batches"]
+            res = {}
+            for impl in make:
+                c = by[impl][n]
+                res[impl] = [run_child(tmp, mode="restore", impl=impl, path=c["path"], expect=c["next"],
+                                       expect_other=None) for _ in range(1 if quick else 3)]
+                firsts.setdefault(impl, []).append(statistics.median(x["first"] for x in res[impl]))
+            z = by["zephon"].get(n) if have_z else None
+            label = f"s+{cut['label'] - S_EPOCH}"
+            rows.append({"name": f"checkpoint bytes at epoch {label} ({n:,} batches, same phase)",
+                         "ours": cut["bytes"], "theirs": z["bytes"] if z else None, "unit": "B",
+                         "ratio": cut["bytes"] / z["bytes"] if z else None,
+                         "note": f"K={k}, inflight chunks/lane ours {cut['inflight']}"
+                                 + (f", zephon {z['inflight']}" if z else "")})
+            ok = all(x["identical"] for rs in res.values() for x in rs)
+            exact = all(x["replay_exact"] for x in res["zephon_ref"])
+            rr = res["zephon_ref"][0]
+            tz = firsts["zephon"][-1] if have_z else None
+            rows.append({"name": f"restore to first batch at epoch {label}", "ours": firsts["zephon_ref"][-1],
+                         "theirs": tz, "unit": "s",
+                         "ratio": firsts["zephon_ref"][-1] / tz if tz else None,
+                         "note": f"fresh process; next 20 batches {'identical' if ok else 'DIFFER'}; replayed "
+                                 f"{rr['replayed']} records = inflight {rr['inflight_records']}: "
+                                 f"{'exact' if exact else 'NOT exact'}"})
+        f = firsts["zephon_ref"]
+        rows.append({"name": f"restore at s+{offsets[-1]} vs s epochs (zephon_ref)", "ours": f[-1], "theirs": f[0],
+                     "unit": "s", "ratio": f[-1] / f[0],
+                     "note": "goal <= 1.2 (restore must not grow with position); noisy VM"})
+    return rows
 
 
 def main() -> None:

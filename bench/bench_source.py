@@ -140,6 +140,40 @@ def lane_scaling(quick: bool) -> None:
                   f"{first_chunk_seconds(cfg, canon):.3f} s")
 
 
+def results(*, quick: bool = True) -> list[dict[str, object]]:
+    """Rows for ``python -m bench``: the same measurements as the script, fewer rounds."""
+    rows: list[dict[str, object]] = []
+    n = 150 if quick else 600
+    rounds = 3
+    if zephon_available():
+        ours, theirs = [], []
+        for _ in range(rounds):  # alternate
+            ours.append(chunks_per_second("zephon_ref", n))
+            theirs.append(chunks_per_second("zephon", n))
+        a, b = statistics.median(ours), statistics.median(theirs)
+        rows.append({"name": "source: one lane of 4, chunk_size 1024, zephon_ref vs zephon 0.2.0",
+                     "ours": a, "theirs": b, "unit": "chunks/s", "ratio": a / b,
+                     "note": f"{n} chunks, median of {rounds} alternating rounds; chunk-for-chunk equality is "
+                             "tested in tests/conformance"})
+    else:
+        rows.append({"name": "source: zephon_ref vs zephon 0.2.0", "ours": chunks_per_second("zephon_ref", n),
+                     "theirs": None, "unit": "chunks/s", "ratio": None,
+                     "note": "zephon not installed (the conformance extra): no comparison"})
+    far = 100_000 if quick else 1_000_000
+    near_s, _ = restore_seconds(10)
+    far_s, g = restore_seconds(far)
+    rows.append({"name": f"source state restore at chunk {g:,} vs chunk 10", "ours": far_s * 1e3,
+                 "theirs": near_s * 1e3, "unit": "ms", "ratio": far_s / near_s,
+                 "note": "zephon_ref only; median of 5; the next 5 chunks checked equal (goal: ratio ~1)"})
+    total = 320 if quick else 960
+    one = statistics.median(docs_per_second(LANES["plain"], 1, total) for _ in range(3))
+    many = statistics.median(docs_per_second(LANES["plain"], 64, total) for _ in range(3))
+    rows.append({"name": "source lane scaling: 64 lanes vs 1 lane, same documents", "ours": many, "theirs": one,
+                 "unit": "docs/s", "ratio": many / one,
+                 "note": f"zephon_ref only, {total} chunks of 1024 in total (goal >= 0.8)"})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")

@@ -115,6 +115,8 @@ class Engine:
         self._inbox: list[deque[tuple[bool, list[Any]]]] = []
         self._outbox: deque[Any] = deque()
         self._src: Iterator[Any] = iter(())
+        self._lane_gens: dict[int, Iterator[Any]] = {}
+        self._lanes_done: set[int] = set()
         self._source_done = False
         self._upstream_done = False
         self._mux: TailMux | None = None
@@ -136,8 +138,15 @@ class Engine:
         return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx)
                 for name, op in build_chain(self._ops, self._datasets)]
 
+    def _lane_items(self, lane: int) -> Iterator[Any]:
+        """The lane's item stream, opened on first use and shared by both admission modes."""
+        g = self._lane_gens.get(lane)
+        if g is None:
+            g = self._lane_gens[lane] = self.streams[lane].items()
+        return g
+
     def _source(self) -> Iterator[Any]:
-        gens = [self.streams[lane].items() for lane in self.lanes]
+        gens = [self._lane_items(lane) for lane in self.lanes]
         while gens:
             alive = []
             for g in gens:
@@ -178,10 +187,26 @@ class Engine:
         if self.lanes:
             self._mux = TailMux(self.lanes, self._start_index(), lane_of=lane_of, is_sentinel=is_sentinel)
 
-    def admit(self) -> bool:
-        """Queue the next source item for the first stage (or, once, the close marker)."""
+    def admit(self, *, lane: int | None = None) -> bool:
+        """Queue the next source item for the first stage (or, once, the close marker).
+
+        ``lane=None`` (the default, zephon's behaviour) admits round robin over the owned lanes,
+        one sample each.  ``lane=L`` is the back-pressure option (off by default; used by
+        ``sim.analysis``): admit L's next item only, so a lane that is ahead of the tail
+        multiplexer's turn is not fed; every operator keeps per-lane state, so the delivered
+        stream is the same and only the inflight sets differ.  Once L is exhausted it falls back
+        to round robin.
+        """
         if self._source_done:
             return False
+        if lane is not None and lane not in self._lanes_done:
+            if lane not in self.streams:
+                raise ContractError(expected("admit(lane=...)", f"an owned lane {list(self.lanes)}", lane))
+            try:
+                self._inbox[0].append((False, [next(self._lane_items(lane))]))
+                return True
+            except StopIteration:
+                self._lanes_done.add(lane)
         try:
             item = next(self._src)
         except StopIteration:
@@ -209,6 +234,13 @@ class Engine:
             self._outbox.extend(out)
             self._upstream_done = final
         return True
+
+    def waiting_lane(self) -> int | None:
+        """The lane whose round-robin turn delivery is waiting on (None: nothing is waiting)."""
+        mux = self._mux
+        if mux is None or mux.ready() or self._upstream_done:
+            return None
+        return mux.lanes[mux.p]
 
     def runnable(self) -> list[str]:
         """The steps that can do something now: 'admit', 'stage:<i>', 'deliver'."""

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks; ``python -m bench`` runs every module's ``results()`` (see __main__)."""

@@ -1,0 +1,72 @@
+"""The `python -m bench` harness (bench/__main__.py): discovery, selection, rows, README rewrite.
+
+No benchmark is run here (they are long); a fake module stands in for one.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench import __main__ as harness
+
+
+def test_discovers_every_bench_module_in_order() -> None:
+    names = harness.discover()
+    assert names == sorted(names)
+    assert {"bench_source", "bench_pipeline", "bench_checkpoint_store", "bench_peers"} <= set(names)
+    assert harness.select(names, "source,peers") == ["bench_peers", "bench_source"]
+    with pytest.raises(SystemExit, match="unknown benchmark"):
+        harness.select(names, "nosuch")
+
+
+def test_rows_failures_and_missing_results_become_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    good = types.ModuleType("bench.bench_fake_ok")
+    good.results = lambda *, quick=True: [  # type: ignore[attr-defined]
+        {"name": "a vs b", "ours": 2.0, "theirs": 1.0, "unit": "x/s", "ratio": 2.0, "note": "checked"},
+        {"name": "bad row"}]
+    broken = types.ModuleType("bench.bench_fake_broken")
+
+    def boom(*, quick: bool = True) -> list[dict[str, object]]:
+        raise RuntimeError("no device")
+
+    broken.results = boom  # type: ignore[attr-defined]
+    bare = types.ModuleType("bench.bench_fake_bare")
+    monkeypatch.setitem(sys.modules, "bench.bench_fake_ok", good)
+    monkeypatch.setitem(sys.modules, "bench.bench_fake_broken", broken)
+    monkeypatch.setitem(sys.modules, "bench.bench_fake_bare", bare)
+    rows = harness.run_module("bench_fake_ok", quick=True)
+    assert rows[0]["ratio"] == 2.0 and "malformed" in str(rows[1]["name"])
+    assert "no device" in str(harness.run_module("bench_fake_broken", quick=True)[0]["note"])
+    assert "no results()" in str(harness.run_module("bench_fake_bare", quick=True)[0]["note"])
+    missing = harness.run_module("bench_fake_not_there", quick=True)[0]
+    assert "could not import" in str(missing["note"])
+    table = harness.markdown(rows)
+    assert "| a vs b | 2 | 1 | x/s | 2.00x | checked |" in table
+
+
+def test_report_rewrites_only_between_the_markers(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# t\n\nbefore\n{harness.START}\nold table\n{harness.END}\nafter\n")
+    row = {"name": "n", "ours": 1.0, "theirs": None, "unit": "u", "ratio": None, "note": "why"}
+    harness.rewrite_readme(readme, harness.report_block([row], quick=True, modules=["x"]))
+    text = readme.read_text()
+    assert text.startswith("# t\n\nbefore\n") and text.endswith(f"{harness.END}\nafter\n")
+    assert "old table" not in text and "| n | 1 | - | u | - | why |" in text
+    assert "CPUs (nproc)" in text and "Python" in text and "UTC" in text
+    again = harness.report_block([row], quick=False, modules=["x"])
+    harness.rewrite_readme(readme, again)
+    assert readme.read_text().count(harness.END) == 1
+    bare = tmp_path / "R2.md"
+    bare.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        harness.rewrite_readme(bare, again)
+    assert bare.read_text() == "no markers\n"
+
+
+def test_the_readme_has_the_markers() -> None:
+    text = (Path(harness.ROOT) / "README.md").read_text()
+    assert text.count(harness.START) == 1 and text.count(harness.END) == 1
