@@ -210,7 +210,7 @@ def run_seed(seed: int, **overrides: Any) -> RunResult:
         if not lin.ok:
             problems.append(f"seed {seed}: lineage: {lineage}")
             witnesses.append(Problem("lineage", problems[-1], seed))
-    if cfg["unrecoverable"] and world._ever_published and world.crashes and not world.refused:
+    if world.expect_refusal and not world.refused:
         problems.append(f"seed {seed}: unrecoverable mode: every generation was damaged but restore did not refuse")
     probes = {k: world.probes.get(k, 0) for k in PROBES}
     return RunResult(seed, cfg, world.fingerprint(), not problems, tuple(problems), tuple(witnesses), probes,

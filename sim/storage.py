@@ -353,8 +353,9 @@ class MemStorage:
         d = str(directory)
         if d in self._names:
             return False
-        self._names[d] = {}
-        self._durable.setdefault(d, {})  # directories themselves are modelled as durable
+        for p in (directory, *directory.parents):  # directories themselves are modelled as durable
+            self._names.setdefault(str(p), {})
+            self._durable.setdefault(str(p), {})
         return True
 
     def read(self, path: Path) -> bytes | None:

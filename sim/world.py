@@ -240,6 +240,7 @@ class World:
         self.incarnation = 0
         self.ended = False
         self.refused = False  # unrecoverable mode: restore refused every generation
+        self.expect_refusal = False  # unrecoverable mode: every generation was damaged at a crash
         self.probes: dict[str, int] = {}
         self.consumed_raw: list[list[Any]] = []  # per consumed step, the raw items (keep_items only)
         self.tombstones: dict[tuple[int, str], Any] = {}  # tombstones the engines consumed (keep_items only)
@@ -581,6 +582,7 @@ class World:
             name = self.choices.choose("nemesis/bit-rot-file", files)
             if self.disk.rot(CKPT_DIR / name):
                 self.damaged.add(gen)
+                self.expect_refusal = self.expect_refusal or self.cfg.unrecoverable
                 self._probe("fault_bit_rot")
                 self._log("fault", "info", "nemesis", ("bit-rot", gen, name))
 
