@@ -58,6 +58,7 @@ _RATIOS: dict[str, tuple[tuple[int, int], ...]] = {
     "bit_rot": ((1, 2), (1, 1)),
 }
 _WORLD_FIELDS = {f.name for f in fields(WorldConfig)}
+_RUN_FLAGS = {"lineage", "record_deliveries"}  # run_seed's own switches (the lineage check, delivery entries)
 _WORKLOAD_FIELDS = {f.name for f in fields(Workload)}
 
 
@@ -102,7 +103,7 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
     if not cfg["aggregation"]:
         cfg["round_crash"] = [0, 1]
     for k, v in overrides.items():
-        if k not in cfg and k not in _WORLD_FIELDS and k not in _WORKLOAD_FIELDS:
+        if k not in cfg and k not in _WORLD_FIELDS and k not in _WORKLOAD_FIELDS and k not in _RUN_FLAGS:
             raise ValueError(f"override: expected one of {sorted(set(cfg) | _WORLD_FIELDS)}, received {k!r}")
         cfg[k] = list(v) if isinstance(v, tuple) else v
     if cfg["unrecoverable"]:

@@ -19,6 +19,7 @@ What may not live here: any pipeline logic (only public builder methods are call
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,21 @@ __all__ = ["Workload", "crc_tokens", "item_view"]
 def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
     """A deterministic tokenizer: crc32 of whitespace words (never ``hash()``)."""
     return {"input_ids": [zlib.crc32(w.encode()) % 1000 + 10 for w in str(row["text"]).split()][:200]}
+
+
+@functools.lru_cache(maxsize=8)
+def _datasets(corpus_seed: int, layout: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[Any, ...]:
+    """The corpus's datasets, built once per process: a pipeline only reads them (a run builds
+    one pipeline per rank and incarnation, and synthesising the corpus each time dominated)."""
+    from zephon_ref.work import Dataset, InMemoryShard, synthetic_corpus
+
+    corpus = synthetic_corpus(seed=corpus_seed, layout=dict(layout))
+    dsets = []
+    for d in corpus.datasets:
+        shards = {int(s): InMemoryShard([d.get(int(s), i) for i in range(int(n))])
+                  for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
+        dsets.append(Dataset.from_dict(d.name, shards))
+    return tuple(dsets)
 
 
 def _layout() -> dict[str, tuple[int, ...]]:
