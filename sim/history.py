@@ -13,7 +13,12 @@ take effect, ``info`` when the outcome is unknown or the entry is a nemesis acti
 the world had saved exactly that state under it).
 
 :func:`check_history` rebuilds the stream the trainer consumed: ``step ok`` entries in
-order, a ``restore ok`` rolling it back to the restore's step.  Then, against an
+order; a ``checkpoint ok`` (or ``info``: a save that failed after its manifest was linked)
+naming a generation snapshots the consumed stream, and a ``restore ok`` of that generation
+resumes from the snapshot (the trainer's state is the generation's: after a restart from
+scratch, say on a stale listing, a later restore of an older generation brings back the
+steps that generation had seen); a restore naming no known generation truncates the
+stream to its step.  Then, against an
 uninterrupted single-rank reference run cut into global steps:
 
 * per lane, the first place where the consumed stream leaves the reference is
@@ -122,6 +127,7 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
     remap_of_step: list[str | None] = []
     restores = 0
     problems: list[Problem] = []
+    snapshots: dict[Any, tuple[list[Step], list[int], list[str | None]]] = {}  # generation -> consumed then
     for e in history:
         if e.type != "ok":
             continue
@@ -135,11 +141,25 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
             consumed.append(tuple(e.detail))
             dp_of_step.append(dp)
             remap_of_step.append(last_remap)
+        elif e.kind == "checkpoint" and isinstance(e.extra, dict) and e.extra.get("generation") is not None:
+            snapshots[e.extra["generation"]] = (list(consumed), list(dp_of_step), list(remap_of_step))
         elif e.kind == "restore":
             restores += 1
-            del consumed[e.step:]
-            del dp_of_step[e.step:]
-            del remap_of_step[e.step:]
+            gen = e.extra.get("generation") if isinstance(e.extra, dict) else None
+            if gen is not None and gen in snapshots:
+                # the trainer resumes from the generation's state: the stream consumed when it was saved
+                snap = snapshots[gen]
+                consumed, dp_of_step, remap_of_step = list(snap[0]), list(snap[1]), list(snap[2])
+                if len(consumed) != e.step:
+                    problems.append(Problem("step-order", f"restore of generation {gen} claims step {e.step}, "
+                                            f"it was saved after {len(consumed)} steps", seed, e.step))
+                    break
+            elif gen is None and e.step == 0:
+                consumed, dp_of_step, remap_of_step = [], [], []
+            else:
+                del consumed[e.step:]
+                del dp_of_step[e.step:]
+                del remap_of_step[e.step:]
             before = dp_of_step[-1] if dp_of_step else dp
             dp = int(e.detail) if isinstance(e.detail, int) else dp
             if dp != before and e.step > 0:

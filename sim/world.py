@@ -465,7 +465,7 @@ class World:
         if not self.cfg.storage:
             self.published.append((self.step, merged))
             ok: bool = True
-            self._log("checkpoint", "ok", "job", len(self.published))
+            self._log("checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)})
         else:
             before = set(store.list_generations(CKPT_DIR, storage=self.disk))
             self.nemesis.armed, self.nemesis.during = True, "save"
@@ -476,7 +476,7 @@ class World:
                 gen: int | None = store.save(merged, CKPT_DIR, storage=self.fs)
                 ok = True
             except _Crash:
-                self._note_new_generations(before, merged)
+                self._note_new_generations(before, merged, failed=True)
                 self.nemesis.armed = False
                 self._crash()
                 return
@@ -488,10 +488,10 @@ class World:
                 self.nemesis.armed = False
                 self.fs.after = self.nemesis.after
                 latency = self.fs.latency
-            self._note_new_generations(before, merged)
+            self._note_new_generations(before, merged, failed=not ok)
             if ok:
                 assert gen is not None
-                self._log("checkpoint", "ok", "job", gen)
+                self._log("checkpoint", "ok", "job", gen, extra={"generation": gen})
         if ok:
             self._crashes_since_checkpoint = 0
             self._ever_published = True
@@ -514,10 +514,14 @@ class World:
             self._manifest_linked = True
         self.nemesis.after(op, path)
 
-    def _note_new_generations(self, before: set[int], merged: dict[str, Any]) -> None:
+    def _note_new_generations(self, before: set[int], merged: dict[str, Any], *, failed: bool) -> None:
+        """Remember the state asked for under each generation the save created (a failed save may
+        still have linked its manifest: that generation is visible, and logged as ``info``)."""
         for gen in store.list_generations(CKPT_DIR, storage=self.disk):
             if gen not in before and gen not in self.saved:
                 self.saved[gen] = (self.step, merged)
+                if failed:
+                    self._log("checkpoint", "info", "job", gen, extra={"generation": gen})
 
     def _resume(self, *, after: int = 0) -> None:
         self._paused = False

@@ -150,3 +150,21 @@ def test_unrecoverable_mode_only_checks_that_restore_refuses() -> None:
         assert r.ok, r.problems[:2]
         refused += r.probes["restore_refused_all"]
     assert refused, "no seed crashed after a publish in unrecoverable mode"
+
+
+def test_a_restore_of_an_older_generation_after_a_restart_from_scratch_resumes_its_stream() -> None:
+    """Regression (seed 45 of the first 500-seed sweep): a stale listing made a restore see no
+    generation, the job restarted from scratch, crashed again and then restored generation 1
+    (step 3).  The trainer resumes from that generation's stream, not from the empty one."""
+    from sim.history import Event, check_history
+
+    ref = [((0, "a"), (1, "b")), ((0, "c"), (1, "d")), ((0, "e"), (1, "f"))]
+    hist = [Event(0, "step", 1, ref[0]), Event(0, "step", 2, ref[1]),
+            Event(0, "checkpoint", 2, 1, extra={"generation": 1}),
+            Event(0, "restore", 0, 2, extra={"generation": None}),  # from scratch
+            Event(0, "restore", 2, 2, extra={"generation": 1}), Event(0, "step", 3, ref[2])]
+    assert check_history(hist, ref).ok
+    lying = [*hist[:4], Event(0, "restore", 1, 2, extra={"generation": 1})]
+    assert not check_history(lying, ref).ok
+    r = run_seed(45)
+    assert r.ok, r.problems[:2]
