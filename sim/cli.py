@@ -34,7 +34,7 @@ from sim.world import PROBES
 
 __all__ = ["main", "parse_seeds"]
 
-_FLAGS = ("ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes")
+_FLAGS = ("ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes", "docs")
 
 
 def parse_seeds(text: str) -> range:

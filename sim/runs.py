@@ -102,10 +102,13 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
             cfg[f] = [0, 1]
     if not cfg["aggregation"]:
         cfg["round_crash"] = [0, 1]
+    docs = overrides.pop("docs", None)
+    if docs is not None:  # a corpus of ``docs`` web documents, half as many code, a quarter as many books
+        overrides.setdefault("layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)})
     for k, v in overrides.items():
         if k not in cfg and k not in _WORLD_FIELDS and k not in _WORKLOAD_FIELDS and k not in _RUN_FLAGS:
             raise ValueError(f"override: expected one of {sorted(set(cfg) | _WORLD_FIELDS)}, received {k!r}")
-        cfg[k] = list(v) if isinstance(v, tuple) else v
+        cfg[k] = list(v) if isinstance(v, tuple) else ({n: list(t) for n, t in v.items()} if k == "layout" else v)
     if cfg["unrecoverable"]:
         cfg["storage"] = True
     cfg["allow_uneven"] = bool(cfg["allow_uneven"]) or any(cfg["lanes"] % r for r in (cfg["ranks"],
