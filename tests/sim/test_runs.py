@@ -19,7 +19,7 @@ from zephon_ref.checkpoint import store
 from zephon_ref.seeding import derive_seed
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXED = list(range(12))
+FIXED = list(range(10))
 # Targeted seeds: (seed, overrides) that reach the rarer probes (found by a sweep; the test
 # asserts they still reach them, so a change of the world that loses one is noticed).
 TARGETED: list[tuple[int, dict[str, Any]]] = [
@@ -134,6 +134,7 @@ def test_a_restore_served_an_older_generation_is_caught(monkeypatch: pytest.Monk
         if not r.ok:
             caught.append(seed)
             assert any(w.kind == "bad-restore" for w in r.witnesses), r.problems
+            break  # one catch is the claim; the budget is the loop's bound
     assert caught, "no seed caught a restore that accepted another generation's state"
     # and the CLI prints a reproduce line for such a failure
     assert main(["run", "--seed", str(caught[0]), "--storage", "--faults", "crash"]) in (0, 1)
@@ -149,6 +150,8 @@ def test_unrecoverable_mode_only_checks_that_restore_refuses() -> None:
                      checkpoint_every=1)
         assert r.ok, r.problems[:2]
         refused += r.probes["restore_refused_all"]
+        if refused:
+            break
     assert refused, "no seed crashed after a publish in unrecoverable mode"
 
 
