@@ -33,7 +33,9 @@ seeded run draws each kind from its own substream):
   writes and the manifest) or of a restore, and on any protocol step of a round; a
   planned resize at a step boundary; storage faults (I/O errors, torn writes, read
   corruption, stale listings, latency spikes, lost unflushed writes on a crash, bit rot
-  of a published file that always keeps one intact generation unless ``unrecoverable``);
+  of a published file that always keeps one intact generation unless ``unrecoverable``).
+  A latency spike delays training only where it waits for the checkpoint (after an
+  aggregation round); without ``aggregation`` the save is instantaneous in virtual time;
 * a restart picks a rank count from ``restart_ranks`` (N->1, 1->N, uneven when
   ``allow_uneven``) and restores the newest generation that verifies (older ones when
   newer are refused), rolling the trainer back to that generation's step; with none
@@ -265,12 +267,6 @@ class World:
 
     def _probe(self, name: str) -> None:
         self.probes[name] = self.probes.get(name, 0) + 1
-
-    def _quiet(self) -> Any:
-        ctx = warnings.catch_warnings()
-        ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return ctx
 
     # -- incarnations -------------------------------------------------------------------------
     def _start(self, dp: int, state: dict[str, Any] | None) -> None:
