@@ -9,7 +9,8 @@ seeded run draws each kind from its own substream):
 
 * an *incarnation* of the job is ``dp`` ranks of ``workers`` DataLoader workers each;
   every (rank, worker) *participant* is a real zephon_ref Pipeline built by the caller's
-  ``build(**topology)`` and split with :meth:`~zephon_ref.pipeline.Pipeline.for_worker`;
+  ``build(**topology)`` and split with :meth:`~zephon_ref.pipeline.Pipeline.for_worker`
+  (:func:`sim.lockstep.participants` builds them: one implementation);
   the engine (not the world) decides which lanes a participant owns.  A participant
   with lanes is driven step by step (admit / run_stage / deliver, the step picked by
   the choices, its latency drawn from them and multiplied by its rank's speed factor:
@@ -67,6 +68,7 @@ from sim.cluster import Cluster, Participant
 from sim.history import Event, Problem, RunReport, check_history
 from sim.invariants import Step
 from sim.kernel import Kernel
+from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
@@ -260,6 +262,11 @@ class World:
         self._shards_linked = False
         self._manifest_linked = False
 
+    @property
+    def ranks(self) -> list[_Part]:
+        """The current incarnation's participants (the name World had before workers: one per rank then)."""
+        return self.parts
+
     # -- bookkeeping --------------------------------------------------------------------------
     def _log(self, kind: str, type_: str = "ok", process: str = "job", detail: Any = None, *,
              extra: Any = None) -> None:
@@ -286,16 +293,12 @@ class World:
                 self._log("fault", "info", "nemesis", ("slow", rank, factor))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            for rank in range(dp):
-                base = self.build(world_size=dp, global_rank=rank, dp_degree=dp, aggregate_dir="/unused-by-the-sim")
-                for w in range(cfg.workers):
-                    p = base.for_worker(w, cfg.workers) if cfg.workers > 1 else base
-                    if state is not None:
-                        p.restore(state)
-                    eng = p.engine()
-                    if self.keep_items:
-                        self._watch_tombstones(eng)
-                    self.parts.append(_Part(rank, w, p, eng, tuple(eng.lanes)))
+            # sim.lockstep builds the (rank, worker) pipelines, in that order; each engine owns its lanes
+            for k, p in enumerate(participants(self.build, dp, cfg.workers, state=state)):
+                eng = p.engine()
+                if self.keep_items:
+                    self._watch_tombstones(eng)
+                self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
         if cfg.workers > 1:
             self._probe("workers_split")
         self._log("start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)})
