@@ -31,7 +31,10 @@ uninterrupted single-rank reference run cut into global steps:
   (:func:`sim.invariants.global_step_problems`);
 * a ``restore ok`` whose generation the world did not save with exactly the loaded
   state is a restore that accepted a bad checkpoint;
-* ``step ok`` numbers must follow each other (a step taken twice or skipped).
+* ``step ok`` numbers must follow each other (a step taken twice or skipped);
+* when the run drained the data (an ``end`` entry with detail ``end-of-data``) every lane's
+  stream must be the whole reference lane (a short stream lost its tail); otherwise a
+  prefix suffices (the run stopped at its step budget).
 
 Each problem is a :class:`Problem` with a minimal witness (seed, step, lane, record);
 :class:`RunReport` keeps the one-line strings for callers that want text.
@@ -93,9 +96,14 @@ class RunReport:
 
 
 def _lane_problem(lane: int, got: list[Any], want: list[Any], steps: list[int], remapped: list[str | None],
-                  seed: int | None) -> Problem | None:
+                  seed: int | None, *, exact: bool = False) -> Problem | None:
     if got == want[:len(got)]:
-        return None
+        if not exact or len(got) == len(want):
+            return None
+        where = f"seed {seed}, " if seed is not None else ""
+        return Problem("lost", f"{where}lane {lane}: the run drained the data but the lane's stream ends after "
+                       f"{len(got)} items, the reference has {len(want)} (lost: {want[len(got)]!r:.120})",
+                       seed, steps[-1] if steps else 0, lane, want[len(got)])
     at = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
     where = f"seed {seed}, " if seed is not None else ""
     if at >= len(want):
@@ -170,13 +178,14 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
                                         f"generation {extra.get('generation')}, which is not the state saved "
                                         f"under it ({extra.get('why', 'unknown')})", seed, e.step,
                                         None, extra.get("generation")))
+    drained = any(e.kind == "end" and e.detail == "end-of-data" for e in history)
     mine = per_lane(consumed)
     want = per_lane(reference)
     for lane in sorted(set(mine) | set(want)):
         got = mine.get(lane, [])
         steps = [i + 1 for i, step in enumerate(consumed) for ln, _ in step if ln == lane]
         remaps = [remap_of_step[i] for i, step in enumerate(consumed) for ln, _ in step if ln == lane]
-        p = _lane_problem(lane, got, want.get(lane, []), steps, remaps, seed)
+        p = _lane_problem(lane, got, want.get(lane, []), steps, remaps, seed, exact=drained)
         if p is not None:
             problems.append(p)
     for text in global_step_problems(consumed, reference):

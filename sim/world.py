@@ -248,6 +248,7 @@ class World:
         self.probes: dict[str, int] = {}
         self.consumed_raw: list[list[Any]] = []  # per consumed step, the raw items (keep_items only)
         self.tombstones: dict[tuple[int, str], Any] = {}  # tombstones the engines consumed (keep_items only)
+        self._raw_at: dict[Any, list[list[Any]]] = {}  # generation -> consumed_raw when it was saved
         self._paused = False
         self._round: Cluster | None = None
         self._rounds = 0
@@ -271,6 +272,9 @@ class World:
     def _log(self, kind: str, type_: str = "ok", process: str = "job", detail: Any = None, *,
              extra: Any = None) -> None:
         self.history.append(Event(self.kernel.now, kind, self.step, detail, type_, process, extra))
+        if self.keep_items and kind == "checkpoint" and isinstance(extra, dict) and "generation" in extra:
+            # the items the trainer had consumed when this generation was saved (what a restore of it resumes)
+            self._raw_at[extra["generation"]] = list(self.consumed_raw)
 
     def _probe(self, name: str) -> None:
         self.probes[name] = self.probes.get(name, 0) + 1
@@ -313,7 +317,9 @@ class World:
         inner = engine._on_tombstone
 
         def on_tombstone(t: Any) -> None:
-            key = (int(t.meta.lane_id), repr(t.meta.as_cursor_key()))
+            key = (int(t.meta.lane_id), repr((t.meta.as_cursor_key(),
+                                              [(ref.cursor.base_offset, ref.is_last_child)
+                                               for ref in t.meta.contribution_refs()])))
             self.tombstones.setdefault(key, t)
             inner(t)
         engine._on_tombstone = on_tombstone
@@ -371,7 +377,7 @@ class World:
             p.share, p.raw = [], []
         if not items:  # every participant finished: the data ran out
             self._probe("end_of_data")
-            self._end()
+            self._end("end-of-data")
             return
         self.step += 1
         self._log("step", "ok", "job", tuple(items))
@@ -600,7 +606,7 @@ class World:
                 self.disk.crash(lambda d, n: True)
                 continue
             if found is None and self.refused:
-                self._end()
+                self._end("refused")
                 return
             step, state = found if found is not None else (0, None)
             self.step = step
@@ -613,6 +619,9 @@ class World:
                 if self.cfg.canonical_replicas % dp:
                     self._probe("uneven_restart")
             self._start(dp, state)
+            if self.keep_items:
+                gen = self._restored.get("generation")
+                self.consumed_raw = list(self._raw_at.get(gen, self.consumed_raw[:step])) if state is not None else []
             self._log("restore", "ok", "job", dp, extra=self._restored)
             return
         raise RuntimeError("sim: expected a restore to get through within 8 attempts, it did not")
@@ -662,9 +671,9 @@ class World:
             raise _Crash("every generation refused (transient faults); the job retries")
         return None
 
-    def _end(self) -> None:
+    def _end(self, why: str = "steps") -> None:
         self.ended = True
-        self._log("end", "ok", "job", self.step)
+        self._log("end", "ok", "job", why)
 
     def run(self, *, max_events: int = 5_000_000) -> list[Event]:
         self._start(self.cfg.ranks, None)

@@ -171,3 +171,17 @@ def test_a_restore_of_an_older_generation_after_a_restart_from_scratch_resumes_i
     assert not check_history(lying, ref).ok
     r = run_seed(45)
     assert r.ok, r.problems[:2]
+
+
+def test_a_drained_run_must_deliver_every_lane_whole() -> None:
+    """A run that drained the data with a lane's tail missing is a loss, not a prefix; and seed
+    828 (a restore of a generation newer than the trainer's progress, after a fallback) drains
+    clean, lineage included (the world once kept the raw items truncate-only and lost 4 steps)."""
+    from sim.history import Event, check_history
+
+    ref = [((0, "a"), (1, "b")), ((0, "c"), (1, "d"))]
+    short = [Event(0, "step", 1, ref[0]), Event(0, "step", 2, ((1, "d"),)), Event(0, "end", 2, "end-of-data")]
+    assert [w.kind for w in check_history(short, ref).witnesses][0] == "lost"
+    assert check_history(short[:2] + [Event(0, "end", 2, "steps")], ref).ok
+    r = run_seed(828)
+    assert r.ok and r.lineage == "ok", r.problems[:2]
