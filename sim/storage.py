@@ -19,21 +19,39 @@ contains ``name_contains``, or every such call from the ``nth`` on when
 ``sticky`` (a full disk stays full).  Everything is counted, so a test can say
 how many faulty operations it tried and how each ended.
 
-Not yet here (the simulator will grow them): durable vs pending layers with
-unflushed writes lost on a crash, read corruption, stale listings.
+Besides the fixed faults, a :class:`StorageNemesis` (the simulated world's, drawing
+every decision from its choices) is asked on each call: ``fault(op, path)`` may return a
+:class:`Fault` to inject now (an I/O error, or a torn write), ``corrupt(path, data)`` may
+return damaged bytes for a read (read corruption: the file itself stays intact),
+``stale(path)`` may answer a ``list`` with the directory's previous listing (a stale
+listing), and ``latency(op, path)`` adds virtual ticks to :attr:`FaultyStorage.latency`
+(latency spikes; the world waits that long).
+
+:class:`MemStorage` is the simulated disk: an in-memory Storage with a *durable* and a
+*pending* layer.  File data becomes durable on ``sync``, directory entries (creations,
+links, renames, removals) on ``sync_dir`` of their directory; :meth:`MemStorage.crash`
+drops pending changes (each pending entry is kept or lost as the caller's ``keep``
+decides, in operation order) and reverts unsynced file data: lost unflushed writes.
+Temp names carry random tokens (``storage.publish``); MemStorage lists them under a
+stable alias (``.tmp.<target>.s<sequence>``) so that listings, and every decision taken
+over them, are the same in every process.  :meth:`MemStorage.rot` damages a file's
+bytes in both layers (bit rot of a published file).
 """
 
 from __future__ import annotations
 
+import builtins
+import errno as _errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from zephon_ref.checkpoint.fs import PosixStorage
 from zephon_ref.checkpoint.storage import Storage, Writer
 
-__all__ = ["OPS", "Fault", "FaultyStorage"]
+__all__ = ["OPS", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]
 
 OPS: tuple[str, ...] = (
     "create",
@@ -82,6 +100,18 @@ class Fault:
         return OSError(self.errno, f"{os.strerror(self.errno)} (injected: {self.op} #{self.seen})", str(path))
 
 
+class StorageNemesis(Protocol):
+    """The decisions a simulated world takes on each storage call (see the module docstring)."""
+
+    def fault(self, op: str, path: Path) -> Fault | None: ...
+
+    def corrupt(self, path: Path, data: bytes) -> bytes | None: ...
+
+    def stale(self, path: Path) -> bool: ...
+
+    def latency(self, op: str, path: Path) -> int: ...
+
+
 class _FaultyWriter:
     __slots__ = ("_inner", "_owner", "_path")
 
@@ -118,10 +148,14 @@ class FaultyStorage:
         *,
         faults: Sequence[Fault] = (),
         after: Callable[[str, Path], None] | None = None,
+        nemesis: StorageNemesis | None = None,
     ) -> None:
         self.inner: Storage = PosixStorage() if inner is None else inner
         self.faults = list(faults)
         self.after = after
+        self.nemesis = nemesis
+        self.latency = 0
+        self._listings: dict[str, list[str]] = {}
         self.log: list[tuple[str, str]] = []
         self.counts: dict[str, int] = {}
         self.injected = 0
@@ -134,6 +168,12 @@ class FaultyStorage:
             if f.matches(op, path):
                 self.injected += 1
                 return f
+        if self.nemesis is not None:
+            self.latency += self.nemesis.latency(op, path)
+            fault = self.nemesis.fault(op, path)
+            if fault is not None:
+                self.injected += 1
+                return fault
         return None
 
     def _after(self, op: str, path: Path) -> None:
@@ -178,9 +218,186 @@ class FaultyStorage:
     def read(self, path: Path) -> bytes | None:
         out = self._run("read", path, lambda: self.inner.read(path))
         assert out is None or isinstance(out, bytes)
+        if out is not None and self.nemesis is not None:
+            bad = self.nemesis.corrupt(path, out)
+            if bad is not None:
+                self.injected += 1
+                return bad
         return out
 
     def list(self, directory: Path) -> list[str]:
         out = self._run("list", directory, lambda: self.inner.list(directory))
         assert isinstance(out, list)
+        key = str(directory)
+        previous = self._listings.get(key)
+        self._listings[key] = list(out)
+        if previous is not None and previous != out and self.nemesis is not None and self.nemesis.stale(directory):
+            self.injected += 1
+            return list(previous)
         return out
+
+
+# ----------------------------------------------------------------------------- MemStorage
+
+
+@dataclass(slots=True)
+class _Inode:
+    data: bytearray = field(default_factory=bytearray)
+    durable: bytes = b""
+    sealed: bool = False
+
+
+class _MemWriter:
+    __slots__ = ("_closed", "_inode")
+
+    def __init__(self, inode: _Inode) -> None:
+        self._inode, self._closed = inode, False
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            raise OSError(_errno.EBADF, "write to a closed file")
+        self._inode.data.extend(data)
+
+    def sync(self) -> None:
+        if self._closed:
+            raise OSError(_errno.EBADF, "sync of a closed file")
+        self._inode.durable = bytes(self._inode.data)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class MemStorage:
+    """An in-memory Storage with durable and pending layers (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._names: dict[str, dict[str, _Inode]] = {}  # directory -> name -> inode (what readers see)
+        self._durable: dict[str, dict[str, _Inode]] = {}  # directory -> name -> inode (what survives a crash)
+        self._dirty: dict[str, list[str]] = {}  # directory -> names changed since its last sync_dir, in order
+        self._alias: dict[str, str] = {}  # random temp path -> stable alias path
+        self._seq = 0
+
+    def _key(self, path: Path) -> tuple[str, str]:
+        p = self._alias.get(str(path), str(path))
+        d, _, name = p.rpartition("/")
+        return d, name
+
+    def _touch(self, d: str, name: str) -> None:
+        dirty = self._dirty.setdefault(d, [])
+        if name not in dirty:
+            dirty.append(name)
+
+    def _dir(self, d: str) -> dict[str, _Inode]:
+        if d not in self._names:
+            raise FileNotFoundError(_errno.ENOENT, "no such directory", d)
+        return self._names[d]
+
+    def create(self, path: Path) -> Writer:
+        if path.name.startswith(".tmp."):
+            self._seq += 1
+            target = path.name[len(".tmp."):].rsplit(".", 1)[0]
+            self._alias[str(path)] = str(path.parent / f".tmp.{target}.s{self._seq}")
+        d, name = self._key(path)
+        names = self._dir(d)
+        if name in names:
+            raise FileExistsError(_errno.EEXIST, "file exists", str(path))
+        inode = _Inode()
+        names[name] = inode
+        self._touch(d, name)
+        return _MemWriter(inode)
+
+    def link(self, src: Path, dst: Path) -> None:
+        sd, sn = self._key(src)
+        dd, dn = self._key(dst)
+        inode = self._dir(sd).get(sn)
+        if inode is None:
+            raise FileNotFoundError(_errno.ENOENT, "no such file", str(src))
+        if dn in self._dir(dd):
+            raise FileExistsError(_errno.EEXIST, "file exists", str(dst))
+        self._names[dd][dn] = inode
+        self._touch(dd, dn)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        sd, sn = self._key(src)
+        dd, dn = self._key(dst)
+        inode = self._dir(sd).pop(sn, None)
+        if inode is None:
+            raise FileNotFoundError(_errno.ENOENT, "no such file", str(src))
+        self._dir(dd)[dn] = inode
+        self._touch(sd, sn)
+        self._touch(dd, dn)
+
+    def remove(self, path: Path) -> bool:
+        d, name = self._key(path)
+        names = self._names.get(d, {})
+        if name not in names:
+            return False
+        del names[name]
+        self._touch(d, name)
+        return True
+
+    def seal(self, path: Path) -> None:
+        d, name = self._key(path)
+        inode = self._dir(d).get(name)
+        if inode is None:
+            raise FileNotFoundError(_errno.ENOENT, "no such file", str(path))
+        inode.sealed = True
+
+    def sync_dir(self, directory: Path) -> None:
+        d = str(directory)
+        names = self._dir(d)
+        self._durable[d] = dict(names)
+        self._dirty.pop(d, None)
+
+    def make_dirs(self, directory: Path) -> bool:
+        d = str(directory)
+        if d in self._names:
+            return False
+        for p in (directory, *directory.parents):  # directories themselves are modelled as durable
+            self._names.setdefault(str(p), {})
+            self._durable.setdefault(str(p), {})
+        return True
+
+    def read(self, path: Path) -> bytes | None:
+        d, name = self._key(path)
+        inode = self._names.get(d, {}).get(name)
+        return None if inode is None else bytes(inode.data)
+
+    def list(self, directory: Path) -> list[str]:
+        return sorted(self._names.get(str(directory), {}))
+
+    # -- the simulator's handles ------------------------------------------------------------
+    def pending(self) -> builtins.list[tuple[str, str]]:
+        """(directory, name) of every directory entry changed since its directory's last sync."""
+        return [(d, n) for d in sorted(self._dirty) for n in self._dirty[d]]
+
+    def crash(self, keep: Callable[[str, str], bool]) -> builtins.list[tuple[str, str]]:
+        """A power loss: each pending entry survives iff ``keep(directory, name)``; unsynced data
+        reverts to its last sync.  Returns the entries lost."""
+        lost = []
+        for d, name in self.pending():
+            if keep(d, name):
+                if name in self._names[d]:
+                    self._durable[d][name] = self._names[d][name]
+                else:
+                    self._durable[d].pop(name, None)
+            else:
+                lost.append((d, name))
+        self._names = {d: dict(names) for d, names in self._durable.items()}
+        for names in self._names.values():
+            for inode in names.values():
+                if bytes(inode.data) != inode.durable:
+                    inode.data = bytearray(inode.durable)
+        self._dirty = {}
+        return lost
+
+    def rot(self, path: Path) -> bool:
+        """Flip one byte in the middle of a file (both layers); False when it is absent or empty."""
+        d, name = self._key(path)
+        inode = self._names.get(d, {}).get(name)
+        if inode is None or not inode.data:
+            return False
+        i = len(inode.data) // 2
+        inode.data[i] ^= 0x5A
+        inode.durable = bytes(inode.data)
+        return True

@@ -1,182 +1,681 @@
-"""A simulated data-parallel job: ranks stepping real engines on virtual time, crashes, restarts.
+"""A simulated data-parallel job: ranks and DataLoader workers stepping real engines on virtual time,
+a checkpoint schedule whose aggregation rounds run the real protocol, and a nemesis.
 
 Theory of operation
 -------------------
 A :class:`World` runs one training job over the kernel (:mod:`sim.kernel`) with every
-decision taken through a :class:`~sim.choices.Choices`:
+decision taken through a :class:`~sim.choices.Choices` (labels name the decision, so a
+seeded run draws each kind from its own substream):
 
-* an *incarnation* of the job is ``dp`` ranks, each a real zephon_ref Pipeline built by
-  the caller's ``build(**topology)`` and driven step by step through
-  :meth:`~zephon_ref.pipeline.Pipeline.engine` (admit / run_stage / deliver, the step
-  picked by the choices, its latency drawn from them and scaled by the rank's speed);
-* a **global step** is one round over every lane: each rank delivers ``C / dp`` items
-  (its lanes in the tail multiplexer's round robin), so the step's set of samples does
-  not depend on the topology; the trainer takes the step when every rank has its share;
-* every ``checkpoint_every`` steps the job checkpoints at the step boundary: each rank's
-  ``local_state()`` goes through zephon_ref's merge and the merged state is *published*
-  (a list of generations here; the storage-backed publish comes with the storage faults);
-* the nemesis may crash the whole job at any event (exact ratio ``crash``); the job then
-  restarts from the newest published generation on a rank count drawn from
-  ``restart_ranks`` (the trainer's progress rolls back to that generation's step), or
-  from the start when nothing was published.
+* an *incarnation* of the job is ``dp`` ranks of ``workers`` DataLoader workers each;
+  every (rank, worker) *participant* is a real zephon_ref Pipeline built by the caller's
+  ``build(**topology)`` and split with :meth:`~zephon_ref.pipeline.Pipeline.for_worker`
+  (:func:`sim.lockstep.participants` builds them: one implementation);
+  the engine (not the world) decides which lanes a participant owns.  A participant
+  with lanes is driven step by step (admit / run_stage / deliver, the step picked by
+  the choices, its latency drawn from them and multiplied by its rank's speed factor:
+  slow ranks);
+* a **global step** is one round over every lane: each participant delivers one item
+  per lane it owns (its lanes in the tail multiplexer's round robin), so the step's set
+  of samples does not depend on the topology, even or uneven; the trainer takes the
+  step when every participant has its share (or has run dry);
+* every ``checkpoint_every`` steps (and before a planned resize) the job checkpoints at
+  the step boundary.  Without ``aggregation`` the participants' ``local_state()`` go
+  through zephon_ref's merge at once; with it, every participant runs the real
+  coordination state machine (:mod:`zephon_ref.coordination.protocol`) in
+  :class:`sim.cluster.Cluster` over an in-memory backend, **one protocol step per
+  kernel event**, and training waits for the round.  The merged state is *published*:
+  appended to :attr:`World.published`, or with ``storage`` saved by the real durable
+  store (:func:`zephon_ref.checkpoint.store.save`) into a :class:`~sim.storage.FaultyStorage`
+  over a :class:`~sim.storage.MemStorage` (durable and pending layers);
+* the **nemesis** (each an exact ratio of the config, drawn per event): a crash of the
+  whole job, or of one rank (its participants stop; the job notices ``detect_after``
+  ticks later); crashes on any storage operation of a save (e.g. between the shard
+  writes and the manifest) or of a restore, and on any protocol step of a round; a
+  planned resize at a step boundary; storage faults (I/O errors, torn writes, read
+  corruption, stale listings, latency spikes, lost unflushed writes on a crash, bit rot
+  of a published file that always keeps one intact generation unless ``unrecoverable``).
+  A latency spike delays training only where it waits for the checkpoint (after an
+  aggregation round); without ``aggregation`` the save is instantaneous in virtual time;
+* a restart picks a rank count from ``restart_ranks`` (N->1, 1->N, uneven when
+  ``allow_uneven``) and restores the newest generation that verifies (older ones when
+  newer are refused), rolling the trainer back to that generation's step; with none
+  published it starts from the beginning.  In ``unrecoverable`` mode every generation
+  is damaged at the first crash after one was published, and the world checks only
+  that restore refuses (the run then ends).
 
-Everything that happens is appended to :attr:`World.history` as frozen entries; the
-checker (:func:`check_run`) rebuilds the stream the trainer consumed, with restores
-rolling it back, and compares it with an uninterrupted single-rank run.  Nothing here
-re-implements pipeline, lane-mapping or protocol logic: it only calls public methods.
+Everything that happens is appended to :attr:`World.history` as frozen
+:class:`~sim.history.Event` entries (invoke / ok / fail / info); :func:`check_run`
+(:func:`sim.history.check_history`) rebuilds the consumed stream and compares it with an
+uninterrupted single-rank run.  :attr:`World.probes` counts the named coverage probes.
+Nothing here re-implements pipeline, lane-mapping or protocol logic: it calls public
+methods of zephon_ref and drives its machines.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sim.choices import Choices
-from sim.invariants import Step, global_step_problems, lane_stream_problems, per_lane
+from sim.cluster import Cluster, Participant
+from sim.history import Event, Problem, RunReport, check_history
+from sim.invariants import Step
 from sim.kernel import Kernel
+from sim.lockstep import participants
+from sim.storage import Fault, FaultyStorage, MemStorage
+from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
+from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
+from zephon_ref.errors import StorageError, ZephonRefError
 from zephon_ref.ops.base import lane_of
 
-__all__ = ["Event", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
+__all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
 
 View = Callable[[Any], Any]
+Ratio = tuple[int, int]
+NEVER: Ratio = (0, 1)
+CKPT_DIR = Path("/sim/ckpt")
+
+#: The named coverage probes a sweep counts (issue 10 item 6), then the other things worth counting.
+PROBES: tuple[str, ...] = (
+    "crash_between_shards_and_manifest", "crash_during_restore", "crash_during_aggregation",
+    "resize_while_rank_slow", "two_crashes_in_one_interval", "remap_n_to_1", "remap_1_to_n",
+    "job_crash", "rank_crash", "planned_resize", "uneven_restart", "slow_rank", "workers_split",
+    "restore_from_checkpoint", "restore_fell_back", "restore_refused_all",
+    "fault_io_error", "fault_torn_write", "fault_read_corruption", "fault_stale_listing",
+    "fault_latency_spike", "fault_lost_unflushed", "fault_bit_rot", "aggregation_round",
+    "checkpoint_failed", "end_of_data",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class WorldConfig:
+    """The job's shape and the nemesis's ratios (exact ``(numerator, denominator)``; ``(0, 1)`` = never)."""
+
     canonical_replicas: int
     ranks: int
     steps: int
     checkpoint_every: int = 2
-    crash: tuple[int, int] = (0, 1)  # chance per rank event that the whole job crashes
-    restart_ranks: tuple[int, ...] = ()  # rank counts a restart may pick (default: the same)
+    crash: Ratio = NEVER  # per participant event: the whole job crashes
+    restart_ranks: tuple[int, ...] = ()  # rank counts a restart or resize may pick (default: the same)
     max_latency: int = 5
     max_crashes: int = 3
+    workers: int = 1
+    rank_crash: Ratio = NEVER  # per participant event: its rank crashes
+    detect_after: int = 20  # ticks until the job notices a dead rank
+    resize: Ratio = NEVER  # per global step: a planned resize at the step boundary
+    max_resizes: int = 2
+    slow: Ratio = NEVER  # per rank and incarnation: the rank is slow
+    max_slowdown: int = 4
+    allow_uneven: bool = False  # rank counts that do not divide canonical_replicas
+    aggregation: bool = False  # checkpoints run the protocol's round, one step per event
+    round_crash: Ratio = NEVER  # per protocol step: the job crashes
+    storage: bool = False  # checkpoints go through the durable store into FaultyStorage
+    storage_crash: Ratio = NEVER  # per storage operation of a save or restore: the job crashes
+    io_error: Ratio = NEVER  # per storage operation: an injected I/O error (a torn write for writes)
+    read_corruption: Ratio = NEVER  # per read: damaged bytes come back
+    stale_listing: Ratio = NEVER  # per listing that changed: the previous one comes back
+    latency_spike: Ratio = NEVER  # per storage operation: 50-500 extra ticks
+    lose_unflushed: Ratio = (1, 2)  # per pending directory entry at a crash: it is lost
+    bit_rot: Ratio = NEVER  # per crash: a file of a published generation is damaged
+    unrecoverable: bool = False  # damage every generation at a crash; restore must refuse
 
     def __post_init__(self) -> None:
+        c = self.canonical_replicas
         for r in (self.ranks, *self.restart_ranks):
-            if r < 1 or self.canonical_replicas % r:
-                raise ValueError(f"ranks: expected a divisor of canonical_replicas={self.canonical_replicas}, "
-                                 f"received {r}")
+            if type(r) is not int or r < 1 or r > c or (not self.allow_uneven and c % r):
+                what = f"an int in [1, {c}]" if self.allow_uneven else f"a divisor of canonical_replicas={c}"
+                raise ValueError(f"ranks: expected {what}, received {r!r}")
+        for name in ("steps", "checkpoint_every", "max_latency", "workers", "max_slowdown", "detect_after"):
+            v = getattr(self, name)
+            if type(v) is not int or v < 1:
+                raise ValueError(f"{name}: expected an int >= 1, received {v!r}")
+        if self.unrecoverable and not self.storage:
+            raise ValueError("unrecoverable: expected storage=True (it damages stored generations), received "
+                             "storage=False")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One history entry: ``kind`` in step / checkpoint / crash / restore / end."""
-
-    time: int
-    kind: str
-    step: int
-    detail: Any = None
+class _Crash(Exception):
+    """Internal: the nemesis crashed the job inside a storage operation or a protocol step."""
 
 
 @dataclass(slots=True)
-class _Rank:
+class _Part:
+    rank: int
+    worker: int
     pipeline: Any
     engine: Any
+    lanes: tuple[int, ...]
     share: list[Any] = field(default_factory=list)
+    raw: list[Any] = field(default_factory=list)
+    alive: bool = True
+
+
+    @property
+    def name(self) -> str:
+        return f"r{self.rank}w{self.worker}"
+
+
+class _Nemesis:
+    """The storage decisions (sim.storage.StorageNemesis), drawn from the world's choices."""
+
+    def __init__(self, world: World) -> None:
+        self.w = world
+        self.armed = False
+        self.during = ""  # "save" / "restore"
+
+    def _on(self, ratio: Ratio) -> bool:
+        return self.armed and ratio[0] > 0
+
+    def fault(self, op: str, path: Path) -> Fault | None:
+        cfg = self.w.cfg
+        if op in ("read", "list") or not self._on(cfg.io_error):
+            return None
+        if not self.w.choices.chance(f"storage/io-error/{op}", *cfg.io_error):
+            return None
+        torn = op == "write"
+        self.w._probe("fault_torn_write" if torn else "fault_io_error")
+        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, path.name))
+        return Fault(op, errno.ENOSPC if torn else errno.EIO, torn=torn)
+
+    def corrupt(self, path: Path, data: bytes) -> bytes | None:
+        cfg = self.w.cfg
+        if not self._on(cfg.read_corruption) or len(data) < 2:
+            return None
+        if not self.w.choices.chance("storage/read-corruption", *cfg.read_corruption):
+            return None
+        self.w._probe("fault_read_corruption")
+        self.w._log("fault", "info", "nemesis", ("read-corruption", path.name))
+        i = len(data) // 2
+        return data[:i] + bytes([data[i] ^ 0xA5]) + data[i + 1:]
+
+    def stale(self, path: Path) -> bool:
+        cfg = self.w.cfg
+        if not self._on(cfg.stale_listing) or not self.w.choices.chance("storage/stale-listing", *cfg.stale_listing):
+            return False
+        self.w._probe("fault_stale_listing")
+        self.w._log("fault", "info", "nemesis", ("stale-listing", str(path)))
+        return True
+
+    def latency(self, op: str, path: Path) -> int:
+        cfg = self.w.cfg
+        if not self._on(cfg.latency_spike) or not self.w.choices.chance("storage/latency-spike", *cfg.latency_spike):
+            return 0
+        self.w._probe("fault_latency_spike")
+        return self.w.choices.integer("storage/latency-ticks", 50, 500)
+
+    def after(self, op: str, path: Path) -> None:
+        """Called after every storage operation that succeeded: the nemesis may crash the job here."""
+        w = self.w
+        if not self._on(w.cfg.storage_crash) or w.crashes >= w.cfg.max_crashes or not w.choices.chance(f"nemesis/storage-crash/{self.during}",
+                                                                     *w.cfg.storage_crash):
+            return
+        if self.during == "save" and w._shards_linked and not w._manifest_linked:
+            w._probe("crash_between_shards_and_manifest")
+        if self.during == "restore":
+            w._probe("crash_during_restore")
+        w._log("fault", "info", "nemesis", (f"crash-during-{self.during}", op, path.name))
+        raise _Crash(f"crash after {op} {path.name}")
 
 
 class World:
     """One simulated job; :meth:`run` drives it to ``cfg.steps`` global steps or the end of data."""
 
     def __init__(self, cfg: WorldConfig, build: Callable[..., Any], choices: Choices, *,
-                 view: View = repr) -> None:
+                 view: View = repr, keep_items: bool = False, record_deliveries: bool = True) -> None:
         self.cfg, self.build, self.choices, self.view = cfg, build, choices, view
+        self.keep_items, self.record_deliveries = keep_items, record_deliveries
         self.kernel = Kernel()
         self.history: list[Event] = []
         self.published: list[tuple[int, dict[str, Any]]] = []  # (global step, merged state)
         self.step = 0
         self.crashes = 0
-        self.ranks: list[_Rank] = []
+        self.resizes = 0
+        self.parts: list[_Part] = []
+        self.dp = 0
+        self.speed: list[int] = []
         self.incarnation = 0
         self.ended = False
+        self.refused = False  # unrecoverable mode: restore refused every generation
+        self.expect_refusal = False  # unrecoverable mode: every generation was damaged at a crash
+        self.probes: dict[str, int] = {}
+        self.consumed_raw: list[list[Any]] = []  # per consumed step, the raw items (keep_items only)
+        self.tombstones: dict[tuple[int, str], Any] = {}  # tombstones the engines consumed (keep_items only)
+        self._raw_at: dict[Any, list[list[Any]]] = {}  # generation -> consumed_raw when it was saved
+        self._paused = False
+        self._round: Cluster | None = None
+        self._rounds = 0
+        self._crashes_since_checkpoint = 0
+        self._ever_published = False
+        # durable storage
+        self.nemesis = _Nemesis(self)
+        self.disk = MemStorage()
+        self.fs = FaultyStorage(self.disk, nemesis=self.nemesis, after=self.nemesis.after)
+        self.saved: dict[int, tuple[int, dict[str, Any]]] = {}  # generation -> (step, state asked to save)
+        self.damaged: set[int] = set()  # generations the nemesis damaged for good
+        self._shards_linked = False
+        self._manifest_linked = False
 
-    # -- incarnations -----------------------------------------------------------------------
+    @property
+    def ranks(self) -> list[_Part]:
+        """The current incarnation's participants (the name World had before workers: one per rank then)."""
+        return self.parts
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def _log(self, kind: str, type_: str = "ok", process: str = "job", detail: Any = None, *,
+             extra: Any = None) -> None:
+        self.history.append(Event(self.kernel.now, kind, self.step, detail, type_, process, extra))
+        if self.keep_items and kind == "checkpoint" and isinstance(extra, dict) and "generation" in extra:
+            # the items the trainer had consumed when this generation was saved (what a restore of it resumes)
+            self._raw_at[extra["generation"]] = list(self.consumed_raw)
+
+    def _probe(self, name: str) -> None:
+        self.probes[name] = self.probes.get(name, 0) + 1
+
+    # -- incarnations -------------------------------------------------------------------------
     def _start(self, dp: int, state: dict[str, Any] | None) -> None:
         self.incarnation += 1
-        self.ranks = []
+        self.dp = dp
+        self.parts = []
+        self._paused = False
+        self._round = None
+        cfg = self.cfg
+        self.speed = []
         for rank in range(dp):
-            p = self.build(world_size=dp, global_rank=rank, dp_degree=dp, aggregate_dir="/unused-by-the-sim")
-            if state is not None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    p.restore(state)
-            self.ranks.append(_Rank(p, p.engine()))
-        for rank in range(dp):
-            self._schedule(rank, self.incarnation)
+            slow = cfg.slow[0] > 0 and self.choices.chance("nemesis/slow", *cfg.slow)
+            factor = self.choices.integer("nemesis/slowdown", 2, max(2, cfg.max_slowdown)) if slow else 1
+            self.speed.append(factor)
+            if slow:
+                self._probe("slow_rank")
+                self._log("fault", "info", "nemesis", ("slow", rank, factor))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # sim.lockstep builds the (rank, worker) pipelines, in that order; each engine owns its lanes
+            for k, p in enumerate(participants(self.build, dp, cfg.workers, state=state)):
+                eng = p.engine()
+                if self.keep_items:
+                    self._watch_tombstones(eng)
+                self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
+        if cfg.workers > 1:
+            self._probe("workers_split")
+        self._log("start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)})
+        for i, part in enumerate(self.parts):
+            if part.lanes:
+                self._schedule(i, self.incarnation)
 
-    def _schedule(self, rank: int, incarnation: int) -> None:
-        delay = self.choices.integer(f"latency/{rank}", 1, self.cfg.max_latency)
-        self.kernel.schedule(lambda: self._rank_event(rank, incarnation), after=delay, label=f"rank{rank}")
+    def _watch_tombstones(self, engine: Any) -> None:
+        """Record the tombstones this engine consumes (the lineage check needs them).  The engine
+        offers no public hook, so the sim wraps the instance's own ``_on_tombstone``.  A replay
+        after a restore consumes the same tombstones again: they are kept once per lane and key."""
+        inner = engine._on_tombstone
 
-    # -- events -----------------------------------------------------------------------------
-    def _rank_event(self, rank: int, incarnation: int) -> None:
+        def on_tombstone(t: Any) -> None:
+            key = (int(t.meta.lane_id), repr((t.meta.as_cursor_key(),
+                                              [(ref.cursor.base_offset, ref.is_last_child)
+                                               for ref in t.meta.contribution_refs()])))
+            self.tombstones.setdefault(key, t)
+            inner(t)
+        engine._on_tombstone = on_tombstone
+
+    def _schedule(self, i: int, incarnation: int) -> None:
+        part = self.parts[i]
+        delay = self.choices.integer(f"latency/{part.rank}", 1, self.cfg.max_latency) * self.speed[part.rank]
+        self.kernel.schedule(lambda: self._part_event(i, incarnation), after=delay, label=f"rank{part.rank}")
+
+    # -- participant events -------------------------------------------------------------------
+    def _part_event(self, i: int, incarnation: int) -> None:
         if incarnation != self.incarnation or self.ended:
             return  # an event of a crashed incarnation
-        if self.crashes < self.cfg.max_crashes and self.choices.chance("nemesis/crash", *self.cfg.crash):
-            self._crash()
-            return
-        r = self.ranks[rank]
-        per_rank = self.cfg.canonical_replicas // len(self.ranks)
-        if len(r.share) < per_rank and not r.engine.finished:
-            steps = r.engine.runnable()
-            step = "deliver" if "deliver" in steps and self.choices.chance(f"deliver/{rank}", 1, 2) else \
-                self.choices.choose(f"step/{rank}", steps)
+        part = self.parts[i]
+        if not part.alive or self._paused:
+            return  # a dead rank does nothing; a paused one is rescheduled when the round ends
+        cfg = self.cfg
+        if self.crashes < cfg.max_crashes:
+            if cfg.crash[0] and self.choices.chance("nemesis/crash", *cfg.crash):
+                self._probe("job_crash")
+                self._log("fault", "info", "nemesis", ("crash-job",))
+                self._crash()
+                return
+            if cfg.rank_crash[0] and self.choices.chance("nemesis/rank-crash", *cfg.rank_crash):
+                self._crash_rank(part.rank)
+                return
+        if len(part.share) < len(part.lanes) and not part.engine.finished:
+            steps = part.engine.runnable()
+            step = "deliver" if "deliver" in steps and self.choices.chance(f"deliver/{part.rank}", 1, 2) else \
+                self.choices.choose(f"step/{part.rank}", steps)
             if step == "admit":
-                r.engine.admit()
+                part.engine.admit()
             elif step == "deliver":
-                x = r.engine.deliver()
+                x = part.engine.deliver()
                 if x is not None:
-                    r.share.append((lane_of(x), self.view(x)))
+                    v = (lane_of(x), self.view(x))
+                    part.share.append(v)
+                    if self.keep_items:
+                        part.raw.append(x)
+                    if self.record_deliveries:
+                        self._log("deliver", "ok", part.name, v)
             else:
-                r.engine.run_stage(int(step.split(":")[1]))
+                part.engine.run_stage(int(step.split(":")[1]))
         self._maybe_take_step()
-        if not self.ended:
-            self._schedule(rank, incarnation)
+        if not self.ended and incarnation == self.incarnation and not self._paused:
+            self._schedule(i, incarnation)
 
     def _maybe_take_step(self) -> None:
-        per_rank = self.cfg.canonical_replicas // len(self.ranks)
-        if not all(len(r.share) == per_rank or r.engine.finished for r in self.ranks):
+        live = [p for p in self.parts if p.lanes]
+        if not all(p.alive and (len(p.share) == len(p.lanes) or p.engine.finished) for p in live):
             return
-        items = [v for r in self.ranks for v in r.share]
-        for r in self.ranks:
-            r.share = []
-        if not items:  # every rank finished: the data ran out
-            self._end()
+        items = [v for p in live for v in p.share]
+        raw = [x for p in live for x in p.raw]
+        for p in live:
+            p.share, p.raw = [], []
+        if not items:  # every participant finished: the data ran out
+            self._probe("end_of_data")
+            self._end("end-of-data")
             return
         self.step += 1
-        self.history.append(Event(self.kernel.now, "step", self.step, tuple(items)))
-        if self.step % self.cfg.checkpoint_every == 0:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                merged = merge([r.pipeline.local_state() for r in self.ranks], warn_mid_window=False)
-            self.published.append((self.step, merged))
-            self.history.append(Event(self.kernel.now, "checkpoint", self.step, len(self.published)))
+        self._log("step", "ok", "job", tuple(items))
+        if self.keep_items:
+            del self.consumed_raw[self.step - 1:]
+            self.consumed_raw.append(raw)
         if self.step >= self.cfg.steps:
             self._end()
+            return
+        cfg = self.cfg
+        resize_to = None
+        options = [r for r in (cfg.restart_ranks or (self.dp,)) if r != self.dp]
+        if options and self.resizes < cfg.max_resizes and cfg.resize[0] and \
+                self.choices.chance("nemesis/resize", *cfg.resize):
+            resize_to = self.choices.choose("nemesis/resize-to", options)
+        if resize_to is not None or self.step % cfg.checkpoint_every == 0:
+            self._checkpoint(resize_to)
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def _checkpoint(self, resize_to: int | None) -> None:
+        self._log("checkpoint", "invoke", "job", self.step, extra={"resize_to": resize_to})
+        owners = [p for p in self.parts if p.lanes]
+        if not self.cfg.aggregation:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                merged = merge([p.pipeline.local_state() for p in owners], warn_mid_window=False)
+            self._publish(merged, resize_to)
+            return
+        # The real round: every participant's machine over one in-memory backend, one step per event.
+        self._paused = True
+        self._rounds += 1
+        self._probe("aggregation_round")
+        cluster = Cluster(now=self.kernel.now)
+        ns = f"simrun-{self.incarnation}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for p in owners:
+                cfg = RoundConfig(namespace=ns, rank=p.rank, world_size=self.dp, worker=p.worker,
+                                  token=f"i{self.incarnation}", timeout=1_000_000, poll=5,
+                                  round_id=f"g{self.incarnation}s{self.step}n{self._rounds}")
+                cluster.add(p.name, machine_for(p.pipeline.local_state(), cfg, warn_mid_window=False))
+        self._round = cluster
+        self._schedule_round(self.incarnation, resize_to)
+
+    def _schedule_round(self, incarnation: int, resize_to: int | None, after: int = 1) -> None:
+        self.kernel.schedule(lambda: self._round_event(incarnation, resize_to), after=after, label="round")
+
+    def _round_event(self, incarnation: int, resize_to: int | None) -> None:
+        cluster = self._round
+        if incarnation != self.incarnation or self.ended or cluster is None:
+            return
+        cfg = self.cfg
+        if self.crashes < cfg.max_crashes and cfg.round_crash[0] and \
+                self.choices.chance("nemesis/round-crash", *cfg.round_crash):
+            self._probe("crash_during_aggregation")
+            self._log("fault", "info", "nemesis", ("crash-during-aggregation",))
+            self._crash()
+            return
+        cluster.now = self.kernel.now
+        alive_ranks = {p.rank for p in self.parts if p.alive}
+        ready = [m for m in cluster.runnable() if int(m.name[1:].split("w")[0]) in alive_ranks]
+        if ready:
+            member: Participant = self.choices.choose("round/step", ready)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                cluster.step(member)
+        elif not any(m.outcome is None for m in cluster.members):
+            leader = cluster.members[0]
+            outcome = leader.outcome
+            self._round = None
+            if isinstance(outcome, Finish):
+                self._publish(outcome.merged, resize_to, paused=True)
+            else:
+                self._log("checkpoint", "fail", "job", self.step, extra={"why": repr(outcome)})
+                self._probe("checkpoint_failed")
+                self._resume()
+            return
+        else:
+            waits = [m.pending.until for m in cluster.members  # type: ignore[union-attr]
+                     if m.outcome is None and m.started and hasattr(m.pending, "until")
+                     and int(m.name[1:].split("w")[0]) in alive_ranks]
+            if not waits:
+                return  # only dead ranks' machines left: the job notices the crash and restarts
+            self._schedule_round(incarnation, resize_to, after=max(1, min(waits) - self.kernel.now))
+            return
+        self._schedule_round(incarnation, resize_to)
+
+    def _publish(self, merged: dict[str, Any], resize_to: int | None, *, paused: bool = False) -> None:
+        latency = 0
+        if not self.cfg.storage:
+            self.published.append((self.step, merged))
+            ok: bool = True
+            self._log("checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)})
+        else:
+            before = set(store.list_generations(CKPT_DIR, storage=self.disk))
+            self.nemesis.armed, self.nemesis.during = True, "save"
+            self._shards_linked = self._manifest_linked = False
+            self.fs.latency = 0
+            self.fs.after = self._save_observer
+            try:
+                gen: int | None = store.save(merged, CKPT_DIR, storage=self.fs)
+                ok = True
+            except _Crash:
+                self._note_new_generations(before, merged, failed=True)
+                self.nemesis.armed = False
+                self._crash()
+                return
+            except ZephonRefError as exc:
+                gen, ok = None, False
+                self._probe("checkpoint_failed")
+                self._log("checkpoint", "fail", "job", self.step, extra={"why": f"{type(exc).__name__}: {exc}"[:200]})
+            finally:
+                self.nemesis.armed = False
+                self.fs.after = self.nemesis.after
+                latency = self.fs.latency
+            self._note_new_generations(before, merged, failed=not ok)
+            if ok:
+                assert gen is not None
+                self._log("checkpoint", "ok", "job", gen, extra={"generation": gen})
+        if ok:
+            self._crashes_since_checkpoint = 0
+            self._ever_published = True
+        if resize_to is not None:
+            self.resizes += 1
+            self._probe("planned_resize")
+            if any(s > 1 for s in self.speed):
+                self._probe("resize_while_rank_slow")
+            self._log("resize", "info", "nemesis", (self.dp, resize_to))
+            self._restart(resize_to)
+            return
+        if paused or self._paused:
+            self._resume(after=latency)
+
+    def _save_observer(self, op: str, path: Path) -> None:
+        name = path.name
+        if op == "link" and name.endswith(".shard"):
+            self._shards_linked = True
+        if op == "link" and name.startswith("manifest-"):
+            self._manifest_linked = True
+        self.nemesis.after(op, path)
+
+    def _note_new_generations(self, before: set[int], merged: dict[str, Any], *, failed: bool) -> None:
+        """Remember the state asked for under each generation the save created (a failed save may
+        still have linked its manifest: that generation is visible, and logged as ``info``)."""
+        for gen in store.list_generations(CKPT_DIR, storage=self.disk):
+            if gen not in before and gen not in self.saved:
+                self.saved[gen] = (self.step, merged)
+                if failed:
+                    self._log("checkpoint", "info", "job", gen, extra={"generation": gen})
+
+    def _resume(self, *, after: int = 0) -> None:
+        self._paused = False
+        inc = self.incarnation
+        for i, part in enumerate(self.parts):
+            if part.lanes and part.alive:
+                if after:
+                    self.kernel.schedule(self._waker(i, inc), after=after, label="resume")
+                else:
+                    self._schedule(i, inc)
+
+    def _waker(self, i: int, incarnation: int) -> Callable[[], None]:
+        return lambda: self._part_event(i, incarnation)
+
+    # -- crashes and restarts -----------------------------------------------------------------
+    def _crash_rank(self, rank: int) -> None:
+        self._probe("rank_crash")
+        self._log("fault", "info", "nemesis", ("crash-rank", rank))
+        for p in self.parts:
+            if p.rank == rank:
+                p.alive = False
+        inc = self.incarnation
+        if self._round is not None:
+            self._probe("crash_during_aggregation")
+
+        def detect() -> None:
+            if inc == self.incarnation and not self.ended:
+                self._crash()
+        self.kernel.schedule(detect, after=self.cfg.detect_after, label="detect")
 
     def _crash(self) -> None:
         self.crashes += 1
-        self.history.append(Event(self.kernel.now, "crash", self.step, len(self.ranks)))
-        dp = self.choices.choose("restart/ranks", self.cfg.restart_ranks or (len(self.ranks),))
-        if self.published:
-            self.step, state = self.published[-1]
-            self._start(dp, state)
+        if self._crashes_since_checkpoint >= 1:
+            self._probe("two_crashes_in_one_interval")
+        self._crashes_since_checkpoint += 1
+        self._log("crash", "info", "job", self.dp)
+        self.incarnation += 1  # every event of the crashed incarnation is now stale
+        self._round = None
+        if self.cfg.storage:
+            lost = self.disk.crash(lambda d, n: not self.choices.chance("storage/lose-unflushed",
+                                                                         *self.cfg.lose_unflushed))
+            if lost:
+                self._probe("fault_lost_unflushed")
+                self._log("fault", "info", "nemesis", ("lost-unflushed", tuple(n for _, n in lost)))
+            self._maybe_rot()
+        options = self.cfg.restart_ranks or (self.dp,)
+        dp = self.choices.choose("restart/ranks", options)
+        self._restart(dp)
+
+    def _maybe_rot(self) -> None:
+        gens = store.list_generations(CKPT_DIR, storage=self.disk)
+        intact = [g for g in gens if g not in self.damaged]
+        if self.cfg.unrecoverable:
+            targets = intact
+        elif len(intact) >= 2 and self.cfg.bit_rot[0] and self.choices.chance("nemesis/bit-rot", *self.cfg.bit_rot):
+            targets = [self.choices.choose("nemesis/bit-rot-generation", intact)]
         else:
-            self.step = 0
-            self._start(dp, None)
-        self.history.append(Event(self.kernel.now, "restore", self.step, dp))
+            return
+        for gen in targets:
+            m = store.read_manifest(CKPT_DIR, gen, storage=self.disk)
+            files = [m.universal.file_name(gen), *(e.file_name(gen) for e in m.lanes)]
+            name = self.choices.choose("nemesis/bit-rot-file", files)
+            if self.disk.rot(CKPT_DIR / name):
+                self.damaged.add(gen)
+                self.expect_refusal = self.expect_refusal or self.cfg.unrecoverable
+                self._probe("fault_bit_rot")
+                self._log("fault", "info", "nemesis", ("bit-rot", gen, name))
 
-    def _end(self) -> None:
+    def _restart(self, dp: int) -> None:
+        prev = self.dp
+        for attempt in range(8):
+            try:
+                found = self._recover(attempt)
+            except _Crash:
+                self.crashes += 1
+                self._log("restore", "info", "job", self.step, extra={"why": "crashed during restore"})
+                self.disk.crash(lambda d, n: True)
+                continue
+            if found is None and self.refused:
+                self._end("refused")
+                return
+            step, state = found if found is not None else (0, None)
+            self.step = step
+            if state is not None:
+                self._probe("restore_from_checkpoint")
+                if prev > 1 and dp == 1:
+                    self._probe("remap_n_to_1")
+                if prev == 1 and dp > 1:
+                    self._probe("remap_1_to_n")
+                if self.cfg.canonical_replicas % dp:
+                    self._probe("uneven_restart")
+            self._start(dp, state)
+            if self.keep_items:
+                gen = self._restored.get("generation")
+                self.consumed_raw = list(self._raw_at.get(gen, self.consumed_raw[:step])) if state is not None else []
+            self._log("restore", "ok", "job", dp, extra=self._restored)
+            return
+        raise RuntimeError("sim: expected a restore to get through within 8 attempts, it did not")
+
+    def _recover(self, attempt: int) -> tuple[int, dict[str, Any]] | None:
+        """The newest generation that verifies, as (its step, its state); None when there is none."""
+        self._restored: dict[str, Any] = {"generation": None}
+        if not self.cfg.storage:
+            if not self.published:
+                return None
+            step, state = self.published[-1]
+            self._restored = {"generation": len(self.published), "intact": True}
+            return step, state
+        self.nemesis.armed, self.nemesis.during = attempt < 3, "restore"  # later attempts see a calm disk
+        try:
+            try:
+                gens = store.list_generations(CKPT_DIR, storage=self.fs)
+            except StorageError as exc:
+                self._log("restore", "fail", "job", self.step, extra={"why": str(exc)[:200]})
+                raise _Crash("listing failed") from exc
+            newest = max(gens) if gens else None
+            for gen in sorted(gens, reverse=True):
+                try:
+                    loaded = store.load_checkpoint(CKPT_DIR, gen, storage=self.fs,
+                                                   expected_canonical_replicas=self.cfg.canonical_replicas)
+                except ZephonRefError as exc:
+                    self._log("restore", "fail", "job", self.step,
+                              extra={"generation": gen, "why": f"{type(exc).__name__}: {exc}"[:200]})
+                    continue
+                saved = self.saved.get(gen)
+                intact = saved is not None and saved[1] == loaded.state
+                self._restored = {"generation": gen, "intact": intact,
+                                  "why": "unknown generation" if saved is None else "state differs"}
+                if gen != newest:
+                    self._probe("restore_fell_back")
+                return (saved[0] if saved is not None else 0), loaded.state
+        finally:
+            self.nemesis.armed = False
+        if self._ever_published and not gens:
+            pass  # every published generation was lost before it was durable: start over
+        if self.cfg.unrecoverable and gens:
+            self.refused = True
+            self._probe("restore_refused_all")
+            self._log("restore", "fail", "job", self.step, extra={"why": "every generation refused"})
+            return None
+        if gens and attempt < 3:
+            raise _Crash("every generation refused (transient faults); the job retries")
+        return None
+
+    def _end(self, why: str = "steps") -> None:
         self.ended = True
-        self.history.append(Event(self.kernel.now, "end", self.step))
+        self._log("end", "ok", "job", why)
 
-    def run(self, *, max_events: int = 1_000_000) -> list[Event]:
+    def run(self, *, max_events: int = 5_000_000) -> list[Event]:
         self._start(self.cfg.ranks, None)
         self.kernel.run(stop=lambda: self.ended, max_events=max_events)
         if not self.ended:
@@ -185,23 +684,12 @@ class World:
 
     def fingerprint(self) -> str:
         """sha256 of the kernel trace, the decisions and the history: the same seed gives the same one."""
-        blob = json.dumps([self.kernel.fingerprint(), [[d.label, d.n, d.index] for d in self.choices.record],
-                           [[e.time, e.kind, e.step, repr(e.detail)] for e in self.history]],
-                          separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class RunReport:
-    """What the checker found: empty ``problems`` means the run is correct."""
-
-    steps_checked: int
-    restores: int
-    problems: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+        h = hashlib.sha256()
+        h.update(self.kernel.fingerprint().encode())
+        h.update(json.dumps([[d.label, d.n, d.index] for d in self.choices.record], separators=(",", ":")).encode())
+        for e in self.history:
+            h.update(repr((e.time, e.kind, e.step, e.type, e.process, e.detail)).encode())
+        return h.hexdigest()
 
 
 def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Step]:
@@ -227,26 +715,9 @@ def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Ste
     return out
 
 
-def check_run(history: Sequence[Event], reference: Sequence[Step]) -> RunReport:
-    """Rebuild the consumed global steps (a restore rolls them back to its step) and compare:
-
-    * every lane's consumed stream equals the uninterrupted run's stream of that lane, in
-      order, up to where the run stopped (nothing lost, repeated or reordered);
-    * every global step that is a full round in the reference (one item of each lane) holds
-      the same set of samples (identical global batches on any topology).  Near the end of
-      data lanes run dry at different steps and the tail multiplexer drains the others, so
-      those last steps are checked per lane only.
-    """
-    consumed: list[Step] = []
-    restores = 0
-    for e in history:
-        if e.kind == "step":
-            if e.step != len(consumed) + 1:
-                return RunReport(len(consumed), restores, (f"step {e.step} taken after {len(consumed)} steps",))
-            consumed.append(tuple(e.detail))
-        elif e.kind == "restore":
-            restores += 1
-            del consumed[e.step:]
-    problems = lane_stream_problems(per_lane(consumed), per_lane(reference))
-    problems += global_step_problems(consumed, reference)
-    return RunReport(len(consumed), restores, tuple(problems))
+def check_run(history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None) -> RunReport:
+    """Rebuild the consumed global steps (a restore rolls them back to its step) and compare
+    (see :func:`sim.history.check_history`): per lane lost / duplicated / non-monotonic /
+    unexpected items (and whether after a remap), global steps whose set changed, restores
+    that accepted a bad checkpoint."""
+    return check_history(history, reference, seed=seed)

@@ -1,0 +1,93 @@
+"""The simulator's own speed: seeds per minute and events per second (issue 10, performance).
+
+usage: python bench/bench_sim.py [--quick]
+
+Rows (``results(quick=...)``, the bench harness's convention):
+
+* seeds/min and events/s of a sweep of seed-derived runs (``python -m sim sweep``'s
+  configurations: 4-8 lanes, 1-8 ranks, workers, every fault kind), run one after another
+  in this process (``--quick``: 8 seeds; full: 40);
+* events/s and the wall time of a 64-rank, 512-lane run with crashes and resizes, cut at a
+  few global steps (``--quick``: 1 step; full: 3), and the extrapolated wall time of the
+  2,000-step run the issue asks for (linear in events per step, measured steps only).
+
+Every run is checked by the history checker (and its result's ``ok`` is reported in the
+note: a benchmark checks what it measures; it asserts no speed).  The wall clock here
+measures only; it never feeds the simulation.  ``theirs`` is None: no peer loader has a
+simulator to compare with (shared/reference/peer-loaders.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _sweep_row(n: int) -> dict[str, object]:
+    from sim.runs import run_seed
+
+    t0 = time.perf_counter()  # clock-ok: measurement only
+    results = [run_seed(s) for s in range(n)]
+    dt = time.perf_counter() - t0  # clock-ok: measurement only
+    events = sum(r.events for r in results)
+    ok = sum(r.ok for r in results)
+    return {"name": f"sim sweep, seed-derived configs (seeds 0..{n - 1}), seeds/min", "ours": round(n * 60 / dt, 1),
+            "theirs": None, "unit": "seeds/min", "ratio": None,
+            "note": f"{ok}/{n} seeds checked ok; {events} events, {events / dt:.0f} events/s, one process; "
+                    f"shared 2-core machine"}
+
+
+def _big_rows(steps: int) -> list[dict[str, object]]:
+    from sim.runs import derive_config, reference_for, run_seed, workload_of
+
+    docs = 1600 * steps  # enough data for the measured steps at 512 lanes, not far more
+    ov: dict[str, Any] = dict(lanes=512, ranks=64, workers=1, steps=steps, faults="crash,resize",
+                              crash=[1, 20000], resize=[1, 2], max_crashes=2, restart_ranks=[32, 64],
+                              storage=False, aggregation=False, lineage=False, record_deliveries=False,
+                              layout={"web": (docs,), "code": (docs // 2,), "books": (docs // 4,)})
+    t0 = time.perf_counter()  # clock-ok: measurement only
+    reference_for(workload_of(derive_config(1, **ov)))  # the uninterrupted reference, timed apart
+    t_ref = time.perf_counter() - t0  # clock-ok: measurement only
+    t0 = time.perf_counter()  # clock-ok: measurement only
+    r = run_seed(1, **ov)
+    dt = time.perf_counter() - t0  # clock-ok: measurement only
+    per_step = dt / max(r.steps, 1)
+    note = (f"{r.steps} steps, {r.events} events, {r.crashes} crashes, {r.restores} restores; checker "
+            f"{'ok' if r.ok else 'FOUND ' + str(len(r.problems)) + ' problems: ' + r.problems[0][:160]}; "
+            f"reference run {t_ref:.0f} s apart; shared 2-core machine")
+    return [
+        {"name": "sim 64 ranks x 512 lanes with crash+resize, events/s", "ours": round(r.events / dt, 1),
+         "theirs": None, "unit": "events/s", "ratio": None, "note": note},
+        {"name": f"sim 64 ranks x 512 lanes, wall time of {r.steps} steps", "ours": round(dt, 1), "theirs": None,
+         "unit": "s", "ratio": None, "note": note},
+        {"name": "sim 64 ranks x 512 lanes, 2,000 steps extrapolated (seconds per seed)",
+         "ours": round(per_step * 2000), "theirs": None, "unit": "s", "ratio": None,
+         "note": f"linear extrapolation from {r.steps} measured steps ({per_step:.1f} s/step, restarts "
+                 f"included); not run: {60 / (per_step * 2000):.4f} seeds/min"},
+    ]
+
+
+def results(*, quick: bool = True) -> list[dict[str, object]]:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    return [_sweep_row(8 if quick else 40), *_big_rows(1 if quick else 3)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    rows = results(quick=ap.parse_args().quick)
+    print(f"{'name':<75} {'ours':>10} {'unit':<10} note")
+    for r in rows:
+        print(f"{r['name']:<75} {r['ours']!s:>10} {r['unit']!s:<10} {r['note']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The simulated job's history (Jepsen's vocabulary) and the checker that judges it.
+
+Theory of operation
+-------------------
+Every thing that happens in a :class:`~sim.world.World` is appended to its history as
+one frozen :class:`Event`: ``time`` (virtual ticks), ``kind`` (what: ``deliver``,
+``step``, ``checkpoint``, ``restore``, ``fault``, ``resize``, ``end``), ``step`` (the
+trainer's global step when it happened), ``detail``, and Jepsen's ``type``: ``invoke``
+when an operation starts, ``ok`` when it completed, ``fail`` when it certainly did not
+take effect, ``info`` when the outcome is unknown or the entry is a nemesis action
+(a fault).  ``process`` names who: ``job``, ``nemesis``, or a participant ``r<rank>w<worker>``.
+``extra`` carries what the checker needs beyond that (a restore's generation and whether
+the world had saved exactly that state under it).
+
+:func:`check_history` rebuilds the stream the trainer consumed: ``step ok`` entries in
+order; a ``checkpoint ok`` (or ``info``: a save that failed after its manifest was linked)
+naming a generation snapshots the consumed stream, and a ``restore ok`` of that generation
+resumes from the snapshot (the trainer's state is the generation's: after a restart from
+scratch, say on a stale listing, a later restore of an older generation brings back the
+steps that generation had seen); a restore naming no known generation truncates the
+stream to its step.  Then, against an
+uninterrupted single-rank reference run cut into global steps:
+
+* per lane, the first place where the consumed stream leaves the reference is
+  classified as ``lost`` (a reference item skipped and never seen), ``duplicated``
+  (an item consumed again), ``non-monotonic`` (an item of the lane consumed early,
+  the skipped one comes later) or ``unexpected`` (an item the reference lane never
+  has), and named ``changed after a remap`` when it was consumed after a restore on
+  another rank count;
+* every global step that is a full round in the reference must hold the same set
+  (:func:`sim.invariants.global_step_problems`);
+* a ``restore ok`` whose generation the world did not save with exactly the loaded
+  state is a restore that accepted a bad checkpoint;
+* ``step ok`` numbers must follow each other (a step taken twice or skipped);
+* when the run drained the data (an ``end`` entry with detail ``end-of-data``) every lane's
+  stream must be the whole reference lane (a short stream lost its tail); otherwise a
+  prefix suffices (the run stopped at its step budget).
+
+Each problem is a :class:`Problem` with a minimal witness (seed, step, lane, record);
+:class:`RunReport` keeps the one-line strings for callers that want text.
+
+What may not live here: the world (this module only reads entries), pipeline logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sim.invariants import Step, global_step_problems, per_lane
+
+__all__ = ["Event", "Problem", "RunReport", "check_history"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One history entry (see the module docstring)."""
+
+    time: int
+    kind: str
+    step: int
+    detail: Any = None
+    type: str = "ok"
+    process: str = "job"
+    extra: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One violated invariant and its minimal witness."""
+
+    kind: str  # lost / duplicated / non-monotonic / unexpected / short / step-order / global-step / bad-restore
+    message: str
+    seed: int | None = None
+    step: int | None = None
+    lane: int | None = None
+    record: Any = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What the checker found: empty ``problems`` means the run is correct."""
+
+    steps_checked: int
+    restores: int
+    problems: tuple[str, ...]
+    witnesses: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _lane_problem(lane: int, got: list[Any], want: list[Any], steps: list[int], remapped: list[str | None],
+                  seed: int | None, *, exact: bool = False) -> Problem | None:
+    if got == want[:len(got)]:
+        if not exact or len(got) == len(want):
+            return None
+        where = f"seed {seed}, " if seed is not None else ""
+        return Problem("lost", f"{where}lane {lane}: the run drained the data but the lane's stream ends after "
+                       f"{len(got)} items, the reference has {len(want)} (lost: {want[len(got)]!r:.120})",
+                       seed, steps[-1] if steps else 0, lane, want[len(got)])
+    at = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+    where = f"seed {seed}, " if seed is not None else ""
+    if at >= len(want):
+        kind, record = "unexpected", got[at]
+        text = f"an extra item past the reference's {len(want)}"
+    else:
+        record = got[at]
+        if got[at] in want[:at]:
+            kind, text = "duplicated", "a repeat of an earlier item"
+        elif got[at] not in want:
+            kind, text = "unexpected", "an item the reference lane never has"
+        elif want[at] in got[at + 1:]:
+            kind, text = "non-monotonic", f"reference item {at} comes later"
+        else:
+            kind, text = "lost", f"reference item {at} ({want[at]!r:.120}) was skipped"
+    remap = remapped[at]
+    if remap is not None:
+        text += f"; the lane changed after a remap ({remap})"
+    return Problem(kind, f"{where}lane {lane}: item {at} (global step {steps[at]}) is {kind}: {text}; "
+                   f"got {record!r:.160}", seed, steps[at], lane, record)
+
+
+def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None) -> RunReport:
+    """Judge a world's history against the uninterrupted reference (see the module docstring)."""
+    consumed: list[Step] = []
+    dp_of_step: list[int] = []  # the rank count that produced each consumed step
+    dp = 0
+    last_remap: str | None = None
+    remap_of_step: list[str | None] = []
+    restores = 0
+    problems: list[Problem] = []
+    snapshots: dict[Any, tuple[list[Step], list[int], list[str | None]]] = {}  # generation -> consumed then
+    for e in history:
+        if e.type != "ok":
+            continue
+        if e.kind == "start":
+            dp = int(e.detail)
+        elif e.kind == "step":
+            if e.step != len(consumed) + 1:
+                problems.append(Problem("step-order", f"step {e.step} taken after {len(consumed)} steps", seed,
+                                        e.step))
+                break
+            consumed.append(tuple(e.detail))
+            dp_of_step.append(dp)
+            remap_of_step.append(last_remap)
+        elif e.kind == "checkpoint" and isinstance(e.extra, dict) and e.extra.get("generation") is not None:
+            snapshots[e.extra["generation"]] = (list(consumed), list(dp_of_step), list(remap_of_step))
+        elif e.kind == "restore":
+            restores += 1
+            gen = e.extra.get("generation") if isinstance(e.extra, dict) else None
+            if gen is not None and gen in snapshots:
+                # the trainer resumes from the generation's state: the stream consumed when it was saved
+                snap = snapshots[gen]
+                consumed, dp_of_step, remap_of_step = list(snap[0]), list(snap[1]), list(snap[2])
+                if len(consumed) != e.step:
+                    problems.append(Problem("step-order", f"restore of generation {gen} claims step {e.step}, "
+                                            f"it was saved after {len(consumed)} steps", seed, e.step))
+                    break
+            elif gen is None and e.step == 0:
+                consumed, dp_of_step, remap_of_step = [], [], []
+            else:
+                del consumed[e.step:]
+                del dp_of_step[e.step:]
+                del remap_of_step[e.step:]
+            before = dp_of_step[-1] if dp_of_step else dp
+            dp = int(e.detail) if isinstance(e.detail, int) else dp
+            if dp != before and e.step > 0:
+                last_remap = f"restore at step {e.step}: {before} -> {dp} ranks"
+            extra = e.extra if isinstance(e.extra, dict) else {}
+            if extra.get("intact") is False:
+                problems.append(Problem("bad-restore", f"seed {seed}, step {e.step}: a restore accepted "
+                                        f"generation {extra.get('generation')}, which is not the state saved "
+                                        f"under it ({extra.get('why', 'unknown')})", seed, e.step,
+                                        None, extra.get("generation")))
+    drained = any(e.kind == "end" and e.detail == "end-of-data" for e in history)
+    mine = per_lane(consumed)
+    want = per_lane(reference)
+    for lane in sorted(set(mine) | set(want)):
+        got = mine.get(lane, [])
+        steps = [i + 1 for i, step in enumerate(consumed) for ln, _ in step if ln == lane]
+        remaps = [remap_of_step[i] for i, step in enumerate(consumed) for ln, _ in step if ln == lane]
+        p = _lane_problem(lane, got, want.get(lane, []), steps, remaps, seed, exact=drained)
+        if p is not None:
+            problems.append(p)
+    for text in global_step_problems(consumed, reference):
+        n = int(text.split()[2].rstrip(":"))
+        problems.append(Problem("global-step", f"seed {seed}, {text}" if seed is not None else text, seed, n,
+                                None, consumed[n - 1]))
+    return RunReport(len(consumed), restores, tuple(str(p) for p in problems), tuple(problems))

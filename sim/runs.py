@@ -1,0 +1,226 @@
+"""One seeded simulator run from one integer: configuration, world, checker, coverage probes.
+
+Theory of operation
+-------------------
+:func:`derive_config` turns a seed into a run's whole configuration (workload shape,
+topology, checkpoint cadence, which faults are on and how often) by drawing from a
+:class:`~sim.choices.SeededChoices` of ``derive_seed(seed, "sim.run/config")``: named
+substreams, so adding a new knob never changes the values drawn for another.  Overrides
+(``ranks=``, ``workers=``, ``lanes=``, ``steps=``, ``faults=`` ...) replace derived
+values after the draw.  The result is a plain JSON-able dict; :func:`world_config` and
+:func:`workload_of` turn it into a :class:`~sim.world.WorldConfig` and a
+:class:`~sim.workloads.Workload`.
+
+:func:`run_seed` builds the world with ``SeededChoices(seed)``, runs it, and checks it:
+the history checker (:func:`sim.history.check_history`) against an uninterrupted
+single-rank run of the same workload (cached per workload), and, when the run drained
+the data, the lineage checker (:func:`sim.checker.check_lineage`) on the items the
+trainer consumed.  It returns a frozen :class:`RunResult`; its ``fingerprint`` is a
+sha256 of the kernel trace, the decisions and the history, so the same seed gives the
+same fingerprint in any process.
+
+What may not live here: pipeline logic, and anything from ``properties``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sim.checker import admitted_from_source, check_lineage, records_of
+from sim.choices import SeededChoices
+from sim.history import Problem
+from sim.invariants import Step
+from sim.workloads import Workload, item_view
+from sim.world import PROBES, World, WorldConfig, check_run, reference_steps
+from zephon_ref.seeding import derive_seed
+
+__all__ = ["FAULTS", "RunResult", "derive_config", "reference_for", "run_seed", "world_config", "workload_of"]
+
+#: Fault kinds a run may switch on (``faults=`` takes a comma list of these, "all" or "none").
+FAULTS: tuple[str, ...] = ("crash", "rank_crash", "resize", "slow", "round_crash", "storage_crash", "io_error",
+                           "read_corruption", "stale_listing", "latency_spike", "bit_rot")
+
+_RATIOS: dict[str, tuple[tuple[int, int], ...]] = {
+    "crash": ((1, 400), (1, 1500)),
+    "rank_crash": ((1, 500), (1, 2000)),
+    "resize": ((1, 8), (1, 20)),
+    "slow": ((1, 3), (1, 2)),
+    "round_crash": ((1, 30), (1, 100)),
+    "storage_crash": ((1, 40), (1, 150)),
+    "io_error": ((1, 60), (1, 200)),
+    "read_corruption": ((1, 20), (1, 80)),
+    "stale_listing": ((1, 4), (1, 10)),
+    "latency_spike": ((1, 20), (1, 60)),
+    "bit_rot": ((1, 2), (1, 1)),
+}
+_WORLD_FIELDS = {f.name for f in fields(WorldConfig)}
+_RUN_FLAGS = {"lineage", "record_deliveries"}  # run_seed's own switches (the lineage check, delivery entries)
+_WORKLOAD_FIELDS = {f.name for f in fields(Workload)}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
+    """The run's configuration as plain data (see the module docstring)."""
+    c = SeededChoices(derive_seed(seed, "sim.run/config"))
+    lanes = int(overrides.get("lanes", c.choose("config/lanes", (4, 4, 6, 8))))
+    uneven = c.chance("config/uneven", 1, 4)
+    sizes = list(range(1, lanes + 1)) if uneven else _divisors(lanes)
+    ranks = int(overrides.get("ranks", c.choose("config/ranks", sizes)))
+    restart = sorted({1, lanes, ranks, c.choose("config/restart-extra", sizes)})
+    storage = c.chance("config/storage", 3, 4)
+    unrecoverable = storage and c.chance("config/unrecoverable", 1, 16)
+    cfg: dict[str, Any] = {
+        "seed": seed, "lanes": lanes, "ranks": ranks, "workers": c.choose("config/workers", (1, 1, 2, 3)),
+        "steps": c.choose("config/steps", (1000, 1000, 12, 25)),
+        "checkpoint_every": c.integer("config/checkpoint-every", 1, 5),
+        "restart_ranks": restart, "allow_uneven": uneven or any(lanes % r for r in (ranks, *restart)),
+        "aggregation": c.chance("config/aggregation", 1, 2), "storage": storage, "unrecoverable": unrecoverable,
+        "max_crashes": c.integer("config/max-crashes", 1, 4), "max_latency": c.integer("config/max-latency", 2, 8),
+        "microbatch_size": c.choose("config/microbatch", (1, 2)),
+        "ensure_mixture": c.chance("config/ensure-mixture", 3, 4),
+        "shuffle_seed": c.integer("config/shuffle-seed", 0, 9),
+    }
+    faults = [f for f in FAULTS if c.chance(f"config/fault/{f}", 1, 2)]
+    spec = overrides.pop("faults", None) if "faults" in overrides else None
+    if spec is not None:
+        faults = list(FAULTS) if spec == "all" else [] if spec in ("none", "") else \
+            [f.strip() for f in str(spec).split(",")]
+        bad = [f for f in faults if f not in FAULTS]
+        if bad:
+            raise ValueError(f"faults: expected a comma list of {FAULTS}, 'all' or 'none', received {bad}")
+    for f in FAULTS:
+        cfg[f] = list(c.choose(f"config/ratio/{f}", _RATIOS[f])) if f in faults else [0, 1]
+    if not storage:
+        for f in ("storage_crash", "io_error", "read_corruption", "stale_listing", "latency_spike", "bit_rot"):
+            cfg[f] = [0, 1]
+    if not cfg["aggregation"]:
+        cfg["round_crash"] = [0, 1]
+    docs = overrides.pop("docs", None)
+    if docs is not None:  # a corpus of ``docs`` web documents, half as many code, a quarter as many books
+        overrides.setdefault("layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)})
+    for k, v in overrides.items():
+        if k not in cfg and k not in _WORLD_FIELDS and k not in _WORKLOAD_FIELDS and k not in _RUN_FLAGS:
+            raise ValueError(f"override: expected one of {sorted(set(cfg) | _WORLD_FIELDS)}, received {k!r}")
+        cfg[k] = list(v) if isinstance(v, tuple) else ({n: list(t) for n, t in v.items()} if k == "layout" else v)
+    if cfg["unrecoverable"]:
+        cfg["storage"] = True
+    cfg["allow_uneven"] = bool(cfg["allow_uneven"]) or any(cfg["lanes"] % r for r in (cfg["ranks"],
+                                                                                     *cfg["restart_ranks"]))
+    return cfg
+
+
+def workload_of(cfg: Mapping[str, Any]) -> Workload:
+    kw: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in cfg.items()
+                          if k in _WORKLOAD_FIELDS}
+    kw["canonical_replicas"] = int(cfg["lanes"])
+    return Workload(**kw)
+
+
+def world_config(cfg: Mapping[str, Any]) -> WorldConfig:
+    kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in cfg.items()
+                          if k in _WORLD_FIELDS and k != "canonical_replicas"}
+    return WorldConfig(canonical_replicas=int(cfg["lanes"]), **kw)
+
+
+@functools.lru_cache(maxsize=32)
+def _reference(key: str) -> tuple[Step, ...]:
+    return tuple(reference_steps(_WORKLOADS[key].build, view=item_view))
+
+
+_WORKLOADS: dict[str, Workload] = {}
+
+
+def reference_for(workload: Workload) -> tuple[Step, ...]:
+    """The uninterrupted single-rank run of ``workload`` in global steps (cached per process)."""
+    key = repr(workload)
+    _WORKLOADS.setdefault(key, workload)
+    return _reference(key)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """One checked run: its configuration, fingerprint, verdict, probes and counts."""
+
+    seed: int
+    config: dict[str, Any]
+    fingerprint: str
+    ok: bool
+    problems: tuple[str, ...]
+    witnesses: tuple[Problem, ...]
+    probes: dict[str, int]
+    events: int
+    steps: int
+    restores: int
+    crashes: int
+    history: int
+    lineage: str  # "ok", "n/a (...)" or the failing lanes
+
+    def summary(self) -> dict[str, Any]:
+        return {"seed": self.seed, "ok": self.ok, "fingerprint": self.fingerprint, "events": self.events,
+                "steps": self.steps, "restores": self.restores, "crashes": self.crashes,
+                "history": self.history, "lineage": self.lineage,
+                "probes": {k: v for k, v in sorted(self.probes.items()) if v},
+                "problems": list(self.problems[:5])}
+
+
+def _closing(r: Any) -> set[tuple[int, Any]]:
+    return {(int(r.meta.lane_id), tuple(ref.cursor.base_offset)) for ref in r.meta.contribution_refs()
+            if ref.is_last_child}
+
+
+def _tombstones_not_delivered(delivered: list[Any], tombstones: Any) -> list[Any]:
+    """The engines' tombstones, less those closing only offsets a consumed record closes.
+
+    After a restore the replay filter drops records the trainer already consumed and the
+    engine sees them as tombstones; they are bookkeeping, not a second closing.  So the
+    lineage check here finds a record delivered twice and an offset closed by nothing, but
+    not an offset closed by a record *and* a tombstone (the history checker's per-lane
+    comparison with the reference covers delivered items)."""
+    closed: set[tuple[int, Any]] = set()
+    for r in records_of(delivered):
+        if not r.meta.tombstone and not r.meta.is_sentinel:
+            closed |= _closing(r)
+    return [t for t in tombstones if not _closing(t) <= closed]
+
+
+def run_seed(seed: int, **overrides: Any) -> RunResult:
+    """Derive the configuration from ``seed`` (plus ``overrides``), run the world, check it."""
+    cfg = derive_config(seed, **overrides)
+    workload = workload_of(cfg)
+    wcfg = world_config(cfg)
+    lineage_wanted = bool(cfg.get("lineage", True))
+    world = World(wcfg, workload.build, SeededChoices(seed), view=item_view, keep_items=lineage_wanted,
+                  record_deliveries=bool(cfg.get("record_deliveries", True)))
+    world.run()
+    report = check_run(world.history, reference_for(workload), seed=seed)
+    problems = list(report.problems)
+    witnesses = list(report.witnesses)
+    if not lineage_wanted:
+        lineage = "n/a (off)"
+    elif world.refused or not world.probes.get("end_of_data"):
+        lineage = "n/a (the run stopped before the end of data)"
+    else:
+        admitted = admitted_from_source(workload.source(), range(wcfg.canonical_replicas), wcfg.canonical_replicas)
+        delivered = [x for step in world.consumed_raw for x in step]
+        lin = check_lineage(admitted, delivered, _tombstones_not_delivered(delivered, world.tombstones.values()))
+        lineage = "ok" if lin.ok else lin.describe(limit=3)
+        if not lin.ok:
+            problems.append(f"seed {seed}: lineage: {lineage}")
+            witnesses.append(Problem("lineage", problems[-1], seed))
+    if world.expect_refusal and not world.refused:
+        problems.append(f"seed {seed}: unrecoverable mode: every generation was damaged but restore did not refuse")
+    probes = {k: world.probes.get(k, 0) for k in PROBES}
+    return RunResult(seed, cfg, world.fingerprint(), not problems, tuple(problems), tuple(witnesses), probes,
+                     world.kernel.events_run, world.step, report.restores, world.crashes, len(world.history),
+                     lineage)
+
+
+def config_json(cfg: Mapping[str, Any]) -> str:
+    return json.dumps(dict(cfg), sort_keys=True, separators=(",", ":"))

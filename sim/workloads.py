@@ -1,0 +1,121 @@
+"""The simulator's pipeline workloads, built from zephon_ref's public API only.
+
+Theory of operation
+-------------------
+A :class:`Workload` is plain data: a synthetic corpus layout, mixture weights, the
+source's chunk size and seed, and the operator settings of a packing + shuffle +
+ensure_mixture + batch chain (the chain the property suite's ``build_pipeline`` builds
+from a ``PipelineConfig``; sim must not import ``properties``, so it is mirrored here
+with the same tokenizer rule: crc32 of whitespace words).  :meth:`Workload.build` is the
+``build(**topology)`` callable :class:`~sim.world.World` wants: each call returns a fresh
+:class:`~zephon_ref.pipeline.Pipeline` with the topology options applied.
+
+:func:`item_view` is the normal form the checker compares: per record of a delivered
+item its lane, cursor key, contributors (with ``is_last_child``) and token payload,
+as a string (so it hashes and sorts the same in every process).
+
+What may not live here: any pipeline logic (only public builder methods are called).
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Workload", "crc_tokens", "item_view"]
+
+
+def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A deterministic tokenizer: crc32 of whitespace words (never ``hash()``)."""
+    return {"input_ids": [zlib.crc32(w.encode()) % 1000 + 10 for w in str(row["text"]).split()][:200]}
+
+
+@functools.lru_cache(maxsize=8)
+def _datasets(corpus_seed: int, layout: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[Any, ...]:
+    """The corpus's datasets, built once per process: a pipeline only reads them (a run builds
+    one pipeline per rank and incarnation, and synthesising the corpus each time dominated)."""
+    from zephon_ref.work import Dataset, InMemoryShard, synthetic_corpus
+
+    corpus = synthetic_corpus(seed=corpus_seed, layout=dict(layout))
+    dsets = []
+    for d in corpus.datasets:
+        shards = {int(s): InMemoryShard([d.get(int(s), i) for i in range(int(n))])
+                  for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
+        dsets.append(Dataset.from_dict(d.name, shards))
+    return tuple(dsets)
+
+
+def _layout() -> dict[str, tuple[int, ...]]:
+    return {"web": (200, 150), "code": (150,), "books": (80,)}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A packing + shuffle + ensure_mixture + batch pipeline over a synthetic corpus."""
+
+    canonical_replicas: int = 4
+    layout: Mapping[str, tuple[int, ...]] = field(default_factory=_layout)
+    weights: Mapping[str, float] = field(default_factory=lambda: {"web": 0.6, "code": 0.3, "books": 0.1})
+    chunk_size: int = 8
+    source_seed: int = 1
+    corpus_seed: int = 0
+    max_length: int = 48
+    num_bins: int = 4
+    shuffle_buffer: int = 8
+    shuffle_seed: int = 3
+    ensure_mixture: bool = True
+    microbatch_size: int = 2
+    flush_every_k_chunks: int = 2
+
+    def source(self) -> Any:
+        """A fresh work source of this workload (the one :meth:`build` wraps)."""
+        from zephon_ref.work import (
+            Dataset,
+            InMemoryShard,
+            StaticMixtureWorkSource,
+            synthetic_corpus,
+        )
+
+        corpus = synthetic_corpus(seed=self.corpus_seed, layout=dict(self.layout))
+        dsets = []
+        for d in corpus.datasets:
+            shards = {int(s): InMemoryShard([d.get(int(s), i) for i in range(int(n))])
+                      for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
+            dsets.append(Dataset.from_dict(d.name, shards))
+        return StaticMixtureWorkSource(dsets, dict(self.weights), chunk_size=self.chunk_size, seed=self.source_seed)
+
+    def build(self, **topology: Any) -> Any:
+        """A fresh pipeline of this workload with the topology options (world_size, ...) applied."""
+        from zephon_ref.pipeline import Pipeline
+
+        p = Pipeline(self.source()).map_transform(crc_tokens)
+        p.pack_sequences(self.max_length, algorithm="first_fit", num_bins=self.num_bins)
+        p.shuffle(self.shuffle_buffer, seed=self.shuffle_seed)
+        if self.ensure_mixture:
+            p.ensure_mixture()
+        p.batch(self.microbatch_size, drop_last=False)  # a dropped tail would be lost to the lineage check
+        return p.options(**{"runner": "inline", "canonical_replicas": self.canonical_replicas,
+                            "flush_every_k_chunks": self.flush_every_k_chunks, **topology})
+
+
+def item_view(item: Any) -> str:
+    """Lane, cursor key, contributors and token payload of every record of ``item``, as one string."""
+    recs = item.records if hasattr(item, "records") else (item,)
+    out = []
+    for r in recs:
+        m = r.meta
+        refs = tuple((tuple(ref.cursor.as_key()[:3]) + (tuple(ref.cursor.sample_id),), bool(ref.is_last_child))
+                     for ref in m.contribution_refs())
+        pl = r.payload
+        if isinstance(pl, dict) and "packed_samples" in pl:
+            packed = pl["packed_samples"]
+            pl = (tuple(tuple(s["input_ids"]) for s in packed)
+                  if isinstance(packed, list) and all(isinstance(s, dict) and "input_ids" in s for s in packed)
+                  else repr(packed))
+        elif isinstance(pl, dict):
+            pl = tuple(pl.get("input_ids", ()))
+        out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))
+    return repr(out)
