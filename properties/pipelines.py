@@ -59,7 +59,17 @@ def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> A
         shards = {int(s): mod.InMemoryShard([d.get(int(s), i) for i in range(int(n))])
                   for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
         dsets.append(mod.Dataset.from_dict(d.name, shards))
-    src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **dict(cfg.source_kwargs))
+    source_kwargs = dict(cfg.source_kwargs)
+    te = source_kwargs.get("token_estimation")
+    if isinstance(te, Mapping):  # literal TokenEstimation fields, built with impl's own class
+        if impl == "zephon":
+            from zephon.work import TokenEstimation
+        else:
+            from zephon_ref.work import TokenEstimation  # type: ignore[assignment]
+        source_kwargs["token_estimation"] = TokenEstimation(**te)
+    src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **source_kwargs)
+    if impl == "zephon" and te is not None:
+        src.prime()  # zephon pins its ratios in prime(); zephon_ref pins them at construction
     p = Pipeline(src).map_transform(crc_tokens)
     for method, kwargs in cfg.chain:
         getattr(p, method)(**dict(kwargs))
