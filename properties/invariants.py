@@ -44,7 +44,7 @@ __all__ = [
     "LaneCut", "LaneLineage", "LineageReport", "admitted_from_source", "bounded_inflight_problems",
     "check_bounded_inflight", "check_checkpoint_bytes", "check_eviction_safety", "check_resume",
     "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "eviction_safety_problems",
-    "global_step_problems", "inflight_bound", "inflight_observation", "lane_stream_problems",
+    "global_step_problems", "inflight_bound", "inflight_observation", "lane_cut", "lane_stream_problems",
     "needs_of", "no_skip_no_duplicate", "per_lane", "records_of", "resume_problems",
     "settings_invariance_problems",
 ]
@@ -67,9 +67,11 @@ def inflight_observation(state: Mapping[str, Any]) -> tuple[dict[int, int], int 
 
 
 def lane_cut(state: Mapping[str, Any]) -> dict[int, tuple[frozenset[int], int]]:
-    """From a checkpoint: per lane, its inflight chunk ids and next chunk id."""
-    return {int(lane): (frozenset(int(c) for c in state["inflight"][lane]), int(state["lane_next_cid"][lane]))
-            for lane in state["inflight"]}
+    """From a checkpoint: per lane, its inflight chunk ids and next chunk id (a lane the
+    checkpoint does not list has admitted nothing)."""
+    nxt = state.get("lane_next_cid") or {}
+    return {int(lane): (frozenset(int(c) for c in chunks), int(nxt.get(lane, 0)))
+            for lane, chunks in state["inflight"].items()}
 
 
 def needs_of(view: Sequence[tuple[Any, ...]]) -> frozenset[tuple[int, int]]:

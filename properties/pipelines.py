@@ -35,7 +35,7 @@ class PipelineConfig:
     def describe(self) -> str:
         return (f"PipelineConfig(chain={list(self.chain)!r}, layout={dict(self.layout)!r}, "
                 f"weights={dict(self.weights)!r}, source_kwargs={dict(self.source_kwargs)!r}, "
-                f"options={dict(self.options)!r})")
+                f"options={dict(self.options)!r}, corpus_seed={self.corpus_seed!r})")
 
 
 def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> Any:

@@ -198,15 +198,18 @@ def eviction_safety_problems(cuts: Sequence[tuple[int, LaneCut]],
     ``cuts[j] = (position, lanes)``: a checkpoint taken after ``position`` items, with each
     lane's inflight chunk ids and next chunk id.  ``needs[i]`` is the ``(lane, chunk id)``
     pairs item ``i`` of the uninterrupted stream was built from (its contributors);
-    ``pinned[j]`` (optional) adds what the restore itself reads (the chunks of the replay
-    cursors).  A chunk ``(lane, c)`` is available after cut ``j`` when it is inflight there or
-    not admitted yet (``c >= next chunk id``: the work source makes it again); needing any
+    ``pinned[j]`` (optional) adds what the restore itself reads: the chunks of the replay
+    cursors, needed only by a lane that still holds inflight chunks (the replay filter
+    skips that lane's records up to its cursor; a lane holding none replays nothing).  A
+    chunk ``(lane, c)`` is available after cut ``j`` when it is inflight there or not
+    admitted yet (``c >= next chunk id``: the work source makes it again); needing any
     other chunk at or after the cut's position is a problem.
     """
     problems = []
     for j, (position, lanes) in enumerate(cuts):
         wanted = [(i, pair) for i in range(position, len(needs)) for pair in sorted(needs[i])]
-        wanted += [(-1, pair) for pair in sorted(pinned[j])] if j < len(pinned) else []
+        if j < len(pinned):
+            wanted += [(-1, (lane, cid)) for lane, cid in sorted(pinned[j]) if lanes.get(lane, ((), 0))[0]]
         for i, (lane, cid) in wanted:
             inflight, next_cid = lanes.get(lane, ((), 0))
             if cid < next_cid and cid not in inflight:

@@ -86,6 +86,8 @@ def test_eviction_safety_fails_when_a_later_item_needs_an_evicted_chunk() -> Non
     assert problems and "item 2 needs chunk 0 of lane 0" in problems[0]
     pinned = inv.eviction_safety_problems([(3, {0: ({1}, 2)})], needs, pinned=[{(0, 0)}])
     assert pinned and "replay cursor" in pinned[0]
+    # a lane that holds no inflight chunk replays nothing: its cursor's chunk may be gone
+    assert inv.eviction_safety_problems([(3, {0: (set(), 2)})], needs, pinned=[{(0, 0)}]) == []
 
 
 def test_eviction_is_safe_on_the_real_engine() -> None:
