@@ -14,7 +14,8 @@ against it under Hypothesis with ``N`` examples each:
 * ``lane remap`` [remap]: restore under a drawn topology, per-lane streams unchanged;
 * ``bounded inflight`` / ``eviction safety`` [engine_state]: at every item's checkpoint;
 * ``checkpoint bytes`` [engine_state]: two runs to the same cut encode
-  (zephon_ref's codec) to the same bytes;
+  (zephon_ref's codec) to the same bytes, and so does a copy with every dict
+  rebuilt in reverse insertion order;
 * ``corrupt refused`` [durable]: a flipped bit in a saved checkpoint is refused,
   typed, and the live run carries on.
 
@@ -173,6 +174,7 @@ def _checkpoint_bytes(adapter: Any, cfg: PipelineConfig, data: st.DataObject) ->
     for label in ("run 1", "run 2"):
         _, cks = _checkpoints(adapter, cfg, [cut])
         encodings[f"{label} after {cut} items"] = codec.encode(cks[cut])
+    encodings[f"run 1 after {cut} items, dicts reversed"] = codec.encode(inv.reversed_dicts(cks[cut]))
     problems = inv.checkpoint_bytes_problems(encodings)
     assert not problems, problems[0]
 

@@ -43,10 +43,10 @@ from sim.invariants import (
 __all__ = [
     "LaneCut", "LaneLineage", "LineageReport", "admitted_from_source", "bounded_inflight_problems",
     "check_bounded_inflight", "check_checkpoint_bytes", "check_eviction_safety", "check_resume",
-    "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "eviction_safety_problems",
+    "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "encoding_problems", "eviction_safety_problems",
     "global_step_problems", "inflight_bound", "inflight_observation", "lane_cut", "lane_stream_problems",
     "needs_of", "no_skip_no_duplicate", "per_lane", "records_of", "resume_problems",
-    "settings_invariance_problems",
+    "reversed_dicts", "settings_invariance_problems",
 ]
 
 
@@ -150,16 +150,25 @@ def check_checkpoint_bytes(cfg: PipelineConfig, *, cuts: Sequence[int] = (0, 1, 
         problems += checkpoint_bytes_problems({
             f"run 1 after {cut} items": codec.encode(states[0]),
             f"run 2 after {cut} items": codec.encode(states[1]),
-            f"run 1 after {cut} items, dicts reversed": codec.encode(_reversed_dicts(states[0])),
+            f"run 1 after {cut} items, dicts reversed": codec.encode(reversed_dicts(states[0])),
         })
     return problems
 
 
-def _reversed_dicts(value: Any) -> Any:
+def encoding_problems(state: Any) -> list[str]:
+    """One checkpoint encodes (zephon_ref's codec) to the same bytes whatever its dicts' insertion order."""
+    from zephon_ref.checkpoint import codec
+
+    return checkpoint_bytes_problems({"as built": codec.encode(state),
+                                      "dicts reversed": codec.encode(reversed_dicts(state))})
+
+
+def reversed_dicts(value: Any) -> Any:
+    """A deep copy of ``value`` with every dict rebuilt in reverse insertion order."""
     if isinstance(value, dict):
-        return {k: _reversed_dicts(value[k]) for k in reversed(list(value))}
+        return {k: reversed_dicts(value[k]) for k in reversed(list(value))}
     if isinstance(value, list):
-        return [_reversed_dicts(v) for v in value]
+        return [reversed_dicts(v) for v in value]
     if isinstance(value, tuple):
-        return tuple(_reversed_dicts(v) for v in value)
+        return tuple(reversed_dicts(v) for v in value)
     return value

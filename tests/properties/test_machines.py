@@ -50,6 +50,6 @@ class _BrokenAdapter(PipelineAdapter):
 
 def test_the_machine_catches_a_run_that_skips_an_item_after_restore() -> None:
     broken = _BrokenAdapter("broken", "zephon_ref", {"runner": "inline"})
-    with pytest.raises(AssertionError, match="differ from the uninterrupted run|stream ended"):
+    with pytest.raises(AssertionError, match="differs from the uninterrupted run|stream ended"):
         run_state_machine_as_test(resume_machine(broken), settings=settings(
             SETTINGS, max_examples=200, database=None, print_blob=False, report_multiple_bugs=False))
