@@ -143,7 +143,12 @@ _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     "inline": PipelineAdapter("inline", "zephon_ref", {"runner": "inline"}, _REF_FEATURES),
     "threads": PipelineAdapter("threads", "zephon_ref", {"runner": "threads", "max_workers": 2}, _REF_FEATURES),
+    # zephon 0.2.0 takes the same execution options, but its threads runner changes the data
+    # (docs/divergences.md), so the plain adapter leaves "runners" out and the machine checks
+    # what zephon gets right; "zephon_runners" turns it on to show the difference.
     "zephon": PipelineAdapter("zephon", "zephon", {"runner": "inline"}, frozenset({"engine_state"})),
+    "zephon_runners": PipelineAdapter("zephon_runners", "zephon", {"runner": "inline"},
+                                      frozenset({"engine_state", "runners"})),
 }
 #: names that resolve to an adapter living in another module (imported only when asked for)
 LAZY = {"tensor": "properties.tensor_adapter:ADAPTER"}
