@@ -19,7 +19,8 @@ against it under Hypothesis with ``N`` examples each:
 * ``corrupt refused`` [durable]: a flipped bit in a saved checkpoint is refused,
   typed, and the live run carries on.
 
-Each row says how many examples ran (shrinking included), how many passed, and,
+Each row says how many examples ran (shrinking included), how many passed, the
+examples per minute on this machine (wall time, shown only), and,
 when the property failed, the minimal configuration Hypothesis shrank to and the
 first problem.  A property whose feature the adapter lacks is listed as skipped
 with the reason.  The exit status is 1 when any property failed.
@@ -31,6 +32,7 @@ import argparse
 import copy
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ class Row:
     passed: int
     failure: str | None = None  # "minimal config :: first problem"
     skipped: str | None = None
+    seconds: float = 0.0  # wall time (reported only: never decides anything)
 
 
 class _Counter:
@@ -260,31 +263,36 @@ def run_suite(adapter: Any, *, examples: int, derandomize: bool = True,
     rows = []
     if not only or "resume machine" in only:
         machine = resume_machine(adapter)
+        t0 = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 run_state_machine_as_test(machine, settings=_settings(examples, derandomize))
-            rows.append(Row("resume machine", machine.started, machine.started))
+            rows.append(Row("resume machine", machine.started, machine.started,
+                            seconds=time.perf_counter() - t0))
         except Exception as exc:  # noqa: BLE001
             rows.append(Row("resume machine", machine.started, machine.started - 1,
-                            failure=f"{machine.last_config} :: {_first_line(exc)}"))
+                            failure=f"{machine.last_config} :: {_first_line(exc)}",
+                            seconds=time.perf_counter() - t0))
     for name, (feature, check) in PROPERTIES.items():
         if only and name not in only:
             continue
         if feature is not None and feature not in features:
             rows.append(Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature"))
             continue
+        t0 = time.perf_counter()
         row = _run_property(adapter, check, examples, derandomize)
-        rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped))
+        rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped, time.perf_counter() - t0))
     return rows
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    lines = [f"{'property':<22} {'examples':>8} {'passed':>7}  first failing minimal config",
+    lines = [f"{'property':<22} {'examples':>8} {'passed':>7} {'ex/min':>7}  first failing minimal config",
              "-" * 100]
     for r in rows:
         tail = f"skipped: {r.skipped}" if r.skipped else (r.failure or "-")
-        lines.append(f"{r.prop:<22} {r.examples:>8} {r.passed:>7}  {tail}")
+        rate = f"{60 * r.examples / r.seconds:.0f}" if r.seconds > 0 and r.examples else "-"
+        lines.append(f"{r.prop:<22} {r.examples:>8} {r.passed:>7} {rate:>7}  {tail}")
     return "\n".join(lines)
 
 
