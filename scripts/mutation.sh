@@ -4,7 +4,8 @@
 # the results to $OUT (default ./mutation-results).  Usage:
 #   scripts/mutation.sh [paths to mutate ...]   (default: zephon_ref/engine zephon_ref/ops zephon_ref/work)
 # Environment: MUTATION_TESTS (the tests each mutant runs against; default the engine, operator and
-# invariant tests plus the machines and mutants), MUTATION_CHILDREN (parallel mutants, default 1).
+# invariant tests plus the machines and mutants), MUTATION_CHILDREN (parallel mutants, default 1),
+# MUTATION_ONLY (space-separated mutant names, e.g. the survivors of a previous run, to run only those).
 # docs/mutation.md records the last score and the surviving mutants that matter.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,7 +32,8 @@ also_copy = ["properties", "sim", "tests", "docs", "README.md"]
 pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:randomly", "-q", "-x"]
 TOML
 export HYPOTHESIS_PROFILE=ci
-mutmut run --max-children "$CHILDREN" || true
+# shellcheck disable=SC2086
+mutmut run --max-children "$CHILDREN" ${MUTATION_ONLY:-} || true
 mkdir -p "$OUT"
 mutmut results --all true > "$OUT/results.txt" 2>&1 || mutmut results > "$OUT/results.txt" 2>&1 || true
 cp -r mutants/*.meta "$OUT/" 2>/dev/null || true
