@@ -9,6 +9,7 @@ lane, cursor key, contributors with ``is_last_child`` and the token payload.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,9 @@ def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> A
         dsets.append(mod.Dataset.from_dict(d.name, shards))
     source_kwargs = dict(cfg.source_kwargs)
     te = source_kwargs.get("token_estimation")
-    if isinstance(te, Mapping):  # literal TokenEstimation fields, built with impl's own class
+    if te is not None and not isinstance(te, Mapping) and dataclasses.is_dataclass(te):
+        te = {f.name: getattr(te, f.name) for f in dataclasses.fields(te)}  # a zephon_ref TokenEstimation
+    if isinstance(te, Mapping):  # TokenEstimation fields, built with impl's own class
         if impl == "zephon":
             from zephon.work import TokenEstimation
         else:

@@ -98,8 +98,10 @@ def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, toke
     source_kwargs: dict[str, Any] = {"chunk_size": chunk, "seed": draw(st.integers(0, 7))}
     if token_aware if token_aware is not None else draw(st.booleans()):
         ratio = st.sampled_from([0.3, 1.0, 2.5])  # moderate: extreme ratios repeat small datasets for long
-        source_kwargs["token_estimation"] = {"primer": draw(st.one_of(ratio, st.fixed_dictionaries(
-            {name: ratio for name in names})))}
+        from zephon_ref.work import TokenEstimation  # build_pipeline converts it for zephon
+
+        source_kwargs["token_estimation"] = TokenEstimation(primer=draw(st.one_of(ratio, st.fixed_dictionaries(
+            {name: ratio for name in names}))))
     chain: list[tuple[str, dict[str, Any]]] = []
     if draw(st.booleans()):
         pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64])),
