@@ -107,3 +107,22 @@ def test_checkpoint_bytes_are_deterministic_on_the_real_engine() -> None:
 
 def test_resume_holds_on_the_real_engine() -> None:
     assert inv.check_resume(CFG) == []
+
+
+def _drop_a_third(payload: dict[str, list[int]]) -> dict[str, list[int]] | None:
+    return None if len(payload["input_ids"]) % 3 == 0 else payload
+
+
+DROPPING = PipelineConfig([("map_transform", {"transform_fn": _drop_a_third}), ("shuffle", {"buffer_size": 3, "seed": 1})],
+                          layout={"web": (90, 70), "code": (60,), "books": (30,)},
+                          source_kwargs={"chunk_size": 2, "seed": 1},
+                          options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1})
+
+
+def test_the_inflight_bound_catches_an_engine_that_stops_evicting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zephon_ref.engine import core
+
+    assert inv.check_bounded_inflight(DROPPING) == []
+    monkeypatch.setattr(core.Engine, "_on_tombstone", lambda self, t: None)  # dropped records never close
+    problems = inv.check_bounded_inflight(DROPPING)
+    assert problems and "more than the bound" in problems[0]
