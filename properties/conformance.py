@@ -13,7 +13,7 @@ against it under Hypothesis with ``N`` examples each:
 * ``settings invariance`` [runners]: drawn execution settings never change the stream;
 * ``lane remap`` [remap]: restore under a drawn topology, per-lane streams unchanged;
 * ``bounded inflight`` / ``eviction safety`` [engine_state]: at every item's checkpoint;
-* ``checkpoint bytes`` [engine_state]: two runs to the same cut encode
+* ``checkpoint bytes`` [deterministic_checkpoints]: two runs to the same cut encode
   (zephon_ref's codec) to the same bytes, and so does a copy with every dict
   rebuilt in reverse insertion order;
 * ``corrupt refused`` [durable]: a flipped bit in a saved checkpoint is refused,
@@ -214,7 +214,7 @@ PROPERTIES: dict[str, tuple[str | None, Check]] = {
     "lane remap": ("remap", _lane_remap),
     "bounded inflight": ("engine_state", _bounded_inflight),
     "eviction safety": ("engine_state", _eviction_safety),
-    "checkpoint bytes": ("engine_state", _checkpoint_bytes),
+    "checkpoint bytes": ("deterministic_checkpoints", _checkpoint_bytes),
     "corrupt refused": ("durable", _corrupt_refused),
 }
 
