@@ -1,5 +1,9 @@
-"""The property suite as a library: strategies, invariants and implementation adapters.
+"""The property suite as a library: strategies, invariants, stateful machines and adapters.
 
-Every property here takes an *implementation* name ("zephon_ref", or "zephon" when
-the conformance extra is installed) so the same checks run against both.
+Any implementation of zephon's semantics plugs in through one adapter
+(properties/adapters.py: zephon_ref inline and threads, zephon 0.2.0, or your own);
+properties/machines.py and properties/conformance.py then run every property against
+it (``python -m properties.conformance --impl NAME``).  The invariants themselves are
+pure functions in sim/invariants.py and sim/checker.py, shared with the simulator;
+properties/invariants.py re-exports them.  docs/properties.md is the guide.
 """

@@ -1,21 +1,38 @@
-"""Stateful Hypothesis machines: checkpoint, restore, switch runners, save, load and corrupt in any order.
+"""Stateful Hypothesis machines: checkpoint, restore, remap, switch settings, save, load and corrupt in any order.
 
 Theory of operation
 -------------------
 :func:`resume_machine` builds a ``RuleBasedStateMachine`` for one adapter
-(:mod:`properties.adapters`).  A run starts from a drawn configuration; the
-machine keeps the position ``pos`` in that configuration's uninterrupted stream
-(computed once with the same adapter) and its invariant is the suite's first
-property: whatever the order of rules, the items delivered so far are exactly
-``reference[:pos]``, so nothing is skipped, repeated or changed.
+(:mod:`properties.adapters`).  A run starts from a configuration drawn by
+:func:`properties.strategies.pipeline_configs` (or one of :data:`MACHINE_CONFIGS`);
+the machine keeps the position ``pos`` in that configuration's uninterrupted
+stream (computed once with the same adapter: the implementation is its own
+oracle here; conformance with zephon_ref is tests/conformance's job).  Whatever
+the order of rules, the items delivered so far are exactly ``reference[:pos]``.
 
-Rules: ``advance(n)``; ``checkpoint`` into a bundle; ``restore`` any earlier
-checkpoint into fresh objects (the bundle keeps it: one checkpoint can be restored
-many times, in any order); with the ``runners`` feature, restore under another
-runner; with the ``durable`` feature, save and load through a directory, and
-corrupt a saved checkpoint (the load must be refused with a typed error, and the
-live run must carry on unchanged).  Remapping to another topology is not a rule
-yet (the elastic tests cover it per lane; see issue notes).
+Rules (a rule needs the adapter feature in brackets; :func:`properties.adapters.skipped_rules`
+names what an adapter skips and why):
+
+* ``advance(n)``: the next ``n`` items are ``reference[pos:pos+n]`` (resume equivalence
+  is this, after any earlier restore);
+* ``checkpoint`` into a bundle; ``restore`` any earlier checkpoint into fresh objects
+  (the bundle keeps it: one checkpoint can be restored many times, in any order);
+* ``restore_under_other_execution_settings`` [runners]: runner, workers and queue
+  sizes drawn by :func:`~properties.strategies.execution_settings`;
+* ``remap`` [remap]: restore a checkpoint under another dp_degree, worker count and
+  mapping strategy, run every participant in lockstep to the end, and check that
+  every lane's stream is exactly its reference stream
+  (:func:`sim.invariants.lane_stream_problems`) -- a side run: the machine's own run
+  carries on;
+* ``save_and_load`` [durable]; ``corrupt_a_saved_checkpoint`` [durable]: a flipped
+  bit in any saved file must be refused with a typed error, and the live run must
+  carry on unchanged (the next ``advance`` checks it);
+
+Invariants after every step: the position is within the reference; with the
+``engine_state`` feature, every checkpoint encodes to the same bytes whatever the
+insertion order of its dicts, and the live run's checkpoint keeps each lane's inflight
+chunks within :func:`sim.invariants.inflight_bound` and has evicted nothing that
+the rest of the reference needs (:func:`sim.invariants.eviction_safety_problems`).
 """
 
 from __future__ import annotations
@@ -23,9 +40,11 @@ from __future__ import annotations
 import copy
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
+from hypothesis import assume, event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -36,10 +55,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from properties.adapters import PipelineAdapter
+from properties import invariants as inv
 from properties.pipelines import PipelineConfig
+from properties.strategies import Topology, execution_settings, pipeline_configs, topologies
 
-__all__ = ["MACHINE_CONFIGS", "resume_machine"]
+__all__ = ["MACHINE_CONFIGS", "machine_configs", "resume_machine"]
 
 _LAYOUT = {"web": (20, 10), "code": (10,), "books": (6,)}
 MACHINE_CONFIGS: tuple[PipelineConfig, ...] = (
@@ -57,39 +77,73 @@ MACHINE_CONFIGS: tuple[PipelineConfig, ...] = (
                    source_kwargs={"chunk_size": 8, "seed": 4}, options={"canonical_replicas": 1}),
 )
 
-_REFERENCE: dict[tuple[str, int], list[Any]] = {}
+
+def machine_configs() -> st.SearchStrategy[PipelineConfig]:
+    """The machine's configurations: the three fixed ones or a drawn one."""
+    return st.one_of(st.sampled_from(MACHINE_CONFIGS), pipeline_configs())
 
 
-def _reference(adapter: PipelineAdapter, index: int) -> list[Any]:
-    key = (adapter.name, index)
+_REFERENCE: dict[tuple[str, str], list[Any]] = {}
+
+
+def _reference(adapter: Any, cfg: PipelineConfig) -> list[Any]:
+    key = (adapter.name, cfg.describe())
     if key not in _REFERENCE:
-        run = adapter.build(MACHINE_CONFIGS[index])
+        run = adapter.build(cfg)
         _REFERENCE[key] = run.deliver(1_000_000)
         run.close()
+        if len(_REFERENCE) > 256:  # a bounded cache: drop the oldest
+            del _REFERENCE[next(iter(_REFERENCE))]
     return _REFERENCE[key]
 
 
-def resume_machine(adapter: PipelineAdapter) -> type[RuleBasedStateMachine]:
+def _lanes_of(items: list[Any]) -> dict[int, list[Any]]:
+    lanes: dict[int, list[Any]] = {}
+    for v in items:
+        lanes.setdefault(v[0][0], []).append(v)
+    return lanes
+
+
+def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] | None = None
+                   ) -> type[RuleBasedStateMachine]:
     """A machine class checking ``adapter`` (one class per adapter)."""
-    durable = "durable" in adapter.features
-    runners = "runners" in adapter.features
+    features = frozenset(getattr(adapter, "features", frozenset()))
+    durable, runners = "durable" in features, "runners" in features
+    remaps, engine_state = "remap" in features, "engine_state" in features
+    config_strategy = machine_configs() if configs is None else configs
 
     class ResumeMachine(RuleBasedStateMachine):
         checkpoints = Bundle("checkpoints")
+        started = 0  # examples started (the conformance table counts them)
+        last_config = ""  # the configuration of the latest example: after a failure, the minimal one
 
         def __init__(self) -> None:
             super().__init__()
             self.run: Any = None
             self.pos = 0
-            self.index = 0
+            self.cfg: PipelineConfig | None = None
+            self.key = ""
             self.ref: list[Any] = []
+            self.needs: list[frozenset[tuple[int, int]]] = []
             self.tmp = Path(tempfile.mkdtemp(prefix="zephon-ref-machine-"))
             self.saves = 0
 
-        @initialize(index=st.integers(0, len(MACHINE_CONFIGS) - 1))
-        def start(self, index: int) -> None:
-            self.index, self.ref = index, _reference(adapter, index)
-            self.run = adapter.build(MACHINE_CONFIGS[index])
+        @initialize(cfg=config_strategy)
+        def start(self, cfg: PipelineConfig) -> None:
+            reason = adapter.unsupported(cfg)
+            if reason is not None:
+                event(f"skipped: {reason}")
+            assume(reason is None)
+            note(cfg.describe())
+            type(self).started += 1
+            type(self).last_config = cfg.describe()
+            self.cfg, self.key = cfg, cfg.describe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # options that have no effect on this plan warn
+                self.ref = _reference(adapter, cfg)
+                self.run = adapter.build(cfg)
+            if engine_state:
+                self.needs = [inv.needs_of(v) for v in self.ref]
 
         def _replace(self, run: Any, pos: int) -> None:
             self.run.close()
@@ -98,31 +152,54 @@ def resume_machine(adapter: PipelineAdapter) -> type[RuleBasedStateMachine]:
         @rule(n=st.integers(1, 7))
         def advance(self, n: int) -> None:
             got = self.run.deliver(n)
-            assert got == self.ref[self.pos:self.pos + len(got)], (
-                f"{adapter.name}: items {self.pos}..{self.pos + len(got) - 1} differ from the uninterrupted run")
+            want = self.ref[self.pos:self.pos + len(got)]
+            if got != want:
+                at = next(i for i in range(len(got)) if got[i] != want[i])
+                kind = "a repeat" if got[at] in self.ref[:self.pos + at] else "skipped, reordered or changed"
+                raise AssertionError(f"{adapter.name}: item {self.pos + at} differs from the uninterrupted run "
+                                     f"({kind}): got {got[at]!r}, expected {want[at]!r}")
             if len(got) < n:
                 assert self.pos + len(got) == len(self.ref), (
                     f"{adapter.name}: the stream ended after {self.pos + len(got)} of {len(self.ref)} items")
             self.pos += len(got)
 
         @rule(target=checkpoints)
-        def checkpoint(self) -> tuple[int, int, Any]:
-            return (self.index, self.pos, copy.deepcopy(self.run.checkpoint()))
+        def checkpoint(self) -> tuple[str, int, Any]:
+            state = self.run.checkpoint()
+            if engine_state:  # determinism of checkpoint bytes: insertion order must not matter
+                problems = inv.encoding_problems(state)
+                assert not problems, f"{adapter.name}: checkpoint after {self.pos} items: " + "; ".join(problems)
+            return (self.key, self.pos, copy.deepcopy(state))
 
         @rule(ck=checkpoints)
-        def restore(self, ck: tuple[int, int, Any]) -> None:
-            index, pos, state = ck
-            if index == self.index:
-                self._replace(adapter.build(MACHINE_CONFIGS[index], state=copy.deepcopy(state)), pos)
+        def restore(self, ck: tuple[str, int, Any]) -> None:
+            key, pos, state = ck
+            if key == self.key:
+                self._replace(adapter.build(self.cfg, state=copy.deepcopy(state)), pos)
 
         @precondition(lambda self: runners)
-        @rule(ck=checkpoints, runner=st.sampled_from(["inline", "threads"]))
-        def restore_under_another_runner(self, ck: tuple[int, int, Any], runner: str) -> None:
-            index, pos, state = ck
-            if index == self.index:
-                run = adapter.build(MACHINE_CONFIGS[index], state=copy.deepcopy(state), runner=runner,
-                                    max_workers=2)
-                self._replace(run, pos)
+        @rule(ck=checkpoints, execution=execution_settings())
+        def restore_under_other_execution_settings(self, ck: tuple[str, int, Any], execution: dict[str, Any]) -> None:
+            key, pos, state = ck
+            if key == self.key:
+                self._replace(adapter.build(self.cfg, state=copy.deepcopy(state), **execution), pos)
+
+        @precondition(lambda self: remaps)
+        @rule(ck=checkpoints, data=st.data())
+        def remap(self, ck: tuple[str, int, Any], data: st.DataObject) -> None:
+            key, pos, state = ck
+            if key != self.key or self.cfg is None:
+                return
+            topology: Topology = data.draw(topologies(int(self.cfg.options.get("canonical_replicas", 1))))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # mid-window and uneven-lane warnings are expected here
+                runs = adapter.participants(self.cfg, topology, copy.deepcopy(state))
+            rest: list[Any] = []
+            for run in runs:
+                rest += run.deliver(1_000_000)
+                run.close()
+            problems = inv.lane_stream_problems(_lanes_of(self.ref[:pos] + rest), _lanes_of(self.ref), exact=True)
+            assert not problems, f"{adapter.name}: remapped at {pos} to {topology}: " + "; ".join(problems)
 
         @precondition(lambda self: durable)
         @rule()
@@ -130,7 +207,7 @@ def resume_machine(adapter: PipelineAdapter) -> type[RuleBasedStateMachine]:
             self.saves += 1
             directory = self.tmp / f"ck{self.saves}"
             adapter.save(self.run, directory)
-            self._replace(adapter.load(MACHINE_CONFIGS[self.index], directory), self.pos)
+            self._replace(adapter.load(self.cfg, directory), self.pos)
 
         @precondition(lambda self: durable)
         @rule(pick=st.integers(0, 10_000), offset=st.integers(0, 10_000), bit=st.integers(0, 7))
@@ -140,21 +217,40 @@ def resume_machine(adapter: PipelineAdapter) -> type[RuleBasedStateMachine]:
             self.saves += 1
             directory = self.tmp / f"ck{self.saves}"
             adapter.save(self.run, directory)
-            files = sorted(f for f in directory.iterdir() if f.is_file())
+            files = sorted(f for f in directory.rglob("*") if f.is_file())
             victim = files[pick % len(files)]
             data = bytearray(victim.read_bytes())
             data[offset % len(data)] ^= 1 << bit
             victim.write_bytes(bytes(data))
             try:
-                adapter.load(MACHINE_CONFIGS[self.index], directory)
+                adapter.load(self.cfg, directory)
             except ZephonRefError:
-                pass  # refused, typed: the live run below must be unaffected
+                pass  # refused, typed: the live run must be unaffected (the next advance checks it)
             else:
                 raise AssertionError(f"{adapter.name}: a checkpoint with a flipped bit in {victim.name} loaded")
 
         @invariant()
         def delivered_is_a_prefix(self) -> None:
             assert 0 <= self.pos <= len(self.ref)
+
+        @precondition(lambda self: engine_state and self.run is not None)
+        @invariant()
+        def inflight_bounded_and_eviction_safe(self) -> None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = self.run.checkpoint()
+            counts, smallest = inv.inflight_observation(state)
+            if smallest is not None:
+                # the loosest bound any runner this machine uses allows (the threads runner's depth)
+                depth = inv.depth_samples(runner="threads", n_stages=len(self.cfg.chain) + 3)
+                k = int(self.cfg.options.get("flush_every_k_chunks") or 0)
+                bound = inv.inflight_bound(k=k, monotone=k == 0, depth_samples=depth, min_chunk=smallest)
+                problems = inv.bounded_inflight_problems([counts], bound=bound)
+                assert not problems, f"{adapter.name}: " + "; ".join(problems)
+            cursors = state.get("replay_cursors") or {}
+            pinned = frozenset((int(lane), int(c[0])) for lane, c in cursors.items() if c is not None)
+            problems = inv.eviction_safety_problems([(self.pos, inv.lane_cut(state))], self.needs, pinned=[pinned])
+            assert not problems, f"{adapter.name}: " + "; ".join(problems)
 
         def teardown(self) -> None:
             if self.run is not None:

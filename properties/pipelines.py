@@ -9,6 +9,7 @@ lane, cursor key, contributors with ``is_last_child`` and the token payload.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ class PipelineConfig:
     def describe(self) -> str:
         return (f"PipelineConfig(chain={list(self.chain)!r}, layout={dict(self.layout)!r}, "
                 f"weights={dict(self.weights)!r}, source_kwargs={dict(self.source_kwargs)!r}, "
-                f"options={dict(self.options)!r})")
+                f"options={dict(self.options)!r}, corpus_seed={self.corpus_seed!r})")
 
 
 def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> Any:
@@ -59,7 +60,19 @@ def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> A
         shards = {int(s): mod.InMemoryShard([d.get(int(s), i) for i in range(int(n))])
                   for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
         dsets.append(mod.Dataset.from_dict(d.name, shards))
-    src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **dict(cfg.source_kwargs))
+    source_kwargs = dict(cfg.source_kwargs)
+    te = source_kwargs.get("token_estimation")
+    if te is not None and not isinstance(te, Mapping) and dataclasses.is_dataclass(te):
+        te = {f.name: getattr(te, f.name) for f in dataclasses.fields(te)}  # a zephon_ref TokenEstimation
+    if isinstance(te, Mapping):  # TokenEstimation fields, built with impl's own class
+        if impl == "zephon":
+            from zephon.work import TokenEstimation
+        else:
+            from zephon_ref.work import TokenEstimation  # type: ignore[assignment]
+        source_kwargs["token_estimation"] = TokenEstimation(**te)
+    src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **source_kwargs)
+    if impl == "zephon" and te is not None:
+        src.prime()  # zephon pins its ratios in prime(); zephon_ref pins them at construction
     p = Pipeline(src).map_transform(crc_tokens)
     for method, kwargs in cfg.chain:
         getattr(p, method)(**dict(kwargs))

@@ -1,14 +1,22 @@
-"""Hypothesis strategies for work-source configurations (shared by tests and notebooks)."""
+"""Hypothesis strategies: work sources, pipelines, topologies, execution settings, cut schedules.
+
+Shared by tests, the stateful machines and notebooks.  Every value is drawn through
+Hypothesis (no drawn seed is fed to another generator), so a failure shrinks to the
+smallest configuration, topology or schedule that shows it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
+from properties.pipelines import PipelineConfig
 from properties.sources import SourceConfig
 
-__all__ = ["any_source_configs", "source_configs", "token_primers"]
+__all__ = ["Topology", "any_source_configs", "cut_schedules", "execution_settings", "pipeline_configs",
+           "source_configs", "token_primers", "topologies", "topology_sequences"]
 
 
 @st.composite
@@ -63,3 +71,92 @@ def token_primers(names: list[str]) -> st.SearchStrategy[Any]:
 def any_source_configs(**kw: Any) -> st.SearchStrategy[SourceConfig]:
     """:func:`source_configs` in sample units or (about half the time) token-aware."""
     return st.booleans().flatmap(lambda token: source_configs(token_aware=token, **kw))
+
+
+# -- pipelines, topologies, execution settings, cut schedules (the property suite's machines) ---------
+
+_NAMES = ("web", "code", "books")
+
+
+@st.composite
+def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, token_aware: bool | None = None,
+                     random_packing: bool = False) -> PipelineConfig:
+    """Small, valid pipelines: 1-3 datasets of tiny and uneven shards, a source in sample units or
+    (``token_aware``, drawn when None) with pinned token ratios, and an operator chain drawn
+    knob by knob: optional packing (first_fit or wrap, bins, length), optional shuffle
+    (streaming or block), optional ensure_mixture, optional batch.  ``random_packing`` allows
+    ``shuffle_strategy="random"`` packing (zephon 0.2.0 diverges there; see docs/divergences.md).
+    Every value is drawn, so a failure shrinks to the smallest configuration that shows it."""
+    n = draw(st.integers(1, 3))
+    names = _NAMES[:n]
+    chunk = draw(st.integers(1, 8))
+    layout = {name: tuple(draw(st.lists(st.integers(1, max_shard), min_size=1, max_size=3)))
+              for name in names}
+    # every dataset holds at least a chunk's worth, so the allocation never asks more than exists
+    layout = {name: sizes if sum(sizes) >= chunk else sizes + (chunk,) for name, sizes in layout.items()}
+    weights = {name: float(draw(st.sampled_from([1, 2, 3]))) for name in names}
+    source_kwargs: dict[str, Any] = {"chunk_size": chunk, "seed": draw(st.integers(0, 7))}
+    if token_aware if token_aware is not None else draw(st.booleans()):
+        ratio = st.sampled_from([0.3, 1.0, 2.5])  # moderate: extreme ratios repeat small datasets for long
+        from zephon_ref.work import TokenEstimation  # build_pipeline converts it for zephon
+
+        source_kwargs["token_estimation"] = TokenEstimation(primer=draw(st.one_of(ratio, st.fixed_dictionaries(
+            {name: ratio for name in names}))))
+    chain: list[tuple[str, dict[str, Any]]] = []
+    if draw(st.booleans()):
+        pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64])),
+                                "algorithm": draw(st.sampled_from(["first_fit", "wrap"]))}
+        if pack["algorithm"] == "first_fit":
+            pack["num_bins"] = draw(st.integers(1, 4))
+        if random_packing and draw(st.booleans()):
+            pack["shuffle_strategy"] = "random"
+        chain.append(("pack_sequences", pack))
+    if draw(st.booleans()):
+        shuffle: dict[str, Any] = {"buffer_size": draw(st.integers(1, 8)), "seed": draw(st.integers(0, 3))}
+        if draw(st.booleans()):
+            shuffle["algorithm"] = "block"
+        chain.append(("shuffle", shuffle))
+    if n > 1 and draw(st.booleans()):
+        chain.append(("ensure_mixture", {"mixture": {name: weights[name] / sum(weights.values()) for name in names}}))
+    if draw(st.booleans()):
+        chain.append(("batch", {"microbatch_size": draw(st.integers(1, 3))}))
+    reorders = any(m != "batch" for m, _ in chain)
+    options: dict[str, Any] = {"runner": "inline", "canonical_replicas": draw(st.integers(1, max_lanes))}
+    if reorders:
+        options["flush_every_k_chunks"] = draw(st.integers(1, 3))
+    return PipelineConfig(chain=chain, layout=layout, weights=weights, source_kwargs=source_kwargs,
+                          options=options, corpus_seed=draw(st.integers(0, 3)))
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Where a pipeline's lanes run: ``dp_degree`` ranks of ``workers`` DataLoader workers each."""
+
+    dp_degree: int = 1
+    workers: int = 1
+    mapping: str = "contiguous"
+
+
+def topologies(canonical_replicas: int, *, max_workers: int = 3) -> st.SearchStrategy[Topology]:
+    """A valid topology for ``canonical_replicas`` lanes (dp_degree <= canonical_replicas)."""
+    return st.builds(Topology, dp_degree=st.integers(1, canonical_replicas), workers=st.integers(1, max_workers),
+                     mapping=st.sampled_from(["contiguous", "interleaved"]))
+
+
+def topology_sequences(canonical_replicas: int, *, max_size: int = 4) -> st.SearchStrategy[list[Topology]]:
+    """A job's life: the topologies it runs under, one after another (a remap between each)."""
+    return st.lists(topologies(canonical_replicas), min_size=1, max_size=max_size)
+
+
+def execution_settings() -> st.SearchStrategy[dict[str, Any]]:
+    """Pipeline options that must never change data: runner, workers, queue sizes."""
+    return st.one_of(
+        st.just({"runner": "inline"}),
+        st.fixed_dictionaries({"runner": st.just("threads"), "max_workers": st.integers(1, 3),
+                               "op_queue_capacity": st.integers(1, 8)}),
+    )
+
+
+def cut_schedules(n_items: int, *, max_cuts: int = 4) -> st.SearchStrategy[list[int]]:
+    """Sorted distinct positions in ``0..n_items`` at which to checkpoint and restore."""
+    return st.lists(st.integers(0, n_items), min_size=1, max_size=max_cuts, unique=True).map(sorted)

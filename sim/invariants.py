@@ -12,7 +12,17 @@ the item where the first difference is; an empty list means the invariant holds.
   reference stream (nothing lost, repeated or reordered, and no lane's stream changed
   after a remap: the per-lane stream does not depend on the topology);
 * :func:`global_step_problems`: every global step that is a full round in the reference
-  (one item of every lane) holds the same *set* of items on any topology.
+  (one item of every lane) holds the same *set* of items on any topology;
+* :func:`resume_problems`: a run restored at cut ``i`` delivers exactly ``reference[i:]``;
+* :func:`settings_invariance_problems`: runs that differ only in execution settings
+  (runner, workers, queue sizes, placement) deliver identical streams;
+* :func:`inflight_bound` and :func:`bounded_inflight_problems`: the inflight chunks a
+  checkpoint keeps per lane stay within what ``flush_every_k_chunks`` and the pipeline's
+  depth allow (the formula and its derivation are in :func:`inflight_bound`);
+* :func:`eviction_safety_problems`: no chunk a checkpoint has evicted is needed by the
+  records delivered after a restore from it;
+* :func:`checkpoint_bytes_problems`: checkpoints of the same delivered prefix encode to
+  the same bytes.
 
 sim/checker.py's history checker and properties/invariants.py both call these; nothing
 else compares streams.
@@ -20,10 +30,23 @@ else compares streams.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-__all__ = ["Step", "global_step_problems", "lane_stream_problems", "per_lane"]
+__all__ = [
+    "LaneCut",
+    "Step",
+    "bounded_inflight_problems",
+    "checkpoint_bytes_problems",
+    "eviction_safety_problems",
+    "global_step_problems",
+    "inflight_bound",
+    "lane_stream_problems",
+    "per_lane",
+    "resume_problems",
+    "settings_invariance_problems",
+]
 
 Step = tuple[tuple[int, Any], ...]  # ((lane, view), ...) in delivery order
 
@@ -73,4 +96,141 @@ def global_step_problems(observed: Sequence[Sequence[tuple[int, Any]]],
         full_round = len({lane for lane, _ in ref}) == n_lanes == len(ref)
         if full_round and sorted(map(repr, step)) != sorted(map(repr, ref)):
             problems.append(f"global step {i + 1}: another set of samples than the reference's")
+    return problems
+
+
+def _first_difference(got: Sequence[Any], want: Sequence[Any]) -> int:
+    return next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
+
+
+def resume_problems(reference: Sequence[Any], resumed: Sequence[Any], *, cut: int) -> list[str]:
+    """Resume equivalence: a run restored from the checkpoint taken after ``cut`` items of the
+    uninterrupted ``reference`` delivers exactly ``reference[cut:]`` (nothing skipped, repeated,
+    reordered or changed, and it ends where the reference ends)."""
+    if not 0 <= cut <= len(reference):
+        return [f"cut {cut}: outside the reference's 0..{len(reference)} items"]
+    want = list(reference[cut:])
+    got = list(resumed)
+    if got == want:
+        return []
+    at = _first_difference(got, want)
+    if at >= len(got):
+        return [f"resumed at {cut}: the stream ends after {len(got)} items, the reference has {len(want)} more"]
+    if at >= len(want):
+        return [f"resumed at {cut}: item {cut + at} is extra, past the reference's {len(reference)} items"]
+    kind = "a repeat" if got[at] in reference[:cut + at] else "skipped, reordered or changed"
+    return [f"resumed at {cut}: item {cut + at} differs from the uninterrupted run ({kind}): "
+            f"got {got[at]!r}, expected {want[at]!r}"]
+
+
+def settings_invariance_problems(runs: Mapping[str, Sequence[Any]]) -> list[str]:
+    """Execution-settings invariance: every run (keyed by a label naming its execution settings)
+    delivers the same stream as the first label in sorted order."""
+    labels = sorted(runs)
+    if not labels:
+        return []
+    base = list(runs[labels[0]])
+    problems = []
+    for label in labels[1:]:
+        got = list(runs[label])
+        if got != base:
+            at = _first_difference(got, base)
+            problems.append(f"{label}: item {at} differs from {labels[0]} "
+                            f"({len(got)} items against {len(base)})")
+    return problems
+
+
+def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int) -> int:
+    """The most inflight chunks one lane's checkpoint may hold.
+
+    ``k`` is the plan's ``flush_every_k_chunks``; ``depth_samples`` (D) is how many source
+    samples the runner can hold between admission and the first operator flush: the fetch
+    stage's micro-batch (``FETCH_BATCH`` = 64 samples, shared by the owned lanes) for the
+    inline runner, plus what its queues hold for the threads runner
+    (``queue_size * (1 + n_stages * FETCH_BATCH)``); ``min_chunk`` (c) is the smallest
+    chunk size among the chunks counted.
+
+    Derivation from the engine (zephon_ref/engine/completion.py, lanes.py, core.py):
+
+    * monotone plan: delivering a record of chunk ``d`` evicts every chunk below ``d``, so
+      the inflight chunks are ``d`` and the chunks admitted after it, each of which has all
+      its samples still in the pipeline (at least c samples per chunk, at most D samples
+      in all):  **inflight <= 1 + ceil(D / c)**;
+    * non-monotone plan: eviction is per epoch of k chunks.  An epoch stays while (a) it
+      holds the last delivered record's chunk (cursor pinning: one epoch), (b) it is the
+      epoch being admitted (one epoch), or (c) some of its offsets are not closed yet;
+      operators are flushed at every boundary, so an unclosed offset of an earlier epoch
+      is a sample still waiting in the runner's depth, and those D samples span at most
+      ceil(D / (k * c)) epochs:  **inflight <= k * (2 + ceil(D / (k * c)))**.
+
+    The bound is not tight (D is shared by the lanes), but it does not grow with the length
+    of the stream: an engine that stops evicting (a lost tombstone, a stuck pin) exceeds it.
+    """
+    if k < 0 or depth_samples < 0 or min_chunk < 1:
+        raise ValueError(f"inflight_bound: expected k >= 0, depth_samples >= 0, min_chunk >= 1, received "
+                         f"k={k}, depth_samples={depth_samples}, min_chunk={min_chunk}")
+    if monotone or k == 0:
+        return 1 + math.ceil(depth_samples / min_chunk)
+    return k * (2 + math.ceil(depth_samples / (k * min_chunk)))
+
+
+def bounded_inflight_problems(observations: Sequence[Mapping[int, int]], *, bound: int) -> list[str]:
+    """Bounded inflight state: at every observation (one per checkpoint, ``lane -> number of
+    inflight chunks``) every lane holds at most ``bound`` chunks (see :func:`inflight_bound`)."""
+    problems = []
+    for i, obs in enumerate(observations):
+        for lane in sorted(obs):
+            if obs[lane] > bound:
+                problems.append(f"checkpoint {i}: lane {lane} holds {obs[lane]} inflight chunks, "
+                                f"more than the bound {bound}")
+                return problems  # the first is enough; the rest usually follow from it
+    return problems
+
+
+LaneCut = Mapping[int, tuple[Collection[int], int]]  # lane -> (inflight chunk ids, next chunk id)
+
+
+def eviction_safety_problems(cuts: Sequence[tuple[int, LaneCut]],
+                             needs: Sequence[Collection[tuple[int, int]]], *,
+                             pinned: Sequence[Collection[tuple[int, int]]] = ()) -> list[str]:
+    """Eviction safety: a chunk a checkpoint has evicted is never needed after a restore from it.
+
+    ``cuts[j] = (position, lanes)``: a checkpoint taken after ``position`` items, with each
+    lane's inflight chunk ids and next chunk id.  ``needs[i]`` is the ``(lane, chunk id)``
+    pairs item ``i`` of the uninterrupted stream was built from (its contributors);
+    ``pinned[j]`` (optional) adds what the restore itself reads: the chunks of the replay
+    cursors, needed only by a lane that still holds inflight chunks (the replay filter
+    skips that lane's records up to its cursor; a lane holding none replays nothing).  A
+    chunk ``(lane, c)`` is available after cut ``j`` when it is inflight there or not
+    admitted yet (``c >= next chunk id``: the work source makes it again); needing any
+    other chunk at or after the cut's position is a problem.
+    """
+    problems = []
+    for j, (position, lanes) in enumerate(cuts):
+        wanted = [(i, pair) for i in range(position, len(needs)) for pair in sorted(needs[i])]
+        if j < len(pinned):
+            wanted += [(-1, (lane, cid)) for lane, cid in sorted(pinned[j]) if lanes.get(lane, ((), 0))[0]]
+        for i, (lane, cid) in wanted:
+            inflight, next_cid = lanes.get(lane, ((), 0))
+            if cid < next_cid and cid not in inflight:
+                who = "the replay cursor" if i < 0 else f"item {i}"
+                problems.append(f"checkpoint after {position} items: {who} needs chunk {cid} of lane {lane}, "
+                                f"which that checkpoint already evicted")
+                break
+    return problems
+
+
+def checkpoint_bytes_problems(encodings: Mapping[str, bytes]) -> list[str]:
+    """Determinism of checkpoint bytes: encodings of checkpoints of the same delivered prefix
+    (keyed by how each was obtained) are byte-identical to the first label in sorted order."""
+    labels = sorted(encodings)
+    if not labels:
+        return []
+    base = encodings[labels[0]]
+    problems = []
+    for label in labels[1:]:
+        data = encodings[label]
+        if data != base:
+            at = _first_difference(data, base)
+            problems.append(f"{label}: {len(data)} bytes differ from {labels[0]}'s {len(base)} at byte {at}")
     return problems

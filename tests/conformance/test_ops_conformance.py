@@ -1,7 +1,7 @@
 """Operators against zephon 0.2.0's own ops/accumulators on identical record streams.
 
 Each case drives both implementations with the same pushes (zephon records built
-by tests/conformance/adapters.py) and compares, per lane, cursor keys,
+by properties/zephon_records.py) and compares, per lane, cursor keys,
 contributors with is_last_child, tombstones, component counts, packing metadata
 and payloads.
 """
@@ -21,7 +21,7 @@ from zephon._internal.ops.tokenize_text import TokenizeText as ZTokenize  # noqa
 from zephon.ops import OpContext as ZOpContext  # noqa: E402
 
 from properties.opkit import rec, run, split, stream  # noqa: E402
-from tests.conformance.adapters import per_lane, to_zephon_all  # noqa: E402
+from properties.zephon_records import per_lane, to_zephon_all  # noqa: E402
 from zephon_ref.lineage import spawn_child  # noqa: E402
 from zephon_ref.ops import (  # noqa: E402
     Batch,

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from properties.adapters import PipelineAdapter, _PipelineRun, adapter
+from properties.adapters import PipelineAdapter, _PipelineRun, adapter, skipped_rules
 from properties.machines import resume_machine
+from properties.profiles import examples
 
-EXAMPLES = int(os.environ.get("ZEPHON_REF_MACHINE_EXAMPLES", "30"))
-SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
+# the profile (properties/profiles.py) decides randomness and the database; nightly multiplies this
+SETTINGS = settings(max_examples=examples(30), stateful_step_count=12, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -26,6 +26,17 @@ def test_resume_machine(name: str) -> None:
 def test_resume_machine_against_zephon() -> None:
     pytest.importorskip("zephon", reason="zephon 0.2.0 is the conformance extra")
     run_state_machine_as_test(resume_machine(adapter("zephon")), settings=SETTINGS)
+
+
+def test_rules_an_adapter_lacks_are_named_with_a_reason() -> None:
+    assert skipped_rules(adapter("inline")) == {}
+    skipped = skipped_rules(adapter("zephon"))
+    assert list(skipped_rules(adapter("threads"))) == [
+        "checkpoint bytes: the same delivered prefix gives the same checkpoint in every run"]
+    assert sorted(skipped) == sorted(["save_and_load, corrupt_a_saved_checkpoint",
+                                      "restore_under_other_execution_settings",
+                                      "remap (restore under another dp_degree / worker count / mapping)"])
+    assert all("lacks the" in why for why in skipped.values())
 
 
 class _SkipOnRestore(_PipelineRun):
@@ -50,6 +61,7 @@ class _BrokenAdapter(PipelineAdapter):
 
 def test_the_machine_catches_a_run_that_skips_an_item_after_restore() -> None:
     broken = _BrokenAdapter("broken", "zephon_ref", {"runner": "inline"})
-    with pytest.raises(AssertionError, match="differ from the uninterrupted run|stream ended"):
+    with pytest.raises(AssertionError, match="differs from the uninterrupted run|stream ended"):
         run_state_machine_as_test(resume_machine(broken), settings=settings(
-            SETTINGS, max_examples=200, database=None, print_blob=False, report_multiple_bugs=False))
+            SETTINGS, max_examples=200, database=None, print_blob=False, report_multiple_bugs=False,
+            phases=[Phase.explicit, Phase.generate]))

@@ -1,6 +1,10 @@
 """Convert zephon_ref records to zephon 0.2.0 records, and normalise either for comparison.
 
-Only used by the conformance tests; importing it requires ``zephon``.
+Record-level adapters for the operator conformance tests (tests/conformance/test_ops_conformance.py):
+:func:`to_zephon` feeds zephon's operators the records zephon_ref produced, and :func:`norm`
+/ :func:`per_lane` give an implementation-neutral view of either library's output.  (Moved
+here from tests/conformance/adapters.py so that tests never import tests.)  Importing this
+module requires ``zephon`` (the ``conformance`` extra).
 """
 
 from __future__ import annotations
