@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from sim.choices import SeededChoices
+from sim.cluster import contiguous_mapping
 from sim.kernel import EventHandle, Kernel
 from zephon_ref import state as schema
 from zephon_ref.checkpoint import codec
@@ -194,17 +195,6 @@ class RoundStats:
 # ---------------------------------------------------------------- per-rank contributions
 
 
-def _mapping(c: int, d: int) -> dict[int, list[int]]:
-    base, rem = divmod(c, d)
-    out: dict[int, list[int]] = {}
-    start = 0
-    for g in range(d):
-        n = base + (1 if g < rem else 0)
-        out[g] = list(range(start, start + n))
-        start += n
-    return out
-
-
 def _group_slices(c: int, lanes: Sequence[int]) -> dict[str, dict[int, Any]]:
     """The lane-keyed fields of one DP group: valid, small, nothing inflight or delivered."""
     return {
@@ -227,7 +217,7 @@ def rank_state(rank: int, *, ranks: int, dp_degree: int, canonical_replicas: int
     if _cache is not None and key in _cache:
         mapping, groups = _cache[key]
     else:
-        mapping = _mapping(canonical_replicas, dp_degree)
+        mapping = contiguous_mapping(canonical_replicas, dp_degree)
         groups = [_group_slices(canonical_replicas, mapping[g]) for g in range(dp_degree)]
         if _cache is not None:
             _cache[key] = (mapping, groups)
