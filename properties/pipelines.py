@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.workloads import record_view as item_view
+
 __all__ = ["RANDOM_PACK_MINIMAL", "PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane"]
 
 
@@ -77,25 +79,6 @@ def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> A
     for method, kwargs in cfg.chain:
         getattr(p, method)(**dict(kwargs))
     return p.options(**{**dict(cfg.options), **option_overrides})
-
-
-def item_view(item: Any) -> list[tuple[Any, ...]]:
-    recs = item.records if hasattr(item, "records") else (item,)
-    out = []
-    for r in recs:
-        m = r.meta
-        refs = tuple((tuple(ref.cursor.as_key()[:3]) + (tuple(ref.cursor.sample_id),), bool(ref.is_last_child))
-                     for ref in m.contribution_refs())
-        pl = r.payload
-        if isinstance(pl, dict) and "packed_samples" in pl:
-            packed = pl["packed_samples"]  # pack_payloads may return anything: compare its repr then
-            pl = (tuple(tuple(s["input_ids"]) for s in packed)
-                  if isinstance(packed, list) and all(isinstance(s, dict) and "input_ids" in s for s in packed)
-                  else repr(packed))
-        elif isinstance(pl, dict):
-            pl = tuple(pl.get("input_ids", ()))
-        out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))
-    return out
 
 
 def per_lane(items: Sequence[Any]) -> dict[int, list[list[tuple[Any, ...]]]]:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Workload", "crc_tokens", "item_view"]
+__all__ = ["Workload", "crc_tokens", "item_view", "record_view"]
 
 
 def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,8 +101,9 @@ class Workload:
                             "flush_every_k_chunks": self.flush_every_k_chunks, **topology})
 
 
-def item_view(item: Any) -> str:
-    """Lane, cursor key, contributors and token payload of every record of ``item``, as one string."""
+def record_view(item: Any) -> list[tuple[Any, ...]]:
+    """Lane, cursor key, contributors and token payload of every record of ``item`` (the
+    normal form the simulator and the property suite compare; properties re-exports it)."""
     recs = item.records if hasattr(item, "records") else (item,)
     out = []
     for r in recs:
@@ -118,4 +119,9 @@ def item_view(item: Any) -> str:
         elif isinstance(pl, dict):
             pl = tuple(pl.get("input_ids", ()))
         out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))
-    return repr(out)
+    return out
+
+
+def item_view(item: Any) -> str:
+    """:func:`record_view` as one string."""
+    return repr(record_view(item))
