@@ -280,32 +280,50 @@ def test_importing_the_package_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-SOURCE_KWARGS = [
-    {"chunk_size": 7, "seed": 3},
-    {"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
-     "exhausted_policy": "repeat", "max_repeats": 2},
-    {"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"},
-    {"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
+SOURCE_KWARGS = [  # (kwargs, whether the tensor path computes the chunk order itself)
+    ({"chunk_size": 7, "seed": 3}, True),
+    ({"chunk_size": 5, "seed": 1, "exhausted_policy": "repeat", "max_repeats": 2}, True),
+    ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "stop"}, True),
+    ({"chunk_size": 9, "seed": 4, "stop_after_passes": 3, "exhausted_policy": "repeat",
+      "reshuffle_on_repeat": False}, True),
+    ({"chunk_size": 3, "seed": 5, "shuffle_shards": False,
+      "exhausted_policy": {"web": "stop", "code": "repeat", "books": "repeat"}}, True),
+    ({"chunk_size": 13, "seed": 6, "exhausted_policy": "repeat",
+      "max_repeats": {"web": 1, "code": 0, "books": 3}}, True),
+    ({"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
+      "exhausted_policy": "repeat", "max_repeats": 2}, False),
+    ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"}, False),
+    ({"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
+     False),
 ]
 
 
-@pytest.mark.parametrize("kwargs", SOURCE_KWARGS, ids=range(len(SOURCE_KWARGS)))
+@pytest.mark.parametrize("case", SOURCE_KWARGS, ids=range(len(SOURCE_KWARGS)))
 @pytest.mark.parametrize("lanes", [1, 3, 4])
-def test_one_global_pass_gives_every_lane_its_own_chunks(kwargs: dict[str, Any], lanes: int) -> None:
+def test_every_lane_gets_the_reference_lane_chunks(case: tuple[dict[str, Any], bool], lanes: int) -> None:
+    """The dispatcher's lane chunks (its own chunk order where it covers the source) equal each
+    reference lane clone's chunks: sample ids in offset order, and the chunk's mixture."""
     from properties.tensor_adapter import _source
-    from zephon_ref.torch.tensor.chunks import lane_sources
+    from zephon_ref.torch.tensor.chunks import ChunkDispatcher
 
-    src = _source(PipelineConfig([], source_kwargs=kwargs))
-    readers = lane_sources(src, lanes)
-    for lane in range(lanes):
-        want = []
-        clone = src.clone_for_lane(lane, lanes)
-        while (c := clone.next_chunk()) is not None:
-            want.append(c.state_dict())
-        got = []
-        while (c := readers[lane].next_chunk()) is not None:
-            got.append(c.state_dict())
-        assert got == want and want, (lane, len(got), len(want))
+    kwargs, own = case
+    for weights in (None, {"web": 0.9, "code": 0.07, "books": 0.03}):
+        cfg = PipelineConfig([], source_kwargs=kwargs) if weights is None else \
+            PipelineConfig([], source_kwargs=kwargs, weights=weights)
+        src = _source(cfg)
+        ids = dict(src.component_ids())
+        d = ChunkDispatcher(src, lanes, datasets=dict(src.datasets_by_id), ids=ids)
+        assert d.own == own
+        for lane in range(lanes):
+            want = []
+            clone = src.clone_for_lane(lane, lanes)
+            while (c := clone.next_chunk()) is not None:
+                mix = c.target_mixture if c.target_mixture is not None else c.mixture
+                want.append(([sid for sid, _ in c.ordered()], [(ids[n], w) for n, w in mix.items()]))
+            got = []
+            while (x := d.next_for(lane)) is not None:
+                got.append(([doc[0] for doc in x[0]], list(x[1].items())))
+            assert got == want and want, (lane, len(got), len(want))
 
 
 def test_a_missing_text_field_is_the_same_typed_error() -> None:
@@ -314,3 +332,19 @@ def test_a_missing_text_field_is_the_same_typed_error() -> None:
         list(build_pipeline("zephon_ref", cfg))
     with pytest.raises(ConfigError, match="'text' field"):
         _tensor_items(cfg)
+
+
+def test_the_block_seed_hash_is_cpythons_int_tuple_hash() -> None:
+    """The block shuffle's seed folds tuple hashes computed with explicit integer arithmetic;
+    they equal CPython's hash() of the same int tuples (64-bit), edge values included."""
+    import random
+
+    from zephon_ref.torch.tensor.shuffle import tuple_hash
+
+    rng = random.Random(5)
+    cases: list[tuple[int, ...]] = [(), (0,), (-1,), (-2,), ((1 << 61) - 1,), ((1 << 61) - 2,), (-(1 << 61) + 1,),
+                                    (1 << 70,), (-(1 << 70),), (3, 0, 7)]
+    for _ in range(2000):
+        cases.append(tuple(rng.choice([rng.randint(-5, 5), rng.randint(-(1 << 64), 1 << 64)])
+                           for _ in range(rng.randint(0, 5))))
+    assert [tuple_hash(c) for c in cases] == [hash(c) & ((1 << 64) - 1) for c in cases]

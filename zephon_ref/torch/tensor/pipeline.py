@@ -44,11 +44,12 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.torch.tensor.chunks import lane_sources
+from zephon_ref.torch.tensor.chunks import lane_feeds
 from zephon_ref.torch.tensor.config import (
     MixtureSpec,
     PackSpec,
     TensorPlan,
+    TokenizeSpec,
     UnsupportedKnob,
     compile_chain,
 )
@@ -115,9 +116,10 @@ class TensorPipeline:
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
         words = word_tables(self.plan)
-        readers = lane_sources(self.source, C)
-        return [lane_items(self.plan, lane, readers[lane], datasets, ids, self._mixture, words)
-                for lane in range(C)]
+        first = self.plan.stages[0] if self.plan.stages else None
+        pre = (first.field, words[0]) if isinstance(first, TokenizeSpec) else None
+        feeds = lane_feeds(self.source, C, datasets=datasets, ids=ids, pretokenize=pre)
+        return [lane_items(self.plan, lane, feeds[lane], len(ids), self._mixture, words) for lane in range(C)]
 
     def _skip_to(self, streams: list[Iterator[Item]], counts: list[int]) -> list[Item | None]:
         """Drop each lane's first ``counts[lane]`` items; the last dropped item per lane (or None)."""

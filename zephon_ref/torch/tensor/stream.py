@@ -42,7 +42,7 @@ from zephon_ref.torch.tensor.config import (
     TensorPlan,
     TokenizeSpec,
 )
-from zephon_ref.torch.tensor.lanes import TOMB, lane_samples, map_docs, tokenize_docs
+from zephon_ref.torch.tensor.lanes import TOMB, map_docs, tokenize_docs
 from zephon_ref.torch.tensor.mixture import MixtureLane
 from zephon_ref.torch.tensor.packing import LanePacker
 from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
@@ -153,35 +153,50 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
     return [x for x in batch if x is not TOMB] if TOMB in batch else batch
 
 
-def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any,
-               mixture: dict[int, float] | None = None, words: dict[int, WordIds] | None = None) -> Iterator[Item]:
+def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture: dict[int, float] | None = None,
+               words: dict[int, WordIds] | None = None) -> Iterator[Item]:
+    """One lane's items; ``feed.next_chunk()`` gives the lane's chunks as ``(documents, mixture)``."""
     chunk_mixtures: dict[int, Any] = {}
-    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, len(ids))
+    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
+    k = plan.k
     group: list[Any] = []
-    fetched: list[Any] = []
-    for doc in lane_samples(source, datasets, ids, plan.k, chunk_mixtures):
-        boundary = doc is None
-        if not boundary:
-            fetched.append(doc)
-            if len(fetched) < FETCH_GROUP:
-                continue
-        # a full fetch group, or (boundary) the partial one followed by every stage's flush
-        ready, fetched = fetched, []
-        for x in _cascade(stages, ready, boundary):
-            group.append(x)
-            if len(group) == size:
-                yield lane, tuple(group)
-                group = []
+    pending: list[Any] = []  # fetched documents not yet pushed (fewer than FETCH_GROUP)
+    cid = 0
+    while True:
+        got = feed.next_chunk()
+        if got is None:
+            break
+        docs, mix = got
+        chunk_mixtures[cid] = mix
+        cid += 1
+        pending.extend(docs)
+        boundary = k > 0 and cid % k == 0
+        start = 0
+        # every full fetch group, then (boundary) the partial one followed by every stage's flush
+        while len(pending) - start >= FETCH_GROUP:
+            for x in _cascade(stages, pending[start:start + FETCH_GROUP], False):
+                group.append(x)
+                if len(group) == size:
+                    yield lane, tuple(group)
+                    group = []
+            start += FETCH_GROUP
+        pending = pending[start:] if start else pending
         if boundary:
+            for x in _cascade(stages, pending, True):
+                group.append(x)
+                if len(group) == size:
+                    yield lane, tuple(group)
+                    group = []
+            pending = []
             if not drop_last and group:
                 yield lane, tuple(group)
                 group = []
-            for cid in [c for c in chunk_mixtures if c < max(chunk_mixtures)]:
-                del chunk_mixtures[cid]
-    for x in _cascade(stages, fetched, True):
+            for c in [c for c in chunk_mixtures if c < cid - 1]:
+                del chunk_mixtures[c]
+    for x in _cascade(stages, pending, True):
         group.append(x)
         if len(group) == size:
             yield lane, tuple(group)

@@ -47,8 +47,8 @@ def _crc_table() -> np.ndarray:
 
 
 _TABLE = _crc_table()
-_WS = np.zeros(256, dtype=bool)
-_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+#: byte -> 1 for a word byte, 0 for the ASCII whitespace of ``str.split`` (a ``bytes.translate`` table)
+_WORD_BYTES = bytes(0 if i in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 for i in range(256))
 
 
 class WordIds:
@@ -82,12 +82,12 @@ class WordIds:
         joined = "\n".join(texts)
         if not joined.isascii():
             return None
-        raw = joined.encode("ascii")
+        # padded with whitespace at both ends, so every word has a rising and a falling edge
+        raw = b"\n" + joined.encode("ascii") + b"\n"
         buf = np.frombuffer(raw, dtype=np.uint8)
-        word = ~_WS[buf]
-        edge = np.diff(word.astype(np.int8), prepend=np.int8(0), append=np.int8(0))
-        starts = np.flatnonzero(edge == 1)
-        ends = np.flatnonzero(edge == -1)
+        word = np.frombuffer(raw.translate(_WORD_BYTES), dtype=np.bool_)
+        starts = np.flatnonzero(word[1:] > word[:-1]) + 1
+        ends = np.flatnonzero(word[1:] < word[:-1]) + 1
         lens = ends - starts
         if lens.size and int(lens.max()) > LONG_WORD:
             return None
@@ -99,27 +99,30 @@ class WordIds:
         # loop below runs only as many steps as the bulk of the words is long
         n_long = 0
         if lens.size > VECTOR_TAIL:
-            cut = int(l_sorted[VECTOR_TAIL])
-            n_long = int(np.count_nonzero(l_sorted > cut))
+            n_long = int(np.count_nonzero(l_sorted > l_sorted[VECTOR_TAIL]))
         for i in range(n_long):
             a = int(s_sorted[i])
             crc[i] = zlib.crc32(raw[a:a + int(l_sorted[i])]) ^ 0xFFFFFFFF
-        bulk_len = l_sorted[n_long:]
-        bulk_s = s_sorted[n_long:]
-        bulk = crc[n_long:]
+        bulk, bulk_s, bulk_len = crc[n_long:], s_sorted[n_long:], l_sorted[n_long:]
         if bulk.size:
-            # active[j] = how many bulk words are longer than j (bulk_len is non-increasing)
+            # active[j] = how many bulk words are longer than j (bulk_len is non-increasing):
+            # column j of the table-driven CRC is one vector step over those words
             active = np.searchsorted(-bulk_len, -np.arange(int(bulk_len[0])), side="left")
             for j, k in enumerate(active.tolist()):
                 c = bulk[:k]
                 bulk[:k] = _TABLE[(c ^ buf[bulk_s[:k] + j]) & 0xFF] ^ (c >> 8)
         crc ^= np.uint32(0xFFFFFFFF)
         ids = np.empty(lens.size, dtype=np.int64)
-        ids[order] = (crc.astype(np.int64) % self.vocab) + self.offset
-        # words per text: texts start at the cumulative offsets of "\n".join
-        text_starts = np.cumsum([0] + [len(t) + 1 for t in texts[:-1]])
-        per_text = np.bincount(np.searchsorted(text_starts, starts, side="right") - 1, minlength=len(texts))
-        return ids, per_text.astype(np.int64)
+        if self.vocab <= 0xFFFFFFFF:  # the remainder in 32 bits (same value, a faster division)
+            ids[order] = (crc % np.uint32(self.vocab)).astype(np.int64) + self.offset
+        else:
+            ids[order] = (crc.astype(np.int64) % self.vocab) + self.offset
+        # words per text: text i ends (in raw) where separator i sits, at the cumulative lengths + 1
+        bounds = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        bounds += 1
+        np.cumsum(bounds, out=bounds)
+        per_text = np.diff(np.searchsorted(starts, bounds), prepend=0)
+        return ids, per_text
 
     def encode_many(self, texts: list[str]) -> list[np.ndarray]:
         """Every text's ids, bracketed with BOS/EOS, as int64 views of one flat array."""
