@@ -145,7 +145,10 @@ class StreamingLane:
         docs, flags = u
         tallies = self.tallies
         new = []
-        for d in docs:
+        for d, f in zip(docs, flags, strict=True):
+            if d[5] is None:  # a 1:1 document: no other unit holds its offset, its flag stays
+                new.append(f)
+                continue
             key = (d[1], d[2])
             t = tallies[key]
             t[0] -= 1
@@ -162,6 +165,8 @@ class StreamingLane:
         head = self.head
         for u in units:
             for d, f in zip(u[0], u[1], strict=True):
+                if d[5] is None:
+                    continue  # a 1:1 document's offset is in this unit only (see _release)
                 key = (d[1], d[2])
                 t = tallies.get(key)
                 if t is None:
