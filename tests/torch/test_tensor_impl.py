@@ -263,6 +263,14 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
     words = WordIds(tok)
     for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""]):
         assert [a.tolist() for a in words.encode_many(group)] == [[1, *tok.encode(t), 2] for t in group]
+    # every word length from 1 to 70 (odd and even, few and many words of a length), ASCII only
+    import random
+
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;!?-_()"
+    many = [" ".join("".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
+                     for _ in range(rng.randint(0, 30))) for _ in range(200)]
+    assert [a.tolist() for a in words.encode_many(many)] == [[1, *tok.encode(t), 2] for t in many]
 
 
 def test_a_drifted_variant_is_caught() -> None:
