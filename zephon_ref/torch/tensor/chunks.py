@@ -92,7 +92,8 @@ class ChunkDispatcher:
         return isinstance(self._gen, GlobalChunks)
 
     def _window(self) -> None:
-        got: list[list[Any]] = []
+        chunks: list[tuple[int, int, list[tuple[Any, int]], dict[int, float]]] = []
+        payloads: list[Any] = []
         n = 0
         datasets, ids, cids = self._datasets, self._ids, self._cids
         while n < WINDOW_SAMPLES:
@@ -103,30 +104,35 @@ class ChunkDispatcher:
             owner, comps, mix = chunk
             cid = cids[owner]
             cids[owner] = cid + 1
-            docs: list[Any] = []
-            for off, (name, i) in enumerate(chunk_pattern(comps)):
-                sid = comps[name][i]  # a SampleId (a tuple of ints), as the reference keeps it
-                docs.append((sid, cid, off, ids[name], (), None, [], datasets[sid[0]].get(sid[1], sid[2])))
-            n += len(docs)
-            got.append(docs)
-            self._queues[owner].append((docs, {ids[name]: w for name, w in mix.items()}))
-        if self._tok is not None and got:
-            self._pretokenize(got)
+            # (SampleId, component id) in offset order; a SampleId is a tuple of ints, as the reference keeps it
+            samples = [(comps[name][i], ids[name]) for name, i in chunk_pattern(comps)]
+            payloads.extend([datasets[sid[0]].get(sid[1], sid[2]) for sid, _ in samples])
+            n += len(samples)
+            chunks.append((owner, cid, samples, {ids[name]: w for name, w in mix.items()}))
+        tokens = self._pretokenize(payloads) if self._tok is not None and payloads else None
+        at = 0
+        for owner, cid, samples, mixture in chunks:
+            if tokens is None:
+                docs = [(sid, cid, off, comp, (), None, [], payloads[at + off])
+                        for off, (sid, comp) in enumerate(samples)]
+            else:
+                docs = [(sid, cid, off, comp, (), None, tokens[at + off], PRETOK)
+                        for off, (sid, comp) in enumerate(samples)]
+            at += len(samples)
+            self._queues[owner].append((docs, mixture))
 
-    def _pretokenize(self, lists: list[list[Any]]) -> None:
+    def _pretokenize(self, payloads: list[Any]) -> list[Any] | None:
+        """Every payload's tokens, or None when some payload has no text field (the lane's
+        tokenize stage then raises the reference's error in place)."""
         assert self._tok is not None
         field, words = self._tok
         try:
-            texts = [d[7][field] for docs in lists for d in docs]
+            texts = [p[field] for p in payloads]
         except (KeyError, TypeError, IndexError):
-            return  # left to the lane's tokenize stage, which raises the reference's error in place
+            return None
         if not all(type(t) is str for t in texts):
-            return
-        tokens = iter(words.encode_many(texts))
-        # the lane queues hold these very lists: rewrite them in place
-        for docs in lists:
-            for j, d in enumerate(docs):
-                docs[j] = (d[0], d[1], d[2], d[3], d[4], d[5], next(tokens), PRETOK)
+            return None
+        return words.encode_many(texts)
 
     def next_for(self, lane: int) -> LaneChunk | None:
         q = self._queues[lane]
