@@ -257,8 +257,8 @@ class MixtureLane:
                     q = self.st_singles[c] = deque()
                 q.append((unit, contrib))
                 return
-        elif target is None or (any(c in target for c in contrib)
-                                and not any(w > 0 and c not in target for c, w in contrib.items())):
+        elif target is None or target.keys() >= contrib.keys() or (
+                any(c in target for c in contrib) and not any(w > 0 and c not in target for c, w in contrib.items())):
             self.st_packs.append((unit, contrib, tuple(contrib.items())))
             for c in contrib:
                 self.st_pack_counts[c] = self.st_pack_counts.get(c, 0) + 1
@@ -289,7 +289,8 @@ class MixtureLane:
             out.append(x)
 
     def _has_buffered(self) -> bool:
-        return len(self.st_packs) > 0 or any(self.st_singles.values())
+        # st_total counts the buffered units (one per buffered unit, minus one per emission)
+        return self.st_total > 0
 
     def _finish(self, item: Any) -> Any:
         if self.swrr is not None:
@@ -308,13 +309,14 @@ class MixtureLane:
             return None
         if ideal is not None and singles.get(ideal):
             return self._finish(singles[ideal].popleft())
-        available = {c for c, q in singles.items() if q}
         has_ideal = ideal is not None and bool(self.st_pack_counts.get(ideal))
-        if not has_ideal and available:
-            chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
-            if chosen is None:
-                chosen = min(available)
-            return self._finish(singles[chosen].popleft())
+        if not has_ideal:
+            available = {c for c, q in singles.items() if q}
+            if available:
+                chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
+                if chosen is None:
+                    chosen = min(available)
+                return self._finish(singles[chosen].popleft())
         packs = self.st_packs
         if len(packs):
             d = swrr.deficits() if swrr is not None else {}
