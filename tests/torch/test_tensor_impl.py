@@ -356,3 +356,36 @@ def test_the_block_seed_hash_is_cpythons_int_tuple_hash() -> None:
         cases.append(tuple(rng.choice([rng.randint(-5, 5), rng.randint(-(1 << 64), 1 << 64)])
                            for _ in range(rng.randint(0, 5))))
     assert [tuple_hash(c) for c in cases] == [hash(c) & ((1 << 64) - 1) for c in cases]
+
+
+def test_the_streaming_shuffle_shortcuts_equal_the_formulas() -> None:
+    """The streaming shuffle's fast paths (FNV steps fused for values below 2**32, the victim's
+    (seed, lane) prefix and keyed table) equal the notes' formulas spelled out step by step."""
+    import random
+
+    from zephon_ref.torch.tensor import shuffle as S
+
+    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
+
+    def fnv(cur: Any) -> int:
+        h = 0x811C9DC5
+        for v in (cur[0], cur[1], *cur[2], *cur[3]):
+            v &= m64
+            h = ((h ^ (v & m32)) * 0x01000193) & m32
+            h = ((h ^ (v >> 32)) * 0x01000193) & m32
+        return h
+
+    rng = random.Random(2)
+
+    def value() -> int:
+        return rng.choice([rng.randint(0, 50), rng.randint(0, m32), rng.randint(-5, -1), rng.randint(m32, 1 << 70)])
+
+    for _ in range(3000):
+        cur = (value(), value(), tuple(value() for _ in range(rng.randint(0, 3))), (value(), value(), value()))
+        assert S.fnv_salt(cur) == fnv(cur)
+    for _ in range(500):
+        seed, lane, salt = rng.randint(0, 1 << 40), rng.randint(0, 64), rng.randint(0, m32)
+        counter, size = rng.randint(0, 5000), rng.randint(1, 5000)
+        head = S._mix(S._mix(seed) ^ S._mix(lane + S._PHI))
+        fast = S._mix(S._mix(S._mix(head ^ S._mix(salt + S._PHI)) ^ S._keyed(counter)) ^ S._keyed(size)) % size
+        assert fast == S.victim(seed, lane, salt, counter, size)

@@ -79,12 +79,19 @@ def unit_cursor(u: Unit, packed: bool) -> tuple[int, int, tuple[int, ...], tuple
     return d[1], d[2], ((*d[4], 0) if packed else d[4]), d[0]
 
 
+_FNV = 0x01000193
+_FNV2 = (_FNV * _FNV) & _M32  # two FNV steps of which the second xors in 0 (a value below 2**32)
+
+
 def fnv_salt(cur: tuple[int, int, tuple[int, ...], tuple[int, int, int]]) -> int:
     h = 0x811C9DC5
     for v in (cur[0], cur[1], *cur[2], *cur[3]):
+        if 0 <= v <= _M32:  # high half 0: ((h ^ v) * P ^ 0) * P == (h ^ v) * P**2 (mod 2**32)
+            h = ((h ^ v) * _FNV2) & _M32
+            continue
         v &= _M64
-        h = ((h ^ (v & _M32)) * 0x01000193) & _M32
-        h = ((h ^ (v >> 32)) * 0x01000193) & _M32
+        h = ((h ^ (v & _M32)) * _FNV) & _M32
+        h = ((h ^ (v >> 32)) * _FNV) & _M32
     return h
 
 
@@ -187,8 +194,10 @@ class StreamingLane:
                 out.append(self._release(idx))
 
     def flush(self, out: list[Unit]) -> None:
+        salted = _mix(self.head ^ _mix(FLUSH_SALT + _PHI))  # victim()'s prefix with the flush salt
         while self.reservoir:
-            idx = victim(self.seed, self.lane, FLUSH_SALT, self.counter, len(self.reservoir))
+            size = len(self.reservoir)
+            idx = _mix(_mix(salted ^ _keyed(self.counter)) ^ _keyed(size)) % size
             self.counter += 1
             out.append(self._release(idx))
         assert not self.tallies
