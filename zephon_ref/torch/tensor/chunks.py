@@ -111,6 +111,7 @@ class ChunkDispatcher:
             chunks.append((owner, cid, samples, {ids[name]: w for name, w in mix.items()}))
         tokens = self._pretokenize(payloads) if self._tok is not None and payloads else None
         at = 0
+        docs: list[Any]
         for owner, cid, samples, mixture in chunks:
             if tokens is None:
                 docs = [(sid, cid, off, comp, (), None, [], payloads[at + off])

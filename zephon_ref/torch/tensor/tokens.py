@@ -52,10 +52,11 @@ def _crc_equal_length(buf: np.ndarray, starts: np.ndarray, size: int) -> np.ndar
     ``(words, size)`` matrix, then one vector step of the table-driven CRC per column (a
     1 KiB table, which stays in the fastest cache)."""
     mat = np.lib.stride_tricks.sliding_window_view(buf, size)[starts]  # rows gathered by one index
-    c = np.full(starts.size, 0xFFFFFFFF, dtype=np.uint32)
+    c: np.ndarray = np.full(starts.size, 0xFFFFFFFF, dtype=np.uint32)
     for j in range(size):
         c = np.take(_TABLE, (c ^ mat[:, j]) & 0xFF) ^ (c >> 8)
-    return c ^ np.uint32(0xFFFFFFFF)
+    out: np.ndarray = c ^ np.uint32(0xFFFFFFFF)
+    return out
 
 
 #: byte -> 1 for a word byte, 0 for the ASCII whitespace of ``str.split`` (a ``bytes.translate`` table)
