@@ -204,7 +204,11 @@ def test_bad_checkpoints_are_refused_and_change_nothing() -> None:
         ({**good, "lane_delivered": [-1, 0]}, StateFormatError), ({**good, "lane_delivered": [1]}, StateFormatError),
         ({**good, "next_lane": 2}, StateFormatError), ({**good, "next_lane": True}, StateFormatError),
         ({**good, "extra": 1}, StateFormatError), (other.checkpoint(), StateMismatchError),
-        ({**good, "lane_delivered": [len(want), 0]}, StateMismatchError),  # past the end of lane 0
+        ({**good, "lane_resume": [[0, 0]]}, StateFormatError), ({**good, "lane_resume": [[0, -1], [0, 0]]},
+                                                                StateFormatError),
+        ({**good, "lane_resume": [[0, 0], [0]]}, StateFormatError), ({**good, "lane_resume": None}, StateFormatError),
+        ({**good, "lane_resume": [[0, 10 ** 6], [0, 0]]}, StateMismatchError),  # past the end of lane 0's epoch
+        ({**good, "lane_resume": [[0, 0], [10 ** 4, 0]]}, StateMismatchError),  # past the end of lane 1
     ]
     fresh = tensor_pipeline(cfg)
     for state, err in bad:
@@ -389,3 +393,32 @@ def test_the_streaming_shuffle_shortcuts_equal_the_formulas() -> None:
         head = S._mix(S._mix(seed) ^ S._mix(lane + S._PHI))
         fast = S._mix(S._mix(S._mix(head ^ S._mix(salt + S._PHI)) ^ S._keyed(counter)) ^ S._keyed(size)) % size
         assert fast == S.victim(seed, lane, salt, counter, size)
+
+
+def test_restore_resumes_from_its_flush_epoch_not_from_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint late in the demo run restores by reading only the documents of each lane's
+    current flush epoch onward (counted payload reads), and the rest equals the uninterrupted run."""
+    from zephon_ref.work import dataset as dataset_module
+
+    reads = [0]
+    original = dataset_module.Dataset.get
+
+    def counting_get(self: Any, shard_id: int, index: int) -> Any:
+        reads[0] += 1
+        return original(self, shard_id, index)
+
+    monkeypatch.setattr(dataset_module.Dataset, "get", counting_get)
+    want, tp = _demo(4, seed=0)
+    items = list(tp)
+    full = reads[0]
+    _, tp = _demo(4, seed=0)
+    it = iter(tp)
+    for _ in range(len(items) - 5):
+        next(it)
+    state = copy.deepcopy(tp.checkpoint())
+    _, fresh = _demo(4, seed=0)
+    reads[0] = 0
+    fresh.restore(state)
+    rest = [fresh.records(x) for x in fresh]
+    assert rest == want[len(items) - 5:]
+    assert 0 < reads[0] < full // 2, (reads[0], full)

@@ -27,7 +27,7 @@ What may not live here: per-lane operators, ordering across lanes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zephon_ref.torch.tensor.order import chunk_pattern
@@ -75,14 +75,15 @@ class _ReferenceLanes:
 
 
 class ChunkDispatcher:
-    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_ids", "_queues", "_tok")
+    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_ids", "_queues", "_starts", "_tok")
 
     def __init__(self, source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
-                 pretokenize: tuple[str, WordIds] | None = None) -> None:
+                 pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> None:
         gen: GlobalChunks | _ReferenceLanes | None = own_chunks(source, lanes)
         self._gen = gen if gen is not None else _ReferenceLanes(source, lanes)
         self._queues: list[deque[LaneChunk]] = [deque() for _ in range(lanes)]
-        self._cids = [0] * lanes
+        self._cids = [0] * lanes  # chunks produced per lane (skipped ones included)
+        self._starts = list(starts) if starts is not None else [0] * lanes  # per lane: chunks to skip
         self._datasets, self._ids, self._tok = datasets, ids, pretokenize
         self._done = False
 
@@ -104,6 +105,8 @@ class ChunkDispatcher:
             owner, comps, mix = chunk
             cid = cids[owner]
             cids[owner] = cid + 1
+            if cid < self._starts[owner]:
+                continue  # before the lane's resume point: its documents are never read
             # (SampleId, component id) in offset order; a SampleId is a tuple of ints, as the reference keeps it
             samples = [(comps[name][i], ids[name]) for name, i in chunk_pattern(comps)]
             payloads.extend([datasets[sid[0]].get(sid[1], sid[2]) for sid, _ in samples])
@@ -151,9 +154,15 @@ class _Feed:
     def next_chunk(self) -> LaneChunk | None:
         return self._d.next_for(self._lane)
 
+    @property
+    def position(self) -> int:
+        """Chunks of this lane produced so far, skipped ones included."""
+        return self._d._cids[self._lane]
+
 
 def lane_feeds(source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
-               pretokenize: tuple[str, WordIds] | None = None) -> list[_Feed]:
-    """One chunk feed per lane (``next_chunk() -> (documents, mixture) | None``), in lane order."""
-    d = ChunkDispatcher(source, lanes, datasets=datasets, ids=ids, pretokenize=pretokenize)
+               pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> list[_Feed]:
+    """One chunk feed per lane (``next_chunk() -> (documents, mixture) | None``), in lane order;
+    lane ``i`` starts at its chunk ``starts[i]`` (the earlier ones are produced, not read)."""
+    d = ChunkDispatcher(source, lanes, datasets=datasets, ids=ids, pretokenize=pretokenize, starts=starts)
     return [_Feed(d, lane) for lane in range(lanes)]

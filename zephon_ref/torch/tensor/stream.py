@@ -34,6 +34,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zephon_ref.errors import StateMismatchError, expected
 from zephon_ref.torch.tensor.config import (
     MapSpec,
     MixtureSpec,
@@ -154,17 +155,45 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
 
 
 def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture: dict[int, float] | None = None,
-               words: dict[int, WordIds] | None = None) -> Iterator[Item]:
-    """One lane's items; ``feed.next_chunk()`` gives the lane's chunks as ``(documents, mixture)``."""
+               words: dict[int, WordIds] | None = None, *, start: tuple[int, int] = (0, 0),
+               where: list[int] | None = None) -> Iterator[Item]:
+    """One lane's items; ``feed.next_chunk()`` gives the lane's chunks as ``(documents, mixture)``.
+
+    ``start = (e, u)``: begin at flush epoch ``e`` (the feed is positioned at the lane's chunk
+    ``e * k``) and drop the epoch's first ``u`` units.  Every stage is empty at an epoch's start
+    and a delivered item ends on a batch boundary, so this continues exactly where a stream
+    that delivered up to that unit stopped.  Before each item is yielded, ``where`` is set to the
+    position right after it (the ``start`` to resume from)."""
     chunk_mixtures: dict[int, Any] = {}
     stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
     k = plan.k
+    epoch, skip = start
+    if k == 0 and epoch:
+        raise StateMismatchError(expected(f"lane {lane} resume epoch", "0 (this plan never flushes)", epoch))
+    where = [0, 0] if where is None else where
     group: list[Any] = []
     pending: list[Any] = []  # fetched documents not yet pushed (fewer than FETCH_GROUP)
-    cid = 0
+    cid = epoch * k
+    units = 0  # units produced in the current epoch (skipped ones included)
+
+    def collect(xs: list[Any]) -> list[tuple[tuple[Any, ...], int]]:
+        """Full groups from ``xs``, each with the epoch's unit count right after it."""
+        nonlocal group, units, skip
+        ready = []
+        for x in xs:
+            units += 1
+            if skip:
+                skip -= 1
+                continue
+            group.append(x)
+            if len(group) == size:
+                ready.append((tuple(group), units))
+                group = []
+        return ready
+
     while True:
         got = feed.next_chunk()
         if got is None:
@@ -174,32 +203,39 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
         cid += 1
         pending.extend(docs)
         boundary = k > 0 and cid % k == 0
-        start = 0
+        at = 0
         # every full fetch group, then (boundary) the partial one followed by every stage's flush
-        while len(pending) - start >= FETCH_GROUP:
-            for x in _cascade(stages, pending[start:start + FETCH_GROUP], False):
-                group.append(x)
-                if len(group) == size:
-                    yield lane, tuple(group)
-                    group = []
-            start += FETCH_GROUP
-        pending = pending[start:] if start else pending
+        while len(pending) - at >= FETCH_GROUP:
+            for g, u in collect(_cascade(stages, pending[at:at + FETCH_GROUP], False)):
+                where[0], where[1] = epoch, u
+                yield lane, g
+            at += FETCH_GROUP
+        pending = pending[at:] if at else pending
         if boundary:
-            for x in _cascade(stages, pending, True):
-                group.append(x)
-                if len(group) == size:
-                    yield lane, tuple(group)
-                    group = []
+            for g, u in collect(_cascade(stages, pending, True)):
+                where[0], where[1] = epoch, u
+                yield lane, g
             pending = []
+            if skip:
+                raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush "
+                                                  f"epoch {epoch}", f"an epoch of {units} units"))
             if not drop_last and group:
+                where[0], where[1] = epoch, units
                 yield lane, tuple(group)
                 group = []
             for c in [c for c in chunk_mixtures if c < cid - 1]:
                 del chunk_mixtures[c]
-    for x in _cascade(stages, pending, True):
-        group.append(x)
-        if len(group) == size:
-            yield lane, tuple(group)
-            group = []
+            epoch, units = epoch + 1, 0
+    seen = getattr(feed, "position", cid)  # the lane's chunks, skipped ones included
+    if k and seen < start[0] * k:
+        raise StateMismatchError(expected(f"lane {lane} resume epoch", f"at most {seen // k} (the lane has {seen} "
+                                          "chunks)", start[0]))
+    for g, u in collect(_cascade(stages, pending, True)):
+        where[0], where[1] = epoch, u
+        yield lane, g
+    if skip:
+        raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush epoch "
+                                          f"{epoch}", f"an epoch of {units} units"))
     if group and not drop_last:
+        where[0], where[1] = epoch, units
         yield lane, tuple(group)
