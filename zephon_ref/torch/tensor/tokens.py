@@ -99,9 +99,11 @@ class WordIds:
         raw = b"\n" + joined.encode("ascii") + b"\n"
         buf = np.frombuffer(raw, dtype=np.uint8)
         word = np.frombuffer(raw.translate(_WORD_BYTES), dtype=np.bool_)
-        starts = np.flatnonzero(word[1:] > word[:-1]) + 1
-        ends = np.flatnonzero(word[1:] < word[:-1]) + 1
-        lens = ends - starts
+        # the edges alternate (rise, fall, rise, ...) because both ends are whitespace
+        edges = np.flatnonzero(word[1:] != word[:-1])
+        edges += 1
+        starts = edges[0::2]
+        lens = edges[1::2] - starts
         n = lens.size
         crc = np.empty(n, dtype=np.uint32)
         counts = np.bincount(lens) if n else np.zeros(1, dtype=np.int64)
