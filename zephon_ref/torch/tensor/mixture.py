@@ -302,8 +302,20 @@ class MixtureLane:
     def _emit_one(self, force: bool) -> Any:
         swrr, singles = self.swrr, self.st_singles
         ideal = None
+        d: dict[int, float] = {}
         if swrr is not None:
-            ideal = swrr.best(swrr.keys)
+            # every deficit once (the formula of Deficits.best / deficits); the ideal is the
+            # first of the largest in tie-break order
+            d = swrr.deficits()
+            keys = swrr.keys
+            if len(keys) == 1:
+                ideal = keys[0]
+            elif keys:
+                ideal = keys[0]
+                best_d = d[ideal]
+                for k in keys:
+                    if d[k] > best_d:
+                        ideal, best_d = k, d[k]
         ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
         if not force and not ideal_ok:
             return None
@@ -319,7 +331,6 @@ class MixtureLane:
                 return self._finish(singles[chosen].popleft())
         packs = self.st_packs
         if len(packs):
-            d = swrr.deficits() if swrr is not None else {}
             item = packs.pop(packs.best(d, ideal if has_ideal else None))
             for c in item[1]:
                 self.st_pack_counts[c] -= 1
