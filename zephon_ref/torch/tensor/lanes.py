@@ -1,8 +1,8 @@
-"""Per-lane document streams: work-source chunks -> documents (map / tokenize applied).
+"""The record-level stages on documents: map_transform and the built-in tokenizer.
 
 Theory of operation
 -------------------
-A lane's input is its work-source clone's chunk sequence, numbered ``0, 1, ...``
+A lane's input is its chunk sequence (:mod:`.chunks`), numbered ``0, 1, ...``
 per lane; every ``k`` chunks (``k > 0``) a flush boundary follows.  Each chunk's
 samples, in offset order, become *documents*: plain tuples
 
@@ -11,13 +11,13 @@ samples, in offset order, become *documents*: plain tuples
 where ``closing`` is None for a 1:1 document (its own closing contributor) or the
 ``is_last_child`` flag of a window of a split document, ``ids`` the token list
 and ``payload`` the user-visible payload (None when it is derived from ``ids``
-on demand, the built-in tokenizer's ``{"input_ids", "attention_mask"}``).
+on demand, the built-in tokenizer's ``{"input_ids", "attention_mask"}``;
+:data:`~.chunks.PRETOK` when the dispatcher already tokenized the text).
 
-:func:`lane_documents` yields, per chunk, the list of documents and whether a
-flush boundary follows it.  The record-level stages are pure functions of one
-document, so they run here in one pass per chunk.  The work source is used only
-through its public lane API (``clone_for_lane``, ``next_chunk``, ``state_dict``);
-no operator or engine code of the reference runs here.
+:func:`map_docs` and :func:`tokenize_docs` are pure functions of each document,
+applied to a group (the stage's ``max_batch``) at a time by the lane's cascade
+(:mod:`.stream`); the tokenizer splits long documents into windows.  No operator
+or engine code of the reference runs here.
 
 What may not live here: packing, batching, ordering across lanes.
 """

@@ -15,15 +15,19 @@ order the reference's tail multiplexer produces.  The pipeline's position (items
 delivered per lane, the next lane) advances as it delivers.
 
 Checkpoint (its own format, ``FORMAT``): the configuration's fingerprint, the
-items delivered per lane and the next lane.  Every lane's stream is a pure
-function of the configuration, so that names the position exactly; restore
-rebuilds the lane streams and skips each lane's delivered items (cost: linear in
-the delivered prefix, not constant as the reference's replay from inflight
-chunks).  ``restore`` also reads the reference's engine state
+items delivered per lane (informational), per lane the resume point ``(flush
+epoch e, units of epoch e delivered)`` and the next lane.  Every stage is empty
+at the start of a flush epoch and a delivered item ends on a batch boundary, so
+restore starts each lane at its chunk ``e * k`` (the chunk order of the earlier
+chunks is computed, their documents never read) and drops the epoch's delivered
+units: its cost is one flush epoch per lane, not the delivered prefix.  With
+``k = 0`` (a plan that never flushes) the one epoch is the whole stream and the
+restore replays it.  ``restore`` also reads the reference's engine state
 (``zephon_ref.state``: schema, integrity, per-lane ``lane_emitted``, the
 round-robin pointer), after checking each lane's work-source configuration and
 that each lane's replay cursor is the cursor of the item this implementation
-delivers at that position.  It does not write that schema.  A state of another
+delivers at that position (that state names per-lane counts only, so this restore
+replays each lane's delivered prefix).  It does not write that schema.  A state of another
 format or configuration, or a position past the end of a lane's stream, is
 refused with a typed error and changes nothing.
 

@@ -23,6 +23,10 @@ across boundaries, as the reference's stalled flush sentinel lets them, and a
 partial last group is dropped; ``drop_last=False``: a boundary or the end emits
 the partial group).
 
+Resume: :func:`lane_items` can start at flush epoch ``e`` and drop that epoch's
+first ``u`` units (every stage is empty at an epoch's start), and reports after
+every item the ``(e, u)`` right after it.
+
 An item is ``(lane, units)``; the interleaving of lanes is the pipeline's
 (:mod:`.pipeline`: strict round robin, as the reference's tail multiplexer, which
 waits for a lane's output until upstream is done and then skips empty lanes).
