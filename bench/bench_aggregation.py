@@ -9,6 +9,7 @@ max round time (from its aggregate() call to its return, i.e. including the
 wait for every ack).  Polling interval 10 ms.  Merged size: 8 ranks, real
 states (a small packing pipeline cut after a few items, see sim.cluster); bytes of the msgpack+zstd encoding of
 merge(states) and the merge time.  Prints tables only; nothing is asserted.
+``results()`` gives the same measurements as rows for ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -103,6 +104,57 @@ def round_times(kind: str, n: int, rounds: int) -> list[float]:
         return list(next(o for o in outs if o["rank"] == 0)["times"])
 
 
+def _kinds() -> list[str]:
+    kinds = ["directory"]
+    try:
+        import torch.distributed  # noqa: F401
+
+        kinds.append("tcpstore")
+    except ImportError:
+        pass
+    return kinds
+
+
+def _merged_size(lanes: int) -> tuple[int, float]:
+    """Bytes of the encoded merge of 8 ranks' real states over ``lanes`` lanes, and the merge seconds."""
+    from sim.cluster import topology_states
+    from zephon_ref.checkpoint import codec
+    from zephon_ref.coordination.merge import merge
+
+    states = list(topology_states(3, canonical_replicas=lanes, world_size=8).values())
+    t0 = time.perf_counter()
+    merged = merge(states, warn_mid_window=False)
+    return len(codec.encode(merged)), time.perf_counter() - t0
+
+
+def results(*, quick: bool = True) -> list[dict[str, object]]:
+    """Rows for ``python -m bench``: round time per backend against the directory backend, and
+    the merged state's bytes per lane (the same merge, measured, no peer to compare with)."""
+    warnings.simplefilter("ignore")
+    rounds, procs = (3, (2, 4)) if quick else (5, (2, 4, 8))
+    rows: list[dict[str, object]] = []
+    kinds = _kinds()
+    for n in procs:
+        med = {kind: statistics.median(round_times(kind, n, rounds)) * 1e3 for kind in kinds}
+        for kind in kinds:
+            rows.append({"name": f"aggregation round, {kind} backend, {n} processes (C = {2 * n}), leader median",
+                         "ours": round(med[kind], 1), "theirs": round(med["directory"], 1) if kind != "directory" else None,
+                         "unit": "ms", "ratio": round(med[kind] / med["directory"], 2) if kind != "directory" else None,
+                         "note": f"{rounds} rounds, real processes, poll 10 ms; theirs = directory backend"
+                                 if kind != "directory" else f"{rounds} rounds, real processes, poll 10 ms"})
+    if "tcpstore" not in kinds:
+        rows.append({"name": "aggregation round, tcpstore backend", "ours": None, "theirs": None, "unit": "ms",
+                     "ratio": None, "note": "not measured: torch is not importable (the torch extra)"})
+    small, _ = _merged_size(8)
+    for lanes in ((512,) if quick else (512, 4096)):
+        size, dt = _merged_size(lanes)
+        rows.append({"name": f"merged state, 8 ranks, {lanes} lanes, bytes per lane (vs 8 lanes)",
+                     "ours": round(size / lanes), "theirs": round(small / 8), "unit": "B/lane",
+                     "ratio": round((size / lanes) / (small / 8), 2),
+                     "note": f"msgpack+zstd of merge(); merge {dt * 1e3:.0f} ms; 3 inflight chunks/lane"})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--child")
@@ -114,12 +166,8 @@ def main() -> None:
         child(json.loads(opts.child))
         return
     warnings.simplefilter("ignore")
-    kinds = ["directory"]
-    try:
-        import torch.distributed  # noqa: F401
-
-        kinds.append("tcpstore")
-    except ImportError:
+    kinds = _kinds()
+    if "tcpstore" not in kinds:
         print("(torch not importable: TCPStore rows skipped)")
     print(
         f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms), cpus={os.cpu_count()}"
@@ -130,19 +178,11 @@ def main() -> None:
             ts = round_times(kind, n, opts.rounds)
             print(f"{kind:<10} {n:>5} {statistics.median(ts) * 1e3:>10.1f} {max(ts) * 1e3:>8.1f}")
 
-    from sim.cluster import topology_states
-    from zephon_ref.checkpoint import codec
-    from zephon_ref.coordination.merge import merge
-
     print()
     print("Merged-state size (8 ranks, 3 inflight chunks/lane, msgpack+zstd)")
     print(f"{'lanes':>6} {'encoded KiB':>12} {'bytes/lane':>11} {'merge ms':>9}")
     for c in (int(x) for x in opts.lanes.split(",")):
-        states = list(topology_states(3, canonical_replicas=c, world_size=8).values())
-        t0 = time.perf_counter()
-        merged = merge(states, warn_mid_window=False)
-        dt = time.perf_counter() - t0
-        size = len(codec.encode(merged))
+        size, dt = _merged_size(c)
         print(f"{c:>6} {size / 1024:>12.1f} {size / c:>11.0f} {dt * 1e3:>9.1f}")
 
 

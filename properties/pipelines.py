@@ -102,6 +102,20 @@ RANDOM_PACK_MINIMAL = PipelineConfig(
 )
 
 
+#: The smallest configuration found where an operator whose output depends on how a lane's records
+#: are grouped into ``push_many`` calls (``ensure_mixture``) gives a lane another stream when another
+#: lane's sentinel falls between its records in a mixed micro-batch (zephon 0.2.0 pushes every
+#: collected element at any lane's sentinel): zephon's lanes 1 and 2 differ between 1 and 4 ranks,
+#: and its own resume at cut 8 differs from its uninterrupted run (docs/divergences.md, Engine).
+MIXTURE_GROUPING_MINIMAL = PipelineConfig(
+    [("pack_sequences", {"max_length": 96, "num_bins": 3, "algorithm": "best_fit"}), ("ensure_mixture", {}),
+     ("batch", {"microbatch_size": 3})],
+    layout={"web": (40, 25), "code": (20, 12), "books": (10,)},
+    source_kwargs={"chunk_size": 5, "seed": 213, "shuffle_block_size": 16},
+    options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 3},
+)
+
+
 def real_state(source_seed: int, *, canonical_replicas: int, items: int, chunk_size: int = 8,
                corpus_seed: int = 0) -> dict[str, Any]:
     """A real engine state: an operator-free zephon_ref pipeline of ``canonical_replicas``

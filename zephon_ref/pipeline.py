@@ -282,6 +282,16 @@ class Pipeline:
         return self
 
     # -- plan ---------------------------------------------------------------------------------
+    def world(self) -> World:
+        """This pipeline's resolved topology (its rank's DP group, owned lanes, worker split) under
+        the current options: the lanes ``iter()`` would run.  A zephon_ref extension (zephon
+        resolves it inside the engine only); read-only, it changes nothing."""
+        return self._world_of(self._options)
+
+    def runtime_options(self) -> dict[str, Any]:
+        """A copy of the options in effect (defaults filled in), as ``options()`` set them."""
+        return dict(self._options)
+
     def _world_of(self, opts: Mapping[str, Any]) -> World:
         worker_id, num_workers = getattr(self, "_worker", (0, 1))
         return World.resolve(world_size=opts["world_size"], global_rank=opts["global_rank"],

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from properties.pipelines import (
+    MIXTURE_GROUPING_MINIMAL,
     RANDOM_PACK_MINIMAL,
     PipelineConfig,
     build_pipeline,
@@ -117,3 +118,51 @@ def test_minimal_random_packing_config_is_the_same_on_one_and_two_ranks() -> Non
     alone = streams(RANDOM_PACK_MINIMAL, 1, 1)
     assert alone == streams(RANDOM_PACK_MINIMAL, 2, 1)
     assert alone == streams(RANDOM_PACK_MINIMAL, 1, 2)
+
+
+def test_minimal_mixture_grouping_config_is_the_same_on_every_topology() -> None:
+    """A lane's records in a mixed micro-batch are pushed together unless its own sentinel falls
+    between them (zephon 0.2.0 splits at any lane's sentinel, and its lanes 1 and 2 differ
+    between 1 and 4 ranks here: tests/conformance/test_zephon_checkpoints.py)."""
+    alone = streams(MIXTURE_GROUPING_MINIMAL, 1, 1)
+    assert sum(map(len, alone.values())) >= 10
+    for dp, workers in [(2, 1), (4, 1), (1, 2), (2, 2)]:
+        assert streams(MIXTURE_GROUPING_MINIMAL, dp, workers) == alone, (dp, workers)
+
+
+def test_minimal_mixture_grouping_config_resumes_at_every_cut() -> None:
+    assert _resume_every_cut(MIXTURE_GROUPING_MINIMAL) >= 10
+
+
+def test_a_sentinel_splits_only_its_own_lanes_push() -> None:
+    """The rule itself: in [A1, B-flush, A2, B1] lane A's records reach the operator in one call."""
+    from zephon_ref.engine.stage import OpStage
+    from zephon_ref.ops.base import BaseOp, CountingAccumulator, OpTraits
+    from zephon_ref.types import SampleMeta, flush_sentinel
+
+    calls: list[list[tuple[int, int]]] = []
+
+    class Spy(CountingAccumulator[SampleRecord]):
+        def push_many(self, elems: Any) -> Any:
+            calls.append([(e.meta.lane_id, e.meta.chunk_offset) for e in elems])
+            return super().push_many(elems)
+
+    class Op(BaseOp):
+        def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Any:
+            return Spy(100)
+
+        def traits(self) -> OpTraits:
+            return OpTraits()
+
+        def process_many(self, elems: list[Any]) -> list[Any]:
+            return elems
+
+    def rec(lane: int, off: int) -> SampleRecord:
+        return SampleRecord(SampleMeta((0, 0, off), lane, 0, off, {0: 1}), {"x": off})
+
+    st = OpStage("spy", Op(), deterministic=True, ctx={})
+    st.enqueue([rec(0, 1), flush_sentinel(1, 1), rec(0, 2), rec(1, 3)])
+    assert calls == [[(0, 1), (0, 2), (1, 3)]]
+    calls.clear()
+    st.enqueue([rec(0, 4), rec(1, 5), flush_sentinel(0, 1), rec(0, 6)])
+    assert calls == [[(0, 4)], [(1, 5), (0, 6)]]

@@ -70,3 +70,14 @@ def test_report_rewrites_only_between_the_markers(tmp_path: Path) -> None:
 def test_the_readme_has_the_markers() -> None:
     text = (Path(harness.ROOT) / "README.md").read_text()
     assert text.count(harness.START) == 1 and text.count(harness.END) == 1
+
+
+def test_every_bench_module_has_results_and_a_row_in_the_bench_readme() -> None:
+    """A benchmark the harness cannot run, or that bench/README.md does not describe, is lost."""
+    import ast
+
+    readme = (harness.ROOT / "bench" / "README.md").read_text()
+    for name in harness.discover():
+        tree = ast.parse((harness.ROOT / "bench" / f"{name}.py").read_text())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "results" for n in tree.body), f"{name}: no results()"
+        assert f"| `{name}.py` |" in readme, f"{name}: no row in bench/README.md"

@@ -21,12 +21,12 @@ from properties.adapters import adapter
 from properties.machines import resume_machine
 from properties.profiles import examples
 from zephon_ref.checkpoint import codec
-from zephon_ref.engine import completion, core
+from zephon_ref.engine import completion, core, stage
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops import replay_filter, shuffle
 
 #: the ci budget of each mutant's machine run (derandomized: the same examples every run)
-BUDGET = examples(80)
+BUDGET = examples(160)
 # no shrinking: catching is what counts here, and shrinking a stateful failure costs minutes
 SETTINGS = settings(max_examples=BUDGET, stateful_step_count=15, deadline=None, database=None, derandomize=True,
                     print_blob=False, report_multiple_bugs=False, phases=[Phase.explicit, Phase.generate],
@@ -87,12 +87,33 @@ def _bytes_follow_insertion_order(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(codec, "_first", lambda kv: 0)  # the fast path for all-str / all-int keys sorts by this
 
 
+def _sentinel_splits_every_lane(mp: pytest.MonkeyPatch) -> None:
+    """zephon 0.2.0's grouping: a sentinel of any lane pushes every lane's collected records, so
+    an operator that emits per push (ensure_mixture) sees a lane's records split by other lanes."""
+    def enqueue(self: Any, elems: Any) -> Any:
+        out: list[Any] = []
+        regular: list[Any] = []
+        for e in elems:
+            if stage.is_sentinel(e):
+                if regular:
+                    self._push(regular, out)
+                    regular = []
+                self._sentinel(e, out)
+            else:
+                regular.append(e)
+        if regular:
+            self._push(regular, out)
+        return out
+    mp.setattr(stage.OpStage, "enqueue", enqueue)
+
+
 MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "replay filter drops one record too many": _filter_drops_one_too_many,
     "eviction ignores cursor pinning": _eviction_ignores_pinning,
     "shuffle reseeded on restore": _shuffle_reseeded_on_restore,
     "tail multiplexer restarts at lane 0 after restore": _mux_restarts_at_lane_0,
     "checkpoint bytes depend on dict insertion order": _bytes_follow_insertion_order,
+    "a sentinel splits every lane's push": _sentinel_splits_every_lane,
 }
 
 

@@ -89,3 +89,18 @@ def test_steps_reject_a_second_start() -> None:
     except StateMismatchError:
         return
     raise AssertionError("a started engine must refuse to start again")
+
+
+def test_world_and_runtime_options_describe_the_lanes_iter_runs_and_change_nothing() -> None:
+    cfg = CONFIGS["pack+shuffle+mix+batch"]
+    p = build_pipeline("zephon_ref", cfg, world_size=3, global_rank=1, dp_degree=3, aggregate_dir="/unused")
+    w = p.world()
+    assert (w.world_size, w.canonical_replicas) == (3, 3)
+    opts = p.runtime_options()
+    assert opts["global_rank"] == 1 and opts["canonical_replicas"] == 3
+    opts["global_rank"] = 0  # a copy: the pipeline keeps its own
+    assert p.runtime_options()["global_rank"] == 1
+    it = iter(p)
+    first = next(it)
+    it.close()
+    assert sorted({r.meta.lane_id for r in first.records}) == list(w.group_lanes) == [1]

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from zephon_ref.errors import ContractError
-from zephon_ref.ops.base import Accumulator, BaseOp, SourceExhaustion
+from zephon_ref.ops.base import Accumulator, BaseOp, SourceExhaustion, lane_of
 from zephon_ref.ops.batch import Batch
 from zephon_ref.types import (
     EOD_CONTINUES_TAG,
@@ -72,13 +72,25 @@ class OpStage:
 
     # Each returned entry is (is_control, elements): control entries bypass process_many.
     def enqueue(self, elems: Iterable[Any]) -> list[tuple[bool, list[Any]]]:
+        """Push the regular elements and apply the sentinels of one micro-batch.
+
+        A sentinel of lane L first pushes the regular elements of **L** collected so far (they
+        precede it in L's stream); the other lanes' elements keep collecting, and everything
+        left is pushed at the end as one call, in arrival order.  zephon 0.2.0 pushes every
+        collected element at any lane's sentinel, so where a micro-batch mixes lanes (the
+        end-of-stream flush, a scarce corpus) an operator whose output depends on how its input
+        is grouped into calls (``ensure_mixture``) sees a lane's records split by *other* lanes'
+        sentinels, and a lane's stream depends on which lanes share its rank
+        (docs/divergences.md).  On lane-pure micro-batches both rules are the same.
+        """
         out: list[tuple[bool, list[Any]]] = []
         regular: list[Any] = []
         for e in elems:
             if is_sentinel(e):
-                if regular:
-                    self._push(regular, out)
-                    regular = []
+                lane = e.meta.lane_id
+                if any(lane_of(r) == lane for r in regular):
+                    self._push([r for r in regular if lane_of(r) == lane], out)
+                    regular = [r for r in regular if lane_of(r) != lane]
                 self._sentinel(e, out)
             else:
                 regular.append(e)

@@ -256,7 +256,7 @@ def stateful_dataset_class() -> type[Any]:
 
         def _rank_world(self) -> Any:
             """This rank's World (one worker): its group's lanes and its place in the round."""
-            return self.pipeline._world_of(self.pipeline._options)
+            return self.pipeline.world()
 
         def _start_state(self, role: int) -> dict[str, Any]:
             """Role ``role``'s local state at the start of the pass (its lanes, nothing consumed)."""
@@ -298,7 +298,7 @@ def stateful_dataset_class() -> type[Any]:
             if aggregate is None:
                 from zephon_ref.coordination.driver import pipeline_aggregate
 
-                aggregate = pipeline_aggregate(self.pipeline._options)
+                aggregate = pipeline_aggregate(self.pipeline.runtime_options())
             elif len(shards) > 1:
                 raise ContractError(expected("aggregate= with several DataLoader workers per rank",
                                              "None (the pipeline's configured backend)", "a custom aggregate"))
