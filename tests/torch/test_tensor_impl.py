@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from properties.machines import MACHINE_CONFIGS, resume_machine
-from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 from properties.tensor_adapter import ADAPTER, tensor_pipeline
 from zephon_ref.errors import ConfigError, StateFormatError, StateMismatchError, ZephonRefError
 from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
@@ -92,10 +92,18 @@ def _tensor_items(cfg: PipelineConfig) -> list[Any]:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_equal_to_reference_record_for_record(name: str) -> None:
     cfg = CONFIGS[name]
-    assert ADAPTER.unsupported(cfg) is None
     want = list(build_pipeline("zephon_ref", cfg))
-    got = _tensor_items(cfg)
     assert len(want) > 3
+    if cfg == MIXTURE_GROUPING_MINIMAL:
+        # its chunk mixtures change component set within a flush epoch (retirement groups, not
+        # implemented): declared by the adapter, and a typed refusal rather than another stream
+        reason = ADAPTER.unsupported(cfg)
+        assert reason is not None and "component" in reason
+        with pytest.raises(UnsupportedKnob):
+            _tensor_items(cfg)
+        return
+    assert ADAPTER.unsupported(cfg) is None
+    got = _tensor_items(cfg)
     assert got == want
 
 
