@@ -91,6 +91,8 @@ class Deficits:
                 self.total += w
 
 
+_NEG = float("-inf")
+
 #: buffered packs from which the best-pack scan runs as array operations
 VECTOR_PACKS = 160
 
@@ -151,9 +153,15 @@ class PackTable:
             rows = self.rows
             # the scalar loop's left-to-right sums (0.0 + a + b + ... in the pack's own order;
             # padding adds 0.0 * 0.0, which changes no sum)
+            want = cols.get(ideal, -1) if ideal is not None else -1
             if self.width == 3:
-                scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] for (c0, c1, c2), (w0, w1, w2) in rows]
-            elif self.width == 2:
+                if ideal is None:
+                    scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] for (c0, c1, c2), (w0, w1, w2) in rows]
+                else:  # packs without the ideal score -inf (a holder of it is buffered: has_ideal)
+                    scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] if want in (c0, c1, c2) else _NEG
+                              for (c0, c1, c2), (w0, w1, w2) in rows]
+                return max(range(n), key=scores.__getitem__)  # the first of the largest
+            if self.width == 2:
                 scores = [w0 * dl[c0] + w1 * dl[c1] for (c0, c1), (w0, w1) in rows]
             else:
                 scores = []
@@ -164,7 +172,6 @@ class PackTable:
                     scores.append(score)
             if ideal is None:
                 return max(range(n), key=scores.__getitem__)  # the first of the largest
-            want = cols.get(ideal, -1)
             best_i, best = -1, 0.0
             for i, (cs, _ws) in enumerate(rows):
                 if want in cs and (best_i < 0 or scores[i] > best):
