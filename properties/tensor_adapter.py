@@ -1,7 +1,8 @@
 """The property-suite adapter for the tensor implementation (zephon_ref.torch.tensor).
 
 ``ADAPTER`` follows the protocol of :mod:`properties.adapters`: ``unsupported(cfg)``
-names the refused knob (the tensor implementation's own build-time refusal),
+names the refused knob (the tensor implementation's own refusal: at build time, or, by a
+bounded dry run, one it raises while running),
 ``build`` returns a run delivering items in :func:`properties.pipelines.item_view`'s
 normal form, and checkpoints are the tensor implementation's own format (opaque
 to the suite; ``build(state=...)`` also accepts the reference's engine state).  Features: none (no durable directory format, and execution
@@ -17,7 +18,10 @@ from typing import Any
 
 from properties.pipelines import PipelineConfig, crc_tokens, item_view
 
-__all__ = ["ADAPTER", "TensorAdapter", "TensorRun", "tensor_pipeline"]
+__all__ = ["ADAPTER", "DRY_RUN_ITEMS", "TensorAdapter", "TensorRun", "tensor_pipeline"]
+
+#: items a dry run delivers looking for a refusal that only the data reveals (sources may be endless)
+DRY_RUN_ITEMS = 2000
 
 
 def _source(cfg: PipelineConfig) -> Any:
@@ -70,10 +74,16 @@ class TensorAdapter:
     features: frozenset[str] = frozenset()
 
     def unsupported(self, cfg: PipelineConfig) -> str | None:
+        """The refusal at build time, or the one the data leads to while running (a target whose
+        component set changes: the tensor implementation raises rather than drift), found by a
+        dry run of at most :data:`DRY_RUN_ITEMS` items."""
         from zephon_ref.torch.tensor import UnsupportedKnob
 
         try:
-            tensor_pipeline(cfg)
+            p = tensor_pipeline(cfg)
+            for i, _ in enumerate(p):
+                if i + 1 >= DRY_RUN_ITEMS:
+                    break
         except UnsupportedKnob as exc:
             return f"the tensor implementation refuses it: {exc}"
         return None

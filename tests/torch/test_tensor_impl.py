@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from properties.machines import MACHINE_CONFIGS, resume_machine
-from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 from properties.tensor_adapter import ADAPTER, tensor_pipeline
 from zephon_ref.errors import ConfigError, StateFormatError, StateMismatchError, ZephonRefError
 from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
@@ -92,10 +92,18 @@ def _tensor_items(cfg: PipelineConfig) -> list[Any]:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_equal_to_reference_record_for_record(name: str) -> None:
     cfg = CONFIGS[name]
-    assert ADAPTER.unsupported(cfg) is None
     want = list(build_pipeline("zephon_ref", cfg))
-    got = _tensor_items(cfg)
     assert len(want) > 3
+    if cfg == MIXTURE_GROUPING_MINIMAL:
+        # its chunk mixtures change component set within a flush epoch (retirement groups, not
+        # implemented): declared by the adapter, and a typed refusal rather than another stream
+        reason = ADAPTER.unsupported(cfg)
+        assert reason is not None and "component" in reason
+        with pytest.raises(UnsupportedKnob):
+            _tensor_items(cfg)
+        return
+    assert ADAPTER.unsupported(cfg) is None
+    got = _tensor_items(cfg)
     assert got == want
 
 
@@ -204,7 +212,11 @@ def test_bad_checkpoints_are_refused_and_change_nothing() -> None:
         ({**good, "lane_delivered": [-1, 0]}, StateFormatError), ({**good, "lane_delivered": [1]}, StateFormatError),
         ({**good, "next_lane": 2}, StateFormatError), ({**good, "next_lane": True}, StateFormatError),
         ({**good, "extra": 1}, StateFormatError), (other.checkpoint(), StateMismatchError),
-        ({**good, "lane_delivered": [len(want), 0]}, StateMismatchError),  # past the end of lane 0
+        ({**good, "lane_resume": [[0, 0]]}, StateFormatError), ({**good, "lane_resume": [[0, -1], [0, 0]]},
+                                                                StateFormatError),
+        ({**good, "lane_resume": [[0, 0], [0]]}, StateFormatError), ({**good, "lane_resume": None}, StateFormatError),
+        ({**good, "lane_resume": [[0, 10 ** 6], [0, 0]]}, StateMismatchError),  # past the end of lane 0's epoch
+        ({**good, "lane_resume": [[0, 0], [10 ** 4, 0]]}, StateMismatchError),  # past the end of lane 1
     ]
     fresh = tensor_pipeline(cfg)
     for state, err in bad:
@@ -251,6 +263,8 @@ def test_a_target_change_it_cannot_follow_raises_instead_of_drifting() -> None:
     assert len(list(build_pipeline("zephon_ref", cfg))) > 0
     with pytest.raises(UnsupportedKnob):
         _tensor_items(cfg)
+    reason = ADAPTER.unsupported(cfg)  # the adapter's dry run declares it, so the suite skips it
+    assert reason is not None and "component" in reason
 
 
 def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
@@ -263,6 +277,14 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
     words = WordIds(tok)
     for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""]):
         assert [a.tolist() for a in words.encode_many(group)] == [[1, *tok.encode(t), 2] for t in group]
+    # every word length from 1 to 70 (odd and even, few and many words of a length), ASCII only
+    import random
+
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;!?-_()"
+    many = [" ".join("".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
+                     for _ in range(rng.randint(0, 30))) for _ in range(200)]
+    assert [a.tolist() for a in words.encode_many(many)] == [[1, *tok.encode(t), 2] for t in many]
 
 
 def test_a_drifted_variant_is_caught() -> None:
@@ -280,32 +302,50 @@ def test_importing_the_package_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-SOURCE_KWARGS = [
-    {"chunk_size": 7, "seed": 3},
-    {"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
-     "exhausted_policy": "repeat", "max_repeats": 2},
-    {"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"},
-    {"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
+SOURCE_KWARGS = [  # (kwargs, whether the tensor path computes the chunk order itself)
+    ({"chunk_size": 7, "seed": 3}, True),
+    ({"chunk_size": 5, "seed": 1, "exhausted_policy": "repeat", "max_repeats": 2}, True),
+    ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "stop"}, True),
+    ({"chunk_size": 9, "seed": 4, "stop_after_passes": 3, "exhausted_policy": "repeat",
+      "reshuffle_on_repeat": False}, True),
+    ({"chunk_size": 3, "seed": 5, "shuffle_shards": False,
+      "exhausted_policy": {"web": "stop", "code": "repeat", "books": "repeat"}}, True),
+    ({"chunk_size": 13, "seed": 6, "exhausted_policy": "repeat",
+      "max_repeats": {"web": 1, "code": 0, "books": 3}}, True),
+    ({"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
+      "exhausted_policy": "repeat", "max_repeats": 2}, False),
+    ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"}, False),
+    ({"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
+     False),
 ]
 
 
-@pytest.mark.parametrize("kwargs", SOURCE_KWARGS, ids=range(len(SOURCE_KWARGS)))
+@pytest.mark.parametrize("case", SOURCE_KWARGS, ids=range(len(SOURCE_KWARGS)))
 @pytest.mark.parametrize("lanes", [1, 3, 4])
-def test_one_global_pass_gives_every_lane_its_own_chunks(kwargs: dict[str, Any], lanes: int) -> None:
+def test_every_lane_gets_the_reference_lane_chunks(case: tuple[dict[str, Any], bool], lanes: int) -> None:
+    """The dispatcher's lane chunks (its own chunk order where it covers the source) equal each
+    reference lane clone's chunks: sample ids in offset order, and the chunk's mixture."""
     from properties.tensor_adapter import _source
-    from zephon_ref.torch.tensor.chunks import lane_sources
+    from zephon_ref.torch.tensor.chunks import ChunkDispatcher
 
-    src = _source(PipelineConfig([], source_kwargs=kwargs))
-    readers = lane_sources(src, lanes)
-    for lane in range(lanes):
-        want = []
-        clone = src.clone_for_lane(lane, lanes)
-        while (c := clone.next_chunk()) is not None:
-            want.append(c.state_dict())
-        got = []
-        while (c := readers[lane].next_chunk()) is not None:
-            got.append(c.state_dict())
-        assert got == want and want, (lane, len(got), len(want))
+    kwargs, own = case
+    for weights in (None, {"web": 0.9, "code": 0.07, "books": 0.03}):
+        cfg = PipelineConfig([], source_kwargs=kwargs) if weights is None else \
+            PipelineConfig([], source_kwargs=kwargs, weights=weights)
+        src = _source(cfg)
+        ids = dict(src.component_ids())
+        d = ChunkDispatcher(src, lanes, datasets=dict(src.datasets_by_id), ids=ids)
+        assert d.own == own
+        for lane in range(lanes):
+            want = []
+            clone = src.clone_for_lane(lane, lanes)
+            while (c := clone.next_chunk()) is not None:
+                mix = c.target_mixture if c.target_mixture is not None else c.mixture
+                want.append(([sid for sid, _ in c.ordered()], [(ids[n], w) for n, w in mix.items()]))
+            got = []
+            while (x := d.next_for(lane)) is not None:
+                got.append(([doc[0] for doc in x[0]], list(x[1].items())))
+            assert got == want and want, (lane, len(got), len(want))
 
 
 def test_a_missing_text_field_is_the_same_typed_error() -> None:
@@ -314,3 +354,81 @@ def test_a_missing_text_field_is_the_same_typed_error() -> None:
         list(build_pipeline("zephon_ref", cfg))
     with pytest.raises(ConfigError, match="'text' field"):
         _tensor_items(cfg)
+
+
+def test_the_block_seed_hash_is_cpythons_int_tuple_hash() -> None:
+    """The block shuffle's seed folds tuple hashes computed with explicit integer arithmetic;
+    they equal CPython's hash() of the same int tuples (64-bit), edge values included."""
+    import random
+
+    from zephon_ref.torch.tensor.shuffle import tuple_hash
+
+    rng = random.Random(5)
+    cases: list[tuple[int, ...]] = [(), (0,), (-1,), (-2,), ((1 << 61) - 1,), ((1 << 61) - 2,), (-(1 << 61) + 1,),
+                                    (1 << 70,), (-(1 << 70),), (3, 0, 7)]
+    for _ in range(2000):
+        cases.append(tuple(rng.choice([rng.randint(-5, 5), rng.randint(-(1 << 64), 1 << 64)])
+                           for _ in range(rng.randint(0, 5))))
+    assert [tuple_hash(c) for c in cases] == [hash(c) & ((1 << 64) - 1) for c in cases]
+
+
+def test_the_streaming_shuffle_shortcuts_equal_the_formulas() -> None:
+    """The streaming shuffle's fast paths (FNV steps fused for values below 2**32, the victim's
+    (seed, lane) prefix and keyed table) equal the notes' formulas spelled out step by step."""
+    import random
+
+    from zephon_ref.torch.tensor import shuffle as S
+
+    m32, m64 = (1 << 32) - 1, (1 << 64) - 1
+
+    def fnv(cur: Any) -> int:
+        h = 0x811C9DC5
+        for v in (cur[0], cur[1], *cur[2], *cur[3]):
+            v &= m64
+            h = ((h ^ (v & m32)) * 0x01000193) & m32
+            h = ((h ^ (v >> 32)) * 0x01000193) & m32
+        return h
+
+    rng = random.Random(2)
+
+    def value() -> int:
+        return rng.choice([rng.randint(0, 50), rng.randint(0, m32), rng.randint(-5, -1), rng.randint(m32, 1 << 70)])
+
+    for _ in range(3000):
+        cur = (value(), value(), tuple(value() for _ in range(rng.randint(0, 3))), (value(), value(), value()))
+        assert S.fnv_salt(cur) == fnv(cur)
+    for _ in range(500):
+        seed, lane, salt = rng.randint(0, 1 << 40), rng.randint(0, 64), rng.randint(0, m32)
+        counter, size = rng.randint(0, 5000), rng.randint(1, 5000)
+        head = S._mix(S._mix(seed) ^ S._mix(lane + S._PHI))
+        fast = S._mix(S._mix(S._mix(head ^ S._mix(salt + S._PHI)) ^ S._keyed(counter)) ^ S._keyed(size)) % size
+        assert fast == S.victim(seed, lane, salt, counter, size)
+
+
+def test_restore_resumes_from_its_flush_epoch_not_from_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint late in the demo run restores by reading only the documents of each lane's
+    current flush epoch onward (counted payload reads), and the rest equals the uninterrupted run."""
+    from zephon_ref.work import dataset as dataset_module
+
+    reads = [0]
+    original = dataset_module.Dataset.get
+
+    def counting_get(self: Any, shard_id: int, index: int) -> Any:
+        reads[0] += 1
+        return original(self, shard_id, index)
+
+    monkeypatch.setattr(dataset_module.Dataset, "get", counting_get)
+    want, tp = _demo(4, seed=0)
+    items = list(tp)
+    full = reads[0]
+    _, tp = _demo(4, seed=0)
+    it = iter(tp)
+    for _ in range(len(items) - 5):
+        next(it)
+    state = copy.deepcopy(tp.checkpoint())
+    _, fresh = _demo(4, seed=0)
+    reads[0] = 0
+    fresh.restore(state)
+    rest = [fresh.records(x) for x in fresh]
+    assert rest == want[len(items) - 5:]
+    assert 0 < reads[0] < full // 2, (reads[0], full)

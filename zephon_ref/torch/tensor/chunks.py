@@ -1,69 +1,168 @@
-"""Every lane's chunk sequence from one pass over the global chunk sequence.
+"""Every lane's chunks, as documents, from one pass over the global chunk sequence.
 
 Theory of operation
 -------------------
-A ``StaticMixtureWorkSource`` lane clone enumerates the whole global chunk sequence
-and keeps the chunks it owns ("compute everywhere, discard locally"), so C lanes
-compute every chunk's allocation C times.  The contents of global chunk ``g`` do not
-depend on who owns it, so :class:`ChunkDispatcher` produces the global sequence once
-(a clone of one lane out of one, which owns every chunk) and hands chunk ``g`` to its
-owner, which it asks a lane clone of the real topology (``lane_for_chunk(g)``, the
-source's public ownership rule).  Each lane reads its own queue
-(:meth:`ChunkDispatcher.lane`); a lane whose queue is empty makes the dispatcher
-produce until a chunk of that lane appears or the sequence ends.  Lazy: nothing is
-produced ahead of the lane that needs it except other lanes' chunks on the way.
+The contents of global chunk ``g`` do not depend on who owns it, so
+:class:`ChunkDispatcher` produces the global sequence once and hands chunk ``g``
+to its owner's queue.  The sequence comes from :mod:`.source` (this package's own
+computation of the static mixture order); for a source it does not cover, from
+the source's public lane API (a clone of one lane out of one, which owns every
+chunk, and ``lane_for_chunk(g)`` of a clone of the real topology).
 
-Any other work source falls back to one clone per lane.
+A lane chunk arrives as ``(documents, mixture by component id)``: the documents
+in the chunk's offset order (:mod:`.order`), each with its payload read from the
+dataset.  The dispatcher produces whole *windows* of global chunks (about
+:data:`WINDOW_SAMPLES` samples) at a time; when the plan's first record stage is
+``tokenize``, every text of the window is tokenized in one call (a pure function
+of each document: the stage's grouping is kept by the lane, which only splits
+long documents), and such a document carries :data:`PRETOK` as its payload.  A
+window whose texts cannot all be read (a missing field) is left untokenized, and
+the lane's tokenize stage then raises the reference's error at the reference's
+point.
+
+Lazy: nothing is produced beyond the window holding the chunk a lane needs.
+What may not live here: per-lane operators, ordering across lanes.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ChunkDispatcher", "lane_sources"]
+from zephon_ref.torch.tensor.order import chunk_pattern
+from zephon_ref.torch.tensor.source import GlobalChunks, own_chunks
+from zephon_ref.torch.tensor.tokens import WordIds
+
+__all__ = ["PRETOK", "WINDOW_SAMPLES", "ChunkDispatcher", "LaneChunk", "lane_feeds"]
+
+#: samples per production window
+WINDOW_SAMPLES = 2048
 
 
-class ChunkDispatcher:
-    __slots__ = ("_done", "_global", "_owner", "_queues", "g")
+class _Pretokenized:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PRETOK"
+
+
+#: the payload of a document whose ``ids`` are the tokenizer's output (not yet split)
+PRETOK: Any = _Pretokenized()
+
+#: (documents, the chunk's mixture by component id)
+LaneChunk = tuple[list[Any], dict[int, float]]
+
+
+class _ReferenceLanes:
+    """Global chunks read through the source's public lane API (sources :mod:`.source` does not cover)."""
+
+    __slots__ = ("_global", "_owner", "g")
 
     def __init__(self, source: Any, lanes: int) -> None:
         self._global = source.clone_for_lane(0, 1)
         self._owner = source.clone_for_lane(0, lanes)
-        self._queues: list[deque[Any]] = [deque() for _ in range(lanes)]
-        self._done = False
         self.g = 0
 
-    def next_for(self, lane: int) -> Any:
-        q = self._queues[lane]
-        while not q and not self._done:
-            chunk = self._global.next_chunk()
+    def next(self) -> tuple[int, dict[str, Any], dict[str, float]] | None:
+        chunk = self._global.next_chunk()
+        if chunk is None:
+            return None
+        owner = self._owner.lane_for_chunk(self.g)
+        self.g += 1
+        mix = chunk.target_mixture if chunk.target_mixture is not None else chunk.mixture
+        return owner, chunk.components, mix
+
+
+class ChunkDispatcher:
+    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_ids", "_queues", "_starts", "_tok")
+
+    def __init__(self, source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
+                 pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> None:
+        gen: GlobalChunks | _ReferenceLanes | None = own_chunks(source, lanes)
+        self._gen = gen if gen is not None else _ReferenceLanes(source, lanes)
+        self._queues: list[deque[LaneChunk]] = [deque() for _ in range(lanes)]
+        self._cids = [0] * lanes  # chunks produced per lane (skipped ones included)
+        self._starts = list(starts) if starts is not None else [0] * lanes  # per lane: chunks to skip
+        self._datasets, self._ids, self._tok = datasets, ids, pretokenize
+        self._done = False
+
+    @property
+    def own(self) -> bool:
+        """Whether the chunk order is this package's own computation."""
+        return isinstance(self._gen, GlobalChunks)
+
+    def _window(self) -> None:
+        chunks: list[tuple[int, int, list[tuple[Any, int]], dict[int, float]]] = []
+        payloads: list[Any] = []
+        n = 0
+        datasets, ids, cids = self._datasets, self._ids, self._cids
+        while n < WINDOW_SAMPLES:
+            chunk = self._gen.next()
             if chunk is None:
                 self._done = True
                 break
-            self._queues[self._owner.lane_for_chunk(self.g)].append(chunk)
-            self.g += 1
+            owner, comps, mix = chunk
+            cid = cids[owner]
+            cids[owner] = cid + 1
+            if cid < self._starts[owner]:
+                continue  # before the lane's resume point: its documents are never read
+            # (SampleId, component id) in offset order; a SampleId is a tuple of ints, as the reference keeps it
+            samples = [(comps[name][i], ids[name]) for name, i in chunk_pattern(comps)]
+            payloads.extend([datasets[sid[0]].get(sid[1], sid[2]) for sid, _ in samples])
+            n += len(samples)
+            chunks.append((owner, cid, samples, {ids[name]: w for name, w in mix.items()}))
+        tokens = self._pretokenize(payloads) if self._tok is not None and payloads else None
+        at = 0
+        docs: list[Any]
+        for owner, cid, samples, mixture in chunks:
+            if tokens is None:
+                docs = [(sid, cid, off, comp, (), None, [], payloads[at + off])
+                        for off, (sid, comp) in enumerate(samples)]
+            else:
+                docs = [(sid, cid, off, comp, (), None, tokens[at + off], PRETOK)
+                        for off, (sid, comp) in enumerate(samples)]
+            at += len(samples)
+            self._queues[owner].append((docs, mixture))
+
+    def _pretokenize(self, payloads: list[Any]) -> list[Any] | None:
+        """Every payload's tokens, or None when some payload has no text field (the lane's
+        tokenize stage then raises the reference's error in place)."""
+        assert self._tok is not None
+        field, words = self._tok
+        try:
+            texts = [p[field] for p in payloads]
+        except (KeyError, TypeError, IndexError):
+            return None
+        if not all(type(t) is str for t in texts):
+            return None
+        return words.encode_many(texts)
+
+    def next_for(self, lane: int) -> LaneChunk | None:
+        q = self._queues[lane]
+        while not q and not self._done:
+            self._window()
         return q.popleft() if q else None
 
-    def lane(self, lane: int) -> _LaneView:
-        return _LaneView(self, lane)
 
-
-class _LaneView:
+class _Feed:
     __slots__ = ("_d", "_lane")
 
     def __init__(self, d: ChunkDispatcher, lane: int) -> None:
         self._d, self._lane = d, lane
 
-    def next_chunk(self) -> Any:
+    def next_chunk(self) -> LaneChunk | None:
         return self._d.next_for(self._lane)
 
+    @property
+    def position(self) -> int:
+        """Chunks of this lane produced so far, skipped ones included."""
+        return self._d._cids[self._lane]
 
-def lane_sources(source: Any, lanes: int) -> list[Any]:
-    """One chunk reader per lane (``next_chunk()``), in lane order."""
-    from zephon_ref.work import StaticMixtureWorkSource
 
-    if type(source) is StaticMixtureWorkSource:
-        d = ChunkDispatcher(source, lanes)
-        return [d.lane(lane) for lane in range(lanes)]
-    return [source.clone_for_lane(lane, lanes) for lane in range(lanes)]
+def lane_feeds(source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
+               pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> list[_Feed]:
+    """One chunk feed per lane (``next_chunk() -> (documents, mixture) | None``), in lane order;
+    lane ``i`` starts at its chunk ``starts[i]`` (the earlier ones are produced, not read)."""
+    d = ChunkDispatcher(source, lanes, datasets=datasets, ids=ids, pretokenize=pretokenize, starts=starts)
+    return [_Feed(d, lane) for lane in range(lanes)]

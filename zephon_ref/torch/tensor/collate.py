@@ -24,32 +24,43 @@ __all__ = ["collate", "collate_numpy"]
 
 
 _ARANGE = np.arange(1 << 16, dtype=np.int64)
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _arange(n: int) -> np.ndarray:
+    return _ARANGE[:n] if n <= _ARANGE.size else np.arange(n, dtype=np.int64)
 
 
 def collate_numpy(item: tuple[int, tuple[Any, ...]]) -> dict[str, Any]:
     _lane, entries = item
     # every entry is a unit (documents, flags): a row is its documents' tokens in order
-    rows = [[() if d[6] is None else d[6] for d in u[0]] for u in entries]
-    row_lens = [[len(x) for x in r] for r in rows]
-    widths = [sum(r) for r in row_lens]
-    width = max(widths) if widths else 0
-    out = np.zeros((3, len(rows), width), dtype=np.int64)  # input_ids, position_ids, attention_mask
-    ar = _ARANGE if width <= _ARANGE.size else np.arange(width, dtype=np.int64)
-    for r, (docs, lens, w) in enumerate(zip(rows, row_lens, widths, strict=True)):
-        if not w:
-            continue
-        if len(docs) == 1:
-            out[0, r, :w] = docs[0]
-            out[1, r, :w] = ar[:w]
-        else:
-            out[0, r, :w] = np.concatenate(docs)
-            out[1, r, :w] = np.concatenate([ar[:n] for n in lens])
-        out[2, r, :w] = 1
-    flat_lens = [n for r in row_lens for n in r]
-    cu = np.zeros(len(flat_lens) + 1, dtype=np.int32)
-    np.cumsum(flat_lens, out=cu[1:])
+    seqs = [() if d[6] is None else d[6] for u in entries for d in u[0]]
+    lens_l = [len(x) for x in seqs]
+    per_row = [len(u[0]) for u in entries]
+    rows = len(entries)
+    widths_l = []
+    at = 0
+    for n in per_row:
+        widths_l.append(sum(lens_l[at:at + n]))
+        at += n
+    width = max(widths_l) if widths_l else 0
+    total = sum(widths_l)
+    lens = np.array(lens_l, dtype=np.int64)
+    out = np.zeros((3, rows, width), dtype=np.int64)  # input_ids, position_ids, attention_mask
+    if total:
+        tokens = np.concatenate([x for x in seqs if len(x)])
+        pos = _arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+        at = 0
+        for r, w in enumerate(widths_l):
+            # row r: its documents' tokens back to back, then padding
+            out[0, r, :w] = tokens[at:at + w]
+            out[1, r, :w] = pos[at:at + w]
+            out[2, r, :w] = 1
+            at += w
+    cu = np.zeros(lens.size + 1, dtype=np.int32)
+    np.cumsum(lens, out=cu[1:])
     return {"input_ids": out[0], "position_ids": out[1], "attention_mask": out[2], "cu_seqlens": cu,
-            "max_seqlen": max(flat_lens) if flat_lens else 0}
+            "max_seqlen": max(lens_l) if lens_l else 0}
 
 
 def collate(item: tuple[int, tuple[Any, ...]], *, device: Any = None) -> dict[str, Any]:

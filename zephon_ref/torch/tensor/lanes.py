@@ -1,8 +1,8 @@
-"""Per-lane document streams: work-source chunks -> documents (map / tokenize applied).
+"""The record-level stages on documents: map_transform and the built-in tokenizer.
 
 Theory of operation
 -------------------
-A lane's input is its work-source clone's chunk sequence, numbered ``0, 1, ...``
+A lane's input is its chunk sequence (:mod:`.chunks`), numbered ``0, 1, ...``
 per lane; every ``k`` chunks (``k > 0``) a flush boundary follows.  Each chunk's
 samples, in offset order, become *documents*: plain tuples
 
@@ -11,13 +11,13 @@ samples, in offset order, become *documents*: plain tuples
 where ``closing`` is None for a 1:1 document (its own closing contributor) or the
 ``is_last_child`` flag of a window of a split document, ``ids`` the token list
 and ``payload`` the user-visible payload (None when it is derived from ``ids``
-on demand, the built-in tokenizer's ``{"input_ids", "attention_mask"}``).
+on demand, the built-in tokenizer's ``{"input_ids", "attention_mask"}``;
+:data:`~.chunks.PRETOK` when the dispatcher already tokenized the text).
 
-:func:`lane_documents` yields, per chunk, the list of documents and whether a
-flush boundary follows it.  The record-level stages are pure functions of one
-document, so they run here in one pass per chunk.  The work source is used only
-through its public lane API (``clone_for_lane``, ``next_chunk``, ``state_dict``);
-no operator or engine code of the reference runs here.
+:func:`map_docs` and :func:`tokenize_docs` are pure functions of each document,
+applied to a group (the stage's ``max_batch``) at a time by the lane's cascade
+(:mod:`.stream`); the tokenizer splits long documents into windows.  No operator
+or engine code of the reference runs here.
 
 What may not live here: packing, batching, ordering across lanes.
 """
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, expected
+from zephon_ref.torch.tensor.chunks import PRETOK
 from zephon_ref.torch.tensor.config import MapSpec, TokenizeSpec
-from zephon_ref.torch.tensor.order import chunk_pattern
 from zephon_ref.torch.tensor.tokens import WordIds
 
-__all__ = ["TOMB", "Doc", "WordIds", "lane_samples", "map_docs", "tokenize_docs"]
+__all__ = ["TOMB", "Doc", "WordIds", "map_docs", "tokenize_docs"]
 
 #: a tombstone's place in a micro-batch (it splits the pushes of a later operator)
 TOMB: Any = None
@@ -64,18 +64,25 @@ def _texts(f: str, docs: list[Doc]) -> list[str]:
 def tokenize_docs(spec: TokenizeSpec, words: WordIds, docs: list[Doc]) -> list[Doc]:
     f = spec.field
     n = spec.max_length
-    try:  # the common case: dict payloads holding the text field as a str
-        texts = [d[7][f] for d in docs]
-        if not all(type(t) is str for t in texts):
-            texts = _texts(f, docs)
-    except (KeyError, TypeError, IndexError):
-        texts = _texts(f, docs)
+    # documents tokenized ahead by the chunk dispatcher carry their ids (payload PRETOK)
+    need = [d for d in docs if d[7] is not PRETOK]
+    encoded: Iterator[Any] = iter(())
+    if need:
+        try:  # the common case: dict payloads holding the text field as a str
+            texts = [d[7][f] for d in need]
+            if not all(type(t) is str for t in texts):
+                texts = _texts(f, need)
+        except (KeyError, TypeError, IndexError):
+            texts = _texts(f, need)
+        encoded = iter(words.encode_many(texts))
     out: list[Doc] = []
     split = spec.split_long_samples
-    for (sid, cid, off, comp, lineage, closing, _ids, _payload), ids in zip(docs, words.encode_many(texts),
-                                                                            strict=True):
+    limit = n or 0
+    for sid, cid, off, comp, lineage, closing, ids, payload in docs:
+        if payload is not PRETOK:
+            ids = next(encoded)
         size = ids.shape[0]
-        if not split or size <= (n or 0):
+        if not split or size <= limit:
             out.append((sid, cid, off, comp, lineage, closing, ids, None))
             continue
         assert n is not None
@@ -105,23 +112,3 @@ def map_docs(spec: MapSpec, docs: list[Doc]) -> list[Any]:
         got = new.get("input_ids") if isinstance(new, dict) else None
         out.append((sid, cid, off, comp, lineage, closing, got if isinstance(got, list) else None, new))
     return out
-
-
-def lane_samples(source: Any, datasets: Mapping[int, Any], ids: Mapping[str, int], k: int,
-                 mixtures: dict[int, dict[int, float]]) -> Iterator[Doc | None]:
-    """One lane's fetched documents in order, None after every flush boundary; records each
-    chunk's mixture (by component id) in ``mixtures`` as the chunk is admitted."""
-    cid = 0
-    while True:
-        chunk = source.next_chunk()
-        if chunk is None:
-            return
-        mix = chunk.target_mixture if chunk.target_mixture is not None else chunk.mixture
-        mixtures[cid] = {ids[name]: w for name, w in mix.items()}
-        comps = chunk.components
-        for off, (name, i) in enumerate(chunk_pattern(comps)):
-            sid = comps[name][i]  # the source's SampleId (a tuple of ints), as the reference keeps it
-            yield (sid, cid, off, ids[name], (), None, [], datasets[sid[0]].get(sid[1], sid[2]))
-        cid += 1
-        if k > 0 and cid % k == 0:
-            yield None

@@ -39,7 +39,11 @@ __all__ = ["Deficits", "MixtureLane"]
 
 
 class Deficits:
-    __slots__ = ("emitted", "keys", "order", "target")
+    """Target ``T``, emitted mass ``E`` and its running sum.  Every contribution is a whole
+    number (tokens or samples) and the target's component set never changes here, so the
+    running sum equals the reference's ``sum(E_k for k in T)`` exactly, in any order."""
+
+    __slots__ = ("emitted", "keys", "order", "target", "total")
 
     def __init__(self, target: Mapping[int, float]) -> None:
         total = sum(w for w in target.values() if w > 0)
@@ -47,6 +51,7 @@ class Deficits:
         self.order = sorted(self.target)
         self.keys = list(self.order)  # the target's keys in tie-break order
         self.emitted: dict[int, float] = {}
+        self.total = 0.0
 
     def update(self, new: Mapping[int, float]) -> None:
         total = sum(w for w in new.values() if w > 0)
@@ -57,15 +62,16 @@ class Deficits:
         self.keys = [k for k in self.order if k in self.target]
 
     def deficits(self) -> dict[int, float]:
-        eff = max(1.0, sum(self.emitted.get(k, 0.0) for k in self.target))
-        return {k: self.target[k] * eff - self.emitted.get(k, 0.0) for k in self.target}
+        eff = max(1.0, self.total)
+        e = self.emitted
+        return {k: t * eff - e.get(k, 0.0) for k, t in self.target.items()}
 
     def best(self, keys: list[int]) -> int | None:
         if not keys:
             return None
         if len(keys) == 1:
             return keys[0]
-        eff = max(1.0, sum(self.emitted.get(k, 0.0) for k in self.target))
+        eff = max(1.0, self.total)
         t, e = self.target, self.emitted
         best = keys[0]
         best_d = t[best] * eff - e.get(best, 0.0)
@@ -76,12 +82,19 @@ class Deficits:
         return best
 
     def record(self, contributions: Mapping[int, float]) -> None:
+        e, t = self.emitted, self.target
         for k, w in contributions.items():
-            self.emitted[k] = self.emitted.get(k, 0.0) + w
+            e[k] = e.get(k, 0.0) + w
+            if k in t:
+                # whole numbers (asserted): the running sum is exact in any order
+                assert w == int(w)
+                self.total += w
 
+
+_NEG = float("-inf")
 
 #: buffered packs from which the best-pack scan runs as array operations
-VECTOR_PACKS = 24
+VECTOR_PACKS = 160
 
 
 class PackTable:
@@ -89,74 +102,92 @@ class PackTable:
 
     Row ``i``: the component columns and weights of pack ``i`` in its own contribution
     order, padded with a column whose deficit is 0.0 and weight 0.0 (adding ``0.0`` leaves
-    a float unchanged), so a score is the same left-to-right sum as the scalar loop.
+    a float unchanged), so a score is the same left-to-right sum as the scalar loop.  The
+    rows live as Python tuples; the arrays are built from them only when a scan is long
+    enough to run as array operations (and kept until the table changes).
     """
 
-    __slots__ = ("cols", "comp", "items", "n", "weight", "width")
+    __slots__ = ("_arrays", "cols", "items", "rows", "width")
 
     def __init__(self, width: int) -> None:
         self.width = max(1, width)
         self.items: list[Any] = []
+        self.rows: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
         self.cols: dict[int, int] = {}
-        self.n = 0
-        self.comp = np.zeros((64, self.width), dtype=np.int64)
-        self.weight = np.zeros((64, self.width), dtype=np.float64)
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
-        return self.n
+        return len(self.items)
 
     def append(self, item: Any) -> None:
         pairs = item[2]
         if len(pairs) > self.width:
             raise UnsupportedKnob(expected("ensure_mixture pack", f"at most {self.width} components", len(pairs)))
-        if self.n == self.comp.shape[0]:
-            self.comp = np.concatenate([self.comp, np.zeros_like(self.comp)])
-            self.weight = np.concatenate([self.weight, np.zeros_like(self.weight)])
-        row_c, row_w = self.comp[self.n], self.weight[self.n]
-        row_c[:] = 0
-        row_w[:] = 0.0
+        cols = self.cols
+        row_c, row_w = [0] * self.width, [0.0] * self.width
         for j, (c, w) in enumerate(pairs):
-            col = self.cols.get(c)
+            col = cols.get(c)
             if col is None:
-                col = self.cols[c] = len(self.cols) + 1  # column 0 is the padding
+                col = cols[c] = len(cols) + 1  # column 0 is the padding
             row_c[j] = col
             row_w[j] = w
         self.items.append(item)
-        self.n += 1
+        self.rows.append((tuple(row_c), tuple(row_w)))
+        self._arrays = None
 
     def pop(self, i: int) -> Any:
-        n = self.n
-        self.comp[i:n - 1] = self.comp[i + 1:n]
-        self.weight[i:n - 1] = self.weight[i + 1:n]
-        self.n = n - 1
+        del self.rows[i]
+        if self._arrays is not None:
+            comp, weight = self._arrays
+            self._arrays = (np.delete(comp, i, axis=0), np.delete(weight, i, axis=0))
         return self.items.pop(i)
 
     def best(self, deficits: Mapping[int, float], ideal: int | None) -> int:
         """Index of the first pack with the largest weighted deficit (among those holding ``ideal``)."""
-        n = self.n
+        n = len(self.items)
+        cols = self.cols
+        dl = [0.0] * (len(cols) + 1)  # deficit per column; column 0 (padding) stays 0.0
+        for c, col in cols.items():
+            dl[col] = deficits.get(c, 0.0)
         if n < VECTOR_PACKS:
-            dget = deficits.get
+            rows = self.rows
+            # the scalar loop's left-to-right sums (0.0 + a + b + ... in the pack's own order;
+            # padding adds 0.0 * 0.0, which changes no sum)
+            want = cols.get(ideal, -1) if ideal is not None else -1
+            if self.width == 3:
+                if ideal is None:
+                    scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] for (c0, c1, c2), (w0, w1, w2) in rows]
+                else:  # packs without the ideal score -inf (a holder of it is buffered: has_ideal)
+                    scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] if want in (c0, c1, c2) else _NEG
+                              for (c0, c1, c2), (w0, w1, w2) in rows]
+                return max(range(n), key=scores.__getitem__)  # the first of the largest
+            if self.width == 2:
+                scores = [w0 * dl[c0] + w1 * dl[c1] for (c0, c1), (w0, w1) in rows]
+            else:
+                scores = []
+                for cs, ws in rows:
+                    score = 0.0
+                    for c, w in zip(cs, ws, strict=True):
+                        score += w * dl[c]
+                    scores.append(score)
+            if ideal is None:
+                return max(range(n), key=scores.__getitem__)  # the first of the largest
             best_i, best = -1, 0.0
-            for i, p in enumerate(self.items):
-                if ideal is not None and ideal not in p[1]:
-                    continue
-                score = 0.0
-                for c, w in p[2]:
-                    score += w * dget(c, 0.0)
-                if best_i < 0 or score > best:
-                    best_i, best = i, score
+            for i, (cs, _ws) in enumerate(rows):
+                if want in cs and (best_i < 0 or scores[i] > best):
+                    best_i, best = i, scores[i]
             return best_i
-        d = np.zeros(len(self.cols) + 1, dtype=np.float64)
-        for c, col in self.cols.items():
-            d[col] = deficits.get(c, 0.0)
-        comp, weight = self.comp[:n], self.weight[:n]
-        scores = 0.0 + weight[:, 0] * d[comp[:, 0]]
+        if self._arrays is None:
+            self._arrays = (np.array([r[0] for r in self.rows], dtype=np.int64),
+                            np.array([r[1] for r in self.rows], dtype=np.float64))
+        comp, weight = self._arrays
+        d = np.array(dl, dtype=np.float64)
+        scores_a = 0.0 + weight[:, 0] * d[comp[:, 0]]
         for j in range(1, self.width):
-            scores = scores + weight[:, j] * d[comp[:, j]]
+            scores_a = scores_a + weight[:, j] * d[comp[:, j]]
         if ideal is not None:
-            col = self.cols.get(ideal, -1)
-            scores = np.where((comp == col).any(axis=1), scores, -np.inf)
-        return int(np.argmax(scores))
+            scores_a = np.where((comp == cols.get(ideal, -1)).any(axis=1), scores_a, -np.inf)
+        return int(np.argmax(scores_a))
 
 
 class MixtureLane:
@@ -233,8 +264,8 @@ class MixtureLane:
                     q = self.st_singles[c] = deque()
                 q.append((unit, contrib))
                 return
-        elif target is None or (any(c in target for c in contrib)
-                                and not any(w > 0 and c not in target for c, w in contrib.items())):
+        elif target is None or target.keys() >= contrib.keys() or (
+                any(c in target for c in contrib) and not any(w > 0 and c not in target for c, w in contrib.items())):
             self.st_packs.append((unit, contrib, tuple(contrib.items())))
             for c in contrib:
                 self.st_pack_counts[c] = self.st_pack_counts.get(c, 0) + 1
@@ -265,7 +296,8 @@ class MixtureLane:
             out.append(x)
 
     def _has_buffered(self) -> bool:
-        return len(self.st_packs) > 0 or any(self.st_singles.values())
+        # st_total counts the buffered units (one per buffered unit, minus one per emission)
+        return self.st_total > 0
 
     def _finish(self, item: Any) -> Any:
         if self.swrr is not None:
@@ -277,23 +309,35 @@ class MixtureLane:
     def _emit_one(self, force: bool) -> Any:
         swrr, singles = self.swrr, self.st_singles
         ideal = None
+        d: dict[int, float] = {}
         if swrr is not None:
-            ideal = swrr.best(swrr.keys)
+            # every deficit once (the formula of Deficits.best / deficits); the ideal is the
+            # first of the largest in tie-break order
+            d = swrr.deficits()
+            keys = swrr.keys
+            if len(keys) == 1:
+                ideal = keys[0]
+            elif keys:
+                ideal = keys[0]
+                best_d = d[ideal]
+                for k in keys:
+                    if d[k] > best_d:
+                        ideal, best_d = k, d[k]
         ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
         if not force and not ideal_ok:
             return None
         if ideal is not None and singles.get(ideal):
             return self._finish(singles[ideal].popleft())
-        available = {c for c, q in singles.items() if q}
         has_ideal = ideal is not None and bool(self.st_pack_counts.get(ideal))
-        if not has_ideal and available:
-            chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
-            if chosen is None:
-                chosen = min(available)
-            return self._finish(singles[chosen].popleft())
+        if not has_ideal:
+            available = {c for c, q in singles.items() if q}
+            if available:
+                chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
+                if chosen is None:
+                    chosen = min(available)
+                return self._finish(singles[chosen].popleft())
         packs = self.st_packs
         if len(packs):
-            d = swrr.deficits() if swrr is not None else {}
             item = packs.pop(packs.best(d, ideal if has_ideal else None))
             for c in item[1]:
                 self.st_pack_counts[c] -= 1

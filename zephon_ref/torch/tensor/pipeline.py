@@ -15,15 +15,19 @@ order the reference's tail multiplexer produces.  The pipeline's position (items
 delivered per lane, the next lane) advances as it delivers.
 
 Checkpoint (its own format, ``FORMAT``): the configuration's fingerprint, the
-items delivered per lane and the next lane.  Every lane's stream is a pure
-function of the configuration, so that names the position exactly; restore
-rebuilds the lane streams and skips each lane's delivered items (cost: linear in
-the delivered prefix, not constant as the reference's replay from inflight
-chunks).  ``restore`` also reads the reference's engine state
+items delivered per lane (informational), per lane the resume point ``(flush
+epoch e, units of epoch e delivered)`` and the next lane.  Every stage is empty
+at the start of a flush epoch and a delivered item ends on a batch boundary, so
+restore starts each lane at its chunk ``e * k`` (the chunk order of the earlier
+chunks is computed, their documents never read) and drops the epoch's delivered
+units: its cost is one flush epoch per lane, not the delivered prefix.  With
+``k = 0`` (a plan that never flushes) the one epoch is the whole stream and the
+restore replays it.  ``restore`` also reads the reference's engine state
 (``zephon_ref.state``: schema, integrity, per-lane ``lane_emitted``, the
 round-robin pointer), after checking each lane's work-source configuration and
 that each lane's replay cursor is the cursor of the item this implementation
-delivers at that position.  It does not write that schema.  A state of another
+delivers at that position (that state names per-lane counts only, so this restore
+replays each lane's delivered prefix).  It does not write that schema.  A state of another
 format or configuration, or a position past the end of a lane's stream, is
 refused with a typed error and changes nothing.
 
@@ -44,11 +48,12 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.torch.tensor.chunks import lane_sources
+from zephon_ref.torch.tensor.chunks import lane_feeds
 from zephon_ref.torch.tensor.config import (
     MixtureSpec,
     PackSpec,
     TensorPlan,
+    TokenizeSpec,
     UnsupportedKnob,
     compile_chain,
 )
@@ -57,7 +62,7 @@ from zephon_ref.torch.tensor.stream import Item, lane_items, word_tables
 
 __all__ = ["FORMAT", "TensorPipeline"]
 
-FORMAT = "zephon_ref.tensor/1"
+FORMAT = "zephon_ref.tensor/2"
 
 
 def _describe(value: Any) -> Any:
@@ -90,6 +95,8 @@ class TensorPipeline:
         self.fingerprint = hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=16).hexdigest()
         self._lane_counts = [0] * self.plan.canonical_replicas
         self._next_lane = 0
+        #: per lane, where its stream resumes: (flush epoch, units of that epoch already delivered)
+        self._resume: list[tuple[int, int]] = [(0, 0)] * self.plan.canonical_replicas
         self._mixture: dict[int, float] | None = None
         mixes = [s for s in self.plan.stages if isinstance(s, MixtureSpec)]
         if mixes:
@@ -110,14 +117,21 @@ class TensorPipeline:
                 self._mixture = by_id
 
     # -- delivery -------------------------------------------------------------------------------
-    def _streams(self) -> list[Iterator[Item]]:
+    def _streams(self, resume: Sequence[tuple[int, int]] | None = None,
+                 where: list[list[int]] | None = None) -> list[Iterator[Item]]:
         C = self.plan.canonical_replicas
+        resume = [(0, 0)] * C if resume is None else resume
+        where = [[0, 0] for _ in range(C)] if where is None else where
         ids = dict(self.source.component_ids())
         datasets = dict(getattr(self.source, "datasets_by_id", {}))
         words = word_tables(self.plan)
-        readers = lane_sources(self.source, C)
-        return [lane_items(self.plan, lane, readers[lane], datasets, ids, self._mixture, words)
-                for lane in range(C)]
+        first = self.plan.stages[0] if self.plan.stages else None
+        pre = (first.field, words[0]) if isinstance(first, TokenizeSpec) else None
+        k = self.plan.k
+        feeds = lane_feeds(self.source, C, datasets=datasets, ids=ids, pretokenize=pre,
+                           starts=[e * k for e, _ in resume])
+        return [lane_items(self.plan, lane, feeds[lane], len(ids), self._mixture, words, start=resume[lane],
+                           where=where[lane]) for lane in range(C)]
 
     def _skip_to(self, streams: list[Iterator[Item]], counts: list[int]) -> list[Item | None]:
         """Drop each lane's first ``counts[lane]`` items; the last dropped item per lane (or None)."""
@@ -134,10 +148,11 @@ class TensorPipeline:
 
     def __iter__(self) -> Iterator[Item]:
         C = self.plan.canonical_replicas
-        streams = self._streams()
+        where = [list(p) for p in self._resume]
+        streams = self._streams(list(self._resume), where)
         counts, start = list(self._lane_counts), self._next_lane
-        self._skip_to(streams, counts)
-        self._lane_counts, self._next_lane = counts, start
+        resume = list(self._resume)
+        self._lane_counts, self._next_lane, self._resume = counts, start, resume
         # strict round robin from lane `start`; a lane whose stream has ended drops out
         live = [(lane, streams[lane]) for lane in list(range(start, C)) + list(range(start))]
         while live:
@@ -148,6 +163,7 @@ class TensorPipeline:
                     continue
                 alive.append((lane, s))
                 counts[lane] += 1
+                resume[lane] = (where[lane][0], where[lane][1])
                 self._next_lane = (lane + 1) % C
                 yield x
             live = alive
@@ -163,23 +179,24 @@ class TensorPipeline:
 
     # -- checkpoint -----------------------------------------------------------------------------
     def checkpoint(self) -> dict[str, Any]:
-        """Its own format: per lane the items delivered, and the lane whose turn is next."""
+        """Its own format: per lane the items delivered and where its stream resumes (flush epoch,
+        units of it delivered), and the lane whose turn is next."""
         return {"format": FORMAT, "fingerprint": self.fingerprint, "lane_delivered": list(self._lane_counts),
-                "next_lane": self._next_lane}
+                "lane_resume": [list(p) for p in self._resume], "next_lane": self._next_lane}
 
     def restore(self, state: Any) -> None:
         """Position a fresh iteration at ``state``: this implementation's own checkpoint, or the
         reference's engine state (``zephon_ref.engine/1``: Pipeline.checkpoint()).  Validated
         first; a refusal changes nothing."""
         if isinstance(state, Mapping) and "schema" in state:
-            counts, start = self._from_engine_state(state)
+            counts, start, resume = self._from_engine_state(state)
         else:
-            counts, start = self._from_own_state(state)
-        self._lane_counts, self._next_lane = counts, start
+            counts, start, resume = self._from_own_state(state)
+        self._lane_counts, self._next_lane, self._resume = counts, start, resume
 
-    def _from_own_state(self, state: Any) -> tuple[list[int], int]:
+    def _from_own_state(self, state: Any) -> tuple[list[int], int, list[tuple[int, int]]]:
         C = self.plan.canonical_replicas
-        keys = {"format", "fingerprint", "lane_delivered", "next_lane"}
+        keys = {"format", "fingerprint", "lane_delivered", "lane_resume", "next_lane"}
         if not isinstance(state, Mapping) or set(state) != keys:
             raise StateFormatError(expected("tensor checkpoint", f"a mapping with keys {sorted(keys)}", state))
         if state["format"] != FORMAT:
@@ -193,10 +210,23 @@ class TensorPipeline:
             raise StateFormatError(expected("tensor checkpoint lane_delivered", f"{C} ints >= 0", counts))
         if not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < C:
             raise StateFormatError(expected("tensor checkpoint next_lane", f"an int in [0, {C})", start))
-        self._skip_to(self._streams(), counts)  # a position past a lane's end is refused now
-        return list(counts), start
+        resume = state["lane_resume"]
 
-    def _from_engine_state(self, state: Mapping[str, Any]) -> tuple[list[int], int]:
+        def _pos(p: Any) -> bool:
+            return (isinstance(p, (list, tuple)) and len(p) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in p))
+
+        if not isinstance(resume, list) or len(resume) != C or not all(_pos(p) for p in resume):
+            raise StateFormatError(expected("tensor checkpoint lane_resume", f"{C} pairs [epoch, units] of ints >= 0",
+                                            resume))
+        positions = [(int(p[0]), int(p[1])) for p in resume]
+        # each lane's resume point is checked now (its flush epoch is run up to the point): a
+        # position past a lane's end is refused before anything changes
+        for s in self._streams(positions):
+            next(s, None)
+        return list(counts), start, positions
+
+    def _from_engine_state(self, state: Mapping[str, Any]) -> tuple[list[int], int, list[tuple[int, int]]]:
         """The reference's engine state: per-lane delivered counts, the round-robin pointer, and
         checks that it belongs to this configuration (work-source configuration per lane, and the
         replay cursor of every lane equal to the cursor of the item this implementation delivers
@@ -228,7 +258,9 @@ class TensorPipeline:
         rr = state.get("rr_next_idx") or {}
         key = f"0/1:{','.join(map(str, range(C)))}"
         start = int(rr[key]) % C if key in rr else min((n, i) for i, n in enumerate(counts))[1]
-        last = self._skip_to(self._streams(), counts)
+        where = [[0, 0] for _ in range(C)]
+        last = self._skip_to(self._streams(None, where), counts)  # the engine state names counts only: replay
+        resume = [(p[0], p[1]) for p in where]
         monotone = self.plan.k == 0
         for lane, item in enumerate(last):
             raw = cursors.get(lane)
@@ -240,4 +272,4 @@ class TensorPipeline:
             if raw is None or SampleCursor.from_key(raw).as_key() != mine.as_key():
                 raise StateMismatchError(expected(f"lane {lane} replay cursor", f"{mine.as_key()} (the cursor of "
                                                   f"this configuration's item {counts[lane]} of the lane)", raw))
-        return counts, start
+        return counts, start, resume

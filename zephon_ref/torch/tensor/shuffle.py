@@ -20,9 +20,10 @@ reference's code path.
 
 Block (``BlockLane``): groups of ``buffer_size`` (or, for ``block_warmup``,
 growing sizes), each permuted by ``random.Random(block_seed)`` where the seed
-folds the block's cursors (zephon's formula, using CPython's hash of int tuples,
-which does not depend on PYTHONHASHSEED); a flush emits the partial block,
-permuted the same way.
+folds the block's cursors (zephon's formula, whose tuple hashes are CPython's
+hash of int tuples; :func:`tuple_hash` computes that value with explicit 64-bit
+integer arithmetic, so nothing depends on the interpreter's hashing); a flush
+emits the partial block, permuted the same way.
 
 Closing flags: per base offset a count of buffered units and whether a closer
 was seen; when a unit leaves, a flag closes iff a closer was seen and no other
@@ -36,7 +37,7 @@ import math
 from random import Random  # explicitly seeded instances only
 from typing import Any
 
-__all__ = ["BlockLane", "StreamingLane", "Unit", "unit_cursor"]
+__all__ = ["BlockLane", "StreamingLane", "Unit", "tuple_hash", "unit_cursor"]
 
 Unit = tuple[tuple[Any, ...], tuple[bool, ...]]
 
@@ -60,34 +61,83 @@ def victim(seed: int, lane: int, salt: int, counter: int, size: int) -> int:
     return acc % size
 
 
+#: ``_mix(v + _PHI)`` for small ``v`` (counters and sizes), grown on demand: a pure function's table
+_KEYED: list[int] = []
+
+
+def _keyed(v: int) -> int:
+    if v < len(_KEYED):
+        return _KEYED[v]
+    if v < (1 << 20):
+        _KEYED.extend(_mix(x + _PHI) for x in range(len(_KEYED), 2 * v + 64))
+        return _KEYED[v]
+    return _mix(v + _PHI)
+
+
 def unit_cursor(u: Unit, packed: bool) -> tuple[int, int, tuple[int, ...], tuple[int, int, int]]:
     d = u[0][0]
     return d[1], d[2], ((*d[4], 0) if packed else d[4]), d[0]
 
 
+_FNV = 0x01000193
+_FNV2 = (_FNV * _FNV) & _M32  # two FNV steps of which the second xors in 0 (a value below 2**32)
+
+
 def fnv_salt(cur: tuple[int, int, tuple[int, ...], tuple[int, int, int]]) -> int:
     h = 0x811C9DC5
     for v in (cur[0], cur[1], *cur[2], *cur[3]):
+        if 0 <= v <= _M32:  # high half 0: ((h ^ v) * P ^ 0) * P == (h ^ v) * P**2 (mod 2**32)
+            h = ((h ^ v) * _FNV2) & _M32
+            continue
         v &= _M64
-        h = ((h ^ (v & _M32)) * 0x01000193) & _M32
-        h = ((h ^ (v >> 32)) * 0x01000193) & _M32
+        h = ((h ^ (v & _M32)) * _FNV) & _M32
+        h = ((h ^ (v >> 32)) * _FNV) & _M32
     return h
 
 
+_MODULUS = (1 << 61) - 1  # CPython's hash modulus for ints on 64-bit builds
+_XX1, _XX2, _XX5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
+
+
+def _int_hash(n: int) -> int:
+    """CPython's hash of an int (64-bit build), as an unsigned 64-bit value."""
+    h = n % _MODULUS if n >= 0 else -((-n) % _MODULUS)
+    if h == -1:
+        h = -2
+    return h & _M64
+
+
+def tuple_hash(values: tuple[int, ...]) -> int:
+    """CPython (>= 3.8, 64-bit) ``hash()`` of a tuple of ints, as an unsigned 64-bit value,
+    spelled out (the xxHash-style fold of the tuple's item hashes), so the block seed is
+    plain integer arithmetic, not a call into the interpreter's hashing."""
+    acc = _XX5
+    for v in values:
+        acc = (acc + _int_hash(v) * _XX2) & _M64
+        acc = ((acc << 31) | (acc >> 33)) & _M64
+        acc = (acc * _XX1) & _M64
+    acc = (acc + (len(values) ^ (_XX5 ^ 3527539))) & _M64
+    return 1546275796 if acc == _M64 else acc
+
+
 def block_seed(base: int, units: list[Unit], packed: bool) -> int:
-    acc = base
+    """The block's generator seed: a fold of its units' cursors (zephon's formula).  Only the
+    low 32 bits are kept, so the fold runs modulo 2**64 (products and xors of the low bits do
+    not depend on the high ones)."""
+    acc = base & _M64
     for u in units:
         cid, off, lineage, sid = unit_cursor(u, packed)
-        acc = (acc * 1315423911) ^ (cid * 2654435761) ^ (off << 8)
-        acc = acc ^ hash(lineage) ^ hash(sid)  # int tuples: independent of PYTHONHASHSEED
+        acc = ((acc * 1315423911) ^ (cid * 2654435761) ^ (off << 8)) & _M64
+        acc ^= tuple_hash(lineage) ^ tuple_hash(tuple(sid))
     return acc & _M32
 
 
 class StreamingLane:
-    __slots__ = ("buffer_size", "counter", "lane", "packed", "reservoir", "seed", "tallies", "warmup")
+    __slots__ = ("buffer_size", "counter", "head", "lane", "packed", "reservoir", "seed", "tallies", "warmup")
 
     def __init__(self, lane: int, buffer_size: int, seed: int, packed: bool) -> None:
         self.lane, self.buffer_size, self.seed, self.packed = lane, buffer_size, seed, packed
+        self.head = _mix(_mix(seed) ^ _mix(lane + _PHI))
         self.warmup = 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
         self.reservoir: list[Unit] = []
         self.counter = 0
@@ -102,7 +152,10 @@ class StreamingLane:
         docs, flags = u
         tallies = self.tallies
         new = []
-        for d in docs:
+        for d, f in zip(docs, flags, strict=True):
+            if d[5] is None:  # a 1:1 document: no other unit holds its offset, its flag stays
+                new.append(f)
+                continue
             key = (d[1], d[2])
             t = tallies[key]
             t[0] -= 1
@@ -113,9 +166,14 @@ class StreamingLane:
         return u if nf == flags else (docs, nf)
 
     def push(self, units: list[Unit], out: list[Unit]) -> None:
-        tallies = self.tallies
+        tallies, reservoir, packed = self.tallies, self.reservoir, self.packed
+        mix, keyed, phi = _mix, _keyed, _PHI
+        # victim(seed, lane, salt, counter, size), with the (seed, lane) prefix computed once
+        head = self.head
         for u in units:
             for d, f in zip(u[0], u[1], strict=True):
+                if d[5] is None:
+                    continue  # a 1:1 document's offset is in this unit only (see _release)
                 key = (d[1], d[2])
                 t = tallies.get(key)
                 if t is None:
@@ -123,17 +181,23 @@ class StreamingLane:
                 else:
                     t[0] += 1
                     t[1] = t[1] or int(f)
-            self.reservoir.append(u)
-            size = len(self.reservoir)
-            target = 0 if self.buffer_size == 1 else min(self.buffer_size, self.warmup + self.counter)
+            reservoir.append(u)
+            size = len(reservoir)
+            counter = self.counter
+            target = 0 if self.buffer_size == 1 else min(self.buffer_size, self.warmup + counter)
             if size > target:
-                idx = victim(self.seed, self.lane, fnv_salt(unit_cursor(u, self.packed)), self.counter, size)
-                self.counter += 1
+                salt = fnv_salt(unit_cursor(u, packed))
+                acc = mix(head ^ mix(salt + phi))
+                acc = mix(acc ^ keyed(counter))
+                idx = mix(acc ^ keyed(size)) % size
+                self.counter = counter + 1
                 out.append(self._release(idx))
 
     def flush(self, out: list[Unit]) -> None:
+        salted = _mix(self.head ^ _mix(FLUSH_SALT + _PHI))  # victim()'s prefix with the flush salt
         while self.reservoir:
-            idx = victim(self.seed, self.lane, FLUSH_SALT, self.counter, len(self.reservoir))
+            size = len(self.reservoir)
+            idx = _mix(_mix(salted ^ _keyed(self.counter)) ^ _keyed(size)) % size
             self.counter += 1
             out.append(self._release(idx))
         assert not self.tallies

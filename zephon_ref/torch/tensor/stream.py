@@ -23,6 +23,10 @@ across boundaries, as the reference's stalled flush sentinel lets them, and a
 partial last group is dropped; ``drop_last=False``: a boundary or the end emits
 the partial group).
 
+Resume: :func:`lane_items` can start at flush epoch ``e`` and drop that epoch's
+first ``u`` units (every stage is empty at an epoch's start), and reports after
+every item the ``(e, u)`` right after it.
+
 An item is ``(lane, units)``; the interleaving of lanes is the pipeline's
 (:mod:`.pipeline`: strict round robin, as the reference's tail multiplexer, which
 waits for a lane's output until upstream is done and then skips empty lanes).
@@ -34,6 +38,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zephon_ref.errors import StateMismatchError, expected
 from zephon_ref.torch.tensor.config import (
     MapSpec,
     MixtureSpec,
@@ -42,7 +47,7 @@ from zephon_ref.torch.tensor.config import (
     TensorPlan,
     TokenizeSpec,
 )
-from zephon_ref.torch.tensor.lanes import TOMB, lane_samples, map_docs, tokenize_docs
+from zephon_ref.torch.tensor.lanes import TOMB, map_docs, tokenize_docs
 from zephon_ref.torch.tensor.mixture import MixtureLane
 from zephon_ref.torch.tensor.packing import LanePacker
 from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
@@ -153,38 +158,88 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
     return [x for x in batch if x is not TOMB] if TOMB in batch else batch
 
 
-def lane_items(plan: TensorPlan, lane: int, source: Any, datasets: Any, ids: Any,
-               mixture: dict[int, float] | None = None, words: dict[int, WordIds] | None = None) -> Iterator[Item]:
+def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture: dict[int, float] | None = None,
+               words: dict[int, WordIds] | None = None, *, start: tuple[int, int] = (0, 0),
+               where: list[int] | None = None) -> Iterator[Item]:
+    """One lane's items; ``feed.next_chunk()`` gives the lane's chunks as ``(documents, mixture)``.
+
+    ``start = (e, u)``: begin at flush epoch ``e`` (the feed is positioned at the lane's chunk
+    ``e * k``) and drop the epoch's first ``u`` units.  Every stage is empty at an epoch's start
+    and a delivered item ends on a batch boundary, so this continues exactly where a stream
+    that delivered up to that unit stopped.  Before each item is yielded, ``where`` is set to the
+    position right after it (the ``start`` to resume from)."""
     chunk_mixtures: dict[int, Any] = {}
-    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, len(ids))
+    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
+    k = plan.k
+    epoch, skip = start
+    if k == 0 and epoch:
+        raise StateMismatchError(expected(f"lane {lane} resume epoch", "0 (this plan never flushes)", epoch))
+    where = [0, 0] if where is None else where
     group: list[Any] = []
-    fetched: list[Any] = []
-    for doc in lane_samples(source, datasets, ids, plan.k, chunk_mixtures):
-        boundary = doc is None
-        if not boundary:
-            fetched.append(doc)
-            if len(fetched) < FETCH_GROUP:
+    pending: list[Any] = []  # fetched documents not yet pushed (fewer than FETCH_GROUP)
+    cid = epoch * k
+    units = 0  # units produced in the current epoch (skipped ones included)
+
+    def collect(xs: list[Any]) -> list[tuple[tuple[Any, ...], int]]:
+        """Full groups from ``xs``, each with the epoch's unit count right after it."""
+        nonlocal group, units, skip
+        ready = []
+        for x in xs:
+            units += 1
+            if skip:
+                skip -= 1
                 continue
-        # a full fetch group, or (boundary) the partial one followed by every stage's flush
-        ready, fetched = fetched, []
-        for x in _cascade(stages, ready, boundary):
             group.append(x)
             if len(group) == size:
-                yield lane, tuple(group)
+                ready.append((tuple(group), units))
                 group = []
+        return ready
+
+    while True:
+        got = feed.next_chunk()
+        if got is None:
+            break
+        docs, mix = got
+        chunk_mixtures[cid] = mix
+        cid += 1
+        pending.extend(docs)
+        boundary = k > 0 and cid % k == 0
+        at = 0
+        # every full fetch group, then (boundary) the partial one followed by every stage's flush
+        while len(pending) - at >= FETCH_GROUP:
+            for g, u in collect(_cascade(stages, pending[at:at + FETCH_GROUP], False)):
+                where[0], where[1] = epoch, u
+                yield lane, g
+            at += FETCH_GROUP
+        pending = pending[at:] if at else pending
         if boundary:
+            for g, u in collect(_cascade(stages, pending, True)):
+                where[0], where[1] = epoch, u
+                yield lane, g
+            pending = []
+            if skip:
+                raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush "
+                                                  f"epoch {epoch}", f"an epoch of {units} units"))
             if not drop_last and group:
+                where[0], where[1] = epoch, units
                 yield lane, tuple(group)
                 group = []
-            for cid in [c for c in chunk_mixtures if c < max(chunk_mixtures)]:
-                del chunk_mixtures[cid]
-    for x in _cascade(stages, fetched, True):
-        group.append(x)
-        if len(group) == size:
-            yield lane, tuple(group)
-            group = []
+            for c in [c for c in chunk_mixtures if c < cid - 1]:
+                del chunk_mixtures[c]
+            epoch, units = epoch + 1, 0
+    seen = getattr(feed, "position", cid)  # the lane's chunks, skipped ones included
+    if k and seen < start[0] * k:
+        raise StateMismatchError(expected(f"lane {lane} resume epoch", f"at most {seen // k} (the lane has {seen} "
+                                          "chunks)", start[0]))
+    for g, u in collect(_cascade(stages, pending, True)):
+        where[0], where[1] = epoch, u
+        yield lane, g
+    if skip:
+        raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush epoch "
+                                          f"{epoch}", f"an epoch of {units} units"))
     if group and not drop_last:
+        where[0], where[1] = epoch, units
         yield lane, tuple(group)
