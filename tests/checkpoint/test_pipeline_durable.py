@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import json, sys
 sys.path.insert(0, {root!r})
-from tests.checkpoint.test_pipeline_durable import CFG
-from properties.pipelines import build_pipeline, item_view
-p = build_pipeline("zephon_ref", CFG)
+from properties.pipelines import PipelineConfig, build_pipeline, item_view
+fields = json.loads(sys.argv[3])
+fields["layout"] = {{k: tuple(v) for k, v in fields["layout"].items()}}
+p = build_pipeline("zephon_ref", PipelineConfig(**fields))
 gen = p.load_checkpoint(sys.argv[1])
 it = iter(p)
 out = [item_view(next(it)) for _ in range(int(sys.argv[2]))]
@@ -43,7 +45,8 @@ def test_five_steps_equal_three_save_load_in_new_process_two(tmp_path):
     head = [item_view(next(it)) for _ in range(3)]
     assert p.save_checkpoint(tmp_path) == 1
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), str(tmp_path), "2"],
+    cfg_json = json.dumps(dataclasses.asdict(CFG))  # the child rebuilds CFG (tests never import tests)
+    res = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT)), str(tmp_path), "2", cfg_json],
                          capture_output=True, text=True, env=env, check=False)
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
