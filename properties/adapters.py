@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 
 __all__ = ["ADAPTERS", "FEATURES", "Adapter", "PipelineAdapter", "Run", "adapter", "load_adapter", "skipped_rules"]
 
@@ -104,6 +104,8 @@ class PipelineAdapter:
     impl: str  # "zephon_ref" or "zephon"
     execution: dict[str, Any] = field(default_factory=dict)
     features: frozenset[str] = frozenset()
+    #: zephon only: declare the machine's regression configurations that show a known zephon bug
+    skip_known_bugs: bool = False
 
     def unsupported(self, cfg: PipelineConfig) -> str | None:
         if self.impl == "zephon":
@@ -114,6 +116,9 @@ class PipelineAdapter:
             if any(kw.get("shuffle_strategy") == "random" for m, kw in cfg.chain if m == "pack_sequences"):
                 return ("zephon 0.2.0's random packing depends on the other lanes of a micro-batch "
                         "(docs/divergences.md); its resume is known to differ")
+            if self.skip_known_bugs and cfg == MIXTURE_GROUPING_MINIMAL:
+                return ("zephon 0.2.0's ensure_mixture sees a lane's records split by other lanes' sentinels "
+                        "(docs/divergences.md, Engine); its resume of this configuration is known to differ")
         return None
 
     def participants(self, cfg: PipelineConfig, topology: Any, state: Any) -> list[_PipelineRun]:
@@ -155,7 +160,7 @@ ADAPTERS: dict[str, PipelineAdapter] = {
     # (deterministic_checkpoints is claimed for zephon's inline path so that the table shows where
     # it falls short: its inline path prefetches on a thread, see docs/divergences.md)
     "zephon": PipelineAdapter("zephon", "zephon", {"runner": "inline"},
-                              frozenset({"engine_state", "deterministic_checkpoints"})),
+                              frozenset({"engine_state", "deterministic_checkpoints"}), skip_known_bugs=True),
     "zephon_runners": PipelineAdapter("zephon_runners", "zephon", {"runner": "inline"},
                                       frozenset({"engine_state", "runners"})),
 }

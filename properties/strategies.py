@@ -104,9 +104,9 @@ def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, toke
             {name: ratio for name in names}))))
     chain: list[tuple[str, dict[str, Any]]] = []
     if draw(st.booleans()):
-        pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64])),
-                                "algorithm": draw(st.sampled_from(["first_fit", "wrap"]))}
-        if pack["algorithm"] == "first_fit":
+        pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64, 96])),
+                                "algorithm": draw(st.sampled_from(["first_fit", "wrap", "best_fit"]))}
+        if pack["algorithm"] in ("first_fit", "best_fit"):
             pack["num_bins"] = draw(st.integers(1, 4))
         if random_packing and draw(st.booleans()):
             pack["shuffle_strategy"] = "random"
@@ -117,7 +117,10 @@ def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, toke
             shuffle["algorithm"] = "block"
         chain.append(("shuffle", shuffle))
     if n > 1 and draw(st.booleans()):
-        chain.append(("ensure_mixture", {"mixture": {name: weights[name] / sum(weights.values()) for name in names}}))
+        # an explicit target, or (None) each chunk's own mixture, adopted as chunks arrive
+        explicit = draw(st.booleans())
+        chain.append(("ensure_mixture", {"mixture": {name: weights[name] / sum(weights.values()) for name in names}}
+                      if explicit else {}))
     if draw(st.booleans()):
         chain.append(("batch", {"microbatch_size": draw(st.integers(1, 3))}))
     reorders = any(m != "batch" for m, _ in chain)
