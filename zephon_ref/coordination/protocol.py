@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
@@ -660,9 +661,10 @@ class Leader(Machine):
         self.states: dict[str, Mapping[str, Any]] = {}  # decoded here, never mutated
         self.worlds: dict[str, ShardWorld] = {}  # shard_world() of each, from _accept
         self.listed: set[str] = set()
-        self.queue: list[str] = []
+        # FIFO queues (deque: popping the head of a 200,000-key list costs a memmove each)
+        self.queue: deque[str] = deque()
         self.acks_pending: set[str] = set()
-        self.ack_queue: list[str] = []
+        self.ack_queue: deque[str] = deque()
         self.error: AggregationError | ZephonRefError | None = None
         self.merged: dict[str, Any] | None = None
 
@@ -742,7 +744,7 @@ class Leader(Machine):
         return self._sleep(now, Phase.SHARD_POLL)
 
     def _read_shard(self, ev: Fetched) -> Command:
-        key = self.queue.pop(0)
+        key = self.queue.popleft()
         if ev.data is None:
             # Vanished between list and read (a follower withdrew): forget it, re-list later.
             self.listed.discard(key)
@@ -879,7 +881,7 @@ class Leader(Machine):
 
     def _next_ack_delete(self) -> Command:
         if self.ack_queue:
-            return self._go(Phase.DELETE_ACKS, Delete(self.ack_queue.pop(0)))
+            return self._go(Phase.DELETE_ACKS, Delete(self.ack_queue.popleft()))
         prev = self.last_round_id
         if isinstance(prev, str) and _ID.fullmatch(prev) and prev != self.round_id:
             return self._go(Phase.DELETE_PREVIOUS, Delete(outcome_key(self.cfg.namespace, prev)))
