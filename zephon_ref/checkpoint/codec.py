@@ -41,6 +41,7 @@ What may not live here: file I/O, digests, schema knowledge, clocks.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -240,11 +241,46 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    items: list[tuple[str, bytes]] = [(k, pack(v, root=f"$[{k!r}]")) for k, v in fields.items()]
-    items.extend(packed.items())
+    items: list[tuple[str, Any]] = [(k, _canon(v, ("$", k))) for k, v in fields.items()]
+    items.extend((k, _Packed(b)) for k, b in packed.items())
     items.sort(key=_first)  # the order _canon gives an all-str map
-    header = msgpack.Packer(use_bin_type=True).pack_map_header(len(items))
-    return b"".join([header, *(_packb(k) + v for k, v in items)])
+    # Runs of consecutive fields are packed as one map each, whose header is then cut off
+    # (one packb call per run instead of two per field); pre-packed values go in as they are.
+    out = [_map_header(len(items))]
+    run: dict[str, Any] = {}
+    for k, v in items:
+        if type(v) is _Packed:
+            if run:
+                out.append(_map_body(run))
+                run = {}
+            out.append(_packb(k) + v.data)
+        else:
+            run[k] = v
+    if run:
+        out.append(_map_body(run))
+    return b"".join(out)
+
+
+class _Packed:
+    """A value already packed by the caller (pack_map_with only)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+@functools.lru_cache(maxsize=64)
+def _map_header(n: int) -> bytes:
+    return msgpack.Packer(use_bin_type=True).pack_map_header(n)
+
+
+def _map_body(canon: dict[str, Any]) -> bytes:
+    """The packed items of a map of canonical values, in its (sorted) insertion order."""
+    whole = _packb(canon)
+    header = _map_header(len(canon))
+    assert whole.startswith(header)
+    return whole[len(header):]
 
 
 def encode_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:

@@ -150,12 +150,18 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
                     f"{who} world", f"a {name!r} entry (a per-rank state)", sorted(map(str, world))
                 )
             )
-    c = _int(world["canonical_replicas"], f"{who} world.canonical_replicas", lo=1)
-    ws = _int(world["world_size"], f"{who} world.world_size", lo=1)
-    rank = _int(world["global_rank"], f"{who} world.global_rank", lo=0)
+    c, ws, rank, group = (world[k] for k in ("canonical_replicas", "world_size", "global_rank", "dp_group_id"))
+    # The common valid case in one test; otherwise _int refuses (or normalises) each in turn.
+    if not (type(c) is int and type(ws) is int and type(rank) is int and type(group) is int
+            and c >= 1 and ws >= 1 and rank >= 0 and group >= 0):
+        c = _int(c, f"{who} world.canonical_replicas", lo=1)
+        ws = _int(ws, f"{who} world.world_size", lo=1)
+        rank = _int(rank, f"{who} world.global_rank", lo=0)
+        if rank >= ws:
+            raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
+        group = _int(group, f"{who} world.dp_group_id", lo=0)
     if rank >= ws:
         raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
-    group = _int(world["dp_group_id"], f"{who} world.dp_group_id", lo=0)
     raw_mapping = world["mapping"]
     if not isinstance(raw_mapping, Mapping) or not raw_mapping:
         raise StateFormatError(
