@@ -283,6 +283,7 @@ class _Star:
         self.prefix_watch: dict[str, set[int]] = {}
         self.parked: dict[int, tuple[Sleep, EventHandle, list[tuple[bool, str]]]] = {}
         self.violations: list[str] = []
+        self.park = cfg.park
         if cfg.leftover_acks_of is not None:
             for m in self.machines[1:]:
                 self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = b"ok"
@@ -316,16 +317,19 @@ class _Star:
             return
         ev = perform(cmd, self.backend, now=self.kernel.now)
         self.ops[r] += 1
-        if isinstance(cmd, _WRITES):
+        if isinstance(cmd, _READS):
+            if self.park:
+                if isinstance(cmd, ListKeys):
+                    self.reads[r].append((True, cmd.prefix, self.wseq))
+                else:
+                    self.reads[r].append((False, cmd.key, self.wseq))
+            if r == 0 and isinstance(ev, Fetched) and ev.data is not None:
+                self.leader_bytes += len(ev.data)
+        else:
+            assert isinstance(cmd, _WRITES), cmd
             if isinstance(cmd, (Put, PutIfAbsent)):
                 self.bytes_written += len(cmd.data)
             self._written(cmd.key)
-        elif self.cfg.park:
-            assert isinstance(cmd, _READS)
-            self.reads[r].append((isinstance(cmd, ListKeys), cmd.key if isinstance(cmd, Get) else cmd.prefix,
-                                  self.wseq))
-        if r == 0 and isinstance(ev, Fetched) and ev.data is not None:
-            self.leader_bytes += len(ev.data)
         crash = self.cfg.crash
         if crash is not None and crash[0] == r and self.ops[r] >= crash[1]:
             self.dead[r] = True  # a SIGKILL after this op: its writes stay, it never answers again

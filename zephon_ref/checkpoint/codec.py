@@ -272,7 +272,9 @@ class _Packed:
 
 @functools.lru_cache(maxsize=64)
 def _map_header(n: int) -> bytes:
-    return msgpack.Packer(use_bin_type=True).pack_map_header(n)
+    out = msgpack.Packer(use_bin_type=True).pack_map_header(n)
+    assert isinstance(out, bytes)
+    return out
 
 
 def _map_body(canon: dict[str, Any]) -> bytes:
