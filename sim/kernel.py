@@ -214,6 +214,20 @@ class Kernel:
         An event scheduled for ``now`` from inside a running event runs later
         in this same tick (after the events already queued with its priority).
         """
+        # The common call (exactly one of at= / after= an int not in the past, an int
+        # priority, a str label, a callable) in one test; any other call takes the checks
+        # below, which refuse exactly what this test does not let through.
+        now = self._now
+        if at is None:
+            time = now + after if type(after) is int and after >= 0 else -1
+        else:
+            time = at if after is None and type(at) is int and at >= now else -1
+        if time >= 0 and type(priority) is int and type(label) is str and callable(action):
+            seq = self._seq
+            self._seq = seq + 1
+            entry: list[Any] = [time, priority, seq, action, label, False]
+            heapq.heappush(self._heap, entry)
+            return EventHandle(seq, time, priority, label, entry)
         if (at is None) == (after is None):
             raise ConfigError(expected("Kernel.schedule", "exactly one of at= or after=", (at, after)))
         if at is None:
@@ -236,7 +250,7 @@ class Kernel:
             raise ConfigTypeError(expected("Kernel.schedule action", "a callable", action))
         seq = self._seq
         self._seq = seq + 1
-        entry: list[Any] = [time, priority, seq, action, label, False]
+        entry = [time, priority, seq, action, label, False]
         heapq.heappush(self._heap, entry)
         return EventHandle(seq, time, priority, label, entry)
 
@@ -289,6 +303,18 @@ class Kernel:
         if max_events is not None and _check_int("Kernel.run max_events", max_events) < 0:
             raise ConfigError(expected("Kernel.run max_events", "a budget >= 0", max_events))
         ran = 0
+        if until is None and stop is None and max_events is None and self._choices is None:
+            # Run to idle without choices: the loop below, with its limits and tie groups
+            # left out (the same events in the same (time, priority, seq) order).
+            heap, pop, fire = self._heap, heapq.heappop, self._fire
+            while heap:
+                top = pop(heap)
+                if top[_ACTION] is None:
+                    self._cancelled_in_heap -= 1
+                    continue
+                fire(top)
+                ran += 1
+            return RunOutcome("idle", ran, self._now)
         while True:
             if stop is not None and stop():
                 return RunOutcome("stop", ran, self._now)

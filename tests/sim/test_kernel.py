@@ -281,3 +281,26 @@ def test_with_choices_cancelling_a_member_of_the_tie_group_removes_the_option() 
     kernel.run()
     assert [e.label for e in kernel.trace][1:] == [waiting[1].label, "later"]
     assert [d.n for d in seeded.record] == [3]  # one option left after the cancel: no decision
+
+
+def test_calls_outside_schedules_fast_path_keep_the_checked_behaviour() -> None:
+    """schedule() takes plain int / str / callable calls in one test; everything else goes
+    through the full checks: bools refused, int subclasses accepted, negative ticks ordered,
+    and run() to idle skips cancelled entries and leaves nothing pending."""
+
+    class Tick(int):
+        pass
+
+    kernel = Kernel(start=-5)
+    log: list[str] = []
+    kernel.schedule(lambda: log.append("b"), at=-2, label="b")
+    kernel.schedule(lambda: log.append("a"), at=-3, priority=Tick(1), label="a")
+    dropped = kernel.schedule(lambda: log.append("dropped"), after=Tick(1), label="dropped")
+    kernel.schedule(lambda: log.append("c"), after=0, label="c")
+    for bad in ({"after": True}, {"after": 1, "priority": True}, {"at": -9}):
+        with pytest.raises((ConfigTypeError, SchedulingInPast)):
+            kernel.schedule(lambda: None, label="x", **bad)  # type: ignore[arg-type]
+    assert kernel.cancel(dropped)
+    outcome = kernel.run()
+    assert log == ["c", "a", "b"] and (outcome.reason, outcome.events, outcome.now) == ("idle", 3, -2)
+    assert kernel.pending == 0 and kernel.peek_time() is None

@@ -4,8 +4,10 @@ deterministic, and a participant lost mid-round ends the round as the protocol s
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,3 +142,41 @@ def test_the_cli_prints_one_json_line_per_round() -> None:
     with pytest.raises(ConfigError):
         ScaleConfig(ranks=4, dp_degree=5)
     assert main(["--ranks", "4", "--dp-degree", "5"], out=lines.append) == 2
+
+
+def test_a_latency_varied_star_round_publishes_merge_of_the_straightforward_states() -> None:
+    """The driver's cached states and the machines' pack-once / validate-once path against
+    the straightforward computation: rank_state built afresh per rank (no cache), merge()
+    validating every shard itself, codec.encode of the whole result."""
+    cfg = ScaleConfig(ranks=240, dp_degree=8, canonical_replicas=24, max_latency=4, poll=5, seed=11)
+    stats, ends = star_round(cfg)
+    assert stats.outcome == "ok" and stats.participants_done == cfg.ranks and stats.violations == ()
+    want = codec.encode(merge(_states(cfg), warn_mid_window=False))
+    assert stats.merged_digest == sha256_hex(want)
+    assert all(isinstance(e, Finish) and codec.encode(e.merged) == want for e in ends)
+
+
+def test_cached_rank_states_equal_fresh_ones() -> None:
+    cache: dict[Any, Any] = {}
+    for r in range(30):
+        cached = rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10, _cache=cache)
+        assert cached == rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10)
+        assert codec.encode(cached) == codec.encode(rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10))
+
+
+def test_round_figures_are_those_of_the_code_before_the_speed_work() -> None:
+    """Pinned figures of one 1,000-rank round per topology.  They were NOT derived by hand:
+    they are what sim.scale printed at commit 4727890 (before the pack-once / validate-once /
+    kernel fast-path changes), so they hold the optimized path to the same trace, messages,
+    bytes held, bytes written and published digest.  A deliberate change of the round (or of
+    the synthetic states) will have to update them, and say why."""
+    star = star_round(ScaleConfig(ranks=1000))[0]
+    tree = tree_round(ScaleConfig(ranks=1000, topology="tree"))[0]
+    assert gc.isenabled()  # the round held the collector off and gave it back
+    got = [(s.fingerprint[:16], s.merged_digest and s.merged_digest[:16], s.leader_messages, s.leader_bytes_held,
+            s.storage_ops, s.storage_ops_elided, s.storage_bytes_written, s.events, s.virtual_time)
+           for s in (star, tree)]
+    assert got == [
+        ("95a8cfaa91121e7a", "4036c39755bab58f", 2007, 493986, 9999, 79920, 496639, 11000, 2107),
+        ("bf88881483c6edef", "adda6ad4c3ff9acd", 34, 3257, 2000, 0, 841990, 3998, 11),
+    ]

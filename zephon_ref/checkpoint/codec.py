@@ -29,14 +29,22 @@ Invariants:
   content size in the frame header and no dictionary.
 * **No non-finite floats.**  NaN and +-inf are refused on encode *and* on decode
   (a checkpoint with repaired checksums must still be refused).
+* **Packing composes.**  The msgpack bytes of a map are its header followed by each
+  packed key and packed value in canonical key order, so a value packed once
+  (:func:`pack`) can be spliced into a str-keyed map by :func:`pack_map_with` and give
+  the bytes :func:`pack` would give for the whole map.  That lets a caller that sends the
+  same large value inside several small envelopes (an aggregation participant's state)
+  canonicalise and validate it once; the bytes do not change.
 
 What may not live here: file I/O, digests, schema knowledge, clocks.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -53,7 +61,9 @@ __all__ = [
     "decode",
     "decompress",
     "encode",
+    "encode_map_with",
     "pack",
+    "pack_map_with",
     "unpack",
 ]
 
@@ -104,14 +114,27 @@ def _canon(value: Any, path: _Path) -> Any:
         return value
     if t is int and _INT_MIN <= value <= _INT_MAX:
         return value
-    if t is dict and value:
+    if t is dict:
+        if not value:
+            return {}
         # Fast path: keys all str, or all native-range ints, sort by value alone (one kind rank),
         # which is the order _key_sort gives; values are canonicalised in insertion order as below.
+        # A plain leaf value is its own canonical form (the first two tests above), so it is
+        # kept without a call.
         kinds = set(map(type, value))
         if kinds == _STR_KEYS or (kinds == _INT_KEYS and min(value) >= _INT_MIN and max(value) <= _INT_MAX):
-            fast = [(k, _canon(v, (path, k))) for k, v in value.items()]
+            fast = [
+                (k, v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX)
+                 else _canon(v, (path, k)))
+                for k, v in value.items()
+            ]
             fast.sort(key=_first)
             return dict(fast)
+    elif t is list:
+        return [
+            v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX) else _canon(v, (path, i))
+            for i, v in enumerate(value)
+        ]
     if isinstance(value, bool):  # bool subclasses are not a thing, but be exact
         return bool(value)
     if isinstance(value, int):
@@ -154,6 +177,7 @@ def _canon(value: Any, path: _Path) -> Any:
 
 _STR_KEYS = {str}
 _INT_KEYS = {int}
+_PLAIN = frozenset({str, bytes, bool, type(None)})  # leaf types _canon returns as they are
 
 
 def _first(kv: tuple[Any, Any]) -> Any:
@@ -189,9 +213,81 @@ def _packb(tree: Any) -> bytes:
     return out
 
 
-def pack(value: Any) -> bytes:
-    """Deterministic msgpack bytes of ``value`` (no compression)."""
-    return _packb(_canon(value, "$"))
+def pack(value: Any, *, root: str = "$") -> bytes:
+    """Deterministic msgpack bytes of ``value`` (no compression).
+
+    ``root`` names ``value`` in a refusal's path (``$['a'][1]``): a caller that packs a
+    part of a larger value on its own passes the part's path, so the message is the one
+    packing the whole would give.
+    """
+    return _packb(_canon(value, root))
+
+
+def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
+    """``pack({**fields, **{k: unpack(b) for k, b in packed.items()}})`` without re-packing.
+
+    Every value in ``packed`` must be the output of :func:`pack` (it is spliced in as
+    is: the caller vouches for it, having packed it itself); the values in ``fields`` are
+    packed here.  Keys must be ``str`` and the two key sets disjoint.  Because msgpack
+    encodes a map as a header and then each key and value in order, the result is
+    byte-identical to packing the whole map (keys sorted as :func:`_canon` sorts an
+    all-str map).
+    """
+    if any(type(k) is not str for k in fields) or any(type(k) is not str for k in packed):
+        raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
+    both = sorted(set(fields) & set(packed))
+    if both:
+        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", both))
+    for k, b in packed.items():
+        if type(b) is not bytes or not b:
+            raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
+    items: list[tuple[str, Any]] = [(k, _canon(v, ("$", k))) for k, v in fields.items()]
+    items.extend((k, _Packed(b)) for k, b in packed.items())
+    items.sort(key=_first)  # the order _canon gives an all-str map
+    # Runs of consecutive fields are packed as one map each, whose header is then cut off
+    # (one packb call per run instead of two per field); pre-packed values go in as they are.
+    out = [_map_header(len(items))]
+    run: dict[str, Any] = {}
+    for k, v in items:
+        if type(v) is _Packed:
+            if run:
+                out.append(_map_body(run))
+                run = {}
+            out.append(_packb(k) + v.data)
+        else:
+            run[k] = v
+    if run:
+        out.append(_map_body(run))
+    return b"".join(out)
+
+
+class _Packed:
+    """A value already packed by the caller (pack_map_with only)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+@functools.lru_cache(maxsize=64)
+def _map_header(n: int) -> bytes:
+    out = msgpack.Packer(use_bin_type=True).pack_map_header(n)
+    assert isinstance(out, bytes)
+    return out
+
+
+def _map_body(canon: dict[str, Any]) -> bytes:
+    """The packed items of a map of canonical values, in its (sorted) insertion order."""
+    whole = _packb(canon)
+    header = _map_header(len(canon))
+    assert whole.startswith(header)
+    return whole[len(header):]
+
+
+def encode_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
+    """:func:`encode` of the map :func:`pack_map_with` describes (the same bytes)."""
+    return compress(pack_map_with(fields, packed))
 
 
 def _needs_ext_key(k: Any) -> bool:
@@ -253,11 +349,29 @@ def unpack(data: bytes) -> Any:
 _COMPRESSOR: Callable[[], zstandard.ZstdCompressor] = lambda: zstandard.ZstdCompressor(  # noqa: E731
     level=ZSTD_LEVEL, write_content_size=True, write_checksum=False, threads=0
 )
+# One compressor and one decompressor per thread (zstandard's objects may not be shared
+# between threads); a one-shot compress()/decompress() starts from a fresh frame each time,
+# so reusing them changes no byte, it only saves building a context per call.
+_LOCAL = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    c = getattr(_LOCAL, "compressor", None)
+    if c is None:
+        c = _LOCAL.compressor = _COMPRESSOR()
+    return c
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_LOCAL, "decompressor", None)
+    if d is None:
+        d = _LOCAL.decompressor = zstandard.ZstdDecompressor()
+    return d
 
 
 def compress(data: bytes) -> bytes:
     """zstd frame of ``data`` at :data:`ZSTD_LEVEL` (deterministic)."""
-    return _COMPRESSOR().compress(data)
+    return _compressor().compress(data)
 
 
 def decompress(data: bytes) -> bytes:
@@ -267,7 +381,7 @@ def decompress(data: bytes) -> bytes:
         size = params.content_size
         if size == zstandard.CONTENTSIZE_UNKNOWN or size > MAX_DECODED_BYTES:
             raise StateFormatError(expected("zstd frame content size", f"<= {MAX_DECODED_BYTES}", size))
-        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=max(size, 1))
+        out = _decompressor().decompress(data, max_output_size=max(size, 1))
     except StateFormatError:
         raise
     except zstandard.ZstdError as exc:

@@ -117,7 +117,7 @@ def _lane_map(state: Mapping[str, Any], field: str, who: str, c: int) -> dict[in
         )
     out: dict[int, Any] = {}
     for k, v in raw.items():
-        lane = _key(k, f"{who} lane key of {field!r}")
+        lane = k if type(k) is int else _key(k, f"{who} lane key of {field!r}")
         if not 0 <= lane < c:
             raise StateFormatError(
                 expected(f"{who} lane key of {field!r}", f"a lane in [0, {c})", k)
@@ -150,12 +150,18 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
                     f"{who} world", f"a {name!r} entry (a per-rank state)", sorted(map(str, world))
                 )
             )
-    c = _int(world["canonical_replicas"], f"{who} world.canonical_replicas", lo=1)
-    ws = _int(world["world_size"], f"{who} world.world_size", lo=1)
-    rank = _int(world["global_rank"], f"{who} world.global_rank", lo=0)
+    c, ws, rank, group = (world[k] for k in ("canonical_replicas", "world_size", "global_rank", "dp_group_id"))
+    # The common valid case in one test; otherwise _int refuses (or normalises) each in turn.
+    if not (type(c) is int and type(ws) is int and type(rank) is int and type(group) is int
+            and c >= 1 and ws >= 1 and rank >= 0 and group >= 0):
+        c = _int(c, f"{who} world.canonical_replicas", lo=1)
+        ws = _int(ws, f"{who} world.world_size", lo=1)
+        rank = _int(rank, f"{who} world.global_rank", lo=0)
+        if rank >= ws:
+            raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
+        group = _int(group, f"{who} world.dp_group_id", lo=0)
     if rank >= ws:
         raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
-    group = _int(world["dp_group_id"], f"{who} world.dp_group_id", lo=0)
     raw_mapping = world["mapping"]
     if not isinstance(raw_mapping, Mapping) or not raw_mapping:
         raise StateFormatError(
@@ -164,7 +170,7 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
     mapping: dict[int, tuple[int, ...]] = {}
     owner: dict[int, int] = {}
     for g_raw, lanes_raw in raw_mapping.items():
-        g = _key(g_raw, f"{who} world.mapping key")
+        g = g_raw if type(g_raw) is int else _key(g_raw, f"{who} world.mapping key")
         if g in mapping:
             raise StateFormatError(expected(f"{who} world.mapping keys", "unique DP groups", g_raw))
         if not isinstance(lanes_raw, (list, tuple)):
@@ -173,7 +179,12 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
             )
         lanes = []
         for x in lanes_raw:
-            lane = _int(x, f"{who} world.mapping[{g}] lane", lo=0)
+            # The common case first (an int lane in range: what _int and the check below
+            # accept), so a valid shard costs no message string per lane.
+            if type(x) is int and 0 <= x < c:
+                lane = x
+            else:
+                lane = _int(x, f"{who} world.mapping[{g}] lane", lo=0)
             if lane >= c:
                 raise StateFormatError(
                     expected(f"{who} world.mapping[{g}] lane", f"a lane in [0, {c})", lane)
@@ -229,9 +240,10 @@ class _Shard:
         return f"states[{self.index}] (rank {self.world.global_rank})"
 
 
-def _load(index: int, state: Any) -> _Shard:
+def _load(index: int, state: Any, world: ShardWorld | None = None) -> _Shard:
     who = f"states[{index}]"
-    world = shard_world(state, who=who)
+    if world is None:
+        world = shard_world(state, who=who)
     c = world.canonical_replicas
     lanes = {f: _lane_map(state, f, who, c) for f in LANE_FIELDS}
     reported = set(world.lanes)
@@ -255,17 +267,24 @@ def _load(index: int, state: Any) -> _Shard:
                     f"missing lanes {missing}",
                 )
             )
+    # Each check below tests the common valid case first and builds its message (via
+    # _int) only when that test fails; _int then refuses exactly what the test did not pass.
     for lane, p in lanes["progress"].items():
         if not isinstance(p, Mapping) or "chunk_id" not in p or "offset" not in p:
             raise StateFormatError(
                 expected(f"{who} progress[{lane}]", "a dict with chunk_id and offset", p)
             )
-        _int(p["chunk_id"], f"{who} progress[{lane}].chunk_id", lo=-1)
-        _int(p["offset"], f"{who} progress[{lane}].offset", lo=0)
+        cid, off = p["chunk_id"], p["offset"]
+        if not (type(cid) is int and cid >= -1):
+            _int(cid, f"{who} progress[{lane}].chunk_id", lo=-1)
+        if not (type(off) is int and off >= 0):
+            _int(off, f"{who} progress[{lane}].offset", lo=0)
     for lane, n in lanes["lane_next_cid"].items():
-        _int(n, f"{who} lane_next_cid[{lane}]", lo=0)
+        if not (type(n) is int and n >= 0):
+            _int(n, f"{who} lane_next_cid[{lane}]", lo=0)
     for lane, n in lanes["lane_emitted"].items():
-        _int(n, f"{who} lane_emitted[{lane}]", lo=0)
+        if not (type(n) is int and n >= 0):
+            _int(n, f"{who} lane_emitted[{lane}]", lo=0)
     for lane, chunks in lanes["inflight"].items():
         if not isinstance(chunks, Mapping):
             raise StateFormatError(
@@ -274,14 +293,16 @@ def _load(index: int, state: Any) -> _Shard:
                 )
             )
         for cid in chunks:
-            _key(cid, f"{who} inflight[{lane}] cid")
+            if type(cid) is not int:
+                _key(cid, f"{who} inflight[{lane}] cid")
     for lane, bounds in lanes["epoch_boundaries"].items():
         if not isinstance(bounds, (list, tuple)):
             raise StateFormatError(
                 expected(f"{who} epoch_boundaries[{lane}]", "a list of cids", bounds)
             )
         for b in bounds:
-            _int(b, f"{who} epoch_boundaries[{lane}] cid", lo=0)
+            if not (type(b) is int and b >= 0):
+                _int(b, f"{who} epoch_boundaries[{lane}] cid", lo=0)
     raw_rr = state.get("rr_next_idx") or {}
     if not isinstance(raw_rr, Mapping):
         raise StateFormatError(
@@ -293,7 +314,7 @@ def _load(index: int, state: Any) -> _Shard:
             raise StateFormatError(
                 expected(f"{who} rr_next_idx key", "a str 'worker/active:lanes'", k)
             )
-        rr[k] = _int(v, f"{who} rr_next_idx[{k!r}]", lo=0)
+        rr[k] = v if type(v) is int and v >= 0 else _int(v, f"{who} rr_next_idx[{k!r}]", lo=0)
     return _Shard(index=index, world=world, lanes=lanes, rr=rr, state=state)
 
 
@@ -392,12 +413,22 @@ def _mid_window_warning(emitted: Mapping[int, int], c: int) -> None:
         )
 
 
-def merge(states: Sequence[Mapping[str, Any]], *, warn_mid_window: bool = True) -> dict[str, Any]:
+def merge(
+    states: Sequence[Mapping[str, Any]],
+    *,
+    warn_mid_window: bool = True,
+    worlds: Sequence[ShardWorld] | None = None,
+) -> dict[str, Any]:
     """Merge one round's per-participant engine states into one engine state.
 
     Raises StateFormatError for a malformed shard, ContractError for shards that
     do not form one consistent checkpoint (universal fields differ, DP peers
     diverge, a lane twice, a canonical lane missing).  Never mutates ``states``.
+
+    ``worlds``: ``shard_world(states[i])`` for each shard, when the caller already
+    validated them at its trust boundary (the round's leader does, as each shard
+    arrives) and has not changed them since; merge then does not validate the
+    ``world`` part a second time.  Everything else is checked as without it.
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence):
         raise StateFormatError(
@@ -405,7 +436,13 @@ def merge(states: Sequence[Mapping[str, Any]], *, warn_mid_window: bool = True) 
         )
     if not states:
         raise ContractError(expected("merge() states", "at least one shard", 0))
-    shards = [_load(i, s) for i, s in enumerate(states)]
+    if worlds is not None and (
+        len(worlds) != len(states) or not all(isinstance(w, ShardWorld) for w in worlds)
+    ):
+        raise ContractError(
+            expected("merge() worlds", f"one ShardWorld per state ({len(states)})", len(worlds))
+        )
+    shards = [_load(i, s, None if worlds is None else worlds[i]) for i, s in enumerate(states)]
     _check_universal(shards)
     # Deterministic participant order: by rank, then by the shard's first lane.
     shards.sort(key=lambda s: (s.world.global_rank, s.world.lanes, s.index))

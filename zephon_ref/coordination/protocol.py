@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias
@@ -549,6 +550,10 @@ class Machine:
         self.last_round_id: Any = state.get("last_round_id")
         self.reload_count: Any = state.get("checkpoint_reload_count", 0)
         self.result: Command | None = None
+        # Set by the subclass, after its own checks: the state packed once (see _envelope),
+        # and the object it was packed from.
+        self.packed_state = b""
+        self._packed_from: object = None
 
     # -- the one apply function -------------------------------------------------------
 
@@ -591,17 +596,34 @@ class Machine:
             return ack_key(ns, rid, participant or self.cfg.participant)
         raise AssertionError(kind)  # pragma: no cover
 
+    def _pack_state(self, *, root: str = "$") -> None:
+        """Pack ``self.state`` (refusing an unencodable one) and remember which object it was."""
+        self.packed_state = codec.pack(self.state, root=root)
+        self._packed_from = self.state
+
     def _envelope(self) -> bytes:
+        """The shard as published: the encoding of the envelope dict below.
+
+        The state was packed once, at construction (which also refused an unencodable
+        one); it is spliced in, so the first publication and any re-publication (a switch
+        to a newer round) pack it no second time.  The bytes are those of
+        ``codec.encode({..., "state": self.state})`` (codec's "packing composes").  A
+        machine reads its state dict at construction, as the leader always did: change
+        it in place afterwards and the change is not published; replace ``self.state``
+        (a test making a diverged peer does) and the new object is packed here.
+        """
         assert self.round_id is not None
-        return codec.encode(
+        if self._packed_from is not self.state:
+            self._pack_state(root="$['state']")
+        return codec.encode_map_with(
             {
                 "protocol": PROTOCOL_VERSION,
                 "round_id": self.round_id,
                 "participant": self.cfg.participant,
                 "rank": self.cfg.rank,
                 "worker": self.cfg.worker,
-                "state": self.state,
-            }
+            },
+            {"state": self.packed_state},
         )
 
     def _timeout_text(self, now: int) -> str:
@@ -632,13 +654,17 @@ class Leader(Machine):
             )
         super().__init__(state, cfg)
         self.warn_mid_window = warn_mid_window
-        self.own_bytes = self._envelope()  # refused here (StateFormatError) before any I/O
+        # Refused here (StateFormatError, the path as inside the envelope) before any I/O.
+        self._pack_state(root="$['state']")
+        self.own_bytes = self._envelope()
         self.coverage = Coverage(world=self.world)
-        self.states: dict[str, Mapping[str, Any]] = {}
+        self.states: dict[str, Mapping[str, Any]] = {}  # decoded here, never mutated
+        self.worlds: dict[str, ShardWorld] = {}  # shard_world() of each, from _accept
         self.listed: set[str] = set()
-        self.queue: list[str] = []
+        # FIFO queues (deque: popping the head of a 200,000-key list costs a memmove each)
+        self.queue: deque[str] = deque()
         self.acks_pending: set[str] = set()
-        self.ack_queue: list[str] = []
+        self.ack_queue: deque[str] = deque()
         self.error: AggregationError | ZephonRefError | None = None
         self.merged: dict[str, Any] | None = None
 
@@ -718,7 +744,7 @@ class Leader(Machine):
         return self._sleep(now, Phase.SHARD_POLL)
 
     def _read_shard(self, ev: Fetched) -> Command:
-        key = self.queue.pop(0)
+        key = self.queue.popleft()
         if ev.data is None:
             # Vanished between list and read (a follower withdrew): forget it, re-list later.
             self.listed.discard(key)
@@ -766,9 +792,12 @@ class Leader(Machine):
                     expected(f"{k} in the shard published as {name}", repr(want), env.get(k)),
                     reason="rank-mismatch" if k == "rank" else "envelope-mismatch",
                 )
+        # The trust boundary: a shard is validated here, once, as it arrives; merge is
+        # handed this ShardWorld instead of validating the world part again.
         w = shard_world(env["state"], who=f"the shard of {name}")
         self.coverage.add(name, rank, worker, w)
         self.states[name] = env["state"]
+        self.worlds[name] = w
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
@@ -777,7 +806,11 @@ class Leader(Machine):
             )
         order = sorted(self.states, key=parse_participant)
         try:
-            merged = merge([self.states[n] for n in order], warn_mid_window=self.warn_mid_window)
+            merged = merge(
+                [self.states[n] for n in order],
+                warn_mid_window=self.warn_mid_window,
+                worlds=[self.worlds[n] for n in order],
+            )
             data = codec.encode(merged)
         except ZephonRefError as exc:
             return self._fail(exc)
@@ -848,7 +881,7 @@ class Leader(Machine):
 
     def _next_ack_delete(self) -> Command:
         if self.ack_queue:
-            return self._go(Phase.DELETE_ACKS, Delete(self.ack_queue.pop(0)))
+            return self._go(Phase.DELETE_ACKS, Delete(self.ack_queue.popleft()))
         prev = self.last_round_id
         if isinstance(prev, str) and _ID.fullmatch(prev) and prev != self.round_id:
             return self._go(Phase.DELETE_PREVIOUS, Delete(outcome_key(self.cfg.namespace, prev)))
@@ -929,7 +962,7 @@ class Follower(Machine):
             )
         super().__init__(state, cfg)
         self.round_id = None
-        codec.encode(state)  # refuse an unencodable state before any I/O
+        self._pack_state()  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
         self.error: AggregationError | ZephonRefError | None = None
         self.merged: dict[str, Any] | None = None

@@ -1,0 +1,182 @@
+"""The round's state is packed once and a shard is validated once, with the same bytes and refusals.
+
+Followers and the leader pack their engine state at construction and splice those bytes
+into each envelope they publish (codec.pack_map_with); the leader validates a shard's
+``world`` where it decodes the shard (its trust boundary, Leader._accept) and hands that
+ShardWorld to merge(worlds=...).  These tests hold both shortcuts to the straightforward
+computation: the envelope bytes equal codec.encode of the whole envelope dict, merge with
+worlds equals merge without, and a malformed or forged shard is still refused, at the
+boundary, before any merge.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.cluster import Cluster, Participant, topology_states
+from zephon_ref.checkpoint import codec
+from zephon_ref.coordination import protocol
+from zephon_ref.coordination.merge import merge, shard_world
+from zephon_ref.coordination.protocol import Follower, Leader, RoundConfig, outcome_key, shard_key
+from zephon_ref.errors import AggregationError, ContractError, StateFormatError
+
+pytestmark = pytest.mark.filterwarnings("ignore:checkpoint taken mid-window")
+
+NS = "run-0"
+T = 1000
+
+_scalars = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6) | st.binary(max_size=6)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=5), st.text(max_size=6), _values)
+def test_a_spliced_map_has_the_bytes_of_the_whole_map(fields: dict[str, Any], key: str, value: Any) -> None:
+    fields.pop(key, None)
+    whole = {**fields, key: value}
+    spliced = codec.encode_map_with(fields, {key: codec.pack(value)})
+    assert spliced == codec.encode(whole)
+    assert codec.decode(spliced) == codec.decode(codec.encode(whole))
+
+
+def test_pack_map_with_refuses_what_it_cannot_splice() -> None:
+    with pytest.raises(StateFormatError, match="str"):
+        codec.pack_map_with({1: "x"}, {"s": codec.pack(1)})  # type: ignore[dict-item]
+    with pytest.raises(StateFormatError, match="not both"):
+        codec.pack_map_with({"s": 1}, {"s": codec.pack(1)})
+    with pytest.raises(StateFormatError, match="pre-packed"):
+        codec.pack_map_with({}, {"s": ""})  # type: ignore[dict-item]
+    with pytest.raises(StateFormatError, match=r"\$\['a'\]\[0\].*set"):
+        codec.pack_map_with({"a": [{1}]}, {})
+
+
+def _cfg(rank: int, *, ws: int = 2, rid: str | None = None) -> RoundConfig:
+    return RoundConfig(namespace=NS, rank=rank, world_size=ws, token=f"t{rank}", timeout=T, poll=10,
+                       stale_grace=100, round_id=rid)
+
+
+def _envelope(rid: str, rank: int, state: Any) -> dict[str, Any]:
+    return {"protocol": 1, "round_id": rid, "participant": f"r{rank}_w0_t{rank}", "rank": rank, "worker": 0,
+            "state": state}
+
+
+def test_published_envelopes_are_the_straightforward_encoding() -> None:
+    sts = topology_states(3, canonical_replicas=4, world_size=3)
+    lead = Leader(sts[(0, 0)], _cfg(0, ws=3, rid="rid1"), warn_mid_window=False)
+    assert lead.own_bytes == codec.encode(_envelope("rid1", 0, sts[(0, 0)]))
+    fol = Follower(sts[(2, 0)], _cfg(2, ws=3))
+    for rid in ("rid1", "rid2"):  # a switch to a newer round re-publishes the same state
+        fol.round_id = rid
+        assert fol._envelope() == codec.encode(_envelope(rid, 2, sts[(2, 0)]))
+    # a state replaced on the machine (as tests make a diverged peer) is what gets published
+    fol.state = copy.deepcopy(sts[(2, 0)])
+    fol.state["progress"][next(iter(fol.state["progress"]))] = {"chunk_id": 7, "offset": 1}
+    assert fol._envelope() == codec.encode(_envelope("rid2", 2, fol.state))
+
+
+def test_an_unencodable_state_is_still_refused_at_construction_with_its_path() -> None:
+    sts = topology_states(3, canonical_replicas=4, world_size=2)
+    bad = {**sts[(1, 0)], "work_config": {"k": {1, 2}}}
+    with pytest.raises(StateFormatError, match=r"\$\['work_config'\]\['k'\].*set"):
+        Follower(bad, _cfg(1))
+    bad0 = {**sts[(0, 0)], "work_config": {"k": {1, 2}}}
+    with pytest.raises(StateFormatError, match=r"\$\['state'\]\['work_config'\]\['k'\].*set"):
+        Leader(bad0, _cfg(0, rid="rid1"))
+
+
+def test_merge_with_the_leaders_worlds_equals_merge_without() -> None:
+    sts = topology_states(5, canonical_replicas=8, world_size=6, dp_degree=3, workers=2)
+    states = [s for _, s in sorted(sts.items())]
+    worlds = [shard_world(s) for s in states]
+    assert codec.encode(merge(states, worlds=worlds)) == codec.encode(merge(states))
+    with pytest.raises(ContractError, match="one ShardWorld per state"):
+        merge(states, worlds=worlds[:-1])
+    # merge still checks everything but the world part: a malformed lane field is refused
+    broken = copy.deepcopy(states)
+    lane = next(iter(broken[1]["progress"]))
+    broken[1]["progress"][lane] = {"chunk_id": "x", "offset": 0}
+    with pytest.raises(StateFormatError, match="chunk_id"):
+        merge(broken, worlds=[shard_world(s) for s in broken])
+
+
+def _leader_seeing(extra: dict[str, bytes]) -> tuple[Cluster, Participant]:
+    """A 2-rank round whose follower is replaced by ``extra`` shard bytes in storage."""
+    sts = topology_states(8, canonical_replicas=4, world_size=2)
+    cl = Cluster()
+    lead = cl.add("leader", Leader(sts[(0, 0)], _cfg(0, rid="rid1"), warn_mid_window=False))
+    for _ in range(3):  # start, announce, publish its own shard
+        cl.step(lead)
+    cl.backend.data.update(extra)
+    cl.run()
+    return cl, lead
+
+
+def _bad_world(edit: str) -> dict[str, Any]:
+    st = copy.deepcopy(topology_states(8, canonical_replicas=4, world_size=2)[(1, 0)])
+    if edit == "lane-out-of-range":
+        st["world"]["mapping"] = {0: [0, 1], 1: [2, 9]}
+    elif edit == "stray-lane":
+        st["progress"][0] = {"chunk_id": -1, "offset": 0}  # lane 0 is group 0's, not rank 1's
+    elif edit == "no-world-size":
+        del st["world"]["world_size"]
+    else:  # pragma: no cover
+        raise AssertionError(edit)
+    return st
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    ("lane-out-of-range", r"world\.mapping\[1\] lane"),
+    ("stray-lane", "a subset of the group's lanes"),
+    ("no-world-size", "world_size"),
+])
+def test_a_malformed_shard_world_is_refused_where_the_leader_decodes_it(
+    edit: str, match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged: list[int] = []
+    real_merge = protocol.merge
+    monkeypatch.setattr(protocol, "merge", lambda *a, **k: merged.append(1) or real_merge(*a, **k))
+    name = "r1_w0_x"
+    env = {**_envelope("rid1", 1, _bad_world(edit)), "participant": name}
+    cl, lead = _leader_seeing({shard_key(NS, "rid1", name): codec.encode(env)})
+    err = lead.machine.error  # type: ignore[attr-defined]
+    assert isinstance(err, StateFormatError) and "the shard of r1_w0_x" in str(err)
+    assert re.search(match, str(err))
+    assert merged == []  # refused at the boundary: merge never saw it
+    assert cl.now < T and cl.backend.data[outcome_key(NS, "rid1")].startswith(b"F")
+
+
+def test_a_malformed_lane_field_is_still_refused_by_the_merge(monkeypatch: pytest.MonkeyPatch) -> None:
+    st = copy.deepcopy(topology_states(8, canonical_replicas=4, world_size=2)[(1, 0)])
+    lane = next(iter(st["lane_next_cid"]))
+    st["lane_next_cid"][lane] = -3
+    name = "r1_w0_x"
+    env = {**_envelope("rid1", 1, st), "participant": name}
+    cl, lead = _leader_seeing({shard_key(NS, "rid1", name): codec.encode(env)})
+    err = lead.machine.error  # type: ignore[attr-defined]
+    assert isinstance(err, StateFormatError) and "lane_next_cid" in str(err)
+    assert cl.backend.data[outcome_key(NS, "rid1")].startswith(b"F")
+
+
+def test_a_forged_rank_is_still_refused_at_the_boundary() -> None:
+    st = copy.deepcopy(topology_states(8, canonical_replicas=4, world_size=2)[(1, 0)])
+    st["world"]["global_rank"] = 0
+    name = "r1_w0_x"
+    env = {**_envelope("rid1", 1, st), "participant": name}
+    _, lead = _leader_seeing({shard_key(NS, "rid1", name): codec.encode(env)})
+    err = lead.machine.error  # type: ignore[attr-defined]
+    assert isinstance(err, AggregationError) and err.reason == "rank-mismatch"
+
