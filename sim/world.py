@@ -85,6 +85,7 @@ from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
+from zephon_ref.checkpoint.storage import TEMP_PREFIX, temp_target
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
@@ -210,7 +211,7 @@ class _Nemesis:
             return None
         torn = op == "write"
         self.w._probe("fault_torn_write" if torn else "fault_io_error")
-        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, path.name))
+        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, _stable(path.name)))
         return Fault(op, errno.ENOSPC if torn else errno.EIO, torn=torn)
 
     def corrupt(self, path: Path, data: bytes) -> bytes | None:
@@ -220,7 +221,7 @@ class _Nemesis:
         if not self.w.choices.chance("storage/read-corruption", *cfg.read_corruption):
             return None
         self.w._probe("fault_read_corruption")
-        self.w._log("fault", "info", "nemesis", ("read-corruption", path.name))
+        self.w._log("fault", "info", "nemesis", ("read-corruption", _stable(path.name)))
         i = len(data) // 2
         return data[:i] + bytes([data[i] ^ 0xA5]) + data[i + 1:]
 
@@ -249,8 +250,16 @@ class _Nemesis:
             w._probe("crash_between_shards_and_manifest")
         if self.during == "restore":
             w._probe("crash_during_restore")
-        w._log("fault", "info", "nemesis", (f"crash-during-{self.during}", op, path.name))
+        w._log("fault", "info", "nemesis", (f"crash-during-{self.during}", op, _stable(path.name)))
         raise _Crash(f"crash after {op} {path.name}")
+
+
+def _stable(name: str) -> str:
+    """A file name for the history: a temp file's random token (the durable store's, for
+    uniqueness only) replaced by ``<token>``, so the same seed logs the same names (the
+    fingerprint hashes them)."""
+    target = temp_target(name)
+    return name if target is None else f"{TEMP_PREFIX}{target}.<token>"
 
 
 class World:
@@ -650,7 +659,7 @@ class World:
                                                                          *self.cfg.lose_unflushed))
             if lost:
                 self._probe("fault_lost_unflushed")
-                self._log("fault", "info", "nemesis", ("lost-unflushed", tuple(n for _, n in lost)))
+                self._log("fault", "info", "nemesis", ("lost-unflushed", tuple(_stable(n) for _, n in lost)))
             self._maybe_rot()
         options = self.cfg.restart_ranks or (self.dp,)
         dp = self.choices.choose("restart/ranks", options)

@@ -85,6 +85,15 @@ def test_the_same_seed_gives_the_same_fingerprint_in_another_process() -> None:
     assert run_seed(5).fingerprint != here.fingerprint
 
 
+def test_temp_file_tokens_do_not_reach_the_fingerprint() -> None:
+    """Regression: the durable store names its temp files with a random token (uniqueness only);
+    the world logged them as they were, so a seed that crashed inside a save gave another
+    fingerprint on every run, in the same process too."""
+    seed, ov = TARGETED[0]
+    first, second = run_seed(seed, **ov), run_seed(seed, **ov)
+    assert first.probes["crash_during_restore"] and first.fingerprint == second.fingerprint
+
+
 def test_a_parallel_sweep_gives_the_single_process_fingerprints() -> None:
     seeds = [4, 7]
     par = sweep(seeds, {}, jobs=2, progress=False)
