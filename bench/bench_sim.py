@@ -50,6 +50,7 @@ def _big_rows(steps: int) -> list[dict[str, object]]:
     ov: dict[str, Any] = dict(lanes=512, ranks=64, workers=1, steps=steps, faults="crash,resize",
                               crash=[1, 20000], resize=[1, 2], max_crashes=2, restart_ranks=[32, 64],
                               storage=False, aggregation=False, lineage=False, record_deliveries=False,
+                              mid_step_checkpoint=[0, 1],  # the configuration measured before mid-step cuts existed
                               layout={"web": (docs,), "code": (docs // 2,), "books": (docs // 4,)})
     t0 = time.perf_counter()  # clock-ok: measurement only
     reference_for(workload_of(derive_config(1, **ov)))  # the uninterrupted reference, timed apart

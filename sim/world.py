@@ -185,6 +185,7 @@ class _Part:
     share: list[Any] = field(default_factory=list)
     raw: list[Any] = field(default_factory=list)
     alive: bool = True
+    done: bool = False  # has its share of the current step (or ran dry); World._n_done counts these
 
 
     @property
@@ -271,11 +272,15 @@ class World:
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
         self.kernel = Kernel()
         self.history: list[Event] = []
-        self.published: list[tuple[int, dict[str, Any]]] = []  # (global step, merged state)
+        # (global step, merged state); a restore reads only the newest, so older states are released
+        # (None) when a newer one is published: a 2,000-step 512-lane run would otherwise hold 2,000
+        self.published: list[tuple[int, dict[str, Any] | None]] = []
         self.step = 0
         self.crashes = 0
         self.resizes = 0
         self.parts: list[_Part] = []
+        self._live: list[_Part] = []  # the participants that own lanes
+        self._n_done = 0  # how many of them are done with the current step (O(1) per event, not O(ranks))
         self.dp = 0
         self.speed: list[int] = []
         self.incarnation = 0
@@ -359,12 +364,26 @@ class World:
             for k, p in enumerate(participants(self.build, dp, cfg.workers, state=state)):
                 eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None)
                 self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
+        self._live = [p for p in self.parts if p.lanes]
+        self._recount()
         if cfg.workers > 1:
             self._probe("workers_split")
         self._log("start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)})
         for i, part in enumerate(self.parts):
             if part.lanes:
                 self._schedule(i, self.incarnation)
+
+    def _refresh(self, part: _Part) -> None:
+        """Keep ``part.done`` and the count of done participants in step with its share and engine."""
+        d = len(part.share) >= len(part.lanes) or part.engine.finished
+        if d != part.done:
+            part.done = d
+            self._n_done += 1 if d else -1
+
+    def _recount(self) -> None:
+        for p in self._live:
+            p.done = len(p.share) >= len(p.lanes) or p.engine.finished
+        self._n_done = sum(p.done for p in self._live)
 
     def _tombstone_observer(self, incarnation: int) -> Callable[[Any], None]:
         """The engines' ``on_tombstone`` observer: a tombstone joins the timeline (see
@@ -432,6 +451,7 @@ class World:
                         part.raw.append(x)
                     if self.record_deliveries:
                         self._log("deliver", "ok", part.name, v)
+                    self._refresh(part)
                     if not self._maybe_take_step() and cfg.mid_step_checkpoint[0] and \
                             self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint):
                         # a cut between two deliveries of this global step (mid-window)
@@ -442,22 +462,26 @@ class World:
                     return
             else:
                 part.engine.run_stage(int(step.split(":")[1]))
+            self._refresh(part)
         self._maybe_take_step()
         if not self.ended and incarnation == self.incarnation and not self._paused:
             self._schedule(i, incarnation)
 
     def _maybe_take_step(self) -> bool:
         """Take the global step if every participant has its share; True when it did (or the data ended)."""
-        live = [p for p in self.parts if p.lanes]
-        # a share can exceed the lane count only after a mid-step cut restored on another topology
-        # (the pre-cut items of two old participants may land on one new participant)
-        if not all(p.alive and (len(p.share) >= len(p.lanes) or p.engine.finished) for p in live):
+        live = self._live
+        # done: a share of one item per owned lane, or ran dry.  A share can exceed the lane count only
+        # after a mid-step cut restored on another topology (the pre-cut items of two old
+        # participants may land on one new participant)
+        if self._n_done < len(live) or not all(p.alive for p in live):
             return False
+        assert all(p.done == (len(p.share) >= len(p.lanes) or p.engine.finished) for p in live)
         items = [v for p in live for v in p.share]
         raw = [x for p in live for x in p.raw]
         order = tuple(tuple(lane for lane, _ in p.share) for p in live)
         for p in live:
             p.share, p.raw = [], []
+        self._recount()
         if not items:  # every participant finished: the data ran out
             self._probe("end_of_data")
             self._end("end-of-data")
@@ -557,6 +581,8 @@ class World:
     def _publish(self, merged: dict[str, Any], resize_to: int | None, *, paused: bool = False) -> None:
         latency = 0
         if not self.cfg.storage:
+            if self.published:
+                self.published[-1] = (self.published[-1][0], None)
             self.published.append((self.step, merged))
             ok: bool = True
             self._log("checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)})
@@ -723,6 +749,7 @@ class World:
                     part.share.append((lane, v))
                     if self.keep_items:
                         part.raw.append(raw)
+                self._recount()
                 self._probe("restore_mid_step")
                 if dp != cut.dp:
                     self._probe("restore_mid_step_remapped")
@@ -737,7 +764,9 @@ class World:
         if not self.cfg.storage:
             if not self.published:
                 return None
-            step, state = self.published[-1]
+            step, last = self.published[-1]
+            assert last is not None  # only older states are released
+            state = last
             self._restored = {"generation": len(self.published), "intact": True}
             return step, state
         self.nemesis.armed, self.nemesis.during = attempt < 3, "restore"  # later attempts see a calm disk
