@@ -39,7 +39,8 @@ uninterrupted single-rank reference run cut into global steps:
   topology: after a mid-step cut restored on another rank count (the snapshot's ``dp``
   and ``mid_step`` entries say so) the lanes sit at different frontiers for the rest of
   that timeline, so those steps are *drifted* and exempt from both step checks (the
-  per-lane checks still hold them);
+  per-lane checks still hold them; a ``restore ok`` entry's ``mid_step`` and ``cut_dp``
+  say so too, for a generation the history has no snapshot of);
 * a ``restore ok`` whose generation the world did not save with exactly the loaded
   state is a restore that accepted a bad checkpoint;
 * ``step ok`` numbers must follow each other (a step taken twice or skipped);
@@ -176,12 +177,14 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
             restores += 1
             gen = e.extra.get("generation") if isinstance(e.extra, dict) else None
             new_dp = int(e.detail) if isinstance(e.detail, int) else dp
+            info = e.extra if isinstance(e.extra, dict) else {}
             if gen is not None and gen in snapshots:
                 # the trainer resumes from the generation's state: the stream consumed when it was saved
                 snap = snapshots[gen]
                 consumed, dp_of_step, remap_of_step = list(snap[0]), list(snap[1]), list(snap[2])
                 drift_of_step, order_of_step = list(snap[3]), list(snap[4])
-                drifted = snap[5] or (snap[7] > 0 and snap[6] != new_dp)
+                mid, cut_dp = int(info.get("mid_step", snap[7]) or 0), int(info.get("cut_dp", snap[6]) or 0)
+                drifted = snap[5] or (mid > 0 and cut_dp != new_dp)
                 if len(consumed) != e.step:
                     problems.append(Problem("step-order", f"restore of generation {gen} claims step {e.step}, "
                                             f"it was saved after {len(consumed)} steps", seed, e.step))
@@ -192,7 +195,9 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
             else:
                 for lst in (consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step):
                     del lst[e.step:]
-                drifted = bool(drift_of_step and drift_of_step[-1])
+                # no snapshot of this generation: the restore entry says whether its cut was mid-step
+                drifted = bool(drift_of_step and drift_of_step[-1]) or (
+                    int(info.get("mid_step") or 0) > 0 and int(info.get("cut_dp") or 0) != new_dp)
             before = dp_of_step[-1] if dp_of_step else dp
             dp = new_dp
             if dp != before and e.step > 0:

@@ -754,6 +754,7 @@ class World:
                 if dp != cut.dp:
                     self._probe("restore_mid_step_remapped")
             self._restored["mid_step"] = len(cut.partial)
+            self._restored["cut_dp"] = cut.dp
             self._log("restore", "ok", "job", dp, extra=self._restored)
             return
         raise RuntimeError("sim: expected a restore to get through within 8 attempts, it did not")

@@ -142,3 +142,14 @@ def test_interleaving_is_exempt_after_a_mid_step_cut_restored_on_another_topolog
     repeat = (reference[1][0], *step[1:])
     events[-1] = Event(0, "step", 3, repeat, extra=events[-1].extra)
     assert "duplicated" in [p.kind for p in check_run(events, reference).witnesses]
+
+
+def test_a_restore_entry_alone_says_its_cut_was_mid_step(reference: list[Any]) -> None:
+    """A generation the history holds no snapshot of (a save that failed after linking its
+    manifest is logged ``info``): the restore entry's ``mid_step`` and ``cut_dp`` decide."""
+    events = _cut_and_restore(reference, 1)
+    del events[2]  # no checkpoint entry for generation 1
+    events[2] = Event(0, "restore", 2, 1, extra={"generation": 1, "intact": True, "mid_step": 1, "cut_dp": 2})
+    assert check_run(events, reference).ok
+    events[2] = Event(0, "restore", 2, 1, extra={"generation": 1, "intact": True, "mid_step": 1, "cut_dp": 1})
+    assert [p.kind for p in check_run(events, reference).witnesses] == ["interleaving"]
