@@ -104,6 +104,12 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
             cfg[f] = [0, 1]
     if not cfg["aggregation"]:
         cfg["round_crash"] = [0, 1]
+    mid = overrides.pop("mid_step", None)
+    if mid is not None:  # a mid-step checkpoint cut once in ``mid`` deliveries (0: never)
+        if type(mid) is not int or mid < 0:
+            raise ValueError(f"mid_step: expected an int >= 0 (a cut once in that many deliveries; 0: never), "
+                             f"received {mid!r}")
+        overrides.setdefault("mid_step_checkpoint", [1, mid] if mid else [0, 1])
     docs = overrides.pop("docs", None)
     if docs is not None:  # a corpus of ``docs`` web documents, half as many code, a quarter as many books
         overrides.setdefault("layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)})

@@ -112,6 +112,10 @@ def test_overrides_and_bad_input() -> None:
         derive_config(9, faults="meteor")
     with pytest.raises(ValueError, match="override"):
         derive_config(9, colour="red")
+    assert derive_config(9, mid_step=5)["mid_step_checkpoint"] == [1, 5]
+    assert derive_config(9, mid_step=0)["mid_step_checkpoint"] == [0, 1]
+    with pytest.raises(ValueError, match="mid_step"):
+        derive_config(9, mid_step=-1)
     assert list(parse_seeds("3..5")) == [3, 4, 5]
     with pytest.raises(Exception, match="seeds"):
         parse_seeds("5..3")
