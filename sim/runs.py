@@ -15,7 +15,12 @@ values after the draw.  The result is a plain JSON-able dict; :func:`world_confi
 the history checker (:func:`sim.history.check_history`) against an uninterrupted
 single-rank run of the same workload (cached per workload), and, when the run drained
 the data, the lineage checker (:func:`sim.checker.check_lineage`) on the items the
-trainer consumed.  It returns a frozen :class:`RunResult`; its ``fingerprint`` is a
+trainer consumed and the tombstones of its timeline (:attr:`sim.world.World.tombstones`:
+observed through the engine's ``on_tombstone`` hook, rolled back with restores), so an
+offset closed by nothing, or twice (two records, two tombstones, or one of each), fails
+the run with a witness naming the offset and its closers.  ``mid_step`` (an int, 1 in N
+deliveries; 0: never) sets ``mid_step_checkpoint``, the rate of checkpoint cuts inside a
+global step, which the seed otherwise draws (off in half the runs).  It returns a frozen :class:`RunResult`; its ``fingerprint`` is a
 sha256 of the kernel trace, the decisions and the history, so the same seed gives the
 same fingerprint in any process.
 

@@ -29,6 +29,8 @@ TARGETED: list[tuple[int, dict[str, Any]]] = [
          "checkpoint_every": 1}),  # restore refuses every damaged generation
     (0, {"storage": True, "faults": "crash,read_corruption,bit_rot,slow,resize", "crash": [1, 800], "max_crashes": 3,
          "checkpoint_every": 2, "lanes": 4, "ranks": 4, "restart_ranks": [1, 3, 4]}),  # read corruption, bit rot
+    (5, {"mid_step": 6, "faults": "crash", "crash": [1, 150], "max_crashes": 4}),  # mid-step cuts restored,
+    # on the same and on another rank count, and the run drains (lineage checked across them)
 ]
 
 
@@ -68,7 +70,8 @@ def test_every_fault_kind_is_reached_by_a_ci_seed(smoke: dict[int, Any]) -> None
              "crash_during_restore", "crash_between_shards_and_manifest", "two_crashes_in_one_interval",
              "resize_while_rank_slow", "remap_n_to_1", "remap_1_to_n", "uneven_restart", "fault_io_error",
              "fault_torn_write", "fault_read_corruption", "fault_stale_listing", "fault_latency_spike",
-             "fault_lost_unflushed", "fault_bit_rot", "restore_refused_all", "workers_split", "aggregation_round"]
+             "fault_lost_unflushed", "fault_bit_rot", "restore_refused_all", "workers_split", "aggregation_round",
+             "mid_step_checkpoint", "restore_mid_step", "restore_mid_step_remapped"]
     missing = [k for k in kinds if not reached.get(k)]
     assert not missing, f"fault kinds / probes no CI seed reaches: {missing}"
 
