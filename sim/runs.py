@@ -20,9 +20,9 @@ observed through the engine's ``on_tombstone`` hook, rolled back with restores),
 offset closed by nothing, or twice (two records, two tombstones, or one of each), fails
 the run with a witness naming the offset and its closers.  ``mid_step`` (an int, 1 in N
 deliveries; 0: never) sets ``mid_step_checkpoint``, the rate of checkpoint cuts inside a
-global step, which the seed otherwise draws (off in half the runs).  It returns a frozen :class:`RunResult`; its ``fingerprint`` is a
-sha256 of the kernel trace, the decisions and the history, so the same seed gives the
-same fingerprint in any process.
+global step, which the seed otherwise draws (off in a quarter of the runs).  It returns
+a frozen :class:`RunResult`; its ``fingerprint`` is a sha256 of the kernel trace, the
+decisions and the history, so the same seed gives the same fingerprint in any process.
 
 What may not live here: pipeline logic, and anything from ``properties``.
 """
@@ -91,8 +91,8 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
         "microbatch_size": c.choose("config/microbatch", (1, 2)),
         "ensure_mixture": c.chance("config/ensure-mixture", 3, 4),
         "shuffle_seed": c.integer("config/shuffle-seed", 0, 9),
-        # checkpoint cuts between two deliveries of a global step (per delivery; half the runs)
-        "mid_step_checkpoint": list(c.choose("config/mid-step", ((0, 1), (0, 1), (1, 40), (1, 150)))),
+        # checkpoint cuts between two deliveries of a global step (per delivery; off in a quarter of the runs)
+        "mid_step_checkpoint": list(c.choose("config/mid-step", ((0, 1), (1, 6), (1, 25), (1, 100)))),
     }
     faults = [f for f in FAULTS if c.chance(f"config/fault/{f}", 1, 2)]
     spec = overrides.pop("faults", None) if "faults" in overrides else None
