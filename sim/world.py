@@ -281,6 +281,7 @@ class World:
         self.parts: list[_Part] = []
         self._live: list[_Part] = []  # the participants that own lanes
         self._n_done = 0  # how many of them are done with the current step (O(1) per event, not O(ranks))
+        self._rank_dead = False  # a rank of this incarnation crashed (the job has not noticed yet)
         self.dp = 0
         self.speed: list[int] = []
         self.incarnation = 0
@@ -365,6 +366,7 @@ class World:
                 eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None)
                 self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
         self._live = [p for p in self.parts if p.lanes]
+        self._rank_dead = False
         self._recount()
         if cfg.workers > 1:
             self._probe("workers_split")
@@ -452,7 +454,8 @@ class World:
                     if self.record_deliveries:
                         self._log("deliver", "ok", part.name, v)
                     self._refresh(part)
-                    if not self._maybe_take_step() and cfg.mid_step_checkpoint[0] and \
+                    # a dead rank (not noticed yet) cannot take part in a checkpoint: no cut then
+                    if not self._maybe_take_step() and cfg.mid_step_checkpoint[0] and not self._rank_dead and \
                             self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint):
                         # a cut between two deliveries of this global step (mid-window)
                         self._probe("mid_step_checkpoint")
@@ -663,6 +666,7 @@ class World:
         for p in self.parts:
             if p.rank == rank:
                 p.alive = False
+        self._rank_dead = True
         inc = self.incarnation
         if self._round is not None:
             self._probe("crash_during_aggregation")
