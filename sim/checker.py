@@ -17,7 +17,8 @@ per lane:
 
 * **lost**: admitted offsets with no closing out-edge (reach nothing that closes them);
 * **duplicated**: offsets with more than one closing out-edge (closed twice, by two
-  records, two tombstones, or one of each);
+  records, two tombstones, or one of each); the minimal witness of each (``closers``)
+  names the offset and every record or tombstone that closed it;
 * **unexpected**: records or tombstones with an in-edge from an offset the lane did
   not admit (a record of another lane, a chunk never admitted, an offset past the
   chunk's end).
@@ -50,13 +51,18 @@ Node = tuple[Any, ...]
 
 @dataclass(frozen=True, slots=True)
 class LaneLineage:
-    """One lane's verdict; ``unexpected`` names records as ``(kind, index, cursor key)``."""
+    """One lane's verdict; ``unexpected`` names records as ``(kind, index, cursor key)``;
+    ``closers`` is the witness of each duplicated offset (in the order of ``duplicated``):
+    ``(offset, ((kind, index, cursor key), ...))``, every record or tombstone closing it,
+    kind ``"record"`` or ``"tombstone"``, index its position among the delivered records
+    (``"d<i>"`` for a tombstone found among them) or among the tombstones."""
 
     lane: int
     admitted: int
     lost: tuple[Offset, ...] = ()
     duplicated: tuple[Offset, ...] = ()
     unexpected: tuple[tuple[Any, ...], ...] = ()
+    closers: tuple[tuple[Offset, tuple[tuple[Any, ...], ...]], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -84,6 +90,10 @@ class LineageReport:
             parts = [f"{name} {len(items)}: {list(items[:limit])}{' ...' if len(items) > limit else ''}"
                      for name, items in (("lost", v.lost), ("duplicated", v.duplicated),
                                          ("unexpected", v.unexpected)) if items]
+            if v.closers:
+                off, who = v.closers[0]
+                parts.append(f"offset {off} closed {len(who)} times, by " +
+                             ", ".join(f"{kind} {idx} {key!r:.80}" for kind, idx, key in who))
             lines.append(f"lane {lane} ({v.admitted} admitted offsets): " + "; ".join(parts))
         return "\n".join(lines) if lines else "ok"
 
@@ -157,13 +167,14 @@ def check_lineage(
     report: dict[int, LaneLineage] = {}
     for lane in lanes:
         lost: list[Offset] = []
-        dup: list[Offset] = []
+        dup: list[tuple[Offset, tuple[tuple[Any, ...], ...]]] = []
         bad: set[tuple[Any, ...]] = set()
         n_admitted = 0
         for node, data in g.nodes(data=True):
             if node[0] != "offset" or data["lane"] != lane:
                 continue
-            closers = sum(1 for _, _, c in g.out_edges(node, data="closing") if c)
+            closing = [succ for _, succ, c in g.out_edges(node, data="closing") if c]
+            closers = len(closing)
             if not data["admitted"]:
                 bad.update((succ[0], succ[1], g.nodes[succ]["key"]) for succ in g.successors(node))
                 continue
@@ -171,7 +182,8 @@ def check_lineage(
             if closers == 0:
                 lost.append((node[2], node[3]))
             elif closers > 1:
-                dup.append((node[2], node[3]))
-        report[lane] = LaneLineage(lane, n_admitted, tuple(sorted(lost)), tuple(sorted(dup)),
-                                   tuple(sorted(bad, key=repr)))
+                dup.append(((node[2], node[3]), tuple((s[0], s[1], g.nodes[s]["key"]) for s in closing)))
+        dup.sort(key=lambda d: d[0])
+        report[lane] = LaneLineage(lane, n_admitted, tuple(sorted(lost)), tuple(d[0] for d in dup),
+                                   tuple(sorted(bad, key=repr)), tuple(dup))
     return LineageReport(report, g)

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-``run --seed N [--ranks --workers --lanes --steps --faults --checkpoint-every ...]``
+``run --seed N [--ranks --workers --lanes --steps --faults --checkpoint-every --mid-step N ...]``
 derives the run's configuration from the seed (:func:`sim.runs.derive_config`; flags
 override), prints it as one JSON line first, runs and checks it, prints a summary, on
 failure a one-line command that reproduces it (the same seed and flags give the same
@@ -34,7 +34,7 @@ from sim.world import PROBES
 
 __all__ = ["main", "parse_seeds"]
 
-_FLAGS = ("ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes", "docs")
+_FLAGS = ("ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes", "docs", "mid_step")
 
 
 def parse_seeds(text: str) -> range:

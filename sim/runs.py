@@ -15,9 +15,14 @@ values after the draw.  The result is a plain JSON-able dict; :func:`world_confi
 the history checker (:func:`sim.history.check_history`) against an uninterrupted
 single-rank run of the same workload (cached per workload), and, when the run drained
 the data, the lineage checker (:func:`sim.checker.check_lineage`) on the items the
-trainer consumed.  It returns a frozen :class:`RunResult`; its ``fingerprint`` is a
-sha256 of the kernel trace, the decisions and the history, so the same seed gives the
-same fingerprint in any process.
+trainer consumed and the tombstones of its timeline (:attr:`sim.world.World.tombstones`:
+observed through the engine's ``on_tombstone`` hook, rolled back with restores), so an
+offset closed by nothing, or twice (two records, two tombstones, or one of each), fails
+the run with a witness naming the offset and its closers.  ``mid_step`` (an int, 1 in N
+deliveries; 0: never) sets ``mid_step_checkpoint``, the rate of checkpoint cuts inside a
+global step, which the seed otherwise draws (off in a quarter of the runs).  It returns
+a frozen :class:`RunResult`; its ``fingerprint`` is a sha256 of the kernel trace, the
+decisions and the history, so the same seed gives the same fingerprint in any process.
 
 What may not live here: pipeline logic, and anything from ``properties``.
 """
@@ -30,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.checker import admitted_from_source, check_lineage, records_of
+from sim.checker import admitted_from_source, check_lineage
 from sim.choices import SeededChoices
 from sim.history import Problem
 from sim.invariants import Step
@@ -86,6 +91,8 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
         "microbatch_size": c.choose("config/microbatch", (1, 2)),
         "ensure_mixture": c.chance("config/ensure-mixture", 3, 4),
         "shuffle_seed": c.integer("config/shuffle-seed", 0, 9),
+        # checkpoint cuts between two deliveries of a global step (per delivery; off in a quarter of the runs)
+        "mid_step_checkpoint": list(c.choose("config/mid-step", ((0, 1), (1, 6), (1, 25), (1, 100)))),
     }
     faults = [f for f in FAULTS if c.chance(f"config/fault/{f}", 1, 2)]
     spec = overrides.pop("faults", None) if "faults" in overrides else None
@@ -102,6 +109,12 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
             cfg[f] = [0, 1]
     if not cfg["aggregation"]:
         cfg["round_crash"] = [0, 1]
+    mid = overrides.pop("mid_step", None)
+    if mid is not None:  # a mid-step checkpoint cut once in ``mid`` deliveries (0: never)
+        if type(mid) is not int or mid < 0:
+            raise ValueError(f"mid_step: expected an int >= 0 (a cut once in that many deliveries; 0: never), "
+                             f"received {mid!r}")
+        overrides.setdefault("mid_step_checkpoint", [1, mid] if mid else [0, 1])
     docs = overrides.pop("docs", None)
     if docs is not None:  # a corpus of ``docs`` web documents, half as many code, a quarter as many books
         overrides.setdefault("layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)})
@@ -170,26 +183,6 @@ class RunResult:
                 "problems": list(self.problems[:5])}
 
 
-def _closing(r: Any) -> set[tuple[int, Any]]:
-    return {(int(r.meta.lane_id), tuple(ref.cursor.base_offset)) for ref in r.meta.contribution_refs()
-            if ref.is_last_child}
-
-
-def _tombstones_not_delivered(delivered: list[Any], tombstones: Any) -> list[Any]:
-    """The engines' tombstones, less those closing only offsets a consumed record closes.
-
-    After a restore the replay filter drops records the trainer already consumed and the
-    engine sees them as tombstones; they are bookkeeping, not a second closing.  So the
-    lineage check here finds a record delivered twice and an offset closed by nothing, but
-    not an offset closed by a record *and* a tombstone (the history checker's per-lane
-    comparison with the reference covers delivered items)."""
-    closed: set[tuple[int, Any]] = set()
-    for r in records_of(delivered):
-        if not r.meta.tombstone and not r.meta.is_sentinel:
-            closed |= _closing(r)
-    return [t for t in tombstones if not _closing(t) <= closed]
-
-
 def run_seed(seed: int, **overrides: Any) -> RunResult:
     """Derive the configuration from ``seed`` (plus ``overrides``), run the world, check it."""
     cfg = derive_config(seed, **overrides)
@@ -209,11 +202,16 @@ def run_seed(seed: int, **overrides: Any) -> RunResult:
     else:
         admitted = admitted_from_source(workload.source(), range(wcfg.canonical_replicas), wcfg.canonical_replicas)
         delivered = [x for step in world.consumed_raw for x in step]
-        lin = check_lineage(admitted, delivered, _tombstones_not_delivered(delivered, world.tombstones.values()))
+        # the timeline's tombstones (World.tombstones: rolled back with restores, the replay filter's
+        # re-closings of already-consumed records left out), so an offset closed twice is flagged
+        lin = check_lineage(admitted, delivered, world.tombstones)
         lineage = "ok" if lin.ok else lin.describe(limit=3)
         if not lin.ok:
             problems.append(f"seed {seed}: lineage: {lineage}")
-            witnesses.append(Problem("lineage", problems[-1], seed))
+            bad = next(v for _, v in sorted(lin.lanes.items()) if not v.ok)
+            # the minimal witness: an offset closed twice with its closers, else a lost or unexpected one
+            record: Any = bad.closers[0] if bad.closers else (bad.lost or bad.unexpected)[0]
+            witnesses.append(Problem("lineage", problems[-1], seed, None, bad.lane, record))
     if world.expect_refusal and not world.refused:
         problems.append(f"seed {seed}: unrecoverable mode: every generation was damaged but restore did not refuse")
     probes = {k: world.probes.get(k, 0) for k in PROBES}

@@ -20,7 +20,15 @@ seeded run draws each kind from its own substream):
   of samples does not depend on the topology, even or uneven; the trainer takes the
   step when every participant has its share (or has run dry);
 * every ``checkpoint_every`` steps (and before a planned resize) the job checkpoints at
-  the step boundary.  Without ``aggregation`` the participants' ``local_state()`` go
+  the step boundary; with ``mid_step_checkpoint`` it also cuts a checkpoint right after a
+  delivery that did not complete the step (a *mid-step* cut, drawn per delivery), where a
+  participant's round-robin pointer is not at its first lane.  A cut (:class:`_Cut`) keeps
+  what the trainer held besides the engines' state: the items it had taken of the
+  unfinished step; a restore of that generation gives each of them back to the
+  participant now owning its lane, so the step resumes where it was cut (on another rank
+  count the lanes then sit at different frontiers: seed 002 promises no exact interleaving
+  there, and the checker exempts that timeline's steps from its order and set checks).
+  Without ``aggregation`` the participants' ``local_state()`` go
   through zephon_ref's merge at once; with it, every participant runs the real
   coordination state machine (:mod:`zephon_ref.coordination.protocol`) in
   :class:`sim.cluster.Cluster` over an in-memory backend, **one protocol step per
@@ -45,7 +53,12 @@ seeded run draws each kind from its own substream):
   that restore refuses (the run then ends).
 
 Everything that happens is appended to :attr:`World.history` as frozen
-:class:`~sim.history.Event` entries (invoke / ok / fail / info); :func:`check_run`
+:class:`~sim.history.Event` entries (invoke / ok / fail / info); a ``step`` entry's
+``extra["order"]`` lists each participant's lanes in delivery order, a ``checkpoint``
+entry's ``extra`` the cut's rank count and how many items of the unfinished step it held.
+With ``keep_items`` the world also keeps the raw items consumed and, through the engine's
+public ``on_tombstone`` observer, the tombstones of the trainer's timeline
+(:attr:`World.tombstones`, rolled back with restores) for the lineage check.  :func:`check_run`
 (:func:`sim.history.check_history`) rebuilds the consumed stream and compares it with an
 uninterrupted single-rank run.  :attr:`World.probes` counts the named coverage probes.
 Nothing here re-implements pipeline, lane-mapping or protocol logic: it calls public
@@ -63,6 +76,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.checker import records_of
 from sim.choices import Choices
 from sim.cluster import Cluster, Participant
 from sim.history import Event, Problem, RunReport, check_history
@@ -71,6 +85,7 @@ from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
+from zephon_ref.checkpoint.storage import TEMP_PREFIX, temp_target
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
@@ -91,7 +106,7 @@ PROBES: tuple[str, ...] = (
     "restore_from_checkpoint", "restore_fell_back", "restore_refused_all",
     "fault_io_error", "fault_torn_write", "fault_read_corruption", "fault_stale_listing",
     "fault_latency_spike", "fault_lost_unflushed", "fault_bit_rot", "aggregation_round",
-    "checkpoint_failed", "end_of_data",
+    "checkpoint_failed", "end_of_data", "mid_step_checkpoint", "restore_mid_step", "restore_mid_step_remapped",
 )
 
 
@@ -126,6 +141,7 @@ class WorldConfig:
     lose_unflushed: Ratio = (1, 2)  # per pending directory entry at a crash: it is lost
     bit_rot: Ratio = NEVER  # per crash: a file of a published generation is damaged
     unrecoverable: bool = False  # damage every generation at a crash; restore must refuse
+    mid_step_checkpoint: Ratio = NEVER  # per delivery inside a global step: a checkpoint cut right after it
 
     def __post_init__(self) -> None:
         c = self.canonical_replicas
@@ -142,6 +158,19 @@ class WorldConfig:
                              "storage=False")
 
 
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """What the trainer holds at a checkpoint cut besides the engines' state: the items it had
+    already taken of the current (unfinished) global step, in the order the participants
+    delivered them (``(lane, view, raw item or None)``), and, for the lineage check, the
+    tombstones observed so far whose chunk the checkpoint no longer holds inflight (those a
+    restore does not replay)."""
+
+    partial: tuple[tuple[int, Any, Any], ...] = ()
+    settled: tuple[tuple[Any, ...], ...] = ()
+    dp: int = 0
+
+
 class _Crash(Exception):
     """Internal: the nemesis crashed the job inside a storage operation or a protocol step."""
 
@@ -156,6 +185,7 @@ class _Part:
     share: list[Any] = field(default_factory=list)
     raw: list[Any] = field(default_factory=list)
     alive: bool = True
+    done: bool = False  # has its share of the current step (or ran dry); World._n_done counts these
 
 
     @property
@@ -182,7 +212,7 @@ class _Nemesis:
             return None
         torn = op == "write"
         self.w._probe("fault_torn_write" if torn else "fault_io_error")
-        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, path.name))
+        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, _stable(path.name)))
         return Fault(op, errno.ENOSPC if torn else errno.EIO, torn=torn)
 
     def corrupt(self, path: Path, data: bytes) -> bytes | None:
@@ -192,7 +222,7 @@ class _Nemesis:
         if not self.w.choices.chance("storage/read-corruption", *cfg.read_corruption):
             return None
         self.w._probe("fault_read_corruption")
-        self.w._log("fault", "info", "nemesis", ("read-corruption", path.name))
+        self.w._log("fault", "info", "nemesis", ("read-corruption", _stable(path.name)))
         i = len(data) // 2
         return data[:i] + bytes([data[i] ^ 0xA5]) + data[i + 1:]
 
@@ -221,8 +251,16 @@ class _Nemesis:
             w._probe("crash_between_shards_and_manifest")
         if self.during == "restore":
             w._probe("crash_during_restore")
-        w._log("fault", "info", "nemesis", (f"crash-during-{self.during}", op, path.name))
+        w._log("fault", "info", "nemesis", (f"crash-during-{self.during}", op, _stable(path.name)))
         raise _Crash(f"crash after {op} {path.name}")
+
+
+def _stable(name: str) -> str:
+    """A file name for the history: a temp file's random token (the durable store's, for
+    uniqueness only) replaced by ``<token>``, so the same seed logs the same names (the
+    fingerprint hashes them)."""
+    target = temp_target(name)
+    return name if target is None else f"{TEMP_PREFIX}{target}.<token>"
 
 
 class World:
@@ -234,11 +272,16 @@ class World:
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
         self.kernel = Kernel()
         self.history: list[Event] = []
-        self.published: list[tuple[int, dict[str, Any]]] = []  # (global step, merged state)
+        # (global step, merged state); a restore reads only the newest, so older states are released
+        # (None) when a newer one is published: a 2,000-step 512-lane run would otherwise hold 2,000
+        self.published: list[tuple[int, dict[str, Any] | None]] = []
         self.step = 0
         self.crashes = 0
         self.resizes = 0
         self.parts: list[_Part] = []
+        self._live: list[_Part] = []  # the participants that own lanes
+        self._n_done = 0  # how many of them are done with the current step (O(1) per event, not O(ranks))
+        self._rank_dead = False  # a rank of this incarnation crashed (the job has not noticed yet)
         self.dp = 0
         self.speed: list[int] = []
         self.incarnation = 0
@@ -247,8 +290,14 @@ class World:
         self.expect_refusal = False  # unrecoverable mode: every generation was damaged at a crash
         self.probes: dict[str, int] = {}
         self.consumed_raw: list[list[Any]] = []  # per consumed step, the raw items (keep_items only)
-        self.tombstones: dict[tuple[int, str], Any] = {}  # tombstones the engines consumed (keep_items only)
         self._raw_at: dict[Any, list[list[Any]]] = {}  # generation -> consumed_raw when it was saved
+        # The tombstones of the trainer's timeline (keep_items only; see :attr:`tombstones`): settled
+        # ones (their chunk left the inflight set at some cut) in one tuple per cut, and recent ones.
+        self._settled: list[tuple[Any, ...]] = []
+        self._recent: list[Any] = []
+        self._excuse: set[tuple[int, int, int]] = set()  # offsets the replay filter re-closes after a restore
+        self._cut = _Cut()
+        self._cut_at: dict[Any, _Cut] = {}  # generation -> what the trainer held at that cut
         self._paused = False
         self._round: Cluster | None = None
         self._rounds = 0
@@ -271,10 +320,24 @@ class World:
     # -- bookkeeping --------------------------------------------------------------------------
     def _log(self, kind: str, type_: str = "ok", process: str = "job", detail: Any = None, *,
              extra: Any = None) -> None:
+        if kind == "checkpoint" and isinstance(extra, dict) and "generation" in extra:
+            # what the trainer held at the cut this generation saves (a restore of it resumes from there)
+            gen = extra["generation"]
+            self._cut_at[gen] = self._cut
+            extra = {**extra, "dp": self._cut.dp, "mid_step": len(self._cut.partial)}
+            if self.keep_items:
+                self._raw_at[gen] = list(self.consumed_raw)
         self.history.append(Event(self.kernel.now, kind, self.step, detail, type_, process, extra))
-        if self.keep_items and kind == "checkpoint" and isinstance(extra, dict) and "generation" in extra:
-            # the items the trainer had consumed when this generation was saved (what a restore of it resumes)
-            self._raw_at[extra["generation"]] = list(self.consumed_raw)
+
+    @property
+    def tombstones(self) -> list[Any]:
+        """The tombstones of the trainer's timeline (``keep_items`` only), each once: those the
+        engines observed (:meth:`zephon_ref.pipeline.Pipeline.engine`'s ``on_tombstone``), rolled
+        back with the consumed stream on a restore.  A tombstone observed before a cut whose chunk
+        the cut still holds inflight is dropped at a restore of that cut (the replay observes it
+        again); the replay filter's tombstones for records consumed before the cut are not kept
+        (they re-close what those records closed), each offset excused once only."""
+        return [t for chunk in self._settled for t in chunk] + list(self._recent)
 
     def _probe(self, name: str) -> None:
         self.probes[name] = self.probes.get(name, 0) + 1
@@ -298,11 +361,13 @@ class World:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             # sim.lockstep builds the (rank, worker) pipelines, in that order; each engine owns its lanes
+            inc = self.incarnation
             for k, p in enumerate(participants(self.build, dp, cfg.workers, state=state)):
-                eng = p.engine()
-                if self.keep_items:
-                    self._watch_tombstones(eng)
+                eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None)
                 self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
+        self._live = [p for p in self.parts if p.lanes]
+        self._rank_dead = False
+        self._recount()
         if cfg.workers > 1:
             self._probe("workers_split")
         self._log("start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)})
@@ -310,19 +375,46 @@ class World:
             if part.lanes:
                 self._schedule(i, self.incarnation)
 
-    def _watch_tombstones(self, engine: Any) -> None:
-        """Record the tombstones this engine consumes (the lineage check needs them).  The engine
-        offers no public hook, so the sim wraps the instance's own ``_on_tombstone``.  A replay
-        after a restore consumes the same tombstones again: they are kept once per lane and key."""
-        inner = engine._on_tombstone
+    def _refresh(self, part: _Part) -> None:
+        """Keep ``part.done`` and the count of done participants in step with its share and engine."""
+        d = len(part.share) >= len(part.lanes) or part.engine.finished
+        if d != part.done:
+            part.done = d
+            self._n_done += 1 if d else -1
 
-        def on_tombstone(t: Any) -> None:
-            key = (int(t.meta.lane_id), repr((t.meta.as_cursor_key(),
-                                              [(ref.cursor.base_offset, ref.is_last_child)
-                                               for ref in t.meta.contribution_refs()])))
-            self.tombstones.setdefault(key, t)
-            inner(t)
-        engine._on_tombstone = on_tombstone
+    def _recount(self) -> None:
+        for p in self._live:
+            p.done = len(p.share) >= len(p.lanes) or p.engine.finished
+        self._n_done = sum(p.done for p in self._live)
+
+    def _tombstone_observer(self, incarnation: int) -> Callable[[Any], None]:
+        """The engines' ``on_tombstone`` observer: a tombstone joins the timeline (see
+        :attr:`tombstones`) unless it is the replay filter re-closing offsets that records
+        consumed before the restored cut closed (each such offset is excused once)."""
+        def observe(t: Any) -> None:
+            if incarnation != self.incarnation:
+                return  # pragma: no cover - a crashed incarnation's engines are never stepped again
+            keys = _closing_keys(t)
+            if keys and self._excuse.issuperset(keys):
+                self._excuse.difference_update(keys)
+                return
+            self._recent.append(t)
+        return observe
+
+    def _take_cut(self, states: Sequence[dict[str, Any]]) -> _Cut:
+        """What the trainer holds now, for a checkpoint whose participants' states are ``states``."""
+        partial = tuple((lane, v, p.raw[j] if self.keep_items else None)
+                        for p in self.parts for j, (lane, v) in enumerate(p.share))
+        if self.keep_items:
+            inflight = _inflight_chunks(states)
+            keep: list[Any] = []
+            settled: list[Any] = []
+            for t in self._recent:
+                (keep if any((k[0], k[1]) in inflight for k in _closing_keys(t)) else settled).append(t)
+            if settled:
+                self._settled.append(tuple(settled))
+            self._recent = keep
+        return _Cut(partial, tuple(self._settled), self.dp)
 
     def _schedule(self, i: int, incarnation: int) -> None:
         part = self.parts[i]
@@ -361,32 +453,51 @@ class World:
                         part.raw.append(x)
                     if self.record_deliveries:
                         self._log("deliver", "ok", part.name, v)
+                    self._refresh(part)
+                    # a dead rank (not noticed yet) cannot take part in a checkpoint: no cut then
+                    if not self._maybe_take_step() and cfg.mid_step_checkpoint[0] and not self._rank_dead and \
+                            self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint):
+                        # a cut between two deliveries of this global step (mid-window)
+                        self._probe("mid_step_checkpoint")
+                        self._checkpoint(None)
+                    if not self.ended and incarnation == self.incarnation and not self._paused:
+                        self._schedule(i, incarnation)
+                    return
             else:
                 part.engine.run_stage(int(step.split(":")[1]))
+            self._refresh(part)
         self._maybe_take_step()
         if not self.ended and incarnation == self.incarnation and not self._paused:
             self._schedule(i, incarnation)
 
-    def _maybe_take_step(self) -> None:
-        live = [p for p in self.parts if p.lanes]
-        if not all(p.alive and (len(p.share) == len(p.lanes) or p.engine.finished) for p in live):
-            return
+    def _maybe_take_step(self) -> bool:
+        """Take the global step if every participant has its share; True when it did (or the data ended)."""
+        live = self._live
+        # done: a share of one item per owned lane, or ran dry.  A share can exceed the lane count only
+        # after a mid-step cut restored on another topology (the pre-cut items of two old
+        # participants may land on one new participant)
+        if self._n_done < len(live) or not all(p.alive for p in live):
+            return False
+        assert all(p.done == (len(p.share) >= len(p.lanes) or p.engine.finished) for p in live)
         items = [v for p in live for v in p.share]
         raw = [x for p in live for x in p.raw]
+        order = tuple(tuple(lane for lane, _ in p.share) for p in live)
         for p in live:
             p.share, p.raw = [], []
+        self._recount()
         if not items:  # every participant finished: the data ran out
             self._probe("end_of_data")
             self._end("end-of-data")
-            return
+            return True
         self.step += 1
-        self._log("step", "ok", "job", tuple(items))
+        # extra: each participant's lanes in its delivery order (the checker compares it with the reference)
+        self._log("step", "ok", "job", tuple(items), extra={"order": order})
         if self.keep_items:
             del self.consumed_raw[self.step - 1:]
             self.consumed_raw.append(raw)
         if self.step >= self.cfg.steps:
             self._end()
-            return
+            return True
         cfg = self.cfg
         resize_to = None
         options = [r for r in (cfg.restart_ranks or (self.dp,)) if r != self.dp]
@@ -395,15 +506,20 @@ class World:
             resize_to = self.choices.choose("nemesis/resize-to", options)
         if resize_to is not None or self.step % cfg.checkpoint_every == 0:
             self._checkpoint(resize_to)
+        return True
 
     # -- checkpoints --------------------------------------------------------------------------
     def _checkpoint(self, resize_to: int | None) -> None:
         self._log("checkpoint", "invoke", "job", self.step, extra={"resize_to": resize_to})
         owners = [p for p in self.parts if p.lanes]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            states = [p.pipeline.local_state() for p in owners]
+        self._cut = self._take_cut(states)
         if not self.cfg.aggregation:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                merged = merge([p.pipeline.local_state() for p in owners], warn_mid_window=False)
+                merged = merge(states, warn_mid_window=False)
             self._publish(merged, resize_to)
             return
         # The real round: every participant's machine over one in-memory backend, one step per event.
@@ -414,11 +530,11 @@ class World:
         ns = f"simrun-{self.incarnation}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            for p in owners:
+            for p, local in zip(owners, states, strict=True):
                 cfg = RoundConfig(namespace=ns, rank=p.rank, world_size=self.dp, worker=p.worker,
                                   token=f"i{self.incarnation}", timeout=1_000_000, poll=5,
                                   round_id=f"g{self.incarnation}s{self.step}n{self._rounds}")
-                cluster.add(p.name, machine_for(p.pipeline.local_state(), cfg, warn_mid_window=False))
+                cluster.add(p.name, machine_for(local, cfg, warn_mid_window=False))
         self._round = cluster
         self._schedule_round(self.incarnation, resize_to)
 
@@ -468,6 +584,8 @@ class World:
     def _publish(self, merged: dict[str, Any], resize_to: int | None, *, paused: bool = False) -> None:
         latency = 0
         if not self.cfg.storage:
+            if self.published:
+                self.published[-1] = (self.published[-1][0], None)
             self.published.append((self.step, merged))
             ok: bool = True
             self._log("checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)})
@@ -548,6 +666,7 @@ class World:
         for p in self.parts:
             if p.rank == rank:
                 p.alive = False
+        self._rank_dead = True
         inc = self.incarnation
         if self._round is not None:
             self._probe("crash_during_aggregation")
@@ -570,7 +689,7 @@ class World:
                                                                          *self.cfg.lose_unflushed))
             if lost:
                 self._probe("fault_lost_unflushed")
-                self._log("fault", "info", "nemesis", ("lost-unflushed", tuple(n for _, n in lost)))
+                self._log("fault", "info", "nemesis", ("lost-unflushed", tuple(_stable(n) for _, n in lost)))
             self._maybe_rot()
         options = self.cfg.restart_ranks or (self.dp,)
         dp = self.choices.choose("restart/ranks", options)
@@ -619,9 +738,27 @@ class World:
                 if self.cfg.canonical_replicas % dp:
                     self._probe("uneven_restart")
             self._start(dp, state)
+            gen = self._restored.get("generation")
+            cut = self._cut_at.get(gen, _Cut()) if state is not None else _Cut()
             if self.keep_items:
-                gen = self._restored.get("generation")
                 self.consumed_raw = list(self._raw_at.get(gen, self.consumed_raw[:step])) if state is not None else []
+                self._settled, self._recent = list(cut.settled), []
+                self._excuse = _replayed_offsets(self.consumed_raw, cut.partial, state)
+            if cut.partial:
+                # resume mid-step: the trainer keeps what it took of the step before the cut, each
+                # item with the participant now owning its lane, in the order it was delivered
+                owner = {lane: part for part in self.parts for lane in part.lanes}
+                for lane, v, raw in cut.partial:
+                    part = owner[lane]
+                    part.share.append((lane, v))
+                    if self.keep_items:
+                        part.raw.append(raw)
+                self._recount()
+                self._probe("restore_mid_step")
+                if dp != cut.dp:
+                    self._probe("restore_mid_step_remapped")
+            self._restored["mid_step"] = len(cut.partial)
+            self._restored["cut_dp"] = cut.dp
             self._log("restore", "ok", "job", dp, extra=self._restored)
             return
         raise RuntimeError("sim: expected a restore to get through within 8 attempts, it did not")
@@ -632,7 +769,9 @@ class World:
         if not self.cfg.storage:
             if not self.published:
                 return None
-            step, state = self.published[-1]
+            step, last = self.published[-1]
+            assert last is not None  # only older states are released
+            state = last
             self._restored = {"generation": len(self.published), "intact": True}
             return step, state
         self.nemesis.armed, self.nemesis.during = attempt < 3, "restore"  # later attempts see a calm disk
@@ -690,6 +829,38 @@ class World:
         for e in self.history:
             h.update(repr((e.time, e.kind, e.step, e.type, e.process, e.detail)).encode())
         return h.hexdigest()
+
+
+def _closing_keys(r: Any) -> list[tuple[int, int, int]]:
+    """``(lane, chunk id, offset)`` of every base offset ``r`` closes."""
+    lane = int(r.meta.lane_id)
+    out = []
+    for ref in r.meta.contribution_refs():
+        if ref.is_last_child:
+            cid, off = ref.cursor.base_offset
+            out.append((lane, int(cid), int(off)))
+    return out
+
+
+def _inflight_chunks(states: Sequence[Any]) -> set[tuple[int, int]]:
+    """``(lane, chunk id)`` of every chunk the states hold inflight (lane and chunk keys as ints)."""
+    return {(int(lane), int(cid)) for st in states for lane, chunks in (st.get("inflight") or {}).items()
+            for cid in chunks}
+
+
+def _replayed_offsets(consumed: Sequence[Sequence[Any]], partial: Sequence[tuple[int, Any, Any]],
+                      state: Any) -> set[tuple[int, int, int]]:
+    """The offsets that records consumed before a cut closed in chunks the cut holds inflight:
+    a restore replays those chunks and its replay filter turns those records into tombstones."""
+    if state is None:
+        return set()
+    inflight = _inflight_chunks([state])
+    out: set[tuple[int, int, int]] = set()
+    items = [x for step in consumed for x in step] + [raw for _, _, raw in partial]
+    for r in records_of(items):
+        if not r.meta.tombstone and not r.meta.is_sentinel:
+            out.update(k for k in _closing_keys(r) if (k[0], k[1]) in inflight)
+    return out
 
 
 def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Step]:

@@ -66,6 +66,7 @@ from zephon_ref.ops.pack import PackSequences
 from zephon_ref.ops.shuffle import Shuffle
 from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
+from zephon_ref.types import SampleRecord
 from zephon_ref.work.base import WorkSource
 
 __all__ = ["Aggregate", "Pipeline", "PipelineIterator"]
@@ -404,25 +405,36 @@ class Pipeline:
         return "\n".join(lines)
 
     # -- iteration ------------------------------------------------------------------------------
-    def _build_engine(self, state: Mapping[str, Any] | None) -> Engine:
+    def _build_engine(self, state: Mapping[str, Any] | None, *,
+                      on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
         opts = self._options
         return Engine(
             source=self._source, ops=self._ops, world=self._world_of(opts), k=self._resolve_k(),
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
             runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
             queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
+            on_tombstone=on_tombstone,
         )
 
-    def engine(self) -> Engine:
+    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
         """A started engine for a run that the caller drives step by step (the simulator).
 
         It starts from the pending restore if there is one, like ``iter()``; afterwards
         :meth:`checkpoint` reads its state.  The caller calls ``admit()``, ``run_stage(i)``
         and ``deliver()`` in any order (``runnable()`` lists what can run); the delivered
         stream is the one ``iter()`` gives.
+
+        ``on_tombstone`` (off by default; zephon has no such hook): called with every
+        tombstone record that reaches the tail, in tail order, on the thread that calls
+        ``deliver()``; tombstones are never delivered, so this is how a lineage check
+        sees the offsets that dropped records closed.  An observer only: it changes
+        nothing the engine does (see :mod:`zephon_ref.engine.core`).
         """
+        if on_tombstone is not None and not callable(on_tombstone):
+            raise ConfigTypeError(expected("engine(on_tombstone=...)", "a callable taking a tombstone record, "
+                                           "or None", on_tombstone))
         self._refuse_while_running("engine()")
-        engine = self._build_engine(self._pending)
+        engine = self._build_engine(self._pending, on_tombstone=on_tombstone)
         self._pending = None
         self._engine = engine
         engine.start()

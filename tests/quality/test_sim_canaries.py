@@ -13,12 +13,20 @@ the simulator has gone blind to that class of bug.
 Budgets measured when this file was written (smallest number of seeds from 0 that caught
 each canary; run with -s to see them again, BUDGET_SEEN collects them):
 
-    (a) replay filter matches <= instead of ==            2 seeds   checker: lane stream differs
+    (a) replay filter matches <= instead of ==            1 seed    checker: lane stream differs
     (b) epoch evicted one step early                      2 seeds   the engine refuses the state on
                                                                     restore (StateFormatError)
-    (c) round-robin pointer not restored                  survives  (strict xfail; see BLIND below)
-    (d) trailing boundary sentinel not re-injected        2 seeds   checker: lane stream differs
-    (e) checkpoint counts produced, not delivered, items  2 seeds   checker: lane stream differs
+    (c) round-robin pointer not restored                  1 seed    checker: global step set and
+                                                                    participant interleaving differ
+                                                                    (needs a mid-step cut restored on
+                                                                    the same rank count)
+    (d) trailing boundary sentinel not re-injected        1 seed    checker: lane stream differs
+    (e) checkpoint counts produced, not delivered, items  1 seed    checker: lane stream differs
+
+(Before World could cut a checkpoint mid-step, (c) survived: at a step boundary the pointer is
+at the first lane anyway, which is what the mutant restores.  The WORLD below now takes
+mid-step cuts (1 in 6 deliveries) and crashes more often (1 in 400 participant events, was
+700); with it a, d and e are caught by seed 1 instead of seed 2.)
     (f) follower's ack accepted for a stale round         explorer: path 1 of a bounded scope;
                                                                     scale driver: 1 seed
 
@@ -52,11 +60,13 @@ CFG = PipelineConfig(
            ("shuffle", {"buffer_size": 8, "seed": 3}), ("batch", {"microbatch_size": 2})],
     layout={"web": (200, 150), "code": (150,), "books": (80,)}, source_kwargs={"chunk_size": 8, "seed": 1},
     options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 2})
-WORLD = WorldConfig(canonical_replicas=4, ranks=2, steps=40, checkpoint_every=3, crash=(1, 700),
-                    restart_ranks=(1, 2, 4))
+# crash=(1, 400) and mid_step_checkpoint=(1, 6): a checkpoint cut between two deliveries of a step is common
+# and a crash usually restores one (on the same rank count a third of the time), which (c) needs
+WORLD = WorldConfig(canonical_replicas=4, ranks=2, steps=40, checkpoint_every=3, crash=(1, 400),
+                    restart_ranks=(1, 2, 4), mid_step_checkpoint=(1, 6))
 build = functools.partial(build_pipeline, "zephon_ref", CFG)
 
-BUDGET = 6  # seeds per engine canary in CI (each caught one is caught by seed 1)
+BUDGET = 6  # seeds per engine canary in CI (each is caught by seed 1 or 2)
 BUDGET_SEEN: dict[str, int] = {}  # filled in by the runs below, printed with -s
 
 
@@ -208,18 +218,7 @@ def test_the_unmutated_engine_checks_clean_over_the_budget() -> None:
     assert first_catch(BUDGET) is None
 
 
-# (c) survives: World checkpoints only at global-step boundaries, where every rank has
-# delivered exactly one item per owned lane, so its round-robin pointer is back at its first
-# lane: exactly what the mutant restores (and what the fallback derives on a new topology).
-# The bug shows only for a checkpoint cut mid-window, which World never takes; check_run also
-# compares each global step as a set, so an order change inside a step is invisible to it.
-# Strict xfail: the day World cuts mid-window and catches it, this marker must go.
-BLIND = {"c: round-robin pointer not restored":
-         "World checkpoints only at global-step boundaries, where the pointer is at the first lane anyway"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=BLIND[n]))
-                                  if n in BLIND else n for n in sorted(ENGINE_CANARIES)])
+@pytest.mark.parametrize("name", sorted(ENGINE_CANARIES))
 def test_engine_canary_is_caught_by_the_simulator(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _reference()  # the uninterrupted run is computed on the real engine, before the mutant
     ENGINE_CANARIES[name](monkeypatch)
@@ -227,6 +226,25 @@ def test_engine_canary_is_caught_by_the_simulator(name: str, monkeypatch: pytest
     assert caught is not None, f"canary survived {BUDGET} seeds: {name!r}"
     BUDGET_SEEN[name] = caught[0]
     print(f"\n{name}: caught with {caught[0]} seed(s) ({caught[1]})")
+
+
+def test_the_lost_pointer_is_seen_by_the_interleaving_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(c) again: the run that catches it must also show the new, finer check (a participant's lanes
+    out of the reference's round-robin order inside a step), not only a changed step set."""
+    reference = list(_reference())
+    _mut_rr_not_restored(monkeypatch)
+    for seed in range(BUDGET):
+        world = World(WORLD, build, SeededChoices(seed), view=_view)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            world.run()
+        report = check_run(world.history, reference, seed=seed)
+        if not report.ok:
+            kinds = {p.kind for p in report.witnesses}
+            assert "interleaving" in kinds, report.problems
+            assert any(e.kind == "restore" and e.extra.get("mid_step") for e in world.history)
+            return
+    raise AssertionError(f"canary survived {BUDGET} seeds: round-robin pointer not restored")
 
 
 # ---------------------------------------------------------------- the protocol mutant

@@ -29,6 +29,8 @@ TARGETED: list[tuple[int, dict[str, Any]]] = [
          "checkpoint_every": 1}),  # restore refuses every damaged generation
     (0, {"storage": True, "faults": "crash,read_corruption,bit_rot,slow,resize", "crash": [1, 800], "max_crashes": 3,
          "checkpoint_every": 2, "lanes": 4, "ranks": 4, "restart_ranks": [1, 3, 4]}),  # read corruption, bit rot
+    (5, {"mid_step": 6, "faults": "crash", "crash": [1, 150], "max_crashes": 4}),  # mid-step cuts restored,
+    # on the same and on another rank count, and the run drains (lineage checked across them)
 ]
 
 
@@ -68,7 +70,8 @@ def test_every_fault_kind_is_reached_by_a_ci_seed(smoke: dict[int, Any]) -> None
              "crash_during_restore", "crash_between_shards_and_manifest", "two_crashes_in_one_interval",
              "resize_while_rank_slow", "remap_n_to_1", "remap_1_to_n", "uneven_restart", "fault_io_error",
              "fault_torn_write", "fault_read_corruption", "fault_stale_listing", "fault_latency_spike",
-             "fault_lost_unflushed", "fault_bit_rot", "restore_refused_all", "workers_split", "aggregation_round"]
+             "fault_lost_unflushed", "fault_bit_rot", "restore_refused_all", "workers_split", "aggregation_round",
+             "mid_step_checkpoint", "restore_mid_step", "restore_mid_step_remapped"]
     missing = [k for k in kinds if not reached.get(k)]
     assert not missing, f"fault kinds / probes no CI seed reaches: {missing}"
 
@@ -83,6 +86,15 @@ def test_the_same_seed_gives_the_same_fingerprint_in_another_process() -> None:
     assert json.loads(lines[0]) == json.loads(json.dumps(derive_config(4)))
     assert lines[-1] == f"fingerprint {here.fingerprint}", out.stdout[-500:] + out.stderr[-500:]
     assert run_seed(5).fingerprint != here.fingerprint
+
+
+def test_temp_file_tokens_do_not_reach_the_fingerprint() -> None:
+    """Regression: the durable store names its temp files with a random token (uniqueness only);
+    the world logged them as they were, so a seed that crashed inside a save gave another
+    fingerprint on every run, in the same process too."""
+    seed, ov = TARGETED[0]
+    first, second = run_seed(seed, **ov), run_seed(seed, **ov)
+    assert first.probes["crash_during_restore"] and first.fingerprint == second.fingerprint
 
 
 def test_a_parallel_sweep_gives_the_single_process_fingerprints() -> None:
@@ -103,6 +115,10 @@ def test_overrides_and_bad_input() -> None:
         derive_config(9, faults="meteor")
     with pytest.raises(ValueError, match="override"):
         derive_config(9, colour="red")
+    assert derive_config(9, mid_step=5)["mid_step_checkpoint"] == [1, 5]
+    assert derive_config(9, mid_step=0)["mid_step_checkpoint"] == [0, 1]
+    with pytest.raises(ValueError, match="mid_step"):
+        derive_config(9, mid_step=-1)
     assert list(parse_seeds("3..5")) == [3, 4, 5]
     with pytest.raises(Exception, match="seeds"):
         parse_seeds("5..3")

@@ -21,6 +21,17 @@ side).  It is a state machine driven by three kinds of step:
   and end-of-data sentinels are neither.  The round-robin pointer is written on
   delivery only, so running ahead is harmless.
 
+Observing tombstones (``on_tombstone=``, off by default): a callable the engine
+calls with every tombstone that reaches the tail, once, in tail order, right after
+it set the tombstone's completion bits and on the consumer's thread.  It is how a
+lineage checker sees the offsets a dropped record closed (tombstones are never
+delivered).  It is an observer only: it must not touch the engine, and what it
+does never reaches the data path (an exception from it propagates out of
+:meth:`Engine.deliver` like any other).  After a restore the replay filter turns
+the already-consumed prefix of each inflight chunk into tombstones, and those are
+observed too: they re-close offsets that records delivered before the checkpoint
+closed.
+
 Any order of steps gives the same delivered stream (each stage's accumulator is
 serial and sees its micro-batches in order; nothing an operator reads depends on
 delivery); :meth:`state_dict` is valid between any two steps.  The inline runner
@@ -46,7 +57,7 @@ import math
 import threading
 import warnings
 from collections import deque
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from zephon_ref import state as schema
@@ -84,8 +95,10 @@ class Engine:
         queue_size: int = 8,
         deterministic: bool = True,
         state: Mapping[str, Any] | None = None,
+        on_tombstone: Callable[[SampleRecord], None] | None = None,
     ) -> None:
         self.world = world
+        self._tombstone_observer = on_tombstone
         self.k = k
         self.monotone = monotone
         self.fingerprint = fingerprint
@@ -291,6 +304,8 @@ class Engine:
         meta = x.meta
         if meta.tombstone:
             self._on_tombstone(x)
+            if self._tombstone_observer is not None:
+                self._tombstone_observer(x)
         elif meta.is_flush_sentinel:
             boundary = int(meta.tags[TAG_BOUNDARY_CID])
             self._check_replay_target(meta.lane_id, boundary)
