@@ -24,7 +24,6 @@ import pytest
 
 from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 from properties.sources import zephon_available
-from properties.topology import lane_streams, participants, run_lockstep
 
 pytestmark = [
     pytest.mark.conformance,
@@ -95,8 +94,8 @@ def _zephon_lanes(cfg: PipelineConfig, dp: int) -> dict[int, list[Any]]:
 def test_a_zephon_resume_bug_is_judged_by_zephon_ref() -> None:
     """zephon's own resume differs from its uninterrupted run, and the same cause (a lane's
     records grouped into push_many calls by other lanes' sentinels) makes its lanes differ
-    between 1 and 4 ranks; zephon_ref's lanes are the same on every topology and its own
-    resume is exact at every cut."""
+    between 1 and 4 ranks.  zephon_ref's side (its lanes the same on every topology, its own
+    resume exact at every cut) is tests/elastic/test_lane_aware_ops.py's ``*mixture_grouping*``."""
     full = _run("zephon", ZEPHON_RESUME_BUG)
     state = _zephon_state(ZEPHON_RESUME_BUG, 8)
     assert _run("zephon", ZEPHON_RESUME_BUG, copy.deepcopy(state)) != full[8:], (
@@ -104,22 +103,6 @@ def test_a_zephon_resume_bug_is_judged_by_zephon_ref() -> None:
     alone, spread = _zephon_lanes(ZEPHON_RESUME_BUG, 1), _zephon_lanes(ZEPHON_RESUME_BUG, 4)
     assert sorted(lane for lane in alone if alone[lane] != spread.get(lane)) == [1, 2], (
         "zephon's lanes no longer depend on the rank count: update docs/divergences.md ('Engine')")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = lane_streams(run_lockstep(participants(ZEPHON_RESUME_BUG, 1))[0])
-        for dp, workers in [(4, 1), (2, 1), (1, 2)]:
-            assert lane_streams(run_lockstep(participants(ZEPHON_RESUME_BUG, dp, workers))[0]) == ref, (dp, workers)
-    items = _run("zephon_ref", ZEPHON_RESUME_BUG)
-    for cut in range(len(items)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            p = build_pipeline("zephon_ref", ZEPHON_RESUME_BUG)
-            it = iter(p)
-            for _ in range(cut):
-                next(it)
-            ck = copy.deepcopy(p.checkpoint())
-            it.close()
-        assert _run("zephon_ref", ZEPHON_RESUME_BUG, ck) == items[cut:], f"cut {cut}"
 
 
 # -- translation ---------------------------------------------------------------------------------------

@@ -42,12 +42,13 @@ from typing import Any
 
 import pytest
 
-from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from properties.pipelines import item_view
+from properties.worlds import CANARY_WORLD, canary_build
 from sim.choices import Choices, SeededChoices
 from sim.cluster import Cluster, topology_states
 from sim.explore import ScenarioFailed, explore
 from sim.scale import ScaleConfig, star_round
-from sim.world import World, WorldConfig, check_run, reference_steps
+from sim.world import World, check_run, reference_steps
 from zephon_ref.coordination import protocol
 from zephon_ref.coordination.protocol import Finish, Follower, Leader, RoundConfig
 from zephon_ref.engine import completion, core, lanes
@@ -55,16 +56,7 @@ from zephon_ref.engine.stage import is_sentinel
 from zephon_ref.ops import replay_filter
 from zephon_ref.types import flush_sentinel
 
-CFG = PipelineConfig(
-    chain=[("pack_sequences", {"max_length": 48, "algorithm": "first_fit", "num_bins": 4}),
-           ("shuffle", {"buffer_size": 8, "seed": 3}), ("batch", {"microbatch_size": 2})],
-    layout={"web": (200, 150), "code": (150,), "books": (80,)}, source_kwargs={"chunk_size": 8, "seed": 1},
-    options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 2})
-# crash=(1, 400) and mid_step_checkpoint=(1, 6): a checkpoint cut between two deliveries of a step is common
-# and a crash usually restores one (on the same rank count a third of the time), which (c) needs
-WORLD = WorldConfig(canonical_replicas=4, ranks=2, steps=40, checkpoint_every=3, crash=(1, 400),
-                    restart_ranks=(1, 2, 4), mid_step_checkpoint=(1, 6))
-build = functools.partial(build_pipeline, "zephon_ref", CFG)
+WORLD, build = CANARY_WORLD, canary_build  # properties/worlds.py
 
 BUDGET = 6  # seeds per engine canary in CI (each is caught by seed 1 or 2)
 BUDGET_SEEN: dict[str, int] = {}  # filled in by the runs below, printed with -s

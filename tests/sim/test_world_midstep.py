@@ -9,23 +9,16 @@ interleaving is promised on the same topology only; the per-lane checks still ho
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import pytest
 
-from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from properties.pipelines import item_view
+from properties.worlds import CANARY_WORLD, canary_build
 from sim.choices import SeededChoices
 from sim.world import Event, World, WorldConfig, check_run, reference_steps
 
-CFG = PipelineConfig(
-    chain=[("pack_sequences", {"max_length": 48, "algorithm": "first_fit", "num_bins": 4}),
-           ("shuffle", {"buffer_size": 8, "seed": 3}), ("batch", {"microbatch_size": 2})],
-    layout={"web": (200, 150), "code": (150,), "books": (80,)}, source_kwargs={"chunk_size": 8, "seed": 1},
-    options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 2})
-WORLD = WorldConfig(canonical_replicas=4, ranks=2, steps=40, checkpoint_every=3, crash=(1, 400),
-                    restart_ranks=(1, 2, 4), mid_step_checkpoint=(1, 6))
-build = functools.partial(build_pipeline, "zephon_ref", CFG)
+WORLD, build = CANARY_WORLD, canary_build  # properties/worlds.py
 
 
 def view(x: Any) -> str:
