@@ -3,12 +3,15 @@
 Compared per lane, item by item: cursor keys, contributors with is_last_child, and the
 token payload (packed segments as lists).  Generated chains of packing (first_fit,
 best_fit, wrap), shuffle (streaming, block), ensure_mixture and batch on 1..8 lanes,
-plus fixed chains.  Differences are listed in docs/divergences.md.
+plus fixed chains.  Differences are listed in docs/divergences.md; where zephon's own lanes
+depend on the other lanes of their rank (its sentinel grouping, Engine section), zephon_ref is
+compared with zephon's lane-pure run (one lane per rank) instead.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 
 import pytest
@@ -33,8 +36,29 @@ def lanes_of(impl: str, cfg: PipelineConfig) -> dict:
         return per_lane(list(build_pipeline(impl, cfg)))
 
 
+def zephon_lane_pure(cfg: PipelineConfig) -> dict:
+    """zephon's per-lane streams with one lane per rank: no micro-batch mixes lanes, so its rule for
+    pushing records at a sentinel is the same as zephon_ref's (docs/divergences.md, Engine)."""
+    lanes = int(cfg.options["canonical_replicas"])
+    out: dict = {}
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as agg:
+        warnings.simplefilter("ignore")
+        for rank in range(lanes):
+            topo = {} if lanes == 1 else {"world_size": lanes, "global_rank": rank, "dp_degree": lanes,
+                                          "aggregate_dir": agg}
+            out.update(per_lane(list(build_pipeline("zephon", cfg, **topo))))
+    return out
+
+
 def check(cfg: PipelineConfig) -> None:
     want, got = lanes_of("zephon", cfg), lanes_of("zephon_ref", cfg)
+    if got != want and int(cfg.options["canonical_replicas"]) > 1:
+        # the one known divergence in the stream: zephon's lanes depend on the other lanes of their
+        # rank (a sentinel of any lane splits every lane's push); judged against zephon's lane-pure run,
+        # and only where zephon itself shows the dependence
+        pure = zephon_lane_pure(cfg)
+        assert pure != want, f"zephon_ref differs from zephon, which is the same on every topology\n{cfg.describe()}"
+        want = pure
     assert sorted(got) == sorted(want), cfg.describe()
     for lane in sorted(want):
         for i, (w, g) in enumerate(zip(want[lane], got[lane], strict=False)):
