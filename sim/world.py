@@ -90,6 +90,7 @@ from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
 from zephon_ref.ops.base import lane_of
+from zephon_ref.state import validated
 
 __all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
 
@@ -362,7 +363,13 @@ class World:
             warnings.simplefilter("ignore", RuntimeWarning)
             # sim.lockstep builds the (rank, worker) pipelines, in that order; each engine owns its lanes
             inc = self.incarnation
-            for k, p in enumerate(participants(self.build, dp, cfg.workers, state=state)):
+            # validate and digest the merged state once; each pipeline copies only its own lanes
+            frozen = validated(state) if state is not None else None
+            pipes = participants(self.build, dp, cfg.workers)
+            if frozen is not None:
+                for p in pipes:
+                    p.restore(frozen)
+            for k, p in enumerate(pipes):
                 eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None)
                 self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
         self._live = [p for p in self.parts if p.lanes]

@@ -121,7 +121,7 @@ class Pipeline:
         self._ops: list[tuple[str, BaseOp]] = []
         self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
         self._engine: Engine | None = None
-        self._pending: dict[str, Any] | None = None
+        self._pending: dict[str, Any] | schema.ValidatedState | None = None
         self._run: weakref.ref[PipelineIterator] | None = None
         self._warned_k = False
         self._restored_generation: dict[str, int] = {}  # directory -> highest generation restored
@@ -405,9 +405,17 @@ class Pipeline:
         return "\n".join(lines)
 
     # -- iteration ------------------------------------------------------------------------------
-    def _build_engine(self, state: Mapping[str, Any] | None, *,
+    def _pending_state(self) -> dict[str, Any]:
+        """An owned copy of the whole pending restore."""
+        pending = self._pending
+        assert pending is not None
+        return pending.state() if isinstance(pending, schema.ValidatedState) else copy.deepcopy(pending)
+
+    def _build_engine(self, state: Mapping[str, Any] | schema.ValidatedState | None, *,
                       on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
         opts = self._options
+        if isinstance(state, schema.ValidatedState):  # only the owned lanes' part is read
+            state = state.state_for(self._world_of(opts).owned_lanes)
         return Engine(
             source=self._source, ops=self._ops, world=self._world_of(opts), k=self._resolve_k(),
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
@@ -459,7 +467,7 @@ class Pipeline:
         ``aggregate_store`` and each returns the same merged state, covering every lane.
         """
         if self._pending is not None:
-            return copy.deepcopy(self._pending)
+            return self._pending_state()
         local = self.local_state()
         engine = self._engine
         assert engine is not None  # local_state() built it
@@ -477,7 +485,7 @@ class Pipeline:
     def local_state(self) -> dict[str, Any]:
         """This participant's own state (its lanes only; no aggregation round), as an owned copy."""
         if self._pending is not None:
-            return copy.deepcopy(self._pending)
+            return self._pending_state()
         engine = self._engine if self._engine is not None else self._build_engine(None)
         self._engine = engine
         return copy.deepcopy(engine.state_dict())
@@ -506,13 +514,30 @@ class Pipeline:
         self._restored_generation[key] = loaded.generation
         return loaded.generation
 
-    def restore(self, ckpt: Mapping[str, Any]) -> Pipeline:
+    def restore(self, ckpt: Mapping[str, Any] | schema.ValidatedState) -> Pipeline:
         """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal changes nothing.
 
         A zephon 0.2.0 checkpoint is translated first (:mod:`zephon_ref.compat`) and sealed
         by that translation, which checks it against this pipeline; the same checks follow.
+
+        ``ckpt`` may also be a :class:`zephon_ref.state.ValidatedState`
+        (``zephon_ref.state.validated(state)``): the schema and integrity checks it passed
+        are not repeated and only this pipeline's lanes are copied, so restoring one merged
+        state into many ranks validates it once; the checks against this pipeline
+        (canonical_replicas, fingerprint, the dry-run load of the owned lanes) still run.
         """
         self._refuse_while_running("restore()")
+        if isinstance(ckpt, schema.ValidatedState):
+            self._check_against_pipeline(ckpt.canonical_replicas, ckpt.fingerprint)
+            owned = self._world_of(self._options).owned_lanes
+            missing = [lane for lane in owned if lane not in set(ckpt.lanes)]
+            if missing:  # the same refusal as the engine's load of a state without an owned lane
+                raise StateMismatchError(expected(f"checkpoint {schema.REQUIRED_LANE_FIELDS[0]}",
+                                                  f"an entry for owned lane {missing[0]}", f"lanes {list(ckpt.lanes)}"))
+            self._build_engine(ckpt)  # dry run of the owned lanes (raises, changing nothing)
+            self._pending = ckpt
+            self._engine = None
+            return self
         from zephon_ref.compat import from_zephon_state, is_zephon_state
 
         translated = is_zephon_state(ckpt)
@@ -523,21 +548,24 @@ class Pipeline:
                 work_source=self._source, flush_every_k_chunks=self._resolve_k(warn=False))
         schema.validate(ckpt, strict_cursors=not translated)
         schema.verify_integrity(ckpt)
-        world = self._world_of(self._options)
-        c = ckpt["world"].get("canonical_replicas")
-        if c != world.canonical_replicas:
-            raise StateMismatchError(expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
-                                     + "; changing canonical_replicas needs a migration")
-        fp = self.fingerprint()
-        if ckpt.get("fingerprint") != fp:
-            raise StateMismatchError(expected("checkpoint fingerprint", f"{fp[:16]}... (this pipeline's data settings)",
-                                              str(ckpt.get("fingerprint"))[:16] + "...")
-                                     + "; the checkpoint belongs to a pipeline with other data settings")
+        self._check_against_pipeline(ckpt["world"].get("canonical_replicas"), ckpt.get("fingerprint"))
         private = copy.deepcopy(dict(ckpt))  # detached from the caller's dict
         self._build_engine(private)  # dry run: every owned lane must load (raises, changing nothing)
         self._pending = private
         self._engine = None
         return self
+
+    def _check_against_pipeline(self, c: Any, got_fp: Any) -> None:
+        """Refuse a state of another canonical_replicas or another fingerprint."""
+        world = self._world_of(self._options)
+        if c != world.canonical_replicas:
+            raise StateMismatchError(expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
+                                     + "; changing canonical_replicas needs a migration")
+        fp = self.fingerprint()
+        if got_fp != fp:
+            raise StateMismatchError(expected("checkpoint fingerprint", f"{fp[:16]}... (this pipeline's data settings)",
+                                              str(got_fp)[:16] + "...")
+                                     + "; the checkpoint belongs to a pipeline with other data settings")
 
 
 def _check_directory(directory: Any) -> str:

@@ -37,6 +37,17 @@ migration, the zephon translator) vouches for the result with :func:`seal`; the
 consistency rules above still apply to sealed states.  The merge seals its result only
 when every input's digest verifies.
 
+**Validate once, restore many.**  :func:`validated` runs :func:`validate` and
+:func:`verify_integrity` once and returns a :class:`ValidatedState`: an immutable
+snapshot (pickled bytes, one blob per lane plus one for the universal fields and one
+for the whole state, all written from a private copy taken after the checks).  A
+restore of it into a pipeline (``Pipeline.restore(validated_state)``) reads only the
+blobs of the lanes that pipeline owns, so restoring one merged state into many
+ranks costs one validation and O(owned lanes) per rank.  Nothing can change the
+snapshot after the checks (bytes are immutable; every read builds fresh objects),
+so the checks it carries stay true; the pipeline-specific checks (fingerprint,
+canonical_replicas, the dry-run load of the owned lanes) still run per restore.
+
 What may not live here: I/O, the encoding of bytes (checkpoint/codec.py), the
 merge policy (coordination/merge.py).
 """
@@ -45,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,12 +74,14 @@ __all__ = [
     "SOURCE_RESTORABLE_KEYS",
     "UNIVERSAL_FIELDS",
     "VERSION",
+    "ValidatedState",
     "Field",
     "content_digest",
     "lane_key",
     "new_state",
     "seal",
     "validate",
+    "validated",
     "verify_integrity",
 ]
 
@@ -335,3 +349,72 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
         _check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]}, c,
                     strict_cursors=strict_cursors)
     return c
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedState:
+    """A state that :func:`validate` and :func:`verify_integrity` accepted, frozen as bytes.
+
+    Build it with :func:`validated` only.  ``digest`` is the integrity digest that was
+    verified; ``lanes`` the lanes present; ``canonical_replicas`` and ``fingerprint``
+    the checked universal fields.  The snapshot is pickled plain data written by this
+    module from its own copy (never from outside bytes), so loading it is safe.
+    """
+
+    digest: str
+    canonical_replicas: int
+    fingerprint: str | None
+    lanes: tuple[int, ...]
+    _whole: bytes
+    _universal: bytes
+    _lane_blobs: tuple[bytes, ...]  # parallel to ``lanes``
+
+    def __copy__(self) -> ValidatedState:
+        return self  # immutable
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ValidatedState:
+        return self  # immutable
+
+    def state(self) -> dict[str, Any]:
+        """A fresh copy of the whole state (equal to the dict that was validated)."""
+        out: dict[str, Any] = pickle.loads(self._whole)
+        return out
+
+    def state_for(self, lanes: tuple[int, ...] | list[int]) -> dict[str, Any]:
+        """A fresh copy of the universal fields and of the given lanes' entries only (lanes
+        absent from the state are skipped; the engine's load refuses a missing owned lane)."""
+        out: dict[str, Any] = pickle.loads(self._universal)
+        index = {lane: i for i, lane in enumerate(self.lanes)}
+        for lane in sorted(lanes):
+            i = index.get(lane)
+            if i is None:
+                continue
+            entries: dict[str, tuple[Any, Any]] = pickle.loads(self._lane_blobs[i])
+            for name, (key, value) in entries.items():
+                out[name][key] = value
+        return out
+
+
+def validated(state: Any) -> ValidatedState:
+    """Validate ``state`` (a zephon_ref state: :func:`validate` with strict cursors, then
+    :func:`verify_integrity`) once and freeze it; raises exactly what those raise.
+    The caller's dict is not kept: later edits to it do not reach the snapshot."""
+    c = validate(state)
+    verify_integrity(state)
+    whole = pickle.dumps(dict(state), protocol=pickle.HIGHEST_PROTOCOL)
+    private: dict[str, Any] = pickle.loads(whole)  # detached from the caller's objects
+    per_lane: dict[int, dict[str, tuple[Any, Any]]] = {}
+    universal = {}
+    for name, value in private.items():
+        if name not in LANE_FIELDS:
+            universal[name] = value
+            continue
+        universal[name] = None if value is None else {}
+        for key, v in (value or {}).items():
+            per_lane.setdefault(lane_key(key, f"lane key of {name!r}", c), {})[name] = (key, v)
+    lanes = tuple(sorted(per_lane))
+    return ValidatedState(
+        digest=str(private["integrity"]), canonical_replicas=c, fingerprint=private["fingerprint"], lanes=lanes,
+        _whole=whole, _universal=pickle.dumps(universal, protocol=pickle.HIGHEST_PROTOCOL),
+        _lane_blobs=tuple(pickle.dumps(per_lane[lane], protocol=pickle.HIGHEST_PROTOCOL) for lane in lanes),
+    )
