@@ -133,7 +133,7 @@ def _bad_world(edit: str) -> dict[str, Any]:
         st["progress"][0] = {"chunk_id": -1, "offset": 0}  # lane 0 is group 0's, not rank 1's
     elif edit == "no-world-size":
         del st["world"]["world_size"]
-    else:  # pragma: no cover
+    else:  # pragma: no cover - only a misspelt edit name in this file reaches it, and it fails loudly
         raise AssertionError(edit)
     return st
 
