@@ -273,9 +273,11 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
 
     tok = HashTokenizer(vocab_size=777, offset=5)
     texts = ["hello  world\tx", "", "   ", "a\x1cb\x1fc\x0bd", "x" * 60 + " y", "héllo wörld\u2003z",
-             "the quick\nbrown fox", "\r\n", "é", "\x02", "a \x03 b", "\x02\x03"]
+             "the quick\nbrown fox", "\r\n", "é", "\x02", "a \x03 b", "\x02\x03",
+             "\x00", "a\x00 \x00\x00b \x00", " \x00 " * 3]  # NUL is a word byte (the marker's byte too)
     words = WordIds(tok)
-    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""]):
+    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""], texts[12:],
+                  ["x" * n for n in range(1, 120)]):
         assert [a.tolist() for a in words.encode_many(group)] == [[1, *tok.encode(t), 2] for t in group]
     # every word length from 1 to 70 (odd and even, few and many words of a length), ASCII only
     import random

@@ -6,34 +6,48 @@ The built-in tokenizer (``HashTokenizer``) maps every whitespace-separated word 
 ``crc32(utf-8 bytes) % vocab_size + offset`` and brackets a text with BOS/EOS.
 :meth:`WordIds.encode_many` computes that for a group of texts at once:
 
-* ASCII texts (the common case): the texts are joined by a newline into one byte
-  array; word starts and ends are where the whitespace mask changes (the ASCII
-  whitespace of ``str.split``: space, ``\\t\\n\\v\\f\\r`` and ``\\x1c``-``\\x1f``);
-  the CRC-32 of every word runs column by column over the words sorted by length
-  (table-driven, the reflected polynomial 0xEDB88320 of zlib), so each step is one
-  vector operation over the words still that long;
-* anything else (non-ASCII text, a word longer than :data:`LONG_WORD`): per
-  word with ``zlib.crc32`` and a memo (a pure function's cache, cleared past
+* ASCII texts (the common case): the texts are joined into one byte string with
+  a one-byte marker word (``"\\x00"``, surrounded by spaces) where each text's BOS
+  and EOS go, so the word stream *is* the output stream (the markers sit at byte
+  positions known from the texts' lengths, so a NUL inside a text is an ordinary
+  word byte); word starts and ends are where the
+  whitespace mask changes (the ASCII whitespace of ``str.split``: space,
+  ``\\t\\n\\v\\f\\r`` and ``\\x1c``-``\\x1f``).  The CRC is affine over GF(2):
+  ``crc32(w) = crc32(len(w) zero bytes) ^ L(w)``, where ``L`` (zero initial value,
+  no final xor) is the xor of one term per byte that depends only on the byte and
+  on how many bytes *follow* it.  So every word's 8 last bytes are read as one
+  little-endian uint64 ending at the word's end (bytes before the word's start
+  masked to zero, which adds nothing), and ``L`` is the xor of four lookups in
+  65,536-entry tables (two bytes per lookup); a word longer than 8 bytes adds
+  one such group per further 8 bytes.  One vector operation per lookup, over all
+  words at once, whatever their lengths;
+* a word longer than :data:`LONG_WORD`: ``zlib.crc32`` of its bytes;
+* non-ASCII text: per word with ``zlib.crc32`` and a memo (a pure function's cache, cleared past
   :data:`CACHE_LIMIT`, which changes no id).
 
 Both paths give the same ids (tests compare them with the reference tokenizer).
-The result is one int64 array per text (views of one flat array).
+The result is one int64 array per text (views of one flat array).  The large
+temporaries live in a per-thread scratch pool (:class:`_Scratch`), reused from
+call to call so that each call does not fault in fresh pages; no result is kept
+there (the ids are a fresh array every call).
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CACHE_LIMIT", "LONG_WORD", "VECTOR_TAIL", "WordIds"]
+__all__ = ["CACHE_LIMIT", "LONG_WORD", "WordIds"]
 
 CACHE_LIMIT = 1 << 20
+#: the longest word whose CRC runs as array operations (6 groups of 8 bytes); longer ones use zlib
 LONG_WORD = 48
-#: words per call whose CRC is taken one by one (the longest ones)
-VECTOR_TAIL = 24
+_GROUPS = LONG_WORD // 8
+_M64 = (1 << 64) - 1
 
 
 def _crc_table() -> np.ndarray:
@@ -47,21 +61,70 @@ def _crc_table() -> np.ndarray:
 
 
 _TABLE = _crc_table()
-def _crc_equal_length(buf: np.ndarray, starts: np.ndarray, size: int) -> np.ndarray:
-    """zlib's CRC-32 of the ``size``-byte words at ``starts``: their bytes gathered once as a
-    ``(words, size)`` matrix, then one vector step of the table-driven CRC per column (a
-    1 KiB table, which stays in the fastest cache)."""
-    mat = np.lib.stride_tricks.sliding_window_view(buf, size)[starts]  # rows gathered by one index
-    c: np.ndarray = np.full(starts.size, 0xFFFFFFFF, dtype=np.uint32)
-    for j in range(size):
-        c = np.take(_TABLE, (c ^ mat[:, j]) & 0xFF) ^ (c >> 8)
-    out: np.ndarray = c ^ np.uint32(0xFFFFFFFF)
+
+
+def _byte_terms(n: int) -> np.ndarray:
+    """``out[d][b]``: ``L`` of byte ``b`` followed by ``d`` zero bytes (zero initial value,
+    no final xor): the byte's own table entry, then ``d`` steps of the register over 0."""
+    out = np.empty((n, 256), dtype=np.uint32)
+    cur = _TABLE.copy()
+    for d in range(n):
+        out[d] = cur
+        cur = _TABLE[cur & 0xFF] ^ (cur >> 8)
     return out
+
+
+_TERMS = _byte_terms(LONG_WORD)
+#: crc32 of ``n`` zero bytes (the affine part of a word of ``n`` bytes)
+_ZEROS = np.array([zlib.crc32(bytes(n)) for n in range(LONG_WORD + 1)], dtype=np.uint32)
+#: per length ``l`` (0..8): the mask keeping a uint64's ``l`` most significant bytes
+_KEEP = np.array([(_M64 << (8 * (8 - n))) & _M64 for n in range(9)], dtype=np.uint64)
+_PAIRS: dict[tuple[int, int], np.ndarray] = {}
+_PAIRS_LOCK = threading.Lock()
+
+
+def _pair_table(g: int, k: int) -> np.ndarray:
+    """The 65,536-entry table of the ``k``-th 16 bits (little-endian) of the 8 bytes that end
+    ``8 g`` bytes before a word's end: its low byte is followed by ``8 g + 7 - 2 k`` bytes of
+    the word, its high byte by one fewer.  Built on first use (a constant of the CRC
+    polynomial, the same for every input)."""
+    t = _PAIRS.get((g, k))
+    if t is None:
+        lo, hi = _TERMS[8 * g + 7 - 2 * k], _TERMS[8 * g + 6 - 2 * k]
+        t = (hi[:, None] ^ lo[None, :]).ravel()  # index = low byte + 256 * high byte
+        with _PAIRS_LOCK:
+            t = _PAIRS.setdefault((g, k), t)
+    return t
+
+
+class _Scratch(threading.local):
+    """Per-thread scratch arrays, grown on demand and reused by later calls (their contents
+    never outlive a call: every use overwrites what it reads)."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype: Any) -> np.ndarray:
+        a = self.arrays.get(name)
+        if a is None or a.size < n or a.dtype != dtype:
+            a = np.empty(max(n, 1024), dtype=dtype)
+            if n <= _SCRATCH_LIMIT:
+                self.arrays[name] = a
+        return a[:n]
+
+
+#: the largest scratch array (elements) kept between calls
+_SCRATCH_LIMIT = 1 << 24
+_SCRATCH = _Scratch()
 
 
 #: byte -> 1 for a word byte, 0 for the ASCII whitespace of ``str.split`` (a ``bytes.translate`` table)
 _WORD_BYTES = bytes(0 if i in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 for i in range(256))
-
+#: the raw buffer's head: 8 bytes of whitespace (every word's 8-byte read stays inside the buffer)
+#: and the first text's BOS marker
+_HEAD = b"        \x00 "
+_SEP = " \x00 \x00 "  # EOS marker of one text, BOS marker of the next
+_TAIL = b" \x00 "
 
 class WordIds:
     __slots__ = ("bos", "eos", "ids", "offset", "vocab")
@@ -90,55 +153,91 @@ class WordIds:
         return words, np.fromiter(map(len, split), dtype=np.int64, count=len(split))
 
     # -- vectorised (ASCII) -----------------------------------------------------------------
-    def _ascii_ids(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-        joined = "\n".join(texts)
+    def _ascii_ids(self, texts: list[str]) -> list[np.ndarray] | None:
+        """Every text's ids with BOS/EOS, or None when the texts are not all ASCII."""
+        joined = _SEP.join(texts)
         if not joined.isascii():
             return None
-        # padded with whitespace at both ends, so every word has a rising and a falling edge
-        # and is followed by at least one byte
-        raw = b"\n" + joined.encode("ascii") + b"\n"
-        buf = np.frombuffer(raw, dtype=np.uint8)
+        raw = _HEAD + joined.encode("ascii") + _TAIL
+        scratch = _SCRATCH
         word = np.frombuffer(raw.translate(_WORD_BYTES), dtype=np.bool_)
-        # the edges alternate (rise, fall, rise, ...) because both ends are whitespace
-        edges = np.flatnonzero(word[1:] != word[:-1])
+        change = np.not_equal(word[1:], word[:-1], out=scratch.get("change", len(raw) - 1, np.bool_))
+        # the raw buffer starts and ends with whitespace, so the edges alternate (rise, fall, ...)
+        edges = np.flatnonzero(change)
         edges += 1
-        starts = edges[0::2]
-        lens = edges[1::2] - starts
-        n = lens.size
-        crc = np.empty(n, dtype=np.uint32)
-        counts = np.bincount(lens) if n else np.zeros(1, dtype=np.int64)
-        for size in np.flatnonzero(counts).tolist():
-            sel = None if counts[size] == n else np.flatnonzero(lens == size)
-            at = starts if sel is None else starts[sel]
-            if size > LONG_WORD or (size > 8 and at.size < 8):
-                # a few long words: zlib one by one
-                got = np.fromiter((zlib.crc32(raw[a:a + size]) for a in at.tolist()), dtype=np.uint32,
-                                  count=at.size)
+        starts, ends = edges[0::2], edges[1::2]
+        n = starts.size
+        lens = np.subtract(ends, starts, out=scratch.get("lens", n, np.int64))
+        maxlen = int(lens.max())
+        # every word's last 8 bytes as a little-endian uint64 (a byte-strided view of raw)
+        view = np.ndarray((len(raw) - 7,), dtype="<u8", buffer=raw, strides=(1,))
+        at = np.subtract(ends, 8, out=scratch.get("at", n, np.int64))
+        key = np.take(view, at, out=scratch.get("key", n, np.dtype("<u8")))
+        crc = np.take(_ZEROS, np.minimum(lens, LONG_WORD, out=scratch.get("cap", n, np.int64)),
+                      out=scratch.get("crc", n, np.uint32))
+        acc = scratch.get("acc", n, np.uint32)
+        for g in range(min(_GROUPS, (maxlen + 7) // 8)):
+            if g:
+                sel = np.flatnonzero(lens > 8 * g)
+                m = sel.size
+                glen = lens[sel]
+                glen -= 8 * g
+                key = np.take(view, at[sel] - 8 * g, out=scratch.get("key", m, np.dtype("<u8")))
+                part = acc[:m]
             else:
-                got = _crc_equal_length(buf, at, size)
+                sel, m, glen, part = None, n, lens, acc
+            top = min(8, maxlen - 8 * g)
+            if int(glen.min()) < 8:  # mask the bytes before a short word's start
+                idx = glen if top == maxlen - 8 * g else np.minimum(glen, 8, out=scratch.get("cap8", m, np.int64))
+                key &= np.take(_KEEP, idx, out=scratch.get("keep", m, np.uint64))
+            quarters = key.view("<u2").reshape(m, 4)
+            first = True
+            for k in range(4):
+                if top <= 6 - 2 * k:
+                    continue  # both bytes of this quarter lie before every word's start
+                if first:
+                    np.take(_pair_table(g, k), quarters[:, k], out=part)
+                    first = False
+                else:
+                    part ^= np.take(_pair_table(g, k), quarters[:, k], out=scratch.get("look", m, np.uint32))
             if sel is None:
-                crc[:] = got
+                crc ^= part
             else:
-                crc[sel] = got
-        ids = np.empty(n, dtype=np.int64)
+                crc[sel] ^= part
+        if maxlen > LONG_WORD:  # a few long words: zlib one by one
+            longs = np.flatnonzero(lens > LONG_WORD)
+            crc[longs] = [zlib.crc32(raw[a:b]) for a, b in zip(starts[longs].tolist(), ends[longs].tolist(),
+                                                                 strict=True)]
+        out = np.empty(n, dtype=np.int64)
         if self.vocab <= 0xFFFFFFFF:  # the remainder in 32 bits (same value, a faster division)
-            ids[:] = crc % np.uint32(self.vocab)
+            np.add(np.remainder(crc, np.uint32(self.vocab), out=acc), np.int64(self.offset), out=out)
         else:
-            ids[:] = crc.astype(np.int64) % self.vocab
-        ids += self.offset
-        # words per text: text i ends (in raw) where separator i sits, at the cumulative lengths + 1
-        bounds = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        bounds += 1
-        np.cumsum(bounds, out=bounds)
-        per_text = np.diff(np.searchsorted(starts, bounds), prepend=0)
-        return ids, per_text
+            np.add(crc, np.int64(self.offset), out=out)  # crc < 2**32 <= vocab: its own remainder
+        # the markers: text i's BOS is at byte 8 + sum(len(text_j) + 5 for j < i), its EOS len(text_i) + 3 later
+        t = len(texts)
+        marks = scratch.get("marks", 2 * t, np.int64)
+        sizes = np.fromiter(map(len, texts), dtype=np.int64, count=t)
+        bos_at = marks[0::2]
+        np.cumsum(sizes, out=bos_at)
+        bos_at -= sizes
+        bos_at += np.arange(8, 8 + 5 * t, 5, dtype=np.int64)
+        np.add(bos_at, sizes, out=marks[1::2])
+        marks[1::2] += 3
+        # a marker is a word start: its index in ``edges`` is twice its word index
+        words_at = np.searchsorted(edges, marks)
+        words_at >>= 1
+        out[words_at[0::2]] = self.bos
+        out[words_at[1::2]] = self.eos
+        return [out[a:b] for a, b in zip(words_at[0::2].tolist(), (words_at[1::2] + 1).tolist(), strict=True)]
 
     def encode_many(self, texts: list[str]) -> list[np.ndarray]:
         """Every text's ids, bracketed with BOS/EOS, as int64 views of one flat array."""
         if not texts:
             return []
         got = self._ascii_ids(texts)
-        words, lens = got if got is not None else self._word_ids(texts)
+        if got is not None:
+            return got
+        words, lens = self._word_ids(texts)
         sizes = lens + 2
         ends = np.cumsum(sizes)
         starts = ends - sizes
