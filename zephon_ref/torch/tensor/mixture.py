@@ -160,7 +160,7 @@ class PackTable:
                 else:  # packs without the ideal score -inf (a holder of it is buffered: has_ideal)
                     scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] if want in (c0, c1, c2) else _NEG
                               for (c0, c1, c2), (w0, w1, w2) in rows]
-                return max(range(n), key=scores.__getitem__)  # the first of the largest
+                return scores.index(max(scores))  # the first of the largest (no NaN: finite deficits)
             if self.width == 2:
                 scores = [w0 * dl[c0] + w1 * dl[c1] for (c0, c1), (w0, w1) in rows]
             else:
@@ -171,7 +171,7 @@ class PackTable:
                         score += w * dl[c]
                     scores.append(score)
             if ideal is None:
-                return max(range(n), key=scores.__getitem__)  # the first of the largest
+                return scores.index(max(scores))  # the first of the largest
             best_i, best = -1, 0.0
             for i, (cs, _ws) in enumerate(rows):
                 if want in cs and (best_i < 0 or scores[i] > best):
@@ -224,15 +224,20 @@ class MixtureLane:
                 return {docs[0][3]: 1.0}
             return {c: float(n) for c, n in out.items()}
         if self.packed:
-            tokens: dict[int, int] = {}
+            # token counts summed as floats: whole numbers below 2**53, so exact (the same values as
+            # float(sum of ints))
+            tokens: dict[int, float] = {}
+            get = tokens.get
             for d in docs:
-                n = 0 if d[6] is None else len(d[6])
-                if n > 0:
-                    tokens[d[3]] = tokens.get(d[3], 0) + n
+                ids = d[6]
+                if ids is not None:
+                    n = len(ids)
+                    if n:
+                        tokens[d[3]] = get(d[3], 0.0) + n
             if not tokens:
                 raise UnsupportedKnob(expected("ensure_mixture weight of an empty pack", "a pack with tokens",
                                                "a pack of empty documents"))
-            return {c: float(n) for c, n in tokens.items()}
+            return tokens
         d = docs[0]
         if d[6] is None:
             raise ConfigError(expected(f"payload of sample {d[0]!r} for ensure_mixture", "a token field", d[7]))
@@ -311,18 +316,15 @@ class MixtureLane:
         ideal = None
         d: dict[int, float] = {}
         if swrr is not None:
-            # every deficit once (the formula of Deficits.best / deficits); the ideal is the
-            # first of the largest in tie-break order
-            d = swrr.deficits()
-            keys = swrr.keys
-            if len(keys) == 1:
-                ideal = keys[0]
-            elif keys:
-                ideal = keys[0]
-                best_d = d[ideal]
-                for k in keys:
-                    if d[k] > best_d:
-                        ideal, best_d = k, d[k]
+            # every deficit once (the formula of Deficits.best / deficits), in tie-break order; the
+            # ideal is the first of the largest
+            eff = max(1.0, swrr.total)
+            t, e = swrr.target, swrr.emitted
+            best_d = 0.0
+            for k in swrr.keys:
+                v = d[k] = t[k] * eff - e.get(k, 0.0)
+                if ideal is None or v > best_d:
+                    ideal, best_d = k, v
         ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
         if not force and not ideal_ok:
             return None
