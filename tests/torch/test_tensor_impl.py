@@ -125,6 +125,7 @@ def test_demo_pipeline_equal_to_reference(lanes: int) -> None:
     got = [tp.records(x) for x in tp]
     assert len(want) > 50
     assert got == want
+    assert repr(got) == repr(want)  # the same types too (a SampleId, not a bare tuple of the same ints)
 
 
 def test_tensors_carry_the_reference_tokens() -> None:
