@@ -36,6 +36,9 @@ def drop_some(payload: Any) -> Any:
     return None if sum(payload["input_ids"]) % 3 == 0 else {"input_ids": payload["input_ids"][:60]}
 CONFIGS: dict[str, PipelineConfig] = {
     **{f"machine{i}": c for i, c in enumerate(MACHINE_CONFIGS)},
+    "one_sample_chunks": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 2}),
+                                         ("batch", {"microbatch_size": 2})],
+                                        source_kwargs={"chunk_size": 1, "seed": 1}, options={"canonical_replicas": 2}),
     "pack_batch": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 4}),
                                   ("batch", {"microbatch_size": 2})],
                                  options={"canonical_replicas": 3, "flush_every_k_chunks": 2}),

@@ -110,12 +110,14 @@ class ChunkDispatcher:
                 at += count
             pattern = chunk_pattern(comps)
             where = [start[name] + i for name, i in pattern]
-            getter = itemgetter(*where)
-            if len(where) == 1:  # itemgetter of one index returns the item itself
-                one = getter
+            getter: Callable[[list[Any]], Any]
+            if len(where) == 1:  # itemgetter of one index returns the item itself, not a 1-tuple
+                only = where[0]
 
-                def getter(xs: list[Any], _one: Callable[[list[Any]], Any] = one) -> tuple[Any, ...]:
-                    return (_one(xs),)
+                def getter(xs: list[Any]) -> tuple[Any, ...]:
+                    return (xs[only],)
+            else:
+                getter = itemgetter(*where)
             got = self._plans[key] = (getter, tuple(self._ids[name] for name, _ in pattern))
         return got
 
