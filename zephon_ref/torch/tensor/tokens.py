@@ -16,7 +16,8 @@ The built-in tokenizer (``HashTokenizer``) maps every whitespace-separated word 
   ``crc32(w) = crc32(len(w) zero bytes) ^ L(w)``, where ``L`` (zero initial value,
   no final xor) is the xor of one term per byte that depends only on the byte and
   on how many bytes *follow* it.  So every word's 8 last bytes are read as one
-  little-endian uint64 ending at the word's end (bytes before the word's start
+  little-endian uint64 ending at the word's end (two aligned reads from a copy of
+  the buffer) (bytes before the word's start
   masked to zero, which adds nothing), and ``L`` is the xor of four lookups in
   65,536-entry tables (two bytes per lookup); a word longer than 8 bytes adds
   one such group per further 8 bytes.  One vector operation per lookup, over all
@@ -29,7 +30,9 @@ Both paths give the same ids (tests compare them with the reference tokenizer).
 The result is one int64 array per text (views of one flat array).  The large
 temporaries live in a per-thread scratch pool (:class:`_Scratch`), reused from
 call to call so that each call does not fault in fresh pages; no result is kept
-there (the ids are a fresh array every call).
+there (the ids are a fresh array every call).  Every ``np.take`` into a scratch
+array passes ``mode="clip"`` (its indices are in range, so clipping changes
+nothing): with the default ``mode="raise"`` numpy writes through a fresh buffer.
 """
 
 from __future__ import annotations
@@ -118,13 +121,43 @@ _SCRATCH_LIMIT = 1 << 24
 _SCRATCH = _Scratch()
 
 
+def _aligned_words(raw: bytes, scratch: _Scratch) -> np.ndarray:
+    """``raw`` copied into an aligned little-endian uint64 array, zero-padded by one word."""
+    size = len(raw) // 8 + 2
+    words = scratch.get("words", size, np.dtype("<u8"))
+    words[-2:] = 0
+    words.view(np.uint8)[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    return words
+
+
+def _read8(words: np.ndarray, at: np.ndarray, out: np.ndarray, scratch: _Scratch) -> np.ndarray:
+    """The little-endian uint64 of the 8 bytes at each byte position ``at`` (>= 0) of the buffer
+    held by ``words``: two aligned reads, shifted together.  (A gather from a byte-strided
+    uint64 view would first copy the whole view to an aligned array, 8 times the buffer.)"""
+    n = at.size
+    q = np.right_shift(at, 3, out=scratch.get("read8_q", n, np.int64))
+    r = np.bitwise_and(at, 7, out=scratch.get("read8_r", n, np.int64)).view(np.uint64)
+    r <<= np.uint64(3)  # bit offset of the first byte in its word
+    np.take(words, q, out=out, mode="clip")
+    out >>= r
+    q += 1
+    hi = np.take(words, q, out=scratch.get("read8_hi", n, np.dtype("<u8")), mode="clip")
+    np.subtract(np.uint64(63), r, out=r)
+    hi <<= r
+    hi <<= np.uint64(1)  # 64 - offset in two steps: a shift by 64 is not defined
+    out |= hi
+    return out
+
+
 #: byte -> 1 for a word byte, 0 for the ASCII whitespace of ``str.split`` (a ``bytes.translate`` table)
 _WORD_BYTES = bytes(0 if i in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 for i in range(256))
-#: the raw buffer's head: 8 bytes of whitespace (every word's 8-byte read stays inside the buffer)
-#: and the first text's BOS marker
-_HEAD = b"        \x00 "
-_SEP = " \x00 \x00 "  # EOS marker of one text, BOS marker of the next
-_TAIL = b" \x00 "
+#: joins the texts: the EOS marker of one text, the BOS marker of the next.  The raw buffer is
+#: ``_SEP.join([_PAD, *texts, ""])``: 8 bytes of whitespace first (every word's 8-byte read stays
+#: inside the buffer), then a spare marker word (ignored), then text 0's BOS marker at byte
+#: :data:`_FIRST_BOS`; after the last text its EOS marker, a spare one and a space.
+_SEP = " \x00 \x00 "
+_PAD = "        "
+_FIRST_BOS = len(_PAD) + 3
 
 class WordIds:
     __slots__ = ("bos", "eos", "ids", "offset", "vocab")
@@ -155,10 +188,10 @@ class WordIds:
     # -- vectorised (ASCII) -----------------------------------------------------------------
     def _ascii_ids(self, texts: list[str]) -> list[np.ndarray] | None:
         """Every text's ids with BOS/EOS, or None when the texts are not all ASCII."""
-        joined = _SEP.join(texts)
+        joined = _SEP.join([_PAD, *texts, ""])
         if not joined.isascii():
             return None
-        raw = _HEAD + joined.encode("ascii") + _TAIL
+        raw = joined.encode("ascii")
         scratch = _SCRATCH
         word = np.frombuffer(raw.translate(_WORD_BYTES), dtype=np.bool_)
         change = np.not_equal(word[1:], word[:-1], out=scratch.get("change", len(raw) - 1, np.bool_))
@@ -169,12 +202,12 @@ class WordIds:
         n = starts.size
         lens = np.subtract(ends, starts, out=scratch.get("lens", n, np.int64))
         maxlen = int(lens.max())
-        # every word's last 8 bytes as a little-endian uint64 (a byte-strided view of raw)
-        view = np.ndarray((len(raw) - 7,), dtype="<u8", buffer=raw, strides=(1,))
+        # every word's last 8 bytes as a little-endian uint64
+        words = _aligned_words(raw, scratch)
         at = np.subtract(ends, 8, out=scratch.get("at", n, np.int64))
-        key = np.take(view, at, out=scratch.get("key", n, np.dtype("<u8")))
+        key = _read8(words, at, scratch.get("key", n, np.dtype("<u8")), scratch)
         crc = np.take(_ZEROS, np.minimum(lens, LONG_WORD, out=scratch.get("cap", n, np.int64)),
-                      out=scratch.get("crc", n, np.uint32))
+                      out=scratch.get("crc", n, np.uint32), mode="clip")
         acc = scratch.get("acc", n, np.uint32)
         for g in range(min(_GROUPS, (maxlen + 7) // 8)):
             if g:
@@ -182,24 +215,26 @@ class WordIds:
                 m = sel.size
                 glen = lens[sel]
                 glen -= 8 * g
-                key = np.take(view, at[sel] - 8 * g, out=scratch.get("key", m, np.dtype("<u8")))
+                key = _read8(words, at[sel] - 8 * g, scratch.get("key", m, np.dtype("<u8")), scratch)
                 part = acc[:m]
             else:
                 sel, m, glen, part = None, n, lens, acc
             top = min(8, maxlen - 8 * g)
             if int(glen.min()) < 8:  # mask the bytes before a short word's start
                 idx = glen if top == maxlen - 8 * g else np.minimum(glen, 8, out=scratch.get("cap8", m, np.int64))
-                key &= np.take(_KEEP, idx, out=scratch.get("keep", m, np.uint64))
+                key &= np.take(_KEEP, idx, out=scratch.get("keep", m, np.uint64), mode="clip")
             quarters = key.view("<u2").reshape(m, 4)
+            index = scratch.get("quarter", m, np.intp)  # take's own index type: no converted copy
             first = True
             for k in range(4):
                 if top <= 6 - 2 * k:
                     continue  # both bytes of this quarter lie before every word's start
+                np.copyto(index, quarters[:, k])
                 if first:
-                    np.take(_pair_table(g, k), quarters[:, k], out=part)
+                    np.take(_pair_table(g, k), index, out=part, mode="clip")
                     first = False
                 else:
-                    part ^= np.take(_pair_table(g, k), quarters[:, k], out=scratch.get("look", m, np.uint32))
+                    part ^= np.take(_pair_table(g, k), index, out=scratch.get("look", m, np.uint32), mode="clip")
             if sel is None:
                 crc ^= part
             else:
@@ -213,14 +248,15 @@ class WordIds:
             np.add(np.remainder(crc, np.uint32(self.vocab), out=acc), np.int64(self.offset), out=out)
         else:
             np.add(crc, np.int64(self.offset), out=out)  # crc < 2**32 <= vocab: its own remainder
-        # the markers: text i's BOS is at byte 8 + sum(len(text_j) + 5 for j < i), its EOS len(text_i) + 3 later
+        # the markers: text i's BOS is at byte _FIRST_BOS + sum(len(text_j) + 5 for j < i), its EOS
+        # len(text_i) + 3 later
         t = len(texts)
         marks = scratch.get("marks", 2 * t, np.int64)
         sizes = np.fromiter(map(len, texts), dtype=np.int64, count=t)
         bos_at = marks[0::2]
         np.cumsum(sizes, out=bos_at)
         bos_at -= sizes
-        bos_at += np.arange(8, 8 + 5 * t, 5, dtype=np.int64)
+        bos_at += np.arange(_FIRST_BOS, _FIRST_BOS + 5 * t, 5, dtype=np.int64)
         np.add(bos_at, sizes, out=marks[1::2])
         marks[1::2] += 3
         # a marker is a word start: its index in ``edges`` is twice its word index
