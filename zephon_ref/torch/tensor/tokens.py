@@ -121,6 +121,26 @@ _SCRATCH_LIMIT = 1 << 24
 _SCRATCH = _Scratch()
 
 
+#: elements of a boolean array per np.flatnonzero call in :func:`_nonzero` (at most 256 KiB of
+#: indices per call, so a call's result stays small enough to come from the heap, not from fresh pages)
+NONZERO_BLOCK = 1 << 15
+
+
+def _nonzero(mask: np.ndarray, scratch: _Scratch) -> np.ndarray:
+    """``np.flatnonzero(mask)``, as a scratch array: block by block, so that no call returns
+    one large fresh array (whose pages the allocator would hand back and fault in again on
+    every call)."""
+    total = int(np.count_nonzero(mask))
+    out = scratch.get("nonzero", total, np.intp)
+    at = 0
+    for lo in range(0, mask.size, NONZERO_BLOCK):
+        got = np.flatnonzero(mask[lo:lo + NONZERO_BLOCK])
+        k = got.size
+        np.add(got, lo, out=out[at:at + k])
+        at += k
+    return out
+
+
 def _aligned_words(raw: bytes, scratch: _Scratch) -> np.ndarray:
     """``raw`` copied into an aligned little-endian uint64 array, zero-padded by one word."""
     size = len(raw) // 8 + 2
@@ -149,8 +169,8 @@ def _read8(words: np.ndarray, at: np.ndarray, out: np.ndarray, scratch: _Scratch
     return out
 
 
-#: byte -> 1 for a word byte, 0 for the ASCII whitespace of ``str.split`` (a ``bytes.translate`` table)
-_WORD_BYTES = bytes(0 if i in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else 1 for i in range(256))
+#: byte -> True for a word byte, False for the ASCII whitespace of ``str.split``
+_WORD_LUT = np.array([i not in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) for i in range(256)], dtype=np.bool_)
 #: joins the texts: the EOS marker of one text, the BOS marker of the next.  The raw buffer is
 #: ``_SEP.join([_PAD, *texts, ""])``: 8 bytes of whitespace first (every word's 8-byte read stays
 #: inside the buffer), then a spare marker word (ignored), then text 0's BOS marker at byte
@@ -193,10 +213,11 @@ class WordIds:
             return None
         raw = joined.encode("ascii")
         scratch = _SCRATCH
-        word = np.frombuffer(raw.translate(_WORD_BYTES), dtype=np.bool_)
+        word = np.take(_WORD_LUT, np.frombuffer(raw, dtype=np.uint8), out=scratch.get("word", len(raw), np.bool_),
+                       mode="clip")
         change = np.not_equal(word[1:], word[:-1], out=scratch.get("change", len(raw) - 1, np.bool_))
         # the raw buffer starts and ends with whitespace, so the edges alternate (rise, fall, ...)
-        edges = np.flatnonzero(change)
+        edges = _nonzero(change, scratch)
         edges += 1
         starts, ends = edges[0::2], edges[1::2]
         n = starts.size
