@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CACHE_LIMIT", "LONG_WORD", "WordIds"]
+__all__ = ["CACHE_LIMIT", "LONG_WORD", "NONZERO_BLOCK", "SCRATCH_LIMIT", "WordIds"]
 
 CACHE_LIMIT = 1 << 20
 #: the longest word whose CRC runs as array operations (6 groups of 8 bytes); longer ones use zlib
@@ -101,8 +101,10 @@ def _pair_table(g: int, k: int) -> np.ndarray:
 
 
 class _Scratch(threading.local):
-    """Per-thread scratch arrays, grown on demand and reused by later calls (their contents
-    never outlive a call: every use overwrites what it reads)."""
+    """Per-thread scratch arrays by name, grown on demand (by at least a quarter, so windows of
+    slowly growing sizes do not reallocate every call) and reused by later calls; an array
+    larger than :data:`SCRATCH_LIMIT` bytes is not kept.  Their contents never outlive a call
+    (every use overwrites what it reads)."""
 
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
@@ -110,14 +112,18 @@ class _Scratch(threading.local):
     def get(self, name: str, n: int, dtype: Any) -> np.ndarray:
         a = self.arrays.get(name)
         if a is None or a.size < n or a.dtype != dtype:
-            a = np.empty(max(n, 1024), dtype=dtype)
-            if n <= _SCRATCH_LIMIT:
+            grown = 0 if a is None or a.dtype != dtype else a.size + a.size // 4
+            a = np.empty(max(n, grown, 1024), dtype=dtype)
+            if a.nbytes <= SCRATCH_LIMIT:
                 self.arrays[name] = a
+            else:
+                self.arrays.pop(name, None)
         return a[:n]
 
 
-#: the largest scratch array (elements) kept between calls
-_SCRATCH_LIMIT = 1 << 24
+#: the largest scratch array (bytes) kept between calls (fewer than 20 names per thread; the
+#: demo's window keeps about 10 MiB in all)
+SCRATCH_LIMIT = 4 << 20
 _SCRATCH = _Scratch()
 
 
