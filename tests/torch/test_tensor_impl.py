@@ -291,6 +291,8 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
     many = [" ".join("".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
                      for _ in range(rng.randint(0, 30))) for _ in range(200)]
     assert [a.tolist() for a in words.encode_many(many)] == [[1, *tok.encode(t), 2] for t in many]
+    big = HashTokenizer(vocab_size=(1 << 33) + 7, offset=11)  # a vocabulary wider than the CRC: ids = crc + offset
+    assert [a.tolist() for a in WordIds(big).encode_many(many[:20])] == [[1, *big.encode(t), 2] for t in many[:20]]
 
 
 def test_a_drifted_variant_is_caught() -> None:

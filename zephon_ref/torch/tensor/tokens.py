@@ -10,18 +10,18 @@ The built-in tokenizer (``HashTokenizer``) maps every whitespace-separated word 
   a one-byte marker word (``"\\x00"``, surrounded by spaces) where each text's BOS
   and EOS go, so the word stream *is* the output stream (the markers sit at byte
   positions known from the texts' lengths, so a NUL inside a text is an ordinary
-  word byte); word starts and ends are where the
-  whitespace mask changes (the ASCII whitespace of ``str.split``: space,
-  ``\\t\\n\\v\\f\\r`` and ``\\x1c``-``\\x1f``).  The CRC is affine over GF(2):
+  word byte).  Word starts and ends are where the whitespace mask changes (the
+  ASCII whitespace of ``str.split``: space, ``\\t\\n\\v\\f\\r`` and
+  ``\\x1c``-``\\x1f``).  The CRC is affine over GF(2):
   ``crc32(w) = crc32(len(w) zero bytes) ^ L(w)``, where ``L`` (zero initial value,
   no final xor) is the xor of one term per byte that depends only on the byte and
-  on how many bytes *follow* it.  So every word's 8 last bytes are read as one
+  on how many bytes *follow* it.  So every word's last 8 bytes are read as one
   little-endian uint64 ending at the word's end (two aligned reads from a copy of
-  the buffer) (bytes before the word's start
-  masked to zero, which adds nothing), and ``L`` is the xor of four lookups in
-  65,536-entry tables (two bytes per lookup); a word longer than 8 bytes adds
-  one such group per further 8 bytes.  One vector operation per lookup, over all
-  words at once, whatever their lengths;
+  the buffer; the bytes before the word's start masked to zero, which adds
+  nothing), and ``L`` is the xor of at most four lookups in 65,536-entry tables
+  (two bytes per lookup); a word longer than 8 bytes adds one such group per
+  further 8 bytes.  One vector operation per lookup, over all words at once,
+  whatever their lengths;
 * a word longer than :data:`LONG_WORD`: ``zlib.crc32`` of its bytes;
 * non-ASCII text: per word with ``zlib.crc32`` and a memo (a pure function's cache, cleared past
   :data:`CACHE_LIMIT`, which changes no id).
