@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 #: the clock every round reads: wall time, or (``--cpu-time``) this process's CPU time, which
-#: counts other processes' load on a shared machine less
+#: counts other processes' load on a shared machine less (each row's note names the clock)
 _CLOCK = {"fn": time.perf_counter}
 
 
@@ -198,7 +198,8 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
                         ref_c.append(rc)
                 ten_t.append(_time_tensor(corpus, seed, lanes, device))
             ours, theirs = docs / min(ten_t), docs / min(ref_t)
-            common = f"best of {rounds} alternating rounds; shared 2-core machine, ratios only"
+            clock = "process CPU time" if _CLOCK["fn"] is time.process_time else "wall clock"
+            common = f"best of {rounds} alternating rounds, {clock}; shared 2-core machine, ratios only"
             if nat_t:
                 rows.append({"name": f"tensor (native items) vs reference (records), {label}, docs/s",
                              "ours": docs / min(nat_t), "theirs": theirs, "unit": "docs/s",

@@ -36,6 +36,9 @@ def drop_some(payload: Any) -> Any:
     return None if sum(payload["input_ids"]) % 3 == 0 else {"input_ids": payload["input_ids"][:60]}
 CONFIGS: dict[str, PipelineConfig] = {
     **{f"machine{i}": c for i, c in enumerate(MACHINE_CONFIGS)},
+    "one_sample_chunks": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 2}),
+                                         ("batch", {"microbatch_size": 2})],
+                                        source_kwargs={"chunk_size": 1, "seed": 1}, options={"canonical_replicas": 2}),
     "pack_batch": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 4}),
                                   ("batch", {"microbatch_size": 2})],
                                  options={"canonical_replicas": 3, "flush_every_k_chunks": 2}),
@@ -125,6 +128,7 @@ def test_demo_pipeline_equal_to_reference(lanes: int) -> None:
     got = [tp.records(x) for x in tp]
     assert len(want) > 50
     assert got == want
+    assert repr(got) == repr(want)  # the same types too (a SampleId, not a bare tuple of the same ints)
 
 
 def test_tensors_carry_the_reference_tokens() -> None:
@@ -273,9 +277,11 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
 
     tok = HashTokenizer(vocab_size=777, offset=5)
     texts = ["hello  world\tx", "", "   ", "a\x1cb\x1fc\x0bd", "x" * 60 + " y", "héllo wörld\u2003z",
-             "the quick\nbrown fox", "\r\n", "é", "\x02", "a \x03 b", "\x02\x03"]
+             "the quick\nbrown fox", "\r\n", "é", "\x02", "a \x03 b", "\x02\x03",
+             "\x00", "a\x00 \x00\x00b \x00", " \x00 " * 3]  # NUL is a word byte (the marker's byte too)
     words = WordIds(tok)
-    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""]):
+    for group in (texts, texts[:4], texts[6:8], [texts[4]], [texts[2]], texts[9:], ["", ""], texts[12:],
+                  ["x" * n for n in range(1, 120)]):
         assert [a.tolist() for a in words.encode_many(group)] == [[1, *tok.encode(t), 2] for t in group]
     # every word length from 1 to 70 (odd and even, few and many words of a length), ASCII only
     import random
@@ -285,6 +291,8 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
     many = [" ".join("".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
                      for _ in range(rng.randint(0, 30))) for _ in range(200)]
     assert [a.tolist() for a in words.encode_many(many)] == [[1, *tok.encode(t), 2] for t in many]
+    big = HashTokenizer(vocab_size=(1 << 33) + 7, offset=11)  # a vocabulary wider than the CRC: ids = crc + offset
+    assert [a.tolist() for a in WordIds(big).encode_many(many[:20])] == [[1, *big.encode(t), 2] for t in many[:20]]
 
 
 def test_a_drifted_variant_is_caught() -> None:

@@ -27,7 +27,9 @@ What may not live here: per-lane operators, ordering across lanes.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from zephon_ref.torch.tensor.order import chunk_pattern
@@ -75,7 +77,7 @@ class _ReferenceLanes:
 
 
 class ChunkDispatcher:
-    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_ids", "_queues", "_starts", "_tok")
+    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_gets", "_ids", "_plans", "_queues", "_starts", "_tok")
 
     def __init__(self, source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
                  pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> None:
@@ -85,6 +87,8 @@ class ChunkDispatcher:
         self._cids = [0] * lanes  # chunks produced per lane (skipped ones included)
         self._starts = list(starts) if starts is not None else [0] * lanes  # per lane: chunks to skip
         self._datasets, self._ids, self._tok = datasets, ids, pretokenize
+        self._gets = {did: d.get for did, d in datasets.items()}  # dataset id -> its row reader
+        self._plans: dict[tuple[tuple[str, int], ...], tuple[Callable[[list[Any]], Any], tuple[int, ...]]] = {}
         self._done = False
 
     @property
@@ -92,11 +96,36 @@ class ChunkDispatcher:
         """Whether the chunk order is this package's own computation."""
         return isinstance(self._gen, GlobalChunks)
 
+    def _plan(self, comps: Mapping[str, Sequence[Any]]) -> tuple[Callable[[list[Any]], Any], tuple[int, ...]]:
+        """For a chunk with these component sizes: a getter taking the chunk's samples in offset
+        order out of its components' lists laid end to end (dataset order), and the component
+        id of every offset (memoised per ``((name, count), ...)``: the order depends on nothing
+        else)."""
+        key = tuple((name, len(v)) for name, v in comps.items() if len(v) > 0)
+        got = self._plans.get(key)
+        if got is None:
+            start, at = {}, 0
+            for name, count in key:
+                start[name] = at
+                at += count
+            pattern = chunk_pattern(comps)
+            where = [start[name] + i for name, i in pattern]
+            getter: Callable[[list[Any]], Any]
+            if len(where) == 1:  # itemgetter of one index returns the item itself, not a 1-tuple
+                only = where[0]
+
+                def getter(xs: list[Any]) -> tuple[Any, ...]:
+                    return (xs[only],)
+            else:
+                getter = itemgetter(*where)
+            got = self._plans[key] = (getter, tuple(self._ids[name] for name, _ in pattern))
+        return got
+
     def _window(self) -> None:
-        chunks: list[tuple[int, int, list[tuple[Any, int]], dict[int, float]]] = []
+        chunks: list[tuple[int, int, tuple[Any, ...], tuple[int, ...], dict[int, float]]] = []
         payloads: list[Any] = []
         n = 0
-        datasets, ids, cids = self._datasets, self._ids, self._cids
+        gets, ids, cids = self._gets, self._ids, self._cids
         while n < WINDOW_SAMPLES:
             chunk = self._gen.next()
             if chunk is None:
@@ -107,23 +136,27 @@ class ChunkDispatcher:
             cids[owner] = cid + 1
             if cid < self._starts[owner]:
                 continue  # before the lane's resume point: its documents are never read
-            # (SampleId, component id) in offset order; a SampleId is a tuple of ints, as the reference keeps it
-            samples = [(comps[name][i], ids[name]) for name, i in chunk_pattern(comps)]
-            payloads.extend([datasets[sid[0]].get(sid[1], sid[2]) for sid, _ in samples])
-            n += len(samples)
-            chunks.append((owner, cid, samples, {ids[name]: w for name, w in mix.items()}))
+            getter, comp_ids = self._plan(comps)
+            # the chunk's sample pointers in offset order (tuples of ints, as the reference keeps them)
+            sids = getter([s for v in comps.values() for s in v])
+            payloads.extend([gets[s[0]](s[1], s[2]) for s in sids])
+            n += len(sids)
+            chunks.append((owner, cid, sids, comp_ids, {ids[name]: w for name, w in mix.items()}))
         tokens = self._pretokenize(payloads) if self._tok is not None and payloads else None
+        # documents (sample_id, chunk_id, offset, component_id, lineage, closing, ids, payload), built by
+        # zip: pretokenized ones carry their ids and PRETOK, the others [] and the payload
         at = 0
-        docs: list[Any]
-        for owner, cid, samples, mixture in chunks:
+        queues = self._queues
+        for owner, cid, sids, comp_ids, mixture in chunks:
+            k = len(sids)
             if tokens is None:
-                docs = [(sid, cid, off, comp, (), None, [], payloads[at + off])
-                        for off, (sid, comp) in enumerate(samples)]
+                docs = list(zip(sids, repeat(cid, k), range(k), comp_ids, repeat((), k), repeat(None, k),
+                                [[] for _ in range(k)], payloads[at:at + k], strict=True))
             else:
-                docs = [(sid, cid, off, comp, (), None, tokens[at + off], PRETOK)
-                        for off, (sid, comp) in enumerate(samples)]
-            at += len(samples)
-            self._queues[owner].append((docs, mixture))
+                docs = list(zip(sids, repeat(cid, k), range(k), comp_ids, repeat((), k), repeat(None, k),
+                                tokens[at:at + k], repeat(PRETOK, k), strict=True))
+            at += k
+            queues[owner].append((docs, mixture))
 
     def _pretokenize(self, payloads: list[Any]) -> list[Any] | None:
         """Every payload's tokens, or None when some payload has no text field (the lane's

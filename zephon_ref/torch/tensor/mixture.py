@@ -41,7 +41,8 @@ __all__ = ["Deficits", "MixtureLane"]
 class Deficits:
     """Target ``T``, emitted mass ``E`` and its running sum.  Every contribution is a whole
     number (tokens or samples) and the target's component set never changes here, so the
-    running sum equals the reference's ``sum(E_k for k in T)`` exactly, in any order."""
+    running sum equals the reference's ``sum(E_k for k in T)`` exactly, in any order.
+    :meth:`MixtureLane._finish` records an emission (inline, on the hot path)."""
 
     __slots__ = ("emitted", "keys", "order", "target", "total")
 
@@ -61,11 +62,6 @@ class Deficits:
                 self.order.append(k)
         self.keys = [k for k in self.order if k in self.target]
 
-    def deficits(self) -> dict[int, float]:
-        eff = max(1.0, self.total)
-        e = self.emitted
-        return {k: t * eff - e.get(k, 0.0) for k, t in self.target.items()}
-
     def best(self, keys: list[int]) -> int | None:
         if not keys:
             return None
@@ -81,15 +77,6 @@ class Deficits:
                 best, best_d = k, d
         return best
 
-    def record(self, contributions: Mapping[int, float]) -> None:
-        e, t = self.emitted, self.target
-        for k, w in contributions.items():
-            e[k] = e.get(k, 0.0) + w
-            if k in t:
-                # whole numbers (asserted): the running sum is exact in any order
-                assert w == int(w)
-                self.total += w
-
 
 _NEG = float("-inf")
 
@@ -98,20 +85,21 @@ VECTOR_PACKS = 160
 
 
 class PackTable:
-    """The buffered multi-component units in arrival order, with their contributions as arrays.
+    """The buffered multi-component units in arrival order, with their contributions as rows.
 
     Row ``i``: the component columns and weights of pack ``i`` in its own contribution
     order, padded with a column whose deficit is 0.0 and weight 0.0 (adding ``0.0`` leaves
     a float unchanged), so a score is the same left-to-right sum as the scalar loop.  The
     rows live as Python tuples; the arrays are built from them only when a scan is long
-    enough to run as array operations (and kept until the table changes).
+    enough to run as array operations (and kept until the table changes).  Column 0 is the
+    padding; a component's column is fixed when it first appears (``cols``).
     """
 
     __slots__ = ("_arrays", "cols", "items", "rows", "width")
 
     def __init__(self, width: int) -> None:
         self.width = max(1, width)
-        self.items: list[Any] = []
+        self.items: list[tuple[Any, dict[int, float]]] = []
         self.rows: list[tuple[tuple[int, ...], tuple[float, ...]]] = []
         self.cols: dict[int, int] = {}
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
@@ -119,40 +107,40 @@ class PackTable:
     def __len__(self) -> int:
         return len(self.items)
 
-    def append(self, item: Any) -> None:
-        pairs = item[2]
-        if len(pairs) > self.width:
-            raise UnsupportedKnob(expected("ensure_mixture pack", f"at most {self.width} components", len(pairs)))
+    def append(self, unit: Any, contrib: dict[int, float]) -> None:
+        width = self.width
+        if len(contrib) > width:
+            raise UnsupportedKnob(expected("ensure_mixture pack", f"at most {width} components", len(contrib)))
         cols = self.cols
-        row_c, row_w = [0] * self.width, [0.0] * self.width
-        for j, (c, w) in enumerate(pairs):
+        row_c, row_w = [0] * width, [0.0] * width
+        for j, (c, w) in enumerate(contrib.items()):
             col = cols.get(c)
             if col is None:
                 col = cols[c] = len(cols) + 1  # column 0 is the padding
             row_c[j] = col
             row_w[j] = w
-        self.items.append(item)
+        self.items.append((unit, contrib))
         self.rows.append((tuple(row_c), tuple(row_w)))
         self._arrays = None
 
-    def pop(self, i: int) -> Any:
+    def pop(self, i: int) -> tuple[Any, dict[int, float]]:
         del self.rows[i]
         if self._arrays is not None:
             comp, weight = self._arrays
             self._arrays = (np.delete(comp, i, axis=0), np.delete(weight, i, axis=0))
         return self.items.pop(i)
 
-    def best(self, deficits: Mapping[int, float], ideal: int | None) -> int:
-        """Index of the first pack with the largest weighted deficit (among those holding ``ideal``)."""
+    def best(self, dl: list[float], ideal: int | None) -> int:
+        """Index of the first pack with the largest weighted deficit (among those holding
+        ``ideal``); ``dl[col]`` is the deficit of the component in column ``col`` (0.0 for
+        the padding and for components outside the target)."""
         n = len(self.items)
         cols = self.cols
-        dl = [0.0] * (len(cols) + 1)  # deficit per column; column 0 (padding) stays 0.0
-        for c, col in cols.items():
-            dl[col] = deficits.get(c, 0.0)
         if n < VECTOR_PACKS:
             rows = self.rows
             # the scalar loop's left-to-right sums (0.0 + a + b + ... in the pack's own order;
-            # padding adds 0.0 * 0.0, which changes no sum)
+            # padding adds 0.0 * 0.0, which changes no sum); the first of the largest is
+            # scores.index(max(scores)) (no NaN: deficits and weights are finite)
             want = cols.get(ideal, -1) if ideal is not None else -1
             if self.width == 3:
                 if ideal is None:
@@ -160,7 +148,7 @@ class PackTable:
                 else:  # packs without the ideal score -inf (a holder of it is buffered: has_ideal)
                     scores = [w0 * dl[c0] + w1 * dl[c1] + w2 * dl[c2] if want in (c0, c1, c2) else _NEG
                               for (c0, c1, c2), (w0, w1, w2) in rows]
-                return max(range(n), key=scores.__getitem__)  # the first of the largest
+                return scores.index(max(scores))
             if self.width == 2:
                 scores = [w0 * dl[c0] + w1 * dl[c1] for (c0, c1), (w0, w1) in rows]
             else:
@@ -171,7 +159,7 @@ class PackTable:
                         score += w * dl[c]
                     scores.append(score)
             if ideal is None:
-                return max(range(n), key=scores.__getitem__)  # the first of the largest
+                return scores.index(max(scores))
             best_i, best = -1, 0.0
             for i, (cs, _ws) in enumerate(rows):
                 if want in cs and (best_i < 0 or scores[i] > best):
@@ -224,15 +212,20 @@ class MixtureLane:
                 return {docs[0][3]: 1.0}
             return {c: float(n) for c, n in out.items()}
         if self.packed:
-            tokens: dict[int, int] = {}
+            # token counts summed as floats: whole numbers below 2**53, so exact (the same values as
+            # float(sum of ints))
+            tokens: dict[int, float] = {}
+            get = tokens.get
             for d in docs:
-                n = 0 if d[6] is None else len(d[6])
-                if n > 0:
-                    tokens[d[3]] = tokens.get(d[3], 0) + n
+                ids = d[6]
+                if ids is not None:
+                    n = len(ids)
+                    if n:
+                        tokens[d[3]] = get(d[3], 0.0) + n
             if not tokens:
                 raise UnsupportedKnob(expected("ensure_mixture weight of an empty pack", "a pack with tokens",
                                                "a pack of empty documents"))
-            return {c: float(n) for c, n in tokens.items()}
+            return tokens
         d = docs[0]
         if d[6] is None:
             raise ConfigError(expected(f"payload of sample {d[0]!r} for ensure_mixture", "a token field", d[7]))
@@ -266,15 +259,17 @@ class MixtureLane:
                 return
         elif target is None or target.keys() >= contrib.keys() or (
                 any(c in target for c in contrib) and not any(w > 0 and c not in target for c, w in contrib.items())):
-            self.st_packs.append((unit, contrib, tuple(contrib.items())))
+            self.st_packs.append(unit, contrib)
+            counts = self.st_pack_counts
             for c in contrib:
-                self.st_pack_counts[c] = self.st_pack_counts.get(c, 0) + 1
+                counts[c] = counts.get(c, 0) + 1
             return
         raise UnsupportedKnob(expected("ensure_mixture unit", "components within the target (obsolete records "
                                        "are not implemented)", sorted(contrib)))
 
     # -- push / emit ----------------------------------------------------------------------------
     def push(self, units: list[Any], out: list[Any]) -> None:
+        contributions, buffer = self._contributions, self._buffer
         for u in units:
             cid = u[0][0][1]
             if self.st_target_cid is None or cid > self.st_target_cid:
@@ -283,52 +278,61 @@ class MixtureLane:
                     target = dict(self.chunk_mixtures.get(cid) or {})
                 self._set_target(target or None)
                 self.st_target_cid = cid
-            self._buffer(u, self._contributions(u))
+            buffer(u, contributions(u))
             self.st_total += 1
         cap = self.spec.max_buffer_size
         force = cap is not None and self.st_total >= cap
         floor = int(self.spec.drain_target_ratio * cap) if cap is not None else 0
-        while self._has_buffered():
-            x = self._emit_one(force and self.st_total > floor)
+        emit = self._emit_one
+        while self.st_total > 0:  # st_total counts the buffered units
+            x = emit(force and self.st_total > floor)
             if x is None:
                 break
             self.st_total -= 1
             out.append(x)
 
-    def _has_buffered(self) -> bool:
-        # st_total counts the buffered units (one per buffered unit, minus one per emission)
-        return self.st_total > 0
-
-    def _finish(self, item: Any) -> Any:
-        if self.swrr is not None:
-            self.swrr.record(item[1])
+    def _finish(self, item: tuple[Any, dict[int, float]]) -> Any:
+        swrr = self.swrr
+        if swrr is not None:
+            # Deficits.record, inline
+            e, t = swrr.emitted, swrr.target
+            for k, w in item[1].items():
+                e[k] = e.get(k, 0.0) + w
+                if k in t:
+                    # whole numbers (asserted): the running sum is exact in any order
+                    assert w == int(w)
+                    swrr.total += w
         if self.interval is not None:
             self.st_since = min(self.st_since + 1, self.interval)
         return item[0]
 
     def _emit_one(self, force: bool) -> Any:
-        swrr, singles = self.swrr, self.st_singles
+        swrr, singles, packs = self.swrr, self.st_singles, self.st_packs
         ideal = None
-        d: dict[int, float] = {}
+        dl = [0.0] * (len(packs.cols) + 1)  # deficit per pack column (0.0: padding, outside the target)
         if swrr is not None:
-            # every deficit once (the formula of Deficits.best / deficits); the ideal is the
-            # first of the largest in tie-break order
-            d = swrr.deficits()
-            keys = swrr.keys
-            if len(keys) == 1:
-                ideal = keys[0]
-            elif keys:
-                ideal = keys[0]
-                best_d = d[ideal]
-                for k in keys:
-                    if d[k] > best_d:
-                        ideal, best_d = k, d[k]
-        ideal_ok = swrr is None or (ideal is not None and bool(singles.get(ideal) or self.st_pack_counts.get(ideal)))
-        if not force and not ideal_ok:
-            return None
-        if ideal is not None and singles.get(ideal):
-            return self._finish(singles[ideal].popleft())
-        has_ideal = ideal is not None and bool(self.st_pack_counts.get(ideal))
+            # every deficit once (the formula of Deficits.best / deficits), in tie-break order; the
+            # ideal is the first of the largest
+            eff = max(1.0, swrr.total)
+            t, e, cols = swrr.target, swrr.emitted, packs.cols
+            best_d = 0.0
+            for k in swrr.keys:
+                v = t[k] * eff - e.get(k, 0.0)
+                col = cols.get(k)
+                if col is not None:
+                    dl[col] = v
+                if ideal is None or v > best_d:
+                    ideal, best_d = k, v
+        counts = self.st_pack_counts
+        if ideal is not None:
+            q = singles.get(ideal)
+            if q:
+                return self._finish(q.popleft())
+            has_ideal = ideal in counts
+        else:
+            has_ideal = False
+        if not force and not (swrr is None or has_ideal):
+            return None  # the ideal component is not buffered: wait
         if not has_ideal:
             available = {c for c, q in singles.items() if q}
             if available:
@@ -336,19 +340,20 @@ class MixtureLane:
                 if chosen is None:
                     chosen = min(available)
                 return self._finish(singles[chosen].popleft())
-        packs = self.st_packs
         if len(packs):
-            item = packs.pop(packs.best(d, ideal if has_ideal else None))
+            item = packs.pop(packs.best(dl, ideal if has_ideal else None))
             for c in item[1]:
-                self.st_pack_counts[c] -= 1
-                if not self.st_pack_counts[c]:
-                    del self.st_pack_counts[c]
+                n = counts[c] - 1
+                if n:
+                    counts[c] = n
+                else:
+                    del counts[c]
             return self._finish(item)
         return None
 
     def flush(self, out: list[Any]) -> None:
         if self.spec.max_buffer_size is not None:
-            while self._has_buffered():
+            while self.st_total > 0:
                 x = self._emit_one(True)
                 if x is None:
                     break

@@ -62,32 +62,38 @@ class LanePacker:
     def push(self, docs: list[Doc], out: list[Any]) -> None:
         spec = self.spec
         max_length, cap, min_len = spec.max_length, spec.max_sequences_per_bin, spec.min_sequence_length
-        rooms, bins, tally = self.rooms, self.bins, self.tally
+        best_fit, num_bins, fullest = spec.best_fit, spec.num_bins, spec.fullest
+        rooms, bins, tally, close = self.rooms, self.bins, self.tally, self._close
         for d in docs:
             ids = d[6]
             if ids is None:
                 raise ConfigError(expected(f"payload of sample {d[0]!r} for pack_sequences",
                                            "a dict with a list 'input_ids'", d[7]))
             n = len(ids)
+            closing = d[5]
             if n > max_length:
                 if not spec.drop_oversized:
                     raise ConfigError(expected("record length", f"<= max_length={max_length} "
                                                "(drop_oversized=False)", n))
-                if d[5] is None:
+                if closing is None:
                     out.append(TOMB)  # its own tombstone
-                elif d[5]:  # a closing window: a binned sibling carries the closer instead
+                elif closing:  # a closing window: a binned sibling carries the closer instead
                     tal = tally.get((d[1], d[2]))
                     if tal is not None:
                         tal[1] = 1
                     else:
                         out.append(TOMB)
                 continue
-            if d[5] is not None:
-                tal = tally.setdefault((d[1], d[2]), [0, 0])
-                tal[0] += 1
-                tal[1] = tal[1] or int(d[5])
+            if closing is not None:
+                key = (d[1], d[2])
+                tal = tally.get(key)
+                if tal is None:
+                    tally[key] = [1, int(closing)]
+                else:
+                    tal[0] += 1
+                    tal[1] = tal[1] or int(closing)
             chosen = -1
-            if spec.best_fit:
+            if best_fit:
                 for j, r in enumerate(rooms):
                     if r >= n and (chosen < 0 or r < rooms[chosen]):
                         chosen = j
@@ -99,20 +105,20 @@ class LanePacker:
             if chosen >= 0:
                 b = bins[chosen]
                 b.append(d)
-                rooms[chosen] -= n
-                if rooms[chosen] < min_len or (cap is not None and len(b) >= cap):
+                left = rooms[chosen] = rooms[chosen] - n
+                if left < min_len or (cap is not None and len(b) >= cap):
                     del rooms[chosen]
                     del bins[chosen]
-                    out.append(self._close(b))
+                    out.append(close(b))
                 continue
             room = max_length - n
             if room < min_len or (cap is not None and cap <= 1):
-                out.append(self._close([d]))
+                out.append(close([d]))
                 continue
-            while bins and len(bins) >= spec.num_bins:
-                i = min(range(len(rooms)), key=rooms.__getitem__) if spec.fullest else 0
+            while bins and len(bins) >= num_bins:
+                i = min(range(len(rooms)), key=rooms.__getitem__) if fullest else 0
                 del rooms[i]
-                out.append(self._close(bins.pop(i)))
+                out.append(close(bins.pop(i)))
             bins.append([d])
             rooms.append(room)
 

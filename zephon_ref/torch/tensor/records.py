@@ -7,7 +7,8 @@ module spells an item out as the records the reference delivers, field for
 field: a document's meta (cursor, ``{component: 1}`` sample counts, the
 contributor of a split window), and a pack's meta (primary cursor = first
 segment's cursor extended by offset 0, one contributor per segment, summed
-sample and token counts, the packing-metadata tag).  It is used by the
+sample and token counts, the packing-metadata tag); a sample pointer, a plain
+tuple of ints on the fast path, becomes the reference's ``SampleId``.  It is used by the
 conformance tests and the property adapter, never on the fast path.
 """
 
@@ -22,6 +23,7 @@ from zephon_ref.types import (
     ContributorRef,
     SampleBatch,
     SampleCursor,
+    SampleId,
     SampleMeta,
     SampleRecord,
 )
@@ -41,6 +43,7 @@ def _payload(d: Doc) -> Any:
 def _doc_record(lane: int, unit: tuple[tuple[Doc, ...], tuple[bool, ...]]) -> SampleRecord:
     d = unit[0][0]
     sid, cid, off, comp, lineage, closing, _ids, _p = d
+    sid = SampleId(*sid)  # a plain tuple on the fast path
     tags: dict[str, Any] = {}
     if closing is not None:
         tags[TAG_CONTRIBUTORS] = (ContributorRef(SampleCursor(cid, off, sid, lineage), unit[1][0]),)
@@ -54,6 +57,7 @@ def _pack_record(lane: int, pack: tuple[tuple[Doc, ...], tuple[bool, ...]], max_
     tokens: dict[int, int] = {}
     for d, flag in zip(docs, flags, strict=True):
         sid, cid, off, comp, lineage, _closing, ids, _p = d
+        sid = SampleId(*sid)  # a plain tuple on the fast path
         refs.append(ContributorRef(SampleCursor(cid, off, sid, lineage), flag))
         samples[comp] = samples.get(comp, 0) + 1
         n = 0 if ids is None else len(ids)
@@ -64,7 +68,7 @@ def _pack_record(lane: int, pack: tuple[tuple[Doc, ...], tuple[bool, ...]], max_
     tags = {TAG_PACKING_METADATA: {"num_sequences": len(docs), "total_length": total,
                                    "packing_efficiency": total / max_length, "padding_length": None},
             TAG_CONTRIBUTORS: tuple(refs)}
-    meta = SampleMeta(first[0], lane, first[1], first[2], samples, tokens or None, (*first[4], 0), tags)
+    meta = SampleMeta(SampleId(*first[0]), lane, first[1], first[2], samples, tokens or None, (*first[4], 0), tags)
     return SampleRecord(meta, {"packed_samples": [_payload(d) for d in docs]})
 
 

@@ -151,27 +151,31 @@ class StreamingLane:
             buf[idx] = tail
         docs, flags = u
         tallies = self.tallies
-        new = []
-        for d, f in zip(docs, flags, strict=True):
+        new: list[bool] | None = None  # the flags, copied on the first one that changes
+        for i, d in enumerate(docs):
             if d[5] is None:  # a 1:1 document: no other unit holds its offset, its flag stays
-                new.append(f)
                 continue
             key = (d[1], d[2])
             t = tallies[key]
-            t[0] -= 1
-            new.append(bool(t[1]) and t[0] == 0)
-            if t[0] == 0:
+            n = t[0] = t[0] - 1
+            if n == 0:
                 del tallies[key]
-        nf = tuple(new)
-        return u if nf == flags else (docs, nf)
+            flag = n == 0 and bool(t[1])
+            if flag != flags[i]:
+                if new is None:
+                    new = list(flags)
+                new[i] = flag
+        return u if new is None else (docs, tuple(new))
 
     def push(self, units: list[Unit], out: list[Unit]) -> None:
         tallies, reservoir, packed = self.tallies, self.reservoir, self.packed
-        mix, keyed, phi = _mix, _keyed, _PHI
+        mix, keyed, phi, m32, fnv2 = _mix, _keyed, _PHI, _M32, _FNV2
+        buffer_size, warmup, release = self.buffer_size, self.warmup, self._release
         # victim(seed, lane, salt, counter, size), with the (seed, lane) prefix computed once
         head = self.head
         for u in units:
-            for d, f in zip(u[0], u[1], strict=True):
+            docs = u[0]
+            for d, f in zip(docs, u[1], strict=True):
                 if d[5] is None:
                     continue  # a 1:1 document's offset is in this unit only (see _release)
                 key = (d[1], d[2])
@@ -184,14 +188,23 @@ class StreamingLane:
             reservoir.append(u)
             size = len(reservoir)
             counter = self.counter
-            target = 0 if self.buffer_size == 1 else min(self.buffer_size, self.warmup + counter)
-            if size > target:
-                salt = fnv_salt(unit_cursor(u, packed))
-                acc = mix(head ^ mix(salt + phi))
+            if size > (0 if buffer_size == 1 else min(buffer_size, warmup + counter)):
+                # fnv_salt(unit_cursor(u, packed)), inline: FNV-1a over (chunk, offset, lineage
+                # (+ 0 for a pack), sample id); fused steps for values in [0, 2**32)
+                d = docs[0]
+                h = 0x811C9DC5
+                for v in ((d[1], d[2], *d[4], 0, *d[0]) if packed else (d[1], d[2], *d[4], *d[0])):
+                    if 0 <= v <= m32:
+                        h = ((h ^ v) * fnv2) & m32
+                    else:
+                        v &= _M64
+                        h = ((h ^ (v & m32)) * _FNV) & m32
+                        h = ((h ^ (v >> 32)) * _FNV) & m32
+                acc = mix(head ^ mix(h + phi))
                 acc = mix(acc ^ keyed(counter))
                 idx = mix(acc ^ keyed(size)) % size
                 self.counter = counter + 1
-                out.append(self._release(idx))
+                out.append(release(idx))
 
     def flush(self, out: list[Unit]) -> None:
         salted = _mix(self.head ^ _mix(FLUSH_SALT + _PHI))  # victim()'s prefix with the flush salt

@@ -38,18 +38,21 @@ What may not live here: documents, payloads, lanes' streams.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from random import Random  # explicitly seeded instances only
 from typing import Any
 
 from zephon_ref.errors import ContractError
-from zephon_ref.types import SampleId
 
 __all__ = ["GOLDEN", "GlobalChunks", "own_chunks"]
 
 GOLDEN = 0x9E3779B97F4A7C15
 
+#: a sample pointer ``(dataset_id, shard_id, local_idx)`` as a plain tuple (the reference's
+#: ``SampleId`` is a tuple of the same ints; :mod:`.records` spells it out as one)
+SamplePointer = tuple[int, int, int]
 #: one global chunk: (owner lane, components in dataset order (non-empty only), the chunk's mixture)
-Chunk = tuple[int, dict[str, list[SampleId]], dict[str, float]]
+Chunk = tuple[int, dict[str, list[SamplePointer]], dict[str, float]]
 
 
 class _Cursor:
@@ -86,14 +89,15 @@ class _Cursor:
         self.position = 0
         self.segments = self._segments(reshuffle)
 
-    def take(self, k: int) -> list[SampleId]:
+    def take(self, k: int) -> list[SamplePointer]:
         # precondition: 0 < k <= remaining (the exhaustion pass guaranteed it)
         lo, hi = self.position, self.position + k
-        did, out = self.dataset_id, []
+        did = self.dataset_id
+        out: list[SamplePointer] = []
         for start, shard, count in self.segments:
             a, b = max(lo, start), min(hi, start + count)
             if a < b:
-                out.extend([SampleId(did, shard, o) for o in range(a - start, b - start)])
+                out.extend(zip(repeat(did, b - a), repeat(shard, b - a), range(a - start, b - start), strict=True))
         self.position = hi
         return out
 

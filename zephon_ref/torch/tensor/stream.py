@@ -134,11 +134,20 @@ def _stages(plan: TensorPlan, lane: int, mixture: dict[int, float] | None,
     return out
 
 
-def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
-    for st in stages:
+def _tombstone_sources(stages: list[Any]) -> list[bool]:
+    """Per stage: whether it may emit a tombstone of its own (map_transform with drop_none, the
+    packer's oversized drop); a tombstone also passes through every later stage."""
+    return [isinstance(st, LanePacker) or (isinstance(st, Counting) and isinstance(st.fn, functools.partial)
+                                           and st.fn.func is map_docs) for st in stages]
+
+
+def _cascade(stages: list[Any], batch: list[Any], flush: bool, sources: list[bool]) -> list[Any]:
+    tombs = False  # whether ``batch`` may hold a tombstone (the fetched documents never do)
+    for st, source in zip(stages, sources, strict=True):
         out: list[Any] = []
+        held = tombs and TOMB in batch
         if batch:
-            if TOMB in batch:
+            if held:
                 seg: list[Any] = []
                 for x in batch:
                     if x is TOMB:
@@ -155,7 +164,8 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool) -> list[Any]:
         if flush:
             st.flush(out)
         batch = out
-    return [x for x in batch if x is not TOMB] if TOMB in batch else batch
+        tombs = held or source
+    return [x for x in batch if x is not TOMB] if tombs and TOMB in batch else batch
 
 
 def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture: dict[int, float] | None = None,
@@ -170,6 +180,7 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
     position right after it (the ``start`` to resume from)."""
     chunk_mixtures: dict[int, Any] = {}
     stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components)
+    sources = _tombstone_sources(stages)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
     drop_last = batch.drop_last if batch is not None else True
@@ -210,13 +221,13 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
         at = 0
         # every full fetch group, then (boundary) the partial one followed by every stage's flush
         while len(pending) - at >= FETCH_GROUP:
-            for g, u in collect(_cascade(stages, pending[at:at + FETCH_GROUP], False)):
+            for g, u in collect(_cascade(stages, pending[at:at + FETCH_GROUP], False, sources)):
                 where[0], where[1] = epoch, u
                 yield lane, g
             at += FETCH_GROUP
         pending = pending[at:] if at else pending
         if boundary:
-            for g, u in collect(_cascade(stages, pending, True)):
+            for g, u in collect(_cascade(stages, pending, True, sources)):
                 where[0], where[1] = epoch, u
                 yield lane, g
             pending = []
@@ -234,7 +245,7 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
     if k and seen < start[0] * k:
         raise StateMismatchError(expected(f"lane {lane} resume epoch", f"at most {seen // k} (the lane has {seen} "
                                           "chunks)", start[0]))
-    for g, u in collect(_cascade(stages, pending, True)):
+    for g, u in collect(_cascade(stages, pending, True, sources)):
         where[0], where[1] = epoch, u
         yield lane, g
     if skip:
