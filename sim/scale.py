@@ -252,6 +252,35 @@ _READS = (Get, ListKeys)
 _WRITES = (Put, PutIfAbsent, Delete)
 
 
+class _SharedDecode:
+    """codec.decode, remembering the last few values it decoded: equal bytes, the same object.
+
+    Every follower of a round decodes the same announcement (twice) and the same result;
+    200,000 private copies of a decoded merged state cost gigabytes and seconds.  This
+    memo hands each follower the one object decoded from those bytes (the Follower's
+    ``decode`` hook says the shared value is never mutated; the machines and this driver
+    only read it).  Bytes are compared by value (length first), never by hash; what
+    codec.decode refuses raises as before and is not remembered.  A handful of entries
+    covers a round (announcement, result); the oldest is dropped when a new one comes.
+    """
+
+    __slots__ = ("_entries",)
+    _KEEP = 4
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[bytes, Any]] = []
+
+    def __call__(self, data: bytes) -> Any:
+        for seen, value in self._entries:
+            if seen is data or seen == data:
+                return value
+        value = codec.decode(data)
+        if len(self._entries) >= self._KEEP:
+            del self._entries[0]
+        self._entries.append((bytes(data), value))
+        return value
+
+
 class _Star:
     def __init__(self, cfg: ScaleConfig) -> None:
         self.cfg = cfg
@@ -261,12 +290,13 @@ class _Star:
         n = cfg.ranks
         self.latency = [choices.integer("scale/latency", 1, cfg.max_latency) for _ in range(n)]
         cache: dict[Any, Any] = {}
+        shared = _SharedDecode()
         self.machines: list[Machine] = []
         for r in range(n):
             st = rank_state(r, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)
             rc = RoundConfig(namespace=NAMESPACE, rank=r, world_size=n, token="t", timeout=cfg.timeout,
                              poll=cfg.poll, round_id=ROUND_ID if r == 0 else None)
-            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc))
+            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc, decode=shared))
         self.ops = [0] * n
         self.dead = [False] * n
         self.ended: list[Finish | Abort | None] = [None] * n

@@ -955,12 +955,26 @@ class Leader(Machine):
 class Follower(Machine):
     """Every participant but rank 0 worker 0: join the open round, publish, await, ack."""
 
-    def __init__(self, state: Mapping[str, Any], cfg: RoundConfig) -> None:
+    def __init__(
+        self,
+        state: Mapping[str, Any],
+        cfg: RoundConfig,
+        *,
+        decode: Callable[[bytes], Any] = codec.decode,
+    ) -> None:
+        """``decode`` reads the announcement and the result (codec.decode).  A driver of
+        many followers in one process (sim.scale) may pass a memo of it that hands every
+        follower the *same* object for equal bytes: it must refuse exactly what
+        codec.decode refuses, and the followers and their Finish then share one value,
+        which nobody may mutate."""
         if cfg.is_leader:
             raise ConfigError(
                 expected("Follower config", "not rank 0 worker 0", "rank 0, worker 0")
             )
+        if not callable(decode):
+            raise ConfigError(expected("Follower decode", "a callable (bytes) -> value", decode))
         super().__init__(state, cfg)
+        self._decode = decode
         self.round_id = None
         self._pack_state()  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
@@ -982,7 +996,7 @@ class Follower(Machine):
             self.skipped = "no announcement seen"
             return None
         try:
-            ann = codec.decode(data)
+            ann = self._decode(data)
         except ZephonRefError as exc:
             self.skipped = f"an unreadable announcement ({exc})"
             return None
@@ -1094,7 +1108,7 @@ class Follower(Machine):
                 )
             )
         try:
-            merged = codec.decode(body)
+            merged = self._decode(body)
         except ZephonRefError as exc:
             return self._withdraw(
                 AggregationError(
