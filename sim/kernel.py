@@ -25,7 +25,9 @@ Invariants kept here:
    trace: :meth:`Kernel.fingerprint`.  The canonical form is one line per
    event, ``"<time> <priority> <seq> <json label>\\n"`` after a version header;
    it holds integers and strings only, never floats, ``id()`` or ``hash()``,
-   so equal runs give equal fingerprints in any process on any machine.
+   so equal runs give equal fingerprints in any process on any machine.  Lines
+   are hashed in batches (the digest of a concatenation is that of its parts fed
+   in order); :meth:`Kernel.fingerprint` folds in whatever is pending first.
 3. A cancelled event never runs and is never traced.  Cancellation is lazy
    (the heap entry's action is cleared and the entry is dropped when it reaches
    the top), so cancel is O(1).
@@ -70,7 +72,8 @@ __all__ = [
 TIE_LABEL = "kernel/tie"
 
 _FINGERPRINT_HEADER = b"zephon-sim-trace/1\n"
-_LABEL_CACHE_LIMIT = 4096  # labels are kinds of event, few; a run that makes each one unique stays bounded
+_LABEL_CACHE_LIMIT = 4096
+_FOLD_EVERY = 1024  # trace lines hashed per digest update (fingerprint() folds the rest)  # labels are kinds of event, few; a run that makes each one unique stays bounded
 
 # A heap entry is a list [time, priority, seq, action, label, tied]; the action
 # slot is cleared (None) once the event has run or been cancelled; ``tied`` is
@@ -146,6 +149,7 @@ class Kernel:
         "_keep_trace",
         "_label_bytes",
         "_now",
+        "_pending",
         "_seq",
         "_tied",
         "_trace",
@@ -164,6 +168,9 @@ class Kernel:
         self._trace: list[tuple[int, int, int, str]] = []
         self._digest = hashlib.sha256(_FINGERPRINT_HEADER)
         self._label_bytes: dict[str, bytes] = {}
+        # Canonical trace lines not yet folded into _digest: hashing the concatenation in
+        # batches gives the digest that hashing line by line gives (SHA-256 is a stream).
+        self._pending: list[bytes] = []
 
     # -- observation -----------------------------------------------------------------
 
@@ -189,6 +196,7 @@ class Kernel:
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) of the canonical trace so far."""
+        self._fold()
         return self._digest.hexdigest()
 
     def peek_time(self) -> int | None:
@@ -254,6 +262,29 @@ class Kernel:
         heapq.heappush(self._heap, entry)
         return EventHandle(seq, time, priority, label, entry)
 
+    def post(
+        self,
+        action: Callable[[], object],
+        *,
+        at: int | None = None,
+        after: int | None = None,
+        priority: int = 0,
+        label: str,
+    ) -> None:
+        """:meth:`schedule` for an event its caller will never cancel: the same event (same
+        key, same seq, same checks and refusals), without building a handle."""
+        now = self._now
+        if at is None:
+            time = now + after if type(after) is int and after >= 0 else -1
+        else:
+            time = at if after is None and type(at) is int and at >= now else -1
+        if time >= 0 and type(priority) is int and type(label) is str and callable(action):
+            seq = self._seq
+            self._seq = seq + 1
+            heapq.heappush(self._heap, [time, priority, seq, action, label, False])
+            return
+        self.schedule(action, at=at, after=after, priority=priority, label=label)  # refuses, or the rare case
+
     def cancel(self, handle: EventHandle) -> bool:
         """Cancel a pending event; False if it already ran or was already cancelled."""
         entry = handle._entry
@@ -306,13 +337,29 @@ class Kernel:
         if until is None and stop is None and max_events is None and self._choices is None:
             # Run to idle without choices: the loop below, with its limits and tie groups
             # left out (the same events in the same (time, priority, seq) order).
-            heap, pop, fire = self._heap, heapq.heappop, self._fire
+            # _fire inlined (one event's bookkeeping, in the same order); keep it in step.
+            heap, pop = self._heap, heapq.heappop
+            pending, labels, trace = self._pending, self._label_bytes, self._trace
+            keep = self._keep_trace
             while heap:
                 top = pop(heap)
-                if top[_ACTION] is None:
+                time, priority, seq, action, label, _ = top
+                if action is None:
                     self._cancelled_in_heap -= 1
                     continue
-                fire(top)
+                assert time >= self._now, (time, self._now)
+                self._now = time
+                top[_ACTION] = None
+                self._events_run += 1
+                if keep:
+                    trace.append((time, priority, seq, label))
+                encoded = labels.get(label)
+                if encoded is None:
+                    encoded = self._encode_label(label)
+                pending.append(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+                if len(pending) >= _FOLD_EVERY:
+                    self._fold()
+                action()
                 ran += 1
             return RunOutcome("idle", ran, self._now)
         while True:
@@ -393,8 +440,22 @@ class Kernel:
             self._trace.append((time, priority, seq, label))
         encoded = self._label_bytes.get(label)
         if encoded is None:
-            encoded = json.dumps(label, ensure_ascii=True).encode("ascii")
-            if len(self._label_bytes) < _LABEL_CACHE_LIMIT:
-                self._label_bytes[label] = encoded
-        self._digest.update(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+            encoded = self._encode_label(label)
+        pending = self._pending
+        pending.append(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+        if len(pending) >= _FOLD_EVERY:
+            self._fold()
         action()
+
+    def _encode_label(self, label: str) -> bytes:
+        encoded = json.dumps(label, ensure_ascii=True).encode("ascii")
+        if len(self._label_bytes) < _LABEL_CACHE_LIMIT:
+            self._label_bytes[label] = encoded
+        return encoded
+
+    def _fold(self) -> None:
+        """Hash the pending trace lines into the digest (in order) and forget them."""
+        pending = self._pending
+        if pending:
+            self._digest.update(b"".join(pending))
+            pending.clear()

@@ -337,10 +337,10 @@ class _Star:
             return
         if isinstance(cmd, Sleep):
             if not (self.cfg.park and self._park(r, cmd)):
-                self.kernel.schedule(functools.partial(self._wake, r), at=max(cmd.until, self.kernel.now),
+                self.kernel.post(functools.partial(self._wake, r), at=max(cmd.until, self.kernel.now),
                                      label="wake")
             return
-        self.kernel.schedule(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
+        self.kernel.post(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
 
     def _complete(self, r: int, cmd: Command) -> None:
         if self.dead[r]:
@@ -407,7 +407,7 @@ class _Star:
             at = cmd.until if now <= cmd.until else cmd.until + -(-(now - cmd.until) // poll) * poll
             at = min(at, max(self.machines[r].deadline, cmd.until))
             self._unwatch(r)
-            self.kernel.schedule(functools.partial(self._unpark, r, at), at=at, label="wake")
+            self.kernel.post(functools.partial(self._unpark, r, at), at=at, label="wake")
 
     def _unwatch(self, r: int) -> None:
         cmd, _, watched = self.parked[r]
@@ -513,7 +513,7 @@ class _Tree:
 
     def run(self) -> None:
         for r in range(self.cfg.ranks):
-            self.kernel.schedule(functools.partial(self._shards, r), after=self.latency[r], label="op")
+            self.kernel.post(functools.partial(self._shards, r), after=self.latency[r], label="op")
         self.kernel.run()
 
     def _count_op(self, r: int) -> bool:
@@ -546,10 +546,10 @@ class _Tree:
         now = self.kernel.now
         for e in effects:
             if isinstance(e, WriteGroupManifest):
-                self.kernel.schedule(functools.partial(self._manifest, e), after=self.latency[r], label="op")
+                self.kernel.post(functools.partial(self._manifest, e), after=self.latency[r], label="op")
             elif isinstance(e, (SendCommitment, SendCompletion)):
                 self.msgs[r] += 1
-                self.kernel.schedule(functools.partial(self._deliver, r, e), after=self.cfg.message_latency,
+                self.kernel.post(functools.partial(self._deliver, r, e), after=self.cfg.message_latency,
                                      label="msg")
             else:
                 assert isinstance(e, Report)
