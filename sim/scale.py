@@ -29,6 +29,15 @@ rank counts; the tests check both give the same result).  Parking assumes a mach
 answer to a poll depends only on what it reads and on its deadline, which the
 protocol's theory of operation states (no clocks, no I/O of its own).
 
+Shared work.  200,000 machines in one process would each pack a state that differs from
+its DP group's only in ``world``, and each decode the same announcement and result.  The
+star hands its followers two hooks of the real Follower: a packer that packs each group's
+shared parts once and splices (bytes and refusals exactly codec.pack's: ``_GroupPacker``),
+and a decode memo that gives every follower the one object decoded from equal bytes
+(``_SharedDecode``; the followers' Finish results are then that one object).  The
+machines still take every decision and refuse what they refused; the driver only saves
+repeating identical work.
+
 Tree.  Every rank is one role of a :class:`~zephon_ref.checkpoint.tree.TreeShape`;
 writing its shard and its group manifest are storage operations (latency as above),
 commitments and completions are messages (``message_latency`` ticks).
@@ -107,7 +116,7 @@ from zephon_ref.coordination.protocol import (
     Started,
     Woke,
 )
-from zephon_ref.errors import ConfigError, expected
+from zephon_ref.errors import ConfigError, StateFormatError, expected
 
 __all__ = ["RoundStats", "ScaleConfig", "main", "rank_state", "run_round", "star_round", "tree_round"]
 
@@ -252,6 +261,57 @@ _READS = (Get, ListKeys)
 _WRITES = (Put, PutIfAbsent, Delete)
 
 
+class _GroupPacker:
+    """codec.pack for the states :func:`rank_state` builds from one round's cache, in parts.
+
+    Every rank of DP group ``g`` carries the very objects of the group's base state (see
+    rank_state) and a ``world`` of its own whose ``mapping`` is the round's one mapping
+    object.  Those shared parts are packed once per group; a rank's state is then its
+    world's few ints packed here, spliced with the packed mapping, spliced with the
+    group's packed fields (codec's "packing composes": the bytes of codec.pack of the
+    whole state).  Only a state that is exactly such a composition takes the splice: every
+    top-level key but ``world`` holds the base's own object (identity), ``world`` is a
+    str-keyed dict holding that mapping object.  Anything else (a replaced or extra field,
+    a foreign state), and any refusal, goes to codec.pack itself, so bytes and error
+    messages are codec.pack's.  It relies on what rank_state promises: the shared objects
+    are never mutated.
+    """
+
+    __slots__ = ("_bases", "_mapping", "_packed_bases", "_packed_mapping")
+
+    def __init__(self, mapping: dict[int, list[int]], bases: list[dict[str, Any]]) -> None:
+        self._mapping = mapping
+        self._bases = bases
+        self._packed_mapping = codec.pack(mapping)
+        self._packed_bases: list[dict[str, bytes] | None] = [None] * len(bases)
+
+    def __call__(self, value: Any, *, root: str = "$") -> bytes:
+        world = value.get("world") if type(value) is dict else None
+        g = world.get("dp_group_id") if type(world) is dict else None
+        if type(g) is int and 0 <= g < len(self._bases):
+            assert type(world) is dict and type(value) is dict
+            base = self._bases[g]
+            if (len(value) == len(base) and world.get("mapping") is self._mapping
+                    and all(type(k) is str for k in world)
+                    and all(k == "world" or value.get(k, _MISSING) is v for k, v in base.items())):
+                try:
+                    return self._splice(g, base, world)
+                except StateFormatError:
+                    pass  # codec.pack below raises it with the caller's path
+        return codec.pack(value, root=root)
+
+    def _splice(self, g: int, base: dict[str, Any], world: dict[str, Any]) -> bytes:
+        packed = self._packed_bases[g]
+        if packed is None:
+            packed = self._packed_bases[g] = {k: codec.pack(v) for k, v in base.items() if k != "world"}
+        own = codec.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
+                                  {"mapping": self._packed_mapping})
+        return codec.pack_map_with({}, {**packed, "world": own})
+
+
+_MISSING = object()
+
+
 class _SharedDecode:
     """codec.decode, remembering the last few values it decoded: equal bytes, the same object.
 
@@ -290,13 +350,15 @@ class _Star:
         n = cfg.ranks
         self.latency = [choices.integer("scale/latency", 1, cfg.max_latency) for _ in range(n)]
         cache: dict[Any, Any] = {}
+        rank_state(0, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)  # fills it
+        packer = _GroupPacker(*cache[(n, cfg.dp, cfg.lanes)])
         shared = _SharedDecode()
         self.machines: list[Machine] = []
         for r in range(n):
             st = rank_state(r, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)
             rc = RoundConfig(namespace=NAMESPACE, rank=r, world_size=n, token="t", timeout=cfg.timeout,
                              poll=cfg.poll, round_id=ROUND_ID if r == 0 else None)
-            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc, decode=shared))
+            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc, decode=shared, pack=packer))
         self.ops = [0] * n
         self.dead = [False] * n
         self.ended: list[Finish | Abort | None] = [None] * n

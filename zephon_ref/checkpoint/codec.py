@@ -241,33 +241,32 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    items: list[tuple[str, Any]] = [(k, _canon(v, ("$", k))) for k, v in fields.items()]
-    items.extend((k, _Packed(b)) for k, b in packed.items())
-    items.sort(key=_first)  # the order _canon gives an all-str map
+    # Fields are canonicalised (and refused) first, in their insertion order, before any
+    # byte is produced; then keys go out in the order _canon gives an all-str map.
+    canon = {k: _canon(v, ("$", k)) for k, v in fields.items()}
     # Runs of consecutive fields are packed as one map each, whose header is then cut off
-    # (one packb call per run instead of two per field); pre-packed values go in as they are.
-    out = [_map_header(len(items))]
+    # (one packb call per run instead of two per field); pre-packed values go in as they are,
+    # behind their key's bytes (remembered per key: the same few keys recur).
+    out = [_map_header(len(canon) + len(packed))]
     run: dict[str, Any] = {}
-    for k, v in items:
-        if type(v) is _Packed:
-            if run:
-                out.append(_map_body(run))
-                run = {}
-            out.append(_packb(k) + v.data)
-        else:
-            run[k] = v
+    for k in sorted([*canon, *packed]):
+        if k in canon:
+            run[k] = canon[k]
+            continue
+        if run:
+            out.append(_map_body(run))
+            run = {}
+        out.append(_str_key(k))
+        out.append(packed[k])
     if run:
         out.append(_map_body(run))
     return b"".join(out)
 
 
-class _Packed:
-    """A value already packed by the caller (pack_map_with only)."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+@functools.lru_cache(maxsize=1024)
+def _str_key(k: str) -> bytes:
+    """The packed bytes of a str map key (pack_map_with)."""
+    return _packb(k)
 
 
 @functools.lru_cache(maxsize=64)

@@ -63,7 +63,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.merge import ShardWorld, merge, shard_world
@@ -518,6 +518,14 @@ class Phase(enum.Enum):
 _Handler = Callable[[Any, Any], Command]
 
 
+class Packer(Protocol):
+    """What packs a participant's state: :func:`zephon_ref.checkpoint.codec.pack`, or (a
+    driver of many participants in one process) something that returns exactly its bytes
+    and raises exactly its refusals."""
+
+    def __call__(self, value: Any, *, root: str = "$") -> bytes: ...
+
+
 def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
     """Check a participant's own state against its config (StateFormatError, ConfigError)."""
     w = shard_world(state, who=f"the state of rank {cfg.rank}")
@@ -554,6 +562,7 @@ class Machine:
         # and the object it was packed from.
         self.packed_state = b""
         self._packed_from: object = None
+        self._pack: Packer = codec.pack
 
     # -- the one apply function -------------------------------------------------------
 
@@ -598,7 +607,7 @@ class Machine:
 
     def _pack_state(self, *, root: str = "$") -> None:
         """Pack ``self.state`` (refusing an unencodable one) and remember which object it was."""
-        self.packed_state = codec.pack(self.state, root=root)
+        self.packed_state = self._pack(self.state, root=root)
         self._packed_from = self.state
 
     def _envelope(self) -> bytes:
@@ -961,20 +970,25 @@ class Follower(Machine):
         cfg: RoundConfig,
         *,
         decode: Callable[[bytes], Any] = codec.decode,
+        pack: Packer = codec.pack,
     ) -> None:
         """``decode`` reads the announcement and the result (codec.decode).  A driver of
         many followers in one process (sim.scale) may pass a memo of it that hands every
         follower the *same* object for equal bytes: it must refuse exactly what
         codec.decode refuses, and the followers and their Finish then share one value,
-        which nobody may mutate."""
+        which nobody may mutate.  ``pack`` packs the state (codec.pack); such a driver may
+        pass one that splices parts it packed once for many states (its bytes and
+        refusals must be codec.pack's)."""
         if cfg.is_leader:
             raise ConfigError(
                 expected("Follower config", "not rank 0 worker 0", "rank 0, worker 0")
             )
-        if not callable(decode):
-            raise ConfigError(expected("Follower decode", "a callable (bytes) -> value", decode))
+        for what, hook in (("decode", decode), ("pack", pack)):
+            if not callable(hook):
+                raise ConfigError(expected(f"Follower {what}", "a callable", hook))
         super().__init__(state, cfg)
         self._decode = decode
+        self._pack = pack
         self.round_id = None
         self._pack_state()  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
