@@ -277,13 +277,13 @@ class _GroupPacker:
     are never mutated.
     """
 
-    __slots__ = ("_bases", "_mapping", "_packed_bases", "_packed_mapping")
+    __slots__ = ("_bases", "_mapping", "_packed_mapping", "_templates")
 
     def __init__(self, mapping: dict[int, list[int]], bases: list[dict[str, Any]]) -> None:
         self._mapping = mapping
         self._bases = bases
         self._packed_mapping = codec.pack(mapping)
-        self._packed_bases: list[dict[str, bytes] | None] = [None] * len(bases)
+        self._templates: list[codec.MapTemplate | None] = [None] * len(bases)
 
     def __call__(self, value: Any, *, root: str = "$") -> bytes:
         world = value.get("world") if type(value) is dict else None
@@ -301,12 +301,13 @@ class _GroupPacker:
         return codec.pack(value, root=root)
 
     def _splice(self, g: int, base: dict[str, Any], world: dict[str, Any]) -> bytes:
-        packed = self._packed_bases[g]
-        if packed is None:
-            packed = self._packed_bases[g] = {k: codec.pack(v) for k, v in base.items() if k != "world"}
+        template = self._templates[g]
+        if template is None:
+            template = self._templates[g] = codec.MapTemplate(
+                {}, {k: codec.pack(v) for k, v in base.items() if k != "world"}, slot="world")
         own = codec.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
                                   {"mapping": self._packed_mapping})
-        return codec.pack_map_with({}, {**packed, "world": own})
+        return template.fill(own)
 
 
 _MISSING = object()

@@ -180,3 +180,31 @@ def test_a_forged_rank_is_still_refused_at_the_boundary() -> None:
     err = lead.machine.error  # type: ignore[attr-defined]
     assert isinstance(err, AggregationError) and err.reason == "rank-mismatch"
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=5), st.dictionaries(st.text(max_size=6), _values,
+       max_size=5), st.text(max_size=6), st.lists(_values, min_size=1, max_size=3))
+def test_a_map_template_fills_to_the_bytes_of_the_whole_map(fields: dict[str, Any], packed: dict[str, Any],
+                                                             slot: str, fills: list[Any]) -> None:
+    """codec.MapTemplate (many maps differing in one value) gives pack() of the whole map
+    for every value put in its slot, wherever the slot sorts among the other keys."""
+    for k in [*fields, slot]:
+        packed.pop(k, None)
+    fields.pop(slot, None)
+    template = codec.MapTemplate(fields, {k: codec.pack(v) for k, v in packed.items()}, slot=slot)
+    for v in fills:
+        assert template.fill(codec.pack(v)) == codec.pack({**fields, **packed, slot: v})
+
+
+def test_a_map_template_refuses_what_it_cannot_fill() -> None:
+    with pytest.raises(StateFormatError, match="slot"):
+        codec.MapTemplate({"a": 1}, {}, slot="a")
+    with pytest.raises(StateFormatError, match="slot"):
+        codec.MapTemplate({}, {"a": codec.pack(1)}, slot="a")
+    with pytest.raises(StateFormatError, match="str"):
+        codec.MapTemplate({1: 1}, {}, slot="s")  # type: ignore[dict-item]
+    template = codec.MapTemplate({"a": 1}, {}, slot="s")
+    for bad in (b"", "x", None):
+        with pytest.raises(StateFormatError):
+            template.fill(bad)  # type: ignore[arg-type]

@@ -34,7 +34,8 @@ Invariants:
   (:func:`pack`) can be spliced into a str-keyed map by :func:`pack_map_with` and give
   the bytes :func:`pack` would give for the whole map.  That lets a caller that sends the
   same large value inside several small envelopes (an aggregation participant's state)
-  canonicalise and validate it once; the bytes do not change.
+  canonicalise and validate it once; the bytes do not change.  :class:`MapTemplate` is the
+  converse: many maps that differ in one value, the rest packed once.
 
 What may not live here: file I/O, digests, schema knowledge, clocks.
 """
@@ -56,6 +57,7 @@ __all__ = [
     "EXT_BIGINT",
     "EXT_TUPLE",
     "MAX_DECODED_BYTES",
+    "MapTemplate",
     "ZSTD_LEVEL",
     "compress",
     "decode",
@@ -233,6 +235,13 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     byte-identical to packing the whole map (keys sorted as :func:`_canon` sorts an
     all-str map).
     """
+    canon = _checked_parts(fields, packed)
+    keys = sorted([*canon, *packed])
+    return _map_header(len(keys)) + _map_items(keys, canon, packed)
+
+
+def _checked_parts(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> dict[str, Any]:
+    """pack_map_with's checks; the canonical form of ``fields``."""
     if any(type(k) is not str for k in fields) or any(type(k) is not str for k in packed):
         raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
     both = sorted(set(fields) & set(packed))
@@ -241,15 +250,18 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    # Fields are canonicalised (and refused) first, in their insertion order, before any
-    # byte is produced; then keys go out in the order _canon gives an all-str map.
-    canon = {k: _canon(v, ("$", k)) for k, v in fields.items()}
-    # Runs of consecutive fields are packed as one map each, whose header is then cut off
-    # (one packb call per run instead of two per field); pre-packed values go in as they are,
-    # behind their key's bytes (remembered per key: the same few keys recur).
-    out = [_map_header(len(canon) + len(packed))]
+    # Fields are canonicalised (and refused) in their insertion order, before any byte is produced.
+    return {k: _canon(v, ("$", k)) for k, v in fields.items()}
+
+
+def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
+    """The packed items (no header) of ``keys``, in that order: a key of ``canon`` with its
+    canonical value packed here, a key of ``packed`` with its bytes as they are.  Runs of
+    consecutive fields are packed as one map each, whose header is then cut off (one packb
+    call per run instead of two per field); a key's bytes are remembered (the same few recur)."""
+    out: list[bytes] = []
     run: dict[str, Any] = {}
-    for k in sorted([*canon, *packed]):
+    for k in keys:
         if k in canon:
             run[k] = canon[k]
             continue
@@ -261,6 +273,34 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     if run:
         out.append(_map_body(run))
     return b"".join(out)
+
+
+class MapTemplate:
+    """A str-keyed map packed once with one value left open: :meth:`fill` gives, for the
+    packed bytes ``b`` of that value, ``pack_map_with(fields, {**packed, slot: b})``.
+
+    For a caller that packs many maps differing in one value (an aggregation driver whose
+    participants share all but their ``world``): the checks, the canonical form of the
+    fields and the bytes before and after the slot are computed here once.  Like
+    pack_map_with, the caller vouches that ``b`` is the output of :func:`pack`.
+    """
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, fields: Mapping[str, Any], packed: Mapping[str, bytes], *, slot: str) -> None:
+        if type(slot) is not str or slot in fields or slot in packed:
+            raise StateFormatError(expected("MapTemplate slot", "a str key of neither fields nor packed", slot))
+        canon = _checked_parts(fields, packed)
+        keys = sorted([*canon, *packed])
+        before = [k for k in keys if k < slot]
+        after = [k for k in keys if k > slot]
+        self._head = _map_header(len(keys) + 1) + _map_items(before, canon, packed) + _str_key(slot)
+        self._tail = _map_items(after, canon, packed)
+
+    def fill(self, value_packed: bytes) -> bytes:
+        if type(value_packed) is not bytes or not value_packed:
+            raise StateFormatError(expected("MapTemplate value", "the non-empty bytes of pack()", value_packed))
+        return self._head + value_packed + self._tail
 
 
 @functools.lru_cache(maxsize=1024)
