@@ -257,8 +257,7 @@ def rank_state(rank: int, *, ranks: int, dp_degree: int, canonical_replicas: int
 # ---------------------------------------------------------------- the star
 
 
-_READS = (Get, ListKeys)
-_WRITES = (Put, PutIfAbsent, Delete)
+_STORAGE = frozenset({Get, ListKeys, Put, PutIfAbsent, Delete})  # exact types: _complete dispatches on them
 
 
 class _GroupPacker:
@@ -377,6 +376,7 @@ class _Star:
         self.parked: dict[int, tuple[Sleep, EventHandle, list[tuple[bool, str]]]] = {}
         self.violations: list[str] = []
         self.park = cfg.park
+        self.crash_rank, self.crash_ops = (-1, 0) if cfg.crash is None else cfg.crash
         if cfg.leftover_acks_of is not None:
             for m in self.machines[1:]:
                 self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = b"ok"
@@ -388,6 +388,9 @@ class _Star:
         self.kernel.run()
 
     def _issue(self, r: int, cmd: Command) -> None:
+        if type(cmd) in _STORAGE:  # the common case first: one storage op, done after r's latency
+            self.kernel.post(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
+            return
         if isinstance(cmd, (Finish, Abort)):
             self.ended[r] = cmd
             self.end_time = max(self.end_time, self.kernel.now)
@@ -410,21 +413,21 @@ class _Star:
             return
         ev = perform(cmd, self.backend, now=self.kernel.now)
         self.ops[r] += 1
-        if isinstance(cmd, _READS):
+        t = type(cmd)  # _issue posts exact storage command types only
+        if t is Get or t is ListKeys:
             if self.park:
-                if isinstance(cmd, ListKeys):
-                    self.reads[r].append((True, cmd.prefix, self.wseq))
+                if t is ListKeys:
+                    self.reads[r].append((True, cmd.prefix, self.wseq))  # type: ignore[union-attr]
                 else:
-                    self.reads[r].append((False, cmd.key, self.wseq))
-            if r == 0 and isinstance(ev, Fetched) and ev.data is not None:
+                    self.reads[r].append((False, cmd.key, self.wseq))  # type: ignore[union-attr]
+            if r == 0 and type(ev) is Fetched and ev.data is not None:
                 self.leader_bytes += len(ev.data)
         else:
-            assert isinstance(cmd, _WRITES), cmd
-            if isinstance(cmd, (Put, PutIfAbsent)):
-                self.bytes_written += len(cmd.data)
-            self._written(cmd.key)
-        crash = self.cfg.crash
-        if crash is not None and crash[0] == r and self.ops[r] >= crash[1]:
+            assert t is Put or t is PutIfAbsent or t is Delete, cmd
+            if t is not Delete:
+                self.bytes_written += len(cmd.data)  # type: ignore[union-attr]
+            self._written(cmd.key)  # type: ignore[union-attr]
+        if r == self.crash_rank and self.ops[r] >= self.crash_ops:
             self.dead[r] = True  # a SIGKILL after this op: its writes stay, it never answers again
             self.end_time = max(self.end_time, self.kernel.now)
             return
@@ -454,14 +457,20 @@ class _Star:
         return True
 
     def _written(self, key: str) -> None:
-        self.wseq += 1
-        self.key_ver[key] = self.wseq
-        woken: set[int] = set(self.key_watch.get(key, ()))
+        self.wseq = wseq = self.wseq + 1
+        self.key_ver[key] = wseq
+        woken: set[int] = set()
+        watchers = self.key_watch.get(key)
+        if watchers:
+            woken |= watchers
+        prefix_ver, prefix_watch = self.prefix_ver, self.prefix_watch
         i = key.find(".")
         while i >= 0:
             prefix = key[: i + 1]
-            self.prefix_ver[prefix] = self.wseq
-            woken |= self.prefix_watch.get(prefix, set())
+            prefix_ver[prefix] = wseq
+            watchers = prefix_watch.get(prefix)
+            if watchers:
+                woken |= watchers
             i = key.find(".", i + 1)
         for r in sorted(woken):
             cmd, fallback, _ = self.parked[r]
