@@ -208,3 +208,31 @@ def test_a_map_template_refuses_what_it_cannot_fill() -> None:
     for bad in (b"", "x", None):
         with pytest.raises(StateFormatError):
             template.fill(bad)  # type: ignore[arg-type]
+
+
+def test_machines_share_equal_mappings_without_changing_a_world() -> None:
+    """Followers (and the leader's record of each shard) hold one object per distinct lane
+    mapping, remembered for a few mappings at a time; every world stays equal to what
+    shard_world computes, a different mapping is never substituted, and the table is bounded."""
+    sts = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=2)
+    fols = [Follower(sts[(r, 0)], _cfg(r, ws=4)) for r in (1, 2, 3)]
+    for f, r in zip(fols, (1, 2, 3), strict=True):
+        assert f.world == shard_world(sts[(r, 0)])
+    assert fols[0].world.mapping is fols[1].world.mapping is fols[2].world.mapping
+    other = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=4)  # another mapping
+    g = Follower(other[(1, 0)], _cfg(1, ws=4))
+    assert g.world == shard_world(other[(1, 0)]) and g.world.mapping != fols[0].world.mapping
+    for dp in range(2, 3 * protocol._MAPPINGS_KEPT):  # many distinct mappings: the table stays small
+        many = topology_states(2, canonical_replicas=64, world_size=dp, dp_degree=dp)
+        assert Follower(many[(dp - 1, 0)], _cfg(dp - 1, ws=dp)).world == shard_world(many[(dp - 1, 0)])
+    assert len(protocol._MAPPINGS) <= protocol._MAPPINGS_KEPT
+    # the leader's world of each shard it accepted: equal to shard_world of that state, sharing its mapping
+    cl = Cluster()
+    lead = cl.add("leader", Leader(sts[(0, 0)], _cfg(0, ws=4, rid="rid1"), warn_mid_window=False), start=True)
+    for r in (1, 2, 3):
+        cl.add(f"f{r}", Follower(sts[(r, 0)], _cfg(r, ws=4)), start=True)
+    cl.run()
+    leader = lead.machine
+    assert isinstance(leader, Leader) and len(leader.worlds) == 4
+    assert all(w == shard_world(leader.states[n]) and w.mapping is leader.world.mapping
+               for n, w in leader.worlds.items())

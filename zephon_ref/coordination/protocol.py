@@ -539,7 +539,31 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
                 "state world.world_size", f"the caller's world_size {cfg.world_size}", w.world_size
             )
         )
-    return w
+    return _sharing_mapping(w)
+
+
+# Lane mappings seen lately (a few; each one a tuple of int tuples, immutable): equal
+# mappings of many participants in one process (the simulator's 200,000) share one object.
+_MAPPINGS: dict[tuple[tuple[int, tuple[int, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]] = {}
+_MAPPINGS_KEPT = 8
+
+
+def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...] | None = None) -> ShardWorld:
+    """``w`` itself, or an equal ShardWorld whose ``mapping`` is an equal tuple already held
+    (``mapping`` when given, else one remembered in _MAPPINGS): values do not change, only
+    which object holds them."""
+    if mapping is None:
+        mapping = _MAPPINGS.get(w.mapping)
+        if mapping is None:
+            while len(_MAPPINGS) >= _MAPPINGS_KEPT:
+                del _MAPPINGS[next(iter(_MAPPINGS))]
+            _MAPPINGS[w.mapping] = w.mapping
+            return w
+    if mapping is w.mapping:
+        return w
+    assert mapping == w.mapping
+    return ShardWorld(canonical_replicas=w.canonical_replicas, world_size=w.world_size, global_rank=w.global_rank,
+                      dp_group_id=w.dp_group_id, mapping=mapping, lanes=w.lanes)
 
 
 class Machine:
@@ -806,7 +830,8 @@ class Leader(Machine):
         w = shard_world(env["state"], who=f"the shard of {name}")
         self.coverage.add(name, rank, worker, w)
         self.states[name] = env["state"]
-        self.worlds[name] = w
+        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple
+        self.worlds[name] = _sharing_mapping(w, self.world.mapping)
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
