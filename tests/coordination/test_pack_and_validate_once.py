@@ -236,3 +236,6 @@ def test_machines_share_equal_mappings_without_changing_a_world() -> None:
     assert isinstance(leader, Leader) and len(leader.worlds) == 4
     assert all(w == shard_world(leader.states[n]) and w.mapping is leader.world.mapping
                for n, w in leader.worlds.items())
+    # and one decoded copy of the raw mapping, equal to each shard's own
+    assert all(st["world"]["mapping"] is leader._mapping_raw == sts[(0, 0)]["world"]["mapping"]
+               for st in leader.states.values())
