@@ -239,3 +239,30 @@ def test_machines_share_equal_mappings_without_changing_a_world() -> None:
     # and one decoded copy of the raw mapping, equal to each shard's own
     assert all(st["world"]["mapping"] is leader._mapping_raw == sts[(0, 0)]["world"]["mapping"]
                for st in leader.states.values())
+
+
+def test_the_reused_packer_gives_packb_bytes_after_a_failure_and_across_threads() -> None:
+    """codec packs through one msgpack Packer per thread; a pack that raised midway (a value
+    msgpack refuses, a half-written map) must leave nothing behind for the next one, and
+    threads must not share a buffer."""
+    import threading
+
+    import msgpack
+
+    value = {"a": [1, 2, (3, "x")], "b": b"\x00" * 40, "c": {5: None}}
+    want = codec.pack(value)
+    with pytest.raises(TypeError):
+        codec._packb({"half": [1, 2, object()]})  # fails after writing part of the map
+    assert codec.pack(value) == want
+    assert codec._packb({"k": [1, "v"]}) == msgpack.packb({"k": [1, "v"]}, use_bin_type=True)
+    got: list[bytes] = []
+
+    def work() -> None:
+        got.extend(codec.pack({**value, "i": i}) for i in range(200))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(codec.pack({**value, "i": i}) for i in range(200) for _ in range(4))

@@ -210,7 +210,20 @@ def _canon_key(key: Any, path: _Path) -> Any:
 
 
 def _packb(tree: Any) -> bytes:
-    out = msgpack.packb(tree, use_bin_type=True)
+    """``msgpack.packb(tree, use_bin_type=True)``, through this thread's one Packer.
+
+    packb builds a Packer per call (most of the cost of packing a small map); a Packer with
+    autoreset returns the bytes of each pack() and starts empty, so reusing one changes no
+    byte.  One that raised is dropped, so no half-written buffer is ever reused.
+    """
+    packer = getattr(_LOCAL, "packer", None)
+    if packer is None:
+        packer = _LOCAL.packer = msgpack.Packer(use_bin_type=True)
+    try:
+        out = packer.pack(tree)
+    except BaseException:
+        _LOCAL.packer = None
+        raise
     assert isinstance(out, bytes)
     return out
 
@@ -242,16 +255,20 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
 
 def _checked_parts(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> dict[str, Any]:
     """pack_map_with's checks; the canonical form of ``fields``."""
-    if any(type(k) is not str for k in fields) or any(type(k) is not str for k in packed):
+    if not (set(map(type, fields)) <= _STR_KEYS and set(map(type, packed)) <= _STR_KEYS):
         raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
-    both = sorted(set(fields) & set(packed))
+    both = fields.keys() & packed.keys()
     if both:
-        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", both))
+        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", sorted(both)))
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    # Fields are canonicalised (and refused) in their insertion order, before any byte is produced.
-    return {k: _canon(v, ("$", k)) for k, v in fields.items()}
+    # Fields are canonicalised (and refused) in their insertion order, before any byte is
+    # produced; a plain leaf is its own canonical form (as in _canon's dict path).
+    return {
+        k: v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX) else _canon(v, ("$", k))
+        for k, v in fields.items()
+    }
 
 
 def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
