@@ -71,7 +71,9 @@ import contextlib
 import functools
 import gc
 import hashlib
+import itertools
 import json
+import operator
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -276,11 +278,14 @@ class _GroupPacker:
     are never mutated.
     """
 
-    __slots__ = ("_bases", "_mapping", "_packed_mapping", "_templates")
+    __slots__ = ("_bases", "_mapping", "_packed_mapping", "_shared", "_templates")
 
     def __init__(self, mapping: dict[int, list[int]], bases: list[dict[str, Any]]) -> None:
         self._mapping = mapping
         self._bases = bases
+        # per group: its keys but "world", and the objects they hold (compared by identity)
+        self._shared = [(tuple(k for k in b if k != "world"), tuple(v for k, v in b.items() if k != "world"))
+                        for b in bases]
         self._packed_mapping = codec.pack(mapping)
         self._templates: list[codec.MapTemplate | None] = [None] * len(bases)
 
@@ -290,9 +295,10 @@ class _GroupPacker:
         if type(g) is int and 0 <= g < len(self._bases):
             assert type(world) is dict and type(value) is dict
             base = self._bases[g]
+            keys, objs = self._shared[g]
             if (len(value) == len(base) and world.get("mapping") is self._mapping
-                    and all(type(k) is str for k in world)
-                    and all(k == "world" or value.get(k, _MISSING) is v for k, v in base.items())):
+                    and set(map(type, world)) == _STR_ONLY
+                    and all(map(operator.is_, map(value.get, keys, itertools.repeat(_MISSING)), objs))):
                 try:
                     return self._splice(g, base, world)
                 except StateFormatError:
@@ -310,6 +316,7 @@ class _GroupPacker:
 
 
 _MISSING = object()
+_STR_ONLY = {str}
 
 
 class _SharedDecode:
