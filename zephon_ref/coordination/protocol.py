@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import enum
 import re
+import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -544,8 +545,10 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
 
 # Lane mappings seen lately (a few; each one a tuple of int tuples, immutable): equal
 # mappings of many participants in one process (the simulator's 200,000) share one object.
+# Machines may be built in several threads (DataLoader workers): the table has a lock.
 _MAPPINGS: dict[tuple[tuple[int, tuple[int, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]] = {}
 _MAPPINGS_KEPT = 8
+_MAPPINGS_LOCK = threading.Lock()
 
 
 def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...] | None = None) -> ShardWorld:
@@ -553,12 +556,13 @@ def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], 
     (``mapping`` when given, else one remembered in _MAPPINGS): values do not change, only
     which object holds them."""
     if mapping is None:
-        mapping = _MAPPINGS.get(w.mapping)
-        if mapping is None:
-            while len(_MAPPINGS) >= _MAPPINGS_KEPT:
-                del _MAPPINGS[next(iter(_MAPPINGS))]
-            _MAPPINGS[w.mapping] = w.mapping
-            return w
+        with _MAPPINGS_LOCK:
+            mapping = _MAPPINGS.get(w.mapping)
+            if mapping is None:
+                while len(_MAPPINGS) >= _MAPPINGS_KEPT:
+                    del _MAPPINGS[next(iter(_MAPPINGS))]
+                _MAPPINGS[w.mapping] = w.mapping
+                return w
     if mapping is w.mapping:
         return w
     assert mapping == w.mapping
