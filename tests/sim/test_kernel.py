@@ -365,3 +365,46 @@ def test_post_is_schedule_without_a_handle() -> None:
     with pytest.raises(ConfigTypeError):
         b.post("not callable", at=10, label="x")  # type: ignore[arg-type]
     assert b.pending == 0 and b.fingerprint() == a.fingerprint()
+
+
+@settings(max_examples=120, deadline=None, database=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-1, 1), st.lists(st.tuples(st.integers(0, 2),
+                                                                                  st.integers(-1, 1)), max_size=3),
+                          st.booleans(), st.booleans()), min_size=1, max_size=30))
+def test_run_to_idle_runs_exactly_the_key_order_whatever_the_queue(
+        plan: list[tuple[int, int, list[tuple[int, int]], bool, bool]]) -> None:
+    """Without choices, run() to idle keeps same-key events in a FIFO beside the heap; every
+    event (roots and the children their actions post or schedule, some cancelled by an
+    earlier event) must run in the order step() by step() gives (which reads the heap alone):
+    at each moment the pending event with the smallest (time, priority, seq)."""
+
+    def build() -> tuple[Kernel, list[int]]:
+        kernel = Kernel()
+        cancelled: list[int] = []
+        handles: list[EventHandle] = []
+        for i, (at, prio, kids, use_post, cancel_prev) in enumerate(plan):
+
+            def act(kids: list[tuple[int, int]] = kids, i: int = i, cancel_prev: bool = cancel_prev) -> None:
+                for j, (delay, p) in enumerate(kids):
+                    (kernel.post if (i + j) % 2 else kernel.schedule)(lambda: None, after=delay, priority=p,
+                                                                       label=f"c{i}.{j}")
+                if cancel_prev and i + 1 < len(handles) and kernel.cancel(handles[i + 1]):
+                    cancelled.append(handles[i + 1].seq)
+
+            handles.append(kernel.schedule(act, at=at, priority=prio, label=f"e{i}"))
+            if use_post:
+                kernel.post(lambda: None, at=at, priority=prio, label=f"p{i}")
+        return kernel, cancelled
+
+    fast, cancelled = build()
+    fast.run()
+    times = [e.time for e in fast.trace]
+    assert times == sorted(times) and not set(cancelled) & {e.seq for e in fast.trace}
+    # the roots that nobody cancelled, all pending from the start, run in key order
+    roots = [(e.time, e.priority, e.seq) for e in fast.trace if e.label[0] in "ep"]
+    assert roots == sorted(roots)
+    slow, _ = build()
+    while slow.step() is not None:
+        pass
+    assert slow.trace == fast.trace and slow.fingerprint() == fast.fingerprint()
+    assert fast.pending == 0 and slow.pending == 0
