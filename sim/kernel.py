@@ -14,6 +14,13 @@ heap ordered by the key ``(time, priority, seq)``:
                 events with equal time and priority run in the order they were
                 scheduled (FIFO), and no two keys are ever equal.
 
+Without choices, a new event whose ``(time, priority)`` is that of the entries already
+in a FIFO beside the heap (or any event, when the FIFO is empty) joins the FIFO instead;
+seqs only grow, so the FIFO is in key order, and the next event is the smaller of the
+heap's top and the FIFO's head: the same order, at O(1) for the thousands of events a
+scale round queues for one tick.  Every path but run-to-idle first moves the FIFO onto
+the heap.
+
 Invariants kept here:
 
 1. Time never goes backwards: scheduling before ``now`` raises
@@ -25,7 +32,9 @@ Invariants kept here:
    trace: :meth:`Kernel.fingerprint`.  The canonical form is one line per
    event, ``"<time> <priority> <seq> <json label>\\n"`` after a version header;
    it holds integers and strings only, never floats, ``id()`` or ``hash()``,
-   so equal runs give equal fingerprints in any process on any machine.
+   so equal runs give equal fingerprints in any process on any machine.  Lines
+   are hashed in batches (the digest of a concatenation is that of its parts fed
+   in order); :meth:`Kernel.fingerprint` folds in whatever is pending first.
 3. A cancelled event never runs and is never traced.  Cancellation is lazy
    (the heap entry's action is cleared and the entry is dropped when it reaches
    the top), so cancel is O(1).
@@ -49,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -70,7 +80,8 @@ __all__ = [
 TIE_LABEL = "kernel/tie"
 
 _FINGERPRINT_HEADER = b"zephon-sim-trace/1\n"
-_LABEL_CACHE_LIMIT = 4096  # labels are kinds of event, few; a run that makes each one unique stays bounded
+_LABEL_CACHE_LIMIT = 4096
+_FOLD_EVERY = 1024  # trace lines hashed per digest update (fingerprint() folds the rest)  # labels are kinds of event, few; a run that makes each one unique stays bounded
 
 # A heap entry is a list [time, priority, seq, action, label, tied]; the action
 # slot is cleared (None) once the event has run or been cancelled; ``tied`` is
@@ -138,6 +149,7 @@ class Kernel:
     """
 
     __slots__ = (
+        "_bucket",
         "_cancelled_in_heap",
         "_choices",
         "_digest",
@@ -146,6 +158,7 @@ class Kernel:
         "_keep_trace",
         "_label_bytes",
         "_now",
+        "_pending",
         "_seq",
         "_tied",
         "_trace",
@@ -156,6 +169,11 @@ class Kernel:
         self._choices = choices
         self._keep_trace = keep_trace
         self._heap: list[list[Any]] = []
+        # Without choices: a FIFO of entries that share one (time, priority), beside the heap.
+        # The next event is the smaller of the heap's top and the FIFO's head, so the order is
+        # exactly (time, priority, seq); a round whose thousands of participants all act one
+        # tick later queues them in O(1) each instead of sifting them through a deep heap.
+        self._bucket: deque[list[Any]] = deque()
         # With choices: the live events of the current (time, priority) group, in seq order.
         self._tied: list[list[Any]] = []
         self._seq = 0
@@ -164,6 +182,9 @@ class Kernel:
         self._trace: list[tuple[int, int, int, str]] = []
         self._digest = hashlib.sha256(_FINGERPRINT_HEADER)
         self._label_bytes: dict[str, bytes] = {}
+        # Canonical trace lines not yet folded into _digest: hashing the concatenation in
+        # batches gives the digest that hashing line by line gives (SHA-256 is a stream).
+        self._pending: list[bytes] = []
 
     # -- observation -----------------------------------------------------------------
 
@@ -180,7 +201,7 @@ class Kernel:
     @property
     def pending(self) -> int:
         """How many scheduled events have neither run nor been cancelled."""
-        return len(self._heap) + len(self._tied) - self._cancelled_in_heap
+        return len(self._heap) + len(self._bucket) + len(self._tied) - self._cancelled_in_heap
 
     @property
     def trace(self) -> tuple[TraceEntry, ...]:
@@ -189,12 +210,14 @@ class Kernel:
 
     def fingerprint(self) -> str:
         """SHA-256 (hex) of the canonical trace so far."""
+        self._fold()
         return self._digest.hexdigest()
 
     def peek_time(self) -> int | None:
         """The tick of the next event to run, or None when nothing is pending."""
         if self._tied:
             return int(self._tied[0][_TIME])  # the group's time is now, never after the heap's top
+        self._unbucket()
         self._drop_cancelled_top()
         return self._heap[0][_TIME] if self._heap else None
 
@@ -226,7 +249,7 @@ class Kernel:
             seq = self._seq
             self._seq = seq + 1
             entry: list[Any] = [time, priority, seq, action, label, False]
-            heapq.heappush(self._heap, entry)
+            self._push(entry)
             return EventHandle(seq, time, priority, label, entry)
         if (at is None) == (after is None):
             raise ConfigError(expected("Kernel.schedule", "exactly one of at= or after=", (at, after)))
@@ -251,8 +274,35 @@ class Kernel:
         seq = self._seq
         self._seq = seq + 1
         entry = [time, priority, seq, action, label, False]
-        heapq.heappush(self._heap, entry)
+        self._push(entry)
         return EventHandle(seq, time, priority, label, entry)
+
+    def post(
+        self,
+        action: Callable[[], object],
+        *,
+        at: int | None = None,
+        after: int | None = None,
+        priority: int = 0,
+        label: str,
+    ) -> None:
+        """:meth:`schedule` for an event its caller will never cancel: the same event (same
+        key, same seq, same checks and refusals), without building a handle."""
+        now = self._now
+        if at is None:
+            time = now + after if type(after) is int and after >= 0 else -1
+        else:
+            time = at if after is None and type(at) is int and at >= now else -1
+        if time >= 0 and type(priority) is int and type(label) is str and callable(action):
+            seq = self._seq
+            self._seq = seq + 1
+            bucket = self._bucket
+            if self._choices is None and (not bucket or (bucket[0][_TIME] == time and bucket[0][_PRIO] == priority)):
+                bucket.append([time, priority, seq, action, label, False])  # _push, inlined
+            else:
+                heapq.heappush(self._heap, [time, priority, seq, action, label, False])
+            return
+        self.schedule(action, at=at, after=after, priority=priority, label=label)  # refuses, or the rare case
 
     def cancel(self, handle: EventHandle) -> bool:
         """Cancel a pending event; False if it already ran or was already cancelled."""
@@ -306,13 +356,36 @@ class Kernel:
         if until is None and stop is None and max_events is None and self._choices is None:
             # Run to idle without choices: the loop below, with its limits and tie groups
             # left out (the same events in the same (time, priority, seq) order).
-            heap, pop, fire = self._heap, heapq.heappop, self._fire
-            while heap:
-                top = pop(heap)
-                if top[_ACTION] is None:
+            # _fire inlined (one event's bookkeeping, in the same order); keep it in step.
+            heap, pop = self._heap, heapq.heappop
+            bucket = self._bucket
+            popleft = bucket.popleft
+            pending, labels, trace = self._pending, self._label_bytes, self._trace
+            keep = self._keep_trace
+            while True:
+                if bucket:
+                    top = pop(heap) if heap and heap[0] < bucket[0] else popleft()
+                elif heap:
+                    top = pop(heap)
+                else:
+                    break
+                time, priority, seq, action, label, _ = top
+                if action is None:
                     self._cancelled_in_heap -= 1
                     continue
-                fire(top)
+                assert time >= self._now, (time, self._now)
+                self._now = time
+                top[_ACTION] = None
+                self._events_run += 1
+                if keep:
+                    trace.append((time, priority, seq, label))
+                encoded = labels.get(label)
+                if encoded is None:
+                    encoded = self._encode_label(label)
+                pending.append(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+                if len(pending) >= _FOLD_EVERY:
+                    self._fold()
+                action()
                 ran += 1
             return RunOutcome("idle", ran, self._now)
         while True:
@@ -335,6 +408,23 @@ class Kernel:
 
     # -- internals -------------------------------------------------------------------
 
+    def _push(self, entry: list[Any]) -> None:
+        """Queue a new entry: on the FIFO if it is empty or the entry has its (time,
+        priority) (seqs only grow, so the FIFO stays in key order), else on the heap."""
+        bucket = self._bucket
+        if self._choices is None and (
+            not bucket or (bucket[0][_TIME] == entry[_TIME] and bucket[0][_PRIO] == entry[_PRIO])
+        ):
+            bucket.append(entry)
+        else:
+            heapq.heappush(self._heap, entry)
+
+    def _unbucket(self) -> None:
+        """Move the FIFO's entries onto the heap (every path but run-to-idle reads the heap only)."""
+        bucket, heap = self._bucket, self._heap
+        while bucket:
+            heapq.heappush(heap, bucket.popleft())
+
     def _drop_cancelled_top(self) -> None:
         heap = self._heap
         while heap and heap[0][_ACTION] is None:
@@ -343,6 +433,7 @@ class Kernel:
 
     def _pop_next(self) -> list[Any] | None:
         if self._choices is None:
+            self._unbucket()
             self._drop_cancelled_top()
             return heapq.heappop(self._heap) if self._heap else None
         return self._pop_tied()
@@ -393,8 +484,22 @@ class Kernel:
             self._trace.append((time, priority, seq, label))
         encoded = self._label_bytes.get(label)
         if encoded is None:
-            encoded = json.dumps(label, ensure_ascii=True).encode("ascii")
-            if len(self._label_bytes) < _LABEL_CACHE_LIMIT:
-                self._label_bytes[label] = encoded
-        self._digest.update(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+            encoded = self._encode_label(label)
+        pending = self._pending
+        pending.append(b"%d %d %d %s\n" % (time, priority, seq, encoded))
+        if len(pending) >= _FOLD_EVERY:
+            self._fold()
         action()
+
+    def _encode_label(self, label: str) -> bytes:
+        encoded = json.dumps(label, ensure_ascii=True).encode("ascii")
+        if len(self._label_bytes) < _LABEL_CACHE_LIMIT:
+            self._label_bytes[label] = encoded
+        return encoded
+
+    def _fold(self) -> None:
+        """Hash the pending trace lines into the digest (in order) and forget them."""
+        pending = self._pending
+        if pending:
+            self._digest.update(b"".join(pending))
+            pending.clear()

@@ -29,6 +29,15 @@ rank counts; the tests check both give the same result).  Parking assumes a mach
 answer to a poll depends only on what it reads and on its deadline, which the
 protocol's theory of operation states (no clocks, no I/O of its own).
 
+Shared work.  200,000 machines in one process would each pack a state that differs from
+its DP group's only in ``world``, and each decode the same announcement and result.  The
+star hands its followers two hooks of the real Follower: a packer that packs each group's
+shared parts once and splices (bytes and refusals exactly codec.pack's: ``_GroupPacker``),
+and a decode memo that gives every follower the one object decoded from equal bytes
+(``_SharedDecode``; the followers' Finish results are then that one object).  The
+machines still take every decision and refuse what they refused; the driver only saves
+repeating identical work.
+
 Tree.  Every rank is one role of a :class:`~zephon_ref.checkpoint.tree.TreeShape`;
 writing its shard and its group manifest are storage operations (latency as above),
 commitments and completions are messages (``message_latency`` ticks).
@@ -62,7 +71,9 @@ import contextlib
 import functools
 import gc
 import hashlib
+import itertools
 import json
+import operator
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -107,7 +118,7 @@ from zephon_ref.coordination.protocol import (
     Started,
     Woke,
 )
-from zephon_ref.errors import ConfigError, expected
+from zephon_ref.errors import ConfigError, StateFormatError, expected
 
 __all__ = ["RoundStats", "ScaleConfig", "main", "rank_state", "run_round", "star_round", "tree_round"]
 
@@ -248,8 +259,93 @@ def rank_state(rank: int, *, ranks: int, dp_degree: int, canonical_replicas: int
 # ---------------------------------------------------------------- the star
 
 
-_READS = (Get, ListKeys)
-_WRITES = (Put, PutIfAbsent, Delete)
+_STORAGE = frozenset({Get, ListKeys, Put, PutIfAbsent, Delete})  # exact types: _complete dispatches on them
+
+
+class _GroupPacker:
+    """codec.pack for the states :func:`rank_state` builds from one round's cache, in parts.
+
+    Every rank of DP group ``g`` carries the very objects of the group's base state (see
+    rank_state) and a ``world`` of its own whose ``mapping`` is the round's one mapping
+    object.  Those shared parts are packed once per group; a rank's state is then its
+    world's few ints packed here, spliced with the packed mapping, spliced with the
+    group's packed fields (codec's "packing composes": the bytes of codec.pack of the
+    whole state).  Only a state that is exactly such a composition takes the splice: every
+    top-level key but ``world`` holds the base's own object (identity), ``world`` is a
+    str-keyed dict holding that mapping object.  Anything else (a replaced or extra field,
+    a foreign state), and any refusal, goes to codec.pack itself, so bytes and error
+    messages are codec.pack's.  It relies on what rank_state promises: the shared objects
+    are never mutated.
+    """
+
+    __slots__ = ("_bases", "_mapping", "_packed_mapping", "_shared", "_templates")
+
+    def __init__(self, mapping: dict[int, list[int]], bases: list[dict[str, Any]]) -> None:
+        self._mapping = mapping
+        self._bases = bases
+        # per group: its keys but "world", and the objects they hold (compared by identity)
+        self._shared = [(tuple(k for k in b if k != "world"), tuple(v for k, v in b.items() if k != "world"))
+                        for b in bases]
+        self._packed_mapping = codec.pack(mapping)
+        self._templates: list[codec.MapTemplate | None] = [None] * len(bases)
+
+    def __call__(self, value: Any, *, root: str = "$") -> bytes:
+        world = value.get("world") if type(value) is dict else None
+        g = world.get("dp_group_id") if type(world) is dict else None
+        if type(g) is int and 0 <= g < len(self._bases):
+            assert type(world) is dict and type(value) is dict
+            base = self._bases[g]
+            keys, objs = self._shared[g]
+            if (len(value) == len(base) and world.get("mapping") is self._mapping
+                    and set(map(type, world)) == _STR_ONLY
+                    and all(map(operator.is_, map(value.get, keys, itertools.repeat(_MISSING)), objs))):
+                try:
+                    return self._splice(g, base, world)
+                except StateFormatError:
+                    pass  # codec.pack below raises it with the caller's path
+        return codec.pack(value, root=root)
+
+    def _splice(self, g: int, base: dict[str, Any], world: dict[str, Any]) -> bytes:
+        template = self._templates[g]
+        if template is None:
+            template = self._templates[g] = codec.MapTemplate(
+                {}, {k: codec.pack(v) for k, v in base.items() if k != "world"}, slot="world")
+        own = codec.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
+                                  {"mapping": self._packed_mapping})
+        return template.fill(own)
+
+
+_MISSING = object()
+_STR_ONLY = {str}
+
+
+class _SharedDecode:
+    """codec.decode, remembering the last few values it decoded: equal bytes, the same object.
+
+    Every follower of a round decodes the same announcement (twice) and the same result;
+    200,000 private copies of a decoded merged state cost gigabytes and seconds.  This
+    memo hands each follower the one object decoded from those bytes (the Follower's
+    ``decode`` hook says the shared value is never mutated; the machines and this driver
+    only read it).  Bytes are compared by value (length first), never by hash; what
+    codec.decode refuses raises as before and is not remembered.  A handful of entries
+    covers a round (announcement, result); the oldest is dropped when a new one comes.
+    """
+
+    __slots__ = ("_entries",)
+    _KEEP = 4
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[bytes, Any]] = []
+
+    def __call__(self, data: bytes) -> Any:
+        for seen, value in self._entries:
+            if seen is data or seen == data:
+                return value
+        value = codec.decode(data)
+        if len(self._entries) >= self._KEEP:
+            del self._entries[0]
+        self._entries.append((bytes(data), value))
+        return value
 
 
 class _Star:
@@ -261,12 +357,15 @@ class _Star:
         n = cfg.ranks
         self.latency = [choices.integer("scale/latency", 1, cfg.max_latency) for _ in range(n)]
         cache: dict[Any, Any] = {}
+        rank_state(0, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)  # fills it
+        packer = _GroupPacker(*cache[(n, cfg.dp, cfg.lanes)])
+        shared = _SharedDecode()
         self.machines: list[Machine] = []
         for r in range(n):
             st = rank_state(r, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)
             rc = RoundConfig(namespace=NAMESPACE, rank=r, world_size=n, token="t", timeout=cfg.timeout,
                              poll=cfg.poll, round_id=ROUND_ID if r == 0 else None)
-            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc))
+            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc, decode=shared, pack=packer))
         self.ops = [0] * n
         self.dead = [False] * n
         self.ended: list[Finish | Abort | None] = [None] * n
@@ -284,6 +383,7 @@ class _Star:
         self.parked: dict[int, tuple[Sleep, EventHandle, list[tuple[bool, str]]]] = {}
         self.violations: list[str] = []
         self.park = cfg.park
+        self.crash_rank, self.crash_ops = (-1, 0) if cfg.crash is None else cfg.crash
         if cfg.leftover_acks_of is not None:
             for m in self.machines[1:]:
                 self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = b"ok"
@@ -295,6 +395,9 @@ class _Star:
         self.kernel.run()
 
     def _issue(self, r: int, cmd: Command) -> None:
+        if type(cmd) in _STORAGE:  # the common case first: one storage op, done after r's latency
+            self.kernel.post(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
+            return
         if isinstance(cmd, (Finish, Abort)):
             self.ended[r] = cmd
             self.end_time = max(self.end_time, self.kernel.now)
@@ -307,31 +410,31 @@ class _Star:
             return
         if isinstance(cmd, Sleep):
             if not (self.cfg.park and self._park(r, cmd)):
-                self.kernel.schedule(functools.partial(self._wake, r), at=max(cmd.until, self.kernel.now),
+                self.kernel.post(functools.partial(self._wake, r), at=max(cmd.until, self.kernel.now),
                                      label="wake")
             return
-        self.kernel.schedule(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
+        self.kernel.post(functools.partial(self._complete, r, cmd), after=self.latency[r], label="op")
 
     def _complete(self, r: int, cmd: Command) -> None:
         if self.dead[r]:
             return
         ev = perform(cmd, self.backend, now=self.kernel.now)
         self.ops[r] += 1
-        if isinstance(cmd, _READS):
+        t = type(cmd)  # _issue posts exact storage command types only
+        if t is Get or t is ListKeys:
             if self.park:
-                if isinstance(cmd, ListKeys):
-                    self.reads[r].append((True, cmd.prefix, self.wseq))
+                if t is ListKeys:
+                    self.reads[r].append((True, cmd.prefix, self.wseq))  # type: ignore[union-attr]
                 else:
-                    self.reads[r].append((False, cmd.key, self.wseq))
-            if r == 0 and isinstance(ev, Fetched) and ev.data is not None:
+                    self.reads[r].append((False, cmd.key, self.wseq))  # type: ignore[union-attr]
+            if r == 0 and type(ev) is Fetched and ev.data is not None:
                 self.leader_bytes += len(ev.data)
         else:
-            assert isinstance(cmd, _WRITES), cmd
-            if isinstance(cmd, (Put, PutIfAbsent)):
-                self.bytes_written += len(cmd.data)
-            self._written(cmd.key)
-        crash = self.cfg.crash
-        if crash is not None and crash[0] == r and self.ops[r] >= crash[1]:
+            assert t is Put or t is PutIfAbsent or t is Delete, cmd
+            if t is not Delete:
+                self.bytes_written += len(cmd.data)  # type: ignore[union-attr]
+            self._written(cmd.key)  # type: ignore[union-attr]
+        if r == self.crash_rank and self.ops[r] >= self.crash_ops:
             self.dead[r] = True  # a SIGKILL after this op: its writes stay, it never answers again
             self.end_time = max(self.end_time, self.kernel.now)
             return
@@ -361,14 +464,20 @@ class _Star:
         return True
 
     def _written(self, key: str) -> None:
-        self.wseq += 1
-        self.key_ver[key] = self.wseq
-        woken: set[int] = set(self.key_watch.get(key, ()))
+        self.wseq = wseq = self.wseq + 1
+        self.key_ver[key] = wseq
+        woken: set[int] = set()
+        watchers = self.key_watch.get(key)
+        if watchers:
+            woken |= watchers
+        prefix_ver, prefix_watch = self.prefix_ver, self.prefix_watch
         i = key.find(".")
         while i >= 0:
             prefix = key[: i + 1]
-            self.prefix_ver[prefix] = self.wseq
-            woken |= self.prefix_watch.get(prefix, set())
+            prefix_ver[prefix] = wseq
+            watchers = prefix_watch.get(prefix)
+            if watchers:
+                woken |= watchers
             i = key.find(".", i + 1)
         for r in sorted(woken):
             cmd, fallback, _ = self.parked[r]
@@ -377,7 +486,7 @@ class _Star:
             at = cmd.until if now <= cmd.until else cmd.until + -(-(now - cmd.until) // poll) * poll
             at = min(at, max(self.machines[r].deadline, cmd.until))
             self._unwatch(r)
-            self.kernel.schedule(functools.partial(self._unpark, r, at), at=at, label="wake")
+            self.kernel.post(functools.partial(self._unpark, r, at), at=at, label="wake")
 
     def _unwatch(self, r: int) -> None:
         cmd, _, watched = self.parked[r]
@@ -483,7 +592,7 @@ class _Tree:
 
     def run(self) -> None:
         for r in range(self.cfg.ranks):
-            self.kernel.schedule(functools.partial(self._shards, r), after=self.latency[r], label="op")
+            self.kernel.post(functools.partial(self._shards, r), after=self.latency[r], label="op")
         self.kernel.run()
 
     def _count_op(self, r: int) -> bool:
@@ -516,10 +625,10 @@ class _Tree:
         now = self.kernel.now
         for e in effects:
             if isinstance(e, WriteGroupManifest):
-                self.kernel.schedule(functools.partial(self._manifest, e), after=self.latency[r], label="op")
+                self.kernel.post(functools.partial(self._manifest, e), after=self.latency[r], label="op")
             elif isinstance(e, (SendCommitment, SendCompletion)):
                 self.msgs[r] += 1
-                self.kernel.schedule(functools.partial(self._deliver, r, e), after=self.cfg.message_latency,
+                self.kernel.post(functools.partial(self._deliver, r, e), after=self.cfg.message_latency,
                                      label="msg")
             else:
                 assert isinstance(e, Report)

@@ -180,3 +180,89 @@ def test_a_forged_rank_is_still_refused_at_the_boundary() -> None:
     err = lead.machine.error  # type: ignore[attr-defined]
     assert isinstance(err, AggregationError) and err.reason == "rank-mismatch"
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _values, max_size=5), st.dictionaries(st.text(max_size=6), _values,
+       max_size=5), st.text(max_size=6), st.lists(_values, min_size=1, max_size=3))
+def test_a_map_template_fills_to_the_bytes_of_the_whole_map(fields: dict[str, Any], packed: dict[str, Any],
+                                                             slot: str, fills: list[Any]) -> None:
+    """codec.MapTemplate (many maps differing in one value) gives pack() of the whole map
+    for every value put in its slot, wherever the slot sorts among the other keys."""
+    for k in [*fields, slot]:
+        packed.pop(k, None)
+    fields.pop(slot, None)
+    template = codec.MapTemplate(fields, {k: codec.pack(v) for k, v in packed.items()}, slot=slot)
+    for v in fills:
+        assert template.fill(codec.pack(v)) == codec.pack({**fields, **packed, slot: v})
+
+
+def test_a_map_template_refuses_what_it_cannot_fill() -> None:
+    with pytest.raises(StateFormatError, match="slot"):
+        codec.MapTemplate({"a": 1}, {}, slot="a")
+    with pytest.raises(StateFormatError, match="slot"):
+        codec.MapTemplate({}, {"a": codec.pack(1)}, slot="a")
+    with pytest.raises(StateFormatError, match="str"):
+        codec.MapTemplate({1: 1}, {}, slot="s")  # type: ignore[dict-item]
+    template = codec.MapTemplate({"a": 1}, {}, slot="s")
+    for bad in (b"", "x", None):
+        with pytest.raises(StateFormatError):
+            template.fill(bad)  # type: ignore[arg-type]
+
+
+def test_machines_share_equal_mappings_without_changing_a_world() -> None:
+    """Followers (and the leader's record of each shard) hold one object per distinct lane
+    mapping, remembered for a few mappings at a time; every world stays equal to what
+    shard_world computes, a different mapping is never substituted, and the table is bounded."""
+    sts = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=2)
+    fols = [Follower(sts[(r, 0)], _cfg(r, ws=4)) for r in (1, 2, 3)]
+    for f, r in zip(fols, (1, 2, 3), strict=True):
+        assert f.world == shard_world(sts[(r, 0)])
+    assert fols[0].world.mapping is fols[1].world.mapping is fols[2].world.mapping
+    other = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=4)  # another mapping
+    g = Follower(other[(1, 0)], _cfg(1, ws=4))
+    assert g.world == shard_world(other[(1, 0)]) and g.world.mapping != fols[0].world.mapping
+    for dp in range(2, 3 * protocol._MAPPINGS_KEPT):  # many distinct mappings: the table stays small
+        many = topology_states(2, canonical_replicas=64, world_size=dp, dp_degree=dp)
+        assert Follower(many[(dp - 1, 0)], _cfg(dp - 1, ws=dp)).world == shard_world(many[(dp - 1, 0)])
+    assert len(protocol._MAPPINGS) <= protocol._MAPPINGS_KEPT
+    # the leader's world of each shard it accepted: equal to shard_world of that state, sharing its mapping
+    cl = Cluster()
+    lead = cl.add("leader", Leader(sts[(0, 0)], _cfg(0, ws=4, rid="rid1"), warn_mid_window=False), start=True)
+    for r in (1, 2, 3):
+        cl.add(f"f{r}", Follower(sts[(r, 0)], _cfg(r, ws=4)), start=True)
+    cl.run()
+    leader = lead.machine
+    assert isinstance(leader, Leader) and len(leader.worlds) == 4
+    assert all(w == shard_world(leader.states[n]) and w.mapping is leader.world.mapping
+               for n, w in leader.worlds.items())
+    # and one decoded copy of the raw mapping, equal to each shard's own
+    assert all(st["world"]["mapping"] is leader._mapping_raw == sts[(0, 0)]["world"]["mapping"]
+               for st in leader.states.values())
+
+
+def test_the_reused_packer_gives_packb_bytes_after_a_failure_and_across_threads() -> None:
+    """codec packs through one msgpack Packer per thread; a pack that raised midway (a value
+    msgpack refuses, a half-written map) must leave nothing behind for the next one, and
+    threads must not share a buffer."""
+    import threading
+
+    import msgpack
+
+    value = {"a": [1, 2, (3, "x")], "b": b"\x00" * 40, "c": {5: None}}
+    want = codec.pack(value)
+    with pytest.raises(TypeError):
+        codec._packb({"half": [1, 2, object()]})  # fails after writing part of the map
+    assert codec.pack(value) == want
+    assert codec._packb({"k": [1, "v"]}) == msgpack.packb({"k": [1, "v"]}, use_bin_type=True)
+    got: list[bytes] = []
+
+    def work() -> None:
+        got.extend(codec.pack({**value, "i": i}) for i in range(200))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(codec.pack({**value, "i": i}) for i in range(200) for _ in range(4))

@@ -304,3 +304,107 @@ def test_calls_outside_schedules_fast_path_keep_the_checked_behaviour() -> None:
     outcome = kernel.run()
     assert log == ["c", "a", "b"] and (outcome.reason, outcome.events, outcome.now) == ("idle", 3, -2)
     assert kernel.pending == 0 and kernel.peek_time() is None
+
+
+def _by_hand(trace: tuple[TraceEntry, ...]) -> str:
+    """The fingerprint as the module docstring defines it, one line per event, hashed here."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256(b"zephon-sim-trace/1\n")
+    for e in trace:
+        h.update(f"{e.time} {e.priority} {e.seq} {json.dumps(e.label, ensure_ascii=True)}\n".encode("ascii"))
+    return h.hexdigest()
+
+
+def test_the_fingerprint_hashes_every_line_however_they_are_batched() -> None:
+    """The kernel hashes trace lines in batches; the digest must be the line-by-line one at
+    any moment: mid-run from inside an action, after run() to idle, after step() and across
+    several thousand events (more than one batch), with labels that need JSON escaping."""
+    kernel = Kernel()
+    seen: list[tuple[str, str]] = []
+
+    def probe() -> None:
+        seen.append((kernel.fingerprint(), _by_hand(kernel.trace)))
+
+    for t in range(3000):
+        kernel.schedule(probe if t in (0, 1023, 1024, 2500) else (lambda: None), at=t // 3,
+                        priority=t % 2, label="é\n" if t % 7 == 0 else f"e{t % 5}")
+    kernel.step()
+    assert kernel.fingerprint() == _by_hand(kernel.trace)
+    kernel.run()
+    assert kernel.events_run == 3000 and len(seen) == 4
+    assert all(mine == want for mine, want in seen)
+    assert kernel.fingerprint() == _by_hand(kernel.trace)
+    kernel.schedule(lambda: None, after=1, label="one more")
+    kernel.run(until=kernel.now + 5)
+    assert kernel.fingerprint() == _by_hand(kernel.trace)
+
+
+def test_post_is_schedule_without_a_handle() -> None:
+    """post() runs the same events in the same order with the same seqs (so the same
+    fingerprint) as schedule(), and refuses the same calls, changing nothing."""
+    def plan(kernel: Kernel, use_post: bool) -> list[str]:
+        log: list[str] = []
+        add = kernel.post if use_post else kernel.schedule
+        for i, (at, prio) in enumerate([(3, 0), (1, 1), (1, 0), (2, -1), (1, 0)]):
+            add(partial(log.append, f"a{i}"), at=at, priority=prio, label=f"a{i}")
+        add(partial(log.append, "late"), after=4, label="late")
+        return log
+
+    a, b = Kernel(start=1), Kernel(start=1)
+    la, lb = plan(a, False), plan(b, True)
+    a.run()
+    b.run()
+    assert la == lb and a.trace == b.trace and a.fingerprint() == b.fingerprint()
+    bad: list[dict[str, object]] = [{}, {"at": 1, "after": 1}, {"at": 1.5}, {"at": True}, {"after": -1},
+                                    {"after": 1, "priority": 0.5}, {"after": 1, "label": 3}, {"at": 0}]
+    for kwargs in bad:
+        with pytest.raises((ConfigError, ConfigTypeError, SchedulingInPast)):
+            b.post(lambda: None, **{"label": "x", **kwargs})  # type: ignore[arg-type]
+    with pytest.raises(ConfigTypeError):
+        b.post("not callable", at=10, label="x")  # type: ignore[arg-type]
+    assert b.pending == 0 and b.fingerprint() == a.fingerprint()
+
+
+@settings(max_examples=120, deadline=None, database=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-1, 1), st.lists(st.tuples(st.integers(0, 2),
+                                                                                  st.integers(-1, 1)), max_size=3),
+                          st.booleans(), st.booleans()), min_size=1, max_size=30))
+def test_run_to_idle_runs_exactly_the_key_order_whatever_the_queue(
+        plan: list[tuple[int, int, list[tuple[int, int]], bool, bool]]) -> None:
+    """Without choices, run() to idle keeps same-key events in a FIFO beside the heap; every
+    event (roots and the children their actions post or schedule, some cancelled by an
+    earlier event) must run in the order step() by step() gives (which reads the heap alone):
+    at each moment the pending event with the smallest (time, priority, seq)."""
+
+    def build() -> tuple[Kernel, list[int]]:
+        kernel = Kernel()
+        cancelled: list[int] = []
+        handles: list[EventHandle] = []
+        for i, (at, prio, kids, use_post, cancel_prev) in enumerate(plan):
+
+            def act(kids: list[tuple[int, int]] = kids, i: int = i, cancel_prev: bool = cancel_prev) -> None:
+                for j, (delay, p) in enumerate(kids):
+                    (kernel.post if (i + j) % 2 else kernel.schedule)(lambda: None, after=delay, priority=p,
+                                                                       label=f"c{i}.{j}")
+                if cancel_prev and i + 1 < len(handles) and kernel.cancel(handles[i + 1]):
+                    cancelled.append(handles[i + 1].seq)
+
+            handles.append(kernel.schedule(act, at=at, priority=prio, label=f"e{i}"))
+            if use_post:
+                kernel.post(lambda: None, at=at, priority=prio, label=f"p{i}")
+        return kernel, cancelled
+
+    fast, cancelled = build()
+    fast.run()
+    times = [e.time for e in fast.trace]
+    assert times == sorted(times) and not set(cancelled) & {e.seq for e in fast.trace}
+    # the roots that nobody cancelled, all pending from the start, run in key order
+    roots = [(e.time, e.priority, e.seq) for e in fast.trace if e.label[0] in "ep"]
+    assert roots == sorted(roots)
+    slow, _ = build()
+    while slow.step() is not None:
+        pass
+    assert slow.trace == fast.trace and slow.fingerprint() == fast.fingerprint()
+    assert fast.pending == 0 and slow.pending == 0

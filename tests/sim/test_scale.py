@@ -18,7 +18,7 @@ from zephon_ref.checkpoint.schema import sha256_hex
 from zephon_ref.checkpoint.tree import CapturePrefix, TreeShape, publish_tree
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Abort, Finish
-from zephon_ref.errors import AggregationTimeout, ConfigError, LeaderFailed
+from zephon_ref.errors import AggregationTimeout, ConfigError, LeaderFailed, StateFormatError
 
 SMALL = ScaleConfig(ranks=12, dp_degree=3, canonical_replicas=6, max_latency=3, poll=7, seed=4)
 
@@ -180,3 +180,58 @@ def test_round_figures_are_those_of_the_code_before_the_speed_work() -> None:
         ("95a8cfaa91121e7a", "4036c39755bab58f", 2007, 493986, 9999, 79920, 496639, 11000, 2107),
         ("bf88881483c6edef", "adda6ad4c3ff9acd", 34, 3257, 2000, 0, 841990, 3998, 11),
     ]
+
+
+def test_the_group_packer_gives_codec_pack_bytes_and_refusals() -> None:
+    """sim.scale hands followers a packer that splices parts it packed once per DP group; it
+    must give codec.pack's bytes for every rank's state, and for anything that is not exactly
+    such a state (a replaced, missing or extra field, a world of its own making, a bad value)
+    codec.pack's bytes or codec.pack's refusal."""
+    from sim.scale import _GroupPacker
+
+    for ranks, dp, lanes in ((7, 3, 5), (40, 16, 16), (9, 9, 20)):
+        cache: dict[Any, Any] = {}
+        states = [rank_state(r, ranks=ranks, dp_degree=dp, canonical_replicas=lanes, _cache=cache)
+                  for r in range(ranks)]
+        packer = _GroupPacker(*cache[(ranks, dp, lanes)])
+        assert all(packer(s) == codec.pack(s) for s in states)
+    st = states[4]
+    variants: list[dict[str, Any]] = [
+        {**st, "progress": {**st["progress"]}},  # equal but not the shared object
+        {**st, "progress": {4: {"chunk_id": 3, "offset": 1}}},
+        {**st, "extra": 1},
+        {k: v for k, v in st.items() if k != "lane_emitted"},
+        {**st, "world": {**st["world"], "mapping": {g: list(v) for g, v in st["world"]["mapping"].items()}}},
+        {**st, "world": {**st["world"], 7: "int key"}},
+        {**st, "world": {**st["world"], "dp_group_id": 99}},
+        {**st, "world": {**st["world"], "world_size": 2**70}},
+        {**st, "world": {**st["world"], "dp_group_id": 5}},  # another group's id on this group's fields
+    ]
+    for v in variants:
+        assert packer(v) == codec.pack(v)
+    for bad in ({**st, "world": {**st["world"], "world_size": float("nan")}}, {**st, "oops": object()}):
+        with pytest.raises(StateFormatError) as want:
+            codec.pack(bad, root="$['state']")
+        with pytest.raises(StateFormatError) as got:
+            packer(bad, root="$['state']")
+        assert str(got.value) == str(want.value)
+
+
+def test_the_shared_decoder_is_codec_decode_with_one_object_per_bytes() -> None:
+    from sim.scale import _SharedDecode
+
+    dec = _SharedDecode()
+    values = [{"a": i, "b": [i, (i, "x")]} for i in range(7)]
+    blobs = [codec.encode(v) for v in values]
+    first = dec(blobs[0])
+    assert first == values[0] and dec(bytes(blobs[0])) is first  # equal bytes, the same object
+    for b, v in zip(blobs, values, strict=True):  # more values than it remembers: still right
+        assert dec(b) == v
+    assert dec(blobs[0]) == values[0]
+    for junk in (b"", b"\x28\xb5\x2f\xfd garbage", blobs[1][:-3]):
+        with pytest.raises(StateFormatError):
+            codec.decode(junk)
+        with pytest.raises(StateFormatError):
+            dec(junk)
+        with pytest.raises(StateFormatError):  # a refusal is not remembered
+            dec(junk)

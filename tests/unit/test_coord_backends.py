@@ -217,3 +217,32 @@ def test_directory_backend_put_if_absent_fault_creates_nothing(tmp_path: Path) -
     assert b.get("r/k.1") is None and b.list("r/k.") == []
     assert b.put_if_absent("r/k.1", b"value") and not b.put_if_absent("r/k.1", b"other")
     assert b.get("r/k.1") == b"value"
+
+
+_KEYS = ["ns-0/a.x", "a/b", "no-slash", "ns-0/.hidden", ".ns/a", "a/b/c", "a//b", "/b", "a/", "", "/",
+         "ns 0/a", "ns-0/a\n", "ns-0/\u00e4", "_-./x", "_/.", "-/-", "ns-0/a.b.c-d_e", "a/b\x00"]
+
+
+@pytest.mark.parametrize("key", _KEYS)
+def test_memory_backend_refuses_exactly_the_keys_split_key_refuses(key: str) -> None:
+    """MemoryBackend checks keys with one precompiled match (the simulator's hot path); it must
+    let through and refuse exactly what split_key does, for every operation, and a refused
+    operation changes nothing (no value, no op counted)."""
+    from zephon_ref.coordination.backends import split_key
+
+    try:
+        split_key(key)
+        valid = True
+    except ConfigError:
+        valid = False
+    store = MemoryBackend()
+    ops = [lambda: store.put(key, b"x"), lambda: store.put_if_absent(key, b"x"), lambda: store.get(key),
+           lambda: store.delete(key)]
+    for op in ops:
+        if valid:
+            op()
+        else:
+            with pytest.raises(ConfigError):
+                op()
+    assert store.ops == (4 if valid else 0)
+    assert valid or store.data == {}

@@ -34,7 +34,8 @@ Invariants:
   (:func:`pack`) can be spliced into a str-keyed map by :func:`pack_map_with` and give
   the bytes :func:`pack` would give for the whole map.  That lets a caller that sends the
   same large value inside several small envelopes (an aggregation participant's state)
-  canonicalise and validate it once; the bytes do not change.
+  canonicalise and validate it once; the bytes do not change.  :class:`MapTemplate` is the
+  converse: many maps that differ in one value, the rest packed once.
 
 What may not live here: file I/O, digests, schema knowledge, clocks.
 """
@@ -56,6 +57,7 @@ __all__ = [
     "EXT_BIGINT",
     "EXT_TUPLE",
     "MAX_DECODED_BYTES",
+    "MapTemplate",
     "ZSTD_LEVEL",
     "compress",
     "decode",
@@ -208,7 +210,20 @@ def _canon_key(key: Any, path: _Path) -> Any:
 
 
 def _packb(tree: Any) -> bytes:
-    out = msgpack.packb(tree, use_bin_type=True)
+    """``msgpack.packb(tree, use_bin_type=True)``, through this thread's one Packer.
+
+    packb builds a Packer per call (most of the cost of packing a small map); a Packer with
+    autoreset returns the bytes of each pack() and starts empty, so reusing one changes no
+    byte.  One that raised is dropped, so no half-written buffer is ever reused.
+    """
+    packer = getattr(_LOCAL, "packer", None)
+    if packer is None:
+        packer = _LOCAL.packer = msgpack.Packer(use_bin_type=True)
+    try:
+        out = packer.pack(tree)
+    except BaseException:
+        _LOCAL.packer = None
+        raise
     assert isinstance(out, bytes)
     return out
 
@@ -233,41 +248,82 @@ def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> byt
     byte-identical to packing the whole map (keys sorted as :func:`_canon` sorts an
     all-str map).
     """
-    if any(type(k) is not str for k in fields) or any(type(k) is not str for k in packed):
+    canon = _checked_parts(fields, packed)
+    keys = sorted([*canon, *packed])
+    return _map_header(len(keys)) + _map_items(keys, canon, packed)
+
+
+def _checked_parts(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> dict[str, Any]:
+    """pack_map_with's checks; the canonical form of ``fields``."""
+    if not (set(map(type, fields)) <= _STR_KEYS and set(map(type, packed)) <= _STR_KEYS):
         raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
-    both = sorted(set(fields) & set(packed))
+    both = fields.keys() & packed.keys()
     if both:
-        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", both))
+        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", sorted(both)))
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    items: list[tuple[str, Any]] = [(k, _canon(v, ("$", k))) for k, v in fields.items()]
-    items.extend((k, _Packed(b)) for k, b in packed.items())
-    items.sort(key=_first)  # the order _canon gives an all-str map
-    # Runs of consecutive fields are packed as one map each, whose header is then cut off
-    # (one packb call per run instead of two per field); pre-packed values go in as they are.
-    out = [_map_header(len(items))]
+    # Fields are canonicalised (and refused) in their insertion order, before any byte is
+    # produced; a plain leaf is its own canonical form (as in _canon's dict path).
+    return {
+        k: v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX) else _canon(v, ("$", k))
+        for k, v in fields.items()
+    }
+
+
+def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
+    """The packed items (no header) of ``keys``, in that order: a key of ``canon`` with its
+    canonical value packed here, a key of ``packed`` with its bytes as they are.  Runs of
+    consecutive fields are packed as one map each, whose header is then cut off (one packb
+    call per run instead of two per field); a key's bytes are remembered (the same few recur)."""
+    out: list[bytes] = []
     run: dict[str, Any] = {}
-    for k, v in items:
-        if type(v) is _Packed:
-            if run:
-                out.append(_map_body(run))
-                run = {}
-            out.append(_packb(k) + v.data)
-        else:
-            run[k] = v
+    for k in keys:
+        if k in canon:
+            run[k] = canon[k]
+            continue
+        if run:
+            out.append(_map_body(run))
+            run = {}
+        out.append(_str_key(k))
+        out.append(packed[k])
     if run:
         out.append(_map_body(run))
     return b"".join(out)
 
 
-class _Packed:
-    """A value already packed by the caller (pack_map_with only)."""
+class MapTemplate:
+    """A str-keyed map packed once with one value left open: :meth:`fill` gives, for the
+    packed bytes ``b`` of that value, ``pack_map_with(fields, {**packed, slot: b})``.
 
-    __slots__ = ("data",)
+    For a caller that packs many maps differing in one value (an aggregation driver whose
+    participants share all but their ``world``): the checks, the canonical form of the
+    fields and the bytes before and after the slot are computed here once.  Like
+    pack_map_with, the caller vouches that ``b`` is the output of :func:`pack`.
+    """
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    __slots__ = ("_head", "_tail")
+
+    def __init__(self, fields: Mapping[str, Any], packed: Mapping[str, bytes], *, slot: str) -> None:
+        if type(slot) is not str or slot in fields or slot in packed:
+            raise StateFormatError(expected("MapTemplate slot", "a str key of neither fields nor packed", slot))
+        canon = _checked_parts(fields, packed)
+        keys = sorted([*canon, *packed])
+        before = [k for k in keys if k < slot]
+        after = [k for k in keys if k > slot]
+        self._head = _map_header(len(keys) + 1) + _map_items(before, canon, packed) + _str_key(slot)
+        self._tail = _map_items(after, canon, packed)
+
+    def fill(self, value_packed: bytes) -> bytes:
+        if type(value_packed) is not bytes or not value_packed:
+            raise StateFormatError(expected("MapTemplate value", "the non-empty bytes of pack()", value_packed))
+        return self._head + value_packed + self._tail
+
+
+@functools.lru_cache(maxsize=1024)
+def _str_key(k: str) -> bytes:
+    """The packed bytes of a str map key (pack_map_with)."""
+    return _packb(k)
 
 
 @functools.lru_cache(maxsize=64)

@@ -89,6 +89,15 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+# A whole valid key in one match: two _NAMEs around the one "/" (neither may hold a "/").
+# The fast check of the hot path; a key it rejects goes through split_key, which refuses it.
+_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*/[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def _check_key(key: str) -> None:
+    """Refuse a bad key exactly as :func:`split_key` does, at one regex match for a good one."""
+    if type(key) is not str or _KEY.fullmatch(key) is None:
+        split_key(key)
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -139,7 +148,9 @@ class MemoryBackend:
     """A dict behind the Backend interface (thread-safe; for tests and the simulator).
 
     ``fail(op, key)`` is called before every operation; if it returns True the
-    operation raises ``OSError`` without touching the store.
+    operation raises ``OSError`` without touching the store.  Every operation checks
+    its key first (one precompiled match; a bad key gets split_key's ConfigError),
+    then counts itself and asks ``fail`` under the lock.
     """
 
     def __init__(self, *, fail: Callable[[str, str], bool] | None = None) -> None:
@@ -148,44 +159,54 @@ class MemoryBackend:
         self.ops = 0
         self._lock = threading.Lock()
 
-    def _enter(self, op: str, key: str) -> None:
-        self.ops += 1
-        if self.fail is not None and self.fail(op, key):
+    def _injected(self, op: str, key: str) -> None:
+        assert self.fail is not None
+        if self.fail(op, key):
             raise OSError(f"injected failure of {op} {key!r}")
 
     def put(self, key: str, data: bytes) -> None:
-        split_key(key)
+        _check_key(key)
         with self._lock:
-            self._enter("put", key)
+            self.ops += 1
+            if self.fail is not None:
+                self._injected("put", key)
             self.data[key] = _nonempty(data, key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        split_key(key)
+        _check_key(key)
         with self._lock:
-            self._enter("put_if_absent", key)
+            self.ops += 1
+            if self.fail is not None:
+                self._injected("put_if_absent", key)
             if key in self.data:
                 return False
             self.data[key] = _nonempty(data, key)
             return True
 
     def get(self, key: str) -> bytes | None:
-        split_key(key)
+        _check_key(key)
         with self._lock:
-            self._enter("get", key)
+            self.ops += 1
+            if self.fail is not None:
+                self._injected("get", key)
             return self.data.get(key)
 
     def list(self, prefix: str) -> list[str]:
         ns, pname = _check_prefix(prefix)
         with self._lock:
-            self._enter("list", prefix)
+            self.ops += 1
+            if self.fail is not None:
+                self._injected("list", prefix)
             return sorted(
                 k for k in self.data if k.startswith(ns + "/") and _listed(k[len(ns) + 1 :], pname)
             )
 
     def delete(self, key: str) -> None:
-        split_key(key)
+        _check_key(key)
         with self._lock:
-            self._enter("delete", key)
+            self.ops += 1
+            if self.fail is not None:
+                self._injected("delete", key)
             self.data.pop(key, None)
 
 

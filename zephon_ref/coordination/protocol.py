@@ -60,10 +60,11 @@ from __future__ import annotations
 
 import enum
 import re
+import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.merge import ShardWorld, merge, shard_world
@@ -518,6 +519,14 @@ class Phase(enum.Enum):
 _Handler = Callable[[Any, Any], Command]
 
 
+class Packer(Protocol):
+    """What packs a participant's state: :func:`zephon_ref.checkpoint.codec.pack`, or (a
+    driver of many participants in one process) something that returns exactly its bytes
+    and raises exactly its refusals."""
+
+    def __call__(self, value: Any, *, root: str = "$") -> bytes: ...
+
+
 def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
     """Check a participant's own state against its config (StateFormatError, ConfigError)."""
     w = shard_world(state, who=f"the state of rank {cfg.rank}")
@@ -531,7 +540,34 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
                 "state world.world_size", f"the caller's world_size {cfg.world_size}", w.world_size
             )
         )
-    return w
+    return _sharing_mapping(w)
+
+
+# Lane mappings seen lately (a few; each one a tuple of int tuples, immutable): equal
+# mappings of many participants in one process (the simulator's 200,000) share one object.
+# Machines may be built in several threads (DataLoader workers): the table has a lock.
+_MAPPINGS: dict[tuple[tuple[int, tuple[int, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]] = {}
+_MAPPINGS_KEPT = 8
+_MAPPINGS_LOCK = threading.Lock()
+
+
+def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...] | None = None) -> ShardWorld:
+    """``w`` itself, or an equal ShardWorld whose ``mapping`` is an equal tuple already held
+    (``mapping`` when given, else one remembered in _MAPPINGS): values do not change, only
+    which object holds them."""
+    if mapping is None:
+        with _MAPPINGS_LOCK:
+            mapping = _MAPPINGS.get(w.mapping)
+            if mapping is None:
+                while len(_MAPPINGS) >= _MAPPINGS_KEPT:
+                    del _MAPPINGS[next(iter(_MAPPINGS))]
+                _MAPPINGS[w.mapping] = w.mapping
+                return w
+    if mapping is w.mapping:
+        return w
+    assert mapping == w.mapping
+    return ShardWorld(canonical_replicas=w.canonical_replicas, world_size=w.world_size, global_rank=w.global_rank,
+                      dp_group_id=w.dp_group_id, mapping=mapping, lanes=w.lanes)
 
 
 class Machine:
@@ -554,6 +590,7 @@ class Machine:
         # and the object it was packed from.
         self.packed_state = b""
         self._packed_from: object = None
+        self._pack: Packer = codec.pack
 
     # -- the one apply function -------------------------------------------------------
 
@@ -598,7 +635,7 @@ class Machine:
 
     def _pack_state(self, *, root: str = "$") -> None:
         """Pack ``self.state`` (refusing an unencodable one) and remember which object it was."""
-        self.packed_state = codec.pack(self.state, root=root)
+        self.packed_state = self._pack(self.state, root=root)
         self._packed_from = self.state
 
     def _envelope(self) -> bytes:
@@ -658,7 +695,10 @@ class Leader(Machine):
         self._pack_state(root="$['state']")
         self.own_bytes = self._envelope()
         self.coverage = Coverage(world=self.world)
-        self.states: dict[str, Mapping[str, Any]] = {}  # decoded here, never mutated
+        # decoded here, never mutated (but see _accept: an identical decoded lane mapping is
+        # swapped for the leader's own decoded one)
+        self.states: dict[str, Mapping[str, Any]] = {}
+        self._mapping_raw: Any = None  # world.mapping of the leader's own decoded envelope
         self.worlds: dict[str, ShardWorld] = {}  # shard_world() of each, from _accept
         self.listed: set[str] = set()
         # FIFO queues (deque: popping the head of a 200,000-key list costs a memmove each)
@@ -696,6 +736,7 @@ class Leader(Machine):
 
     def _own_published(self, ev: Stored) -> Command:
         env = codec.decode(self.own_bytes)  # the same round trip followers' shards take
+        self._mapping_raw = env["state"]["world"]["mapping"]
         try:
             self._accept(self.cfg.participant, env)
         except ZephonRefError as exc:  # pragma: no cover - the constructor validated it
@@ -796,8 +837,18 @@ class Leader(Machine):
         # handed this ShardWorld instead of validating the world part again.
         w = shard_world(env["state"], who=f"the shard of {name}")
         self.coverage.add(name, rank, worker, w)
-        self.states[name] = env["state"]
-        self.worlds[name] = w
+        state = env["state"]
+        # One decoded copy of the lane mapping for the whole round (200,000 shards of a
+        # 16-group mapping hold ~0.4 GB of them): a shard's decoded mapping with the same
+        # keys, in the same order, with equal lane lists (decoded values are plain ints and
+        # lists, which shard_world just checked) is swapped for the leader's own decoded
+        # one.  Nothing another reader could see changes: both are the leader's decodings.
+        raw, mine = state["world"]["mapping"], self._mapping_raw
+        if raw is not mine and type(raw) is dict and raw == mine and list(raw) == list(mine):
+            state["world"]["mapping"] = mine
+        self.states[name] = state
+        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple
+        self.worlds[name] = _sharing_mapping(w, self.world.mapping)
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
@@ -955,12 +1006,31 @@ class Leader(Machine):
 class Follower(Machine):
     """Every participant but rank 0 worker 0: join the open round, publish, await, ack."""
 
-    def __init__(self, state: Mapping[str, Any], cfg: RoundConfig) -> None:
+    def __init__(
+        self,
+        state: Mapping[str, Any],
+        cfg: RoundConfig,
+        *,
+        decode: Callable[[bytes], Any] = codec.decode,
+        pack: Packer = codec.pack,
+    ) -> None:
+        """``decode`` reads the announcement and the result (codec.decode).  A driver of
+        many followers in one process (sim.scale) may pass a memo of it that hands every
+        follower the *same* object for equal bytes: it must refuse exactly what
+        codec.decode refuses, and the followers and their Finish then share one value,
+        which nobody may mutate.  ``pack`` packs the state (codec.pack); such a driver may
+        pass one that splices parts it packed once for many states (its bytes and
+        refusals must be codec.pack's)."""
         if cfg.is_leader:
             raise ConfigError(
                 expected("Follower config", "not rank 0 worker 0", "rank 0, worker 0")
             )
+        for what, hook in (("decode", decode), ("pack", pack)):
+            if not callable(hook):
+                raise ConfigError(expected(f"Follower {what}", "a callable", hook))
         super().__init__(state, cfg)
+        self._decode = decode
+        self._pack = pack
         self.round_id = None
         self._pack_state()  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
@@ -982,7 +1052,7 @@ class Follower(Machine):
             self.skipped = "no announcement seen"
             return None
         try:
-            ann = codec.decode(data)
+            ann = self._decode(data)
         except ZephonRefError as exc:
             self.skipped = f"an unreadable announcement ({exc})"
             return None
@@ -1094,7 +1164,7 @@ class Follower(Machine):
                 )
             )
         try:
-            merged = codec.decode(body)
+            merged = self._decode(body)
         except ZephonRefError as exc:
             return self._withdraw(
                 AggregationError(
