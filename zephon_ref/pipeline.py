@@ -488,7 +488,7 @@ class Pipeline:
             return self._pending_state()
         engine = self._engine if self._engine is not None else self._build_engine(None)
         self._engine = engine
-        return copy.deepcopy(engine.state_dict())
+        return schema.owned_copy(engine.state_dict())
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
         """Durably save :meth:`checkpoint` as a new generation in ``directory`` (a path or an

@@ -478,17 +478,19 @@ def merge(
 
     first = shards[0]
     slices: dict[int, dict[str, Any]] = {lane: {} for lane in sorted(lanes["progress"])}
+    # the nested values (inflight chunks, lane_ws_state, replay_cursors) are copied below, all at once
     for lane, chunks in lanes["inflight"].items():
-        slices[lane]["inflight"] = {_key(cid, "cid"): copy.deepcopy(ch)
+        slices[lane]["inflight"] = {_key(cid, "cid"): ch
                                     for cid, ch in sorted(chunks.items(), key=lambda kv: _key(kv[0], "cid"))}
     for lane, p in lanes["progress"].items():
         slices[lane]["progress"] = {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
     for lane, n in lanes["lane_next_cid"].items():
         slices[lane]["lane_next_cid"] = int(n)
     for lane, v in lanes["lane_ws_state"].items():
-        slices[lane]["lane_ws_state"] = copy.deepcopy(v)
+        slices[lane]["lane_ws_state"] = v
     for lane, v in lanes["replay_cursors"].items():
-        slices[lane]["replay_cursors"] = copy.deepcopy(v)
+        slices[lane]["replay_cursors"] = v
+    slices = state_schema.owned_copy(slices)  # the output shares no mutable object with the inputs
     for lane, v in lanes["epoch_boundaries"].items():
         slices[lane]["epoch_boundaries"] = [int(b) for b in v]
     for lane, n in lanes["lane_emitted"].items():
@@ -500,6 +502,7 @@ def merge(
         last_round_id=first.state.get("last_round_id"),
         checkpoint_reload_count=first.state.get("checkpoint_reload_count", 0),
         rr_next_idx=rr,
+        sealed=False,  # sealed once below, after the last edit
     )
     out["work_config"] = copy.deepcopy(
         next((s.state.get("work_config") for s in shards if s.state.get("work_config")), None)
