@@ -172,11 +172,14 @@ def _canonical(obj: Any) -> Any:
     # exact dicts, lists, tuples and leaves first (a digest walks every value of a 512-lane
     # state: the abstract-class checks below cost most of it); anything else takes the
     # general rules, which give the same result for those types
+    # (JSON writes a tuple as it writes a list, so a list or tuple of leaves is its own form)
     t = type(obj)
     if t is dict:
         return {k if type(k) is str else str(k): v if type(v) in _LEAVES else _canonical(v)
                 for k, v in obj.items()}
     if t is list or t is tuple:
+        if _LEAVES.issuperset(map(type, obj)):
+            return obj
         return [v if type(v) in _LEAVES else _canonical(v) for v in obj]
     if t in _LEAVES:
         return obj
