@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.checker import records_of
-from sim.choices import Choices
+from sim.choices import BaseChoices, Choices
 from sim.cluster import Cluster, Participant
 from sim.history import Event, Problem, RunReport, check_history
 from sim.invariants import Step
@@ -832,7 +832,12 @@ class World:
         """sha256 of the kernel trace, the decisions and the history: the same seed gives the same one."""
         h = hashlib.sha256()
         h.update(self.kernel.fingerprint().encode())
-        h.update(json.dumps([[d.label, d.n, d.index] for d in self.choices.record], separators=(",", ":")).encode())
+        if isinstance(self.choices, BaseChoices):  # the same bytes, streamed (a packed record stays packed)
+            for piece in self.choices.record_json():
+                h.update(piece)
+        else:
+            h.update(json.dumps([[d.label, d.n, d.index] for d in self.choices.record],
+                                separators=(",", ":")).encode())
         for e in self.history:
             h.update(repr((e.time, e.kind, e.step, e.type, e.process, e.detail)).encode())
         return h.hexdigest()
