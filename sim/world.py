@@ -526,7 +526,8 @@ class World:
         if not self.cfg.aggregation:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                merged = merge(states, warn_mid_window=False)
+                # fresh: the participants' local_state() just sealed them (not digested a second time)
+                merged = merge(states, warn_mid_window=False, fresh=True)
             self._publish(merged, resize_to)
             return
         # The real round: every participant's machine over one in-memory backend, one step per event.
