@@ -618,7 +618,7 @@ def _lane_slots(seed: int, block: int, canonical_replicas: int) -> tuple[int, ..
     return tuple(slots)
 
 
-TIMELINE_WINDOW = 1 << 14  # global chunks a quota timeline keeps (about 3 MiB with three datasets)
+TIMELINE_WINDOW = 1 << 14  # global chunks a quota timeline keeps (about 6 MiB at most with three datasets)
 _TIMELINES_MAX = 8
 
 
@@ -701,7 +701,7 @@ class _QuotaTimeline:
             if end <= i:
                 return None
             out = (self.lo + end, accs[end], tuple(a - b for a, b in zip(sums[end], base, strict=True)))
-            if len(accs) > 2 * self.window:  # keep the newest window (a lane behind it re-anchors or walks)
+            if len(accs) > self.window + self.window // 4:  # keep the newest window (a lane behind it re-anchors)
                 cut = len(accs) - self.window
                 del accs[:cut], sums[:cut]
                 self.lo += cut
