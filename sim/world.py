@@ -268,12 +268,14 @@ class World:
     """One simulated job; :meth:`run` drives it to ``cfg.steps`` global steps or the end of data."""
 
     def __init__(self, cfg: WorldConfig, build: Callable[..., Any], choices: Choices, *,
-                 view: View = repr, keep_items: bool = False, record_deliveries: bool = True) -> None:
+                 view: View = repr, keep_items: bool = False, record_deliveries: bool = True,
+                 keep_trace: bool = True) -> None:
         self.cfg, self.build, self.choices, self.view = cfg, build, choices, view
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
-        # the fingerprint reads the kernel's running digest; a kept trace (a tuple per event) grew a
-        # 64-rank 512-lane run by about 4.6 MB per global step (9 GB over 2,000 steps)
-        self.kernel = Kernel(keep_trace=False)
+        # keep_trace=False: the fingerprint reads the kernel's running digest either way; a kept trace
+        # (a tuple per event) grows a 64-rank 512-lane run by about 4.6 MB per global step (run_seed
+        # turns it off: 9 GB over 2,000 steps)
+        self.kernel = Kernel(keep_trace=keep_trace)
         self.history: list[Event] = []
         # (global step, merged state); a restore reads only the newest, so older states are released
         # (None) when a newer one is published: a 2,000-step 512-lane run would otherwise hold 2,000

@@ -1,5 +1,5 @@
-"""A packed decision record (SeededChoices(compact=True), what run_seed uses) gives the same
-record, the same JSON and the same world fingerprint as the plain one."""
+"""A packed decision record (SeededChoices(compact=True)) and a kernel without a kept trace (what
+run_seed uses) give the same record, the same JSON and the same world fingerprint as the plain ones."""
 
 from __future__ import annotations
 
@@ -40,11 +40,12 @@ def test_the_world_fingerprint_does_not_depend_on_how_the_record_is_kept() -> No
     cfg = WorldConfig(canonical_replicas=4, ranks=2, steps=30, checkpoint_every=2, crash=(1, 300),
                       restart_ranks=(1, 2, 4))
     worlds = []
-    for compact in (False, True):
-        w = World(cfg, wl.build, SeededChoices(5, compact=compact), view=item_view)
+    for compact in (False, True):  # run_seed's way: the record packed and no kernel trace kept
+        w = World(cfg, wl.build, SeededChoices(5, compact=compact), view=item_view, keep_trace=not compact)
         w.run()
         worlds.append(w)
     plain, packed = worlds
     assert packed.fingerprint() == plain.fingerprint()
     assert packed.choices.record == plain.choices.record and len(plain.choices.record) > 100
+    assert packed.kernel.trace == () and len(plain.kernel.trace) == plain.kernel.events_run > 100
 
