@@ -37,6 +37,15 @@ maps indices to values; a backend only answers "which index?"):
   asks for something other than what was recorded.
 * ``sim.explore.ExhaustiveChoices`` -- forces prefixes to enumerate every path.
 
+A long seeded run can keep its record packed (``SeededChoices(seed, compact=True)``):
+each decision is stored as the bytes of its JSON form (one shared object per distinct
+``(label, n, index)``), blocks of them zlib-compressed, so a 2,000-step 512-lane run
+holds a few bytes per decision instead of a :class:`Decision` object each.
+:meth:`BaseChoices.record_json` yields the JSON text of the record
+(``[[label, n, index], ...]``, compact separators) in pieces, whichever way it is kept,
+so a digest of it (the world's fingerprint) is the same either way; ``record`` still
+returns the decisions (decoded).
+
 A record serialises to a compact, shell-safe string
 (:func:`encode_decisions` / :func:`decode_decisions`) that goes on the one-line
 reproduce command (:func:`reproduce_command`).
@@ -50,8 +59,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import shlex
-from collections.abc import Hashable, Sequence
+import zlib
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from random import Random  # seeded instances only: never the global generator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -203,9 +214,13 @@ class BaseChoices:
     def record(self) -> tuple[Decision, ...]:
         return tuple(self._record)
 
+    def record_json(self) -> Iterator[bytes]:
+        """The record as ``json.dumps([[label, n, index], ...], separators=(",", ":"))``, in pieces."""
+        yield json.dumps([[d.label, d.n, d.index] for d in self._record], separators=(",", ":")).encode()
+
     def encoded(self) -> str:
         """The record as a compact string (:func:`encode_decisions`)."""
-        return encode_decisions(self._record)
+        return encode_decisions(self.record)
 
     # -- what a backend supplies -----------------------------------------------------
 
@@ -222,15 +237,78 @@ class BaseChoices:
         return index
 
 
+class _PackedRecord:
+    """A decision record kept as JSON bytes: one shared fragment per distinct decision,
+    every ``BLOCK`` of them joined and zlib-compressed (see the module docstring)."""
+
+    __slots__ = ("_blocks", "_fragments", "_pending", "count")
+    BLOCK = 1 << 16
+
+    def __init__(self) -> None:
+        self._fragments: dict[tuple[str, int, int], bytes] = {}
+        self._pending: list[bytes] = []
+        self._blocks: list[bytes] = []
+        self.count = 0
+
+    def add(self, label: str, n: int, index: int) -> None:
+        key = (label, n, index)
+        frag = self._fragments.get(key)
+        if frag is None:
+            frag = self._fragments[key] = json.dumps([label, n, index], separators=(",", ":")).encode()
+        pending = self._pending
+        pending.append(frag)
+        self.count += 1
+        if len(pending) >= self.BLOCK:
+            self._blocks.append(zlib.compress(b",".join(pending), 6))
+            pending.clear()
+
+    def json_pieces(self) -> Iterator[bytes]:
+        yield b"["
+        first = True
+        for block in self._blocks:
+            if not first:
+                yield b","
+            yield zlib.decompress(block)
+            first = False
+        if self._pending:
+            if not first:
+                yield b","
+            yield b",".join(self._pending)
+        yield b"]"
+
+    def decisions(self) -> tuple[Decision, ...]:
+        return tuple(Decision(label, n, index) for label, n, index in json.loads(b"".join(self.json_pieces())))
+
+
 class SeededChoices(BaseChoices):
-    """Decisions drawn from one integer seed through one substream per label."""
+    """Decisions drawn from one integer seed through one substream per label
+    (``compact=True``: the record is kept packed; see the module docstring)."""
 
-    __slots__ = ("_streams", "seed")
+    __slots__ = ("_packed", "_streams", "seed")
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, compact: bool = False) -> None:
         super().__init__()
         self.seed = _check_int("SeededChoices seed", seed)
         self._streams: dict[str, Random] = {}
+        self._packed: _PackedRecord | None = _PackedRecord() if compact else None
+
+    def _decide(self, label: str, n: int, index: int) -> int:
+        packed = self._packed
+        if packed is None:
+            return super()._decide(label, n, index)
+        assert isinstance(index, int) and 0 <= index < n, (label, n, index)
+        packed.add(label, n, index)
+        return index
+
+    @property
+    def record(self) -> tuple[Decision, ...]:
+        return tuple(self._record) if self._packed is None else self._packed.decisions()
+
+    def record_json(self) -> Iterator[bytes]:
+        if self._packed is None:
+            yield from super().record_json()
+        else:
+            yield from self._packed.json_pieces()
 
     def _stream(self, label: str) -> Random:
         stream = self._streams.get(label)

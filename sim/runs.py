@@ -189,8 +189,10 @@ def run_seed(seed: int, **overrides: Any) -> RunResult:
     workload = workload_of(cfg)
     wcfg = world_config(cfg)
     lineage_wanted = bool(cfg.get("lineage", True))
-    world = World(wcfg, workload.build, SeededChoices(seed), view=item_view, keep_items=lineage_wanted,
-                  record_deliveries=bool(cfg.get("record_deliveries", True)))
+    # the record packed and no kernel trace kept: a long run's memory would grow by both (the fingerprint
+    # is the same either way)
+    world = World(wcfg, workload.build, SeededChoices(seed, compact=True), view=item_view, keep_items=lineage_wanted,
+                  record_deliveries=bool(cfg.get("record_deliveries", True)), keep_trace=False)
     world.run()
     report = check_run(world.history, reference_for(workload), seed=seed)
     problems = list(report.problems)

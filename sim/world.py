@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.checker import records_of
-from sim.choices import Choices
+from sim.choices import BaseChoices, Choices
 from sim.cluster import Cluster, Participant
 from sim.history import Event, Problem, RunReport, check_history
 from sim.invariants import Step
@@ -268,10 +268,14 @@ class World:
     """One simulated job; :meth:`run` drives it to ``cfg.steps`` global steps or the end of data."""
 
     def __init__(self, cfg: WorldConfig, build: Callable[..., Any], choices: Choices, *,
-                 view: View = repr, keep_items: bool = False, record_deliveries: bool = True) -> None:
+                 view: View = repr, keep_items: bool = False, record_deliveries: bool = True,
+                 keep_trace: bool = True) -> None:
         self.cfg, self.build, self.choices, self.view = cfg, build, choices, view
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
-        self.kernel = Kernel()
+        # keep_trace=False: the fingerprint reads the kernel's running digest either way; a kept trace
+        # (a tuple per event) grows a 64-rank 512-lane run by about 4.6 MB per global step (run_seed
+        # turns it off: 9 GB over 2,000 steps)
+        self.kernel = Kernel(keep_trace=keep_trace)
         self.history: list[Event] = []
         # (global step, merged state); a restore reads only the newest, so older states are released
         # (None) when a newer one is published: a 2,000-step 512-lane run would otherwise hold 2,000
@@ -526,7 +530,8 @@ class World:
         if not self.cfg.aggregation:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                merged = merge(states, warn_mid_window=False)
+                # fresh: the participants' local_state() just sealed them (not digested a second time)
+                merged = merge(states, warn_mid_window=False, fresh=True)
             self._publish(merged, resize_to)
             return
         # The real round: every participant's machine over one in-memory backend, one step per event.
@@ -832,7 +837,12 @@ class World:
         """sha256 of the kernel trace, the decisions and the history: the same seed gives the same one."""
         h = hashlib.sha256()
         h.update(self.kernel.fingerprint().encode())
-        h.update(json.dumps([[d.label, d.n, d.index] for d in self.choices.record], separators=(",", ":")).encode())
+        if isinstance(self.choices, BaseChoices):  # the same bytes, streamed (a packed record stays packed)
+            for piece in self.choices.record_json():
+                h.update(piece)
+        else:
+            h.update(json.dumps([[d.label, d.n, d.index] for d in self.choices.record],
+                                separators=(",", ":")).encode())
         for e in self.history:
             h.update(repr((e.time, e.kind, e.step, e.type, e.process, e.detail)).encode())
         return h.hexdigest()

@@ -488,7 +488,8 @@ class Pipeline:
             return self._pending_state()
         engine = self._engine if self._engine is not None else self._build_engine(None)
         self._engine = engine
-        return copy.deepcopy(engine.state_dict())
+        out: dict[str, Any] = schema.owned_copy(engine.state_dict())
+        return out
 
     def save_checkpoint(self, directory: str | os.PathLike[str]) -> int:
         """Durably save :meth:`checkpoint` as a new generation in ``directory`` (a path or an
