@@ -29,9 +29,11 @@ What may not live here: pipeline logic, and anything from ``properties``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -183,8 +185,36 @@ class RunResult:
                 "problems": list(self.problems[:5])}
 
 
+#: how much rarer the cyclic collector's full passes are during a run (see :func:`relaxed_gc`)
+GC_FULL_PASS_FACTOR = 100
+
+
+@contextlib.contextmanager
+def relaxed_gc(factor: int = GC_FULL_PASS_FACTOR) -> Iterator[None]:
+    """Make the cyclic collector's full (generation 2) passes ``factor`` times rarer while a run lasts.
+
+    A long run keeps its history, the consumed stream and the reference run alive, so every full
+    pass walks more objects than the last: on an 8-rank x 64-lane run, the CPU time per 50 global
+    steps grew from 4.5 s to 7.7 s over 400 steps with the default thresholds and from 3.6 s to
+    4.3 s with this (the rest of the growth follows the inflight chunks, which checkpoints copy).
+    Only when collections run changes, never what a run computes (nothing in the data path
+    depends on the collector); the previous thresholds come back afterwards, also on an error.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], before[1], before[2] * factor)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def run_seed(seed: int, **overrides: Any) -> RunResult:
     """Derive the configuration from ``seed`` (plus ``overrides``), run the world, check it."""
+    with relaxed_gc():
+        return _run_seed(seed, **overrides)
+
+
+def _run_seed(seed: int, **overrides: Any) -> RunResult:
     cfg = derive_config(seed, **overrides)
     workload = workload_of(cfg)
     wcfg = world_config(cfg)

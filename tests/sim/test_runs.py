@@ -201,3 +201,41 @@ def test_a_drained_run_must_deliver_every_lane_whole() -> None:
     assert check_history([short[0], Event(0, "end", 1, "steps")], ref).ok
     r = run_seed(828)
     assert r.ok and r.lineage == "ok", r.problems[:2]
+
+
+def test_a_run_relaxes_full_collections_and_gives_the_thresholds_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_seed makes full cyclic-GC passes rarer while it runs (a long run's history makes each
+    one dearer), restores the caller's thresholds afterwards and after an error, and computes the
+    same run with the collector off (nothing in the data path depends on when it runs)."""
+    import gc
+
+    from sim import runs
+
+    before = gc.get_threshold()
+    seen: list[tuple[int, int, int]] = []
+    real_run = runs.World.run
+
+    def spy(self: Any) -> None:
+        seen.append(gc.get_threshold())
+        real_run(self)
+
+    monkeypatch.setattr(runs.World, "run", spy)
+    relaxed = run_seed(3)
+    assert seen == [(before[0], before[1], before[2] * runs.GC_FULL_PASS_FACTOR)]
+    assert gc.get_threshold() == before
+
+    def boom(self: Any) -> None:
+        raise RuntimeError("a run that fails")
+
+    monkeypatch.setattr(runs.World, "run", boom)
+    with pytest.raises(RuntimeError):
+        run_seed(3)
+    assert gc.get_threshold() == before
+
+    monkeypatch.setattr(runs.World, "run", real_run)
+    gc.disable()
+    try:
+        without = run_seed(3)
+    finally:
+        gc.enable()
+    assert without.fingerprint == relaxed.fingerprint and without.history == relaxed.history
