@@ -223,6 +223,16 @@ class Kernel:
 
     # -- scheduling ------------------------------------------------------------------
 
+    def _due(self, action: object, at: int | None, after: int | None, priority: object, label: object) -> int:
+        """The tick of the common call (exactly one of at= / after= an int not in the past, an int
+        priority, a str label, a callable) in one test, or -1: any other call takes
+        :meth:`schedule`'s checks, which refuse exactly what this test does not let through."""
+        if at is None:
+            time = self._now + after if type(after) is int and after >= 0 else -1
+        else:
+            time = at if after is None and type(at) is int and at >= self._now else -1
+        return time if time >= 0 and type(priority) is int and type(label) is str and callable(action) else -1
+
     def schedule(
         self,
         action: Callable[[], object],
@@ -237,15 +247,8 @@ class Kernel:
         An event scheduled for ``now`` from inside a running event runs later
         in this same tick (after the events already queued with its priority).
         """
-        # The common call (exactly one of at= / after= an int not in the past, an int
-        # priority, a str label, a callable) in one test; any other call takes the checks
-        # below, which refuse exactly what this test does not let through.
-        now = self._now
-        if at is None:
-            time = now + after if type(after) is int and after >= 0 else -1
-        else:
-            time = at if after is None and type(at) is int and at >= now else -1
-        if time >= 0 and type(priority) is int and type(label) is str and callable(action):
+        time = self._due(action, at, after, priority, label)
+        if time >= 0:
             seq = self._seq
             self._seq = seq + 1
             entry: list[Any] = [time, priority, seq, action, label, False]
@@ -288,12 +291,8 @@ class Kernel:
     ) -> None:
         """:meth:`schedule` for an event its caller will never cancel: the same event (same
         key, same seq, same checks and refusals), without building a handle."""
-        now = self._now
-        if at is None:
-            time = now + after if type(after) is int and after >= 0 else -1
-        else:
-            time = at if after is None and type(at) is int and at >= now else -1
-        if time >= 0 and type(priority) is int and type(label) is str and callable(action):
+        time = self._due(action, at, after, priority, label)
+        if time >= 0:
             seq = self._seq
             self._seq = seq + 1
             bucket = self._bucket
