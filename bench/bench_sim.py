@@ -106,9 +106,9 @@ def _big_rows(steps: int) -> list[dict[str, object]]:
         {"name": "sim 64 ranks x 512 lanes, 2,000 steps extrapolated (seconds per seed)",
          "ours": round(per_step * 2000), "theirs": None, "unit": "s", "ratio": None,
          "note": f"linear extrapolation from {r.steps} measured steps ({per_step:.1f} s/step, restarts "
-                 f"included); not run: {60 / (per_step * 2000):.4f} seeds/min; perhaps optimistic for a long run: the "
-                 "world's random step choice admits ahead of delivery, so inflight chunks (checkpoint size) "
-                 "grow through it; --seed-2000 runs one whole seed"},
+                 f"included); not run: {60 / (per_step * 2000):.4f} seeds/min; perhaps optimistic for a long run: "
+                 "inflight chunks (checkpoint size) rise after the first steps as the shuffle and mixture buffers "
+                 "fill; --seed-2000 runs one whole seed"},
         {"name": "sim 64 ranks x 512 lanes, steady state without faults, s/step", "ours": round(steady, 2),
          "theirs": None, "unit": "s/step", "ratio": None,
          "note": f"{c.steps} steps, {c.events} events ({c.events / dt_calm:.0f} events/s), checkpoint every "
@@ -121,7 +121,7 @@ def _big_rows(steps: int) -> list[dict[str, object]]:
          "note": f"2000 x {steady:.2f} s/step + {restarts:.0f} s of restarts measured in the faulty run "
                  f"({r.crashes} crashes, {r.restores} restores; a run has at most max_crashes + max_resizes); "
                  f"not run: {60 / (steady * 2000 + restarts):.4f} seeds/min; perhaps optimistic likewise "
-                 "(inflight chunks grow through a long run; --seed-2000 runs one whole seed)"},
+                 "(inflight chunks rise after the first steps; --seed-2000 runs one whole seed)"},
     ]
 
 
