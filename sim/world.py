@@ -826,7 +826,16 @@ class World:
         self.ended = True
         self._log("end", "ok", "job", why)
 
-    def run(self, *, max_events: int = 5_000_000) -> list[Event]:
+    #: the event budget of :meth:`run` (a guard against a job that never ends): a floor, plus this
+    #: many events per lane and global step (a 64-rank x 512-lane run takes about 47)
+    EVENTS_PER_LANE_STEP = 500
+    EVENTS_FLOOR = 5_000_000
+
+    def run(self, *, max_events: int | None = None) -> list[Event]:
+        """Run the job to its end; ``max_events`` (default: :attr:`EVENTS_FLOOR` plus
+        :attr:`EVENTS_PER_LANE_STEP` per lane and step, so a long run is not cut) bounds it."""
+        if max_events is None:
+            max_events = self.EVENTS_FLOOR + self.EVENTS_PER_LANE_STEP * self.cfg.canonical_replicas * self.cfg.steps
         self._start(self.cfg.ranks, None)
         self.kernel.run(stop=lambda: self.ended, max_events=max_events)
         if not self.ended:

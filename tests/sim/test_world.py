@@ -84,3 +84,21 @@ def test_a_planted_bug_is_caught_within_the_seed_budget(monkeypatch: pytest.Monk
     monkeypatch.setattr(core.Engine, "_load", forgetful)
     caught = [seed for seed in range(12) if not check_run(simulate(seed).history, reference).ok]
     assert caught, "no seed of 12 caught a restore that drops the replay targets"
+
+
+def test_the_event_budget_grows_with_lanes_and_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: run() had a fixed budget of 5,000,000 events, so a 64-rank x 512-lane x 2,000-step
+    seed (about 47 events per lane and step, ~48 M in all) stopped with "expected the job to end"
+    although nothing was wrong.  The default now scales with canonical_replicas x steps; a budget
+    too small for the job still stops it with that error."""
+    events = simulate(0).kernel.events_run
+    per_lane_step = events / (WORLD.canonical_replicas * WORLD.steps)
+    monkeypatch.setattr(World, "EVENTS_FLOOR", 0)
+    monkeypatch.setattr(World, "EVENTS_PER_LANE_STEP", int(per_lane_step) // 2)  # half of what the job takes
+    with pytest.raises(RuntimeError, match="expected the job to end within"):
+        simulate(0)
+    monkeypatch.setattr(World, "EVENTS_PER_LANE_STEP", int(per_lane_step) * 2)
+    assert simulate(0).kernel.events_run == events  # the same run, within a budget derived from its size
+    w = World(WORLD, build, SeededChoices(0), view=view)
+    with pytest.raises(RuntimeError, match="within 10 events"):
+        w.run(max_events=10)
