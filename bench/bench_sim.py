@@ -13,7 +13,7 @@ Rows (``results(quick=...)``, the bench harness's convention):
   which over-weights them: a run has at most ``max_crashes`` + ``max_resizes`` restarts
   however long it is), and from the steady state (the same run without faults, s/step)
   plus the restarts' measured overhead;
-* opt-in (``--seed-2000``, about an hour on this machine, not part of ``results()``): one real
+* opt-in (``--seed-2000``, more than an hour on this machine, not part of ``results()``): one real
   64-rank, 512-lane, 2,000-step seed with crashes and resizes, run end to end and checked, with
   its wall and CPU time, seeds/min and peak memory.
 
@@ -60,7 +60,7 @@ def _big_options(steps: int) -> dict[str, Any]:
 
 
 def seed_2000_row(steps: int = 2000) -> dict[str, object]:
-    """One whole 64x512 seed of ``steps`` global steps, run and checked (opt-in: about an hour)."""
+    """One whole 64x512 seed of ``steps`` global steps, run and checked (opt-in: more than an hour)."""
     import resource
 
     from sim.runs import run_seed
@@ -136,7 +136,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seed-2000", action="store_true",
-                    help="run one whole 64x512, 2,000-step seed instead (about an hour)")
+                    help="run one whole 64x512, 2,000-step seed instead (more than an hour)")
     ns = ap.parse_args()
     import warnings
 
