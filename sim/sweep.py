@@ -1,0 +1,117 @@
+"""A seed sweep on the executor: one task per seed, records streamed to JSONL, one summary.
+
+Theory of operation
+-------------------
+:func:`seed_task` is what runs on a worker (this process, a local worker process or a Ray
+worker): :func:`sim.runs.run_seed` and the run's summary, plus the kinds of the checker's
+witnesses.  :func:`run_sweep` makes one :class:`~sim.executor.Task` per seed (its ``meta``
+is the seed and the one-line command that reproduces it on a laptop), runs them with
+:func:`sim.executor.run_tasks` (any backend; ``jsonl`` streams every record as it arrives,
+``resume`` skips the seeds that file already has), and :func:`summarise` turns the records
+into the summary.  :func:`summarise` sorts by seed and reads nothing that depends on where or
+when a seed ran (not ``seconds``, not ``attempts``), so the same seeds and overrides give the
+same summary, probe counts and fingerprints with one process, with ``--jobs N``, on a Ray
+cluster, after a worker was killed, or resumed from a partial JSONL.
+
+A seed whose run raised is a failing seed with its traceback (``status "error"``), one that
+ran past the budget is reported as ``status "timeout"``; both count as failed.
+
+What may not live here: the execution machinery (sim.executor), simulation logic (sim.runs).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.executor import Backend, Record, Task, make_backend, run_tasks
+from sim.runs import run_seed
+from sim.world import PROBES
+
+__all__ = ["FAULT_PROBES", "reproduce", "run_sweep", "seed_task", "summarise", "tasks_for"]
+
+#: the probes that name a fault kind (a sweep lists those no seed reached)
+FAULT_PROBES: tuple[str, ...] = tuple(
+    k for k in PROBES if k.startswith("fault_") or k in (
+        "job_crash", "rank_crash", "planned_resize", "slow_rank", "crash_during_aggregation", "crash_during_restore",
+        "crash_between_shards_and_manifest", "restore_refused_all"))
+
+
+def reproduce(seed: int, overrides: Mapping[str, Any]) -> str:
+    """The one-line command that runs ``seed`` with ``overrides`` again (``python -m sim run ...``)."""
+    parts = ["python", "-m", "sim", "run", "--seed", str(seed)]
+    for k, v in sorted(overrides.items()):
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            parts.append(flag if v else "--no-" + k.replace("_", "-"))
+        else:
+            parts += [flag, str(v)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def seed_task(seed: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """One seed, run and checked (a task function: module level, picklable, returns plain data)."""
+    r = run_seed(seed, **dict(overrides))
+    out = r.summary()
+    out["kinds"] = sorted({w.kind for w in r.witnesses} | ({"problem"} if r.problems and not r.witnesses else set()))
+    return out
+
+
+def tasks_for(seeds: Sequence[int], overrides: Mapping[str, Any]) -> list[Task]:
+    ov = dict(overrides)
+    return [Task(f"seed:{s}", seed_task, (s, ov), {"seed": s, "reproduce": reproduce(s, ov)}) for s in seeds]
+
+
+def _kinds(r: Record) -> list[str]:
+    if r.get("status") == "timeout":
+        return ["timeout"]
+    if r.get("status") == "error":
+        return ["exception"]
+    return list(r.get("kinds") or ["problem"])
+
+
+def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep's summary from its records (see the module docstring; records of other seeds are ignored)."""
+    want = set(seeds)
+    results = sorted((r for r in records if int(r["seed"]) in want), key=lambda r: int(r["seed"]))
+    failed = [r for r in results if not r.get("ok")]
+    probes = {k: sum(1 for r in results if (r.get("probes") or {}).get(k)) for k in PROBES}
+    return {
+        "seeds": [seeds[0], seeds[-1]] if seeds else [], "runs": len(results), "ok": len(results) - len(failed),
+        "failed": len(failed), "overrides": dict(overrides),
+        "errors": sum(r.get("status") == "error" for r in results),
+        "timeouts": sum(r.get("status") == "timeout" for r in results),
+        "probes_seeds_reached": probes,
+        "fault_kinds_unreached": [k for k in FAULT_PROBES if not probes.get(k)],
+        "events": sum(int(r.get("events", 0)) for r in results),
+        "failures": [{"seed": r["seed"], "status": r.get("status", "done"), "kinds": _kinds(r),
+                      "problems": r.get("problems"), "error": r.get("error"), "reproduce": r.get("reproduce")}
+                     for r in failed],
+        "fingerprints": {str(r["seed"]): r.get("fingerprint") for r in results},
+    }
+
+
+def run_sweep(seeds: Sequence[int], overrides: Mapping[str, Any], *, backend: Backend | None = None,
+              jobs: int | None = None, ray: str | bool | None = False, jsonl: Path | str | None = None,
+              resume: bool = False, budget_s: float | None = None, retries: int = 3, progress: bool = False,
+              report: Path | str | None = None, timelines: int = 12) -> tuple[dict[str, Any], list[Record]]:
+    """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``), summarise, and with
+    ``report`` write the report page (:mod:`sim.report`).  Returns the summary and the records."""
+    ov = dict(overrides)
+    own = backend is None
+    be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s)
+    try:
+        records = run_tasks(tasks_for(seeds, ov), be, jsonl=jsonl, resume=resume, budget_s=budget_s,
+                            retries=retries, progress=progress, what="seed",
+                            header={"run": "sim sweep", "overrides": ov})
+    finally:
+        if own:
+            be.close()
+    summary = summarise(records, seeds, ov)
+    if report is not None:
+        from sim.report import write_report  # matplotlib, only when a report is asked for
+
+        write_report(report, summary, records, timelines=timelines, backend=be.name)
+    return summary, records
