@@ -204,7 +204,7 @@ class ProcessBackend:
         if type(jobs) is not int or jobs < 1:
             raise ConfigError(f"jobs: expected an int >= 1, received {jobs!r}")
         self.jobs = jobs
-        self._ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+        self._ctx: Any = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                                 else "spawn")
         self._workers: list[_Worker] = []
 

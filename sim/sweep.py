@@ -21,6 +21,7 @@ What may not live here: the execution machinery (sim.executor), simulation logic
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,7 +31,7 @@ from sim.executor import Backend, Record, Task, make_backend, run_tasks
 from sim.runs import run_seed
 from sim.world import PROBES
 
-__all__ = ["FAULT_PROBES", "reproduce", "run_sweep", "seed_task", "summarise", "tasks_for"]
+__all__ = ["CLI_OVERRIDES", "FAULT_PROBES", "reproduce", "run_sweep", "seed_task", "summarise", "tasks_for"]
 
 #: the probes that name a fault kind (a sweep lists those no seed reached)
 FAULT_PROBES: tuple[str, ...] = tuple(
@@ -39,8 +40,18 @@ FAULT_PROBES: tuple[str, ...] = tuple(
         "crash_between_shards_and_manifest", "restore_refused_all"))
 
 
+#: the overrides ``python -m sim run`` takes as flags (a test keeps this equal to the parser's)
+CLI_OVERRIDES = frozenset({"ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes", "docs", "mid_step",
+                           "faults", "aggregation", "storage", "unrecoverable"})
+
+
 def reproduce(seed: int, overrides: Mapping[str, Any]) -> str:
-    """The one-line command that runs ``seed`` with ``overrides`` again (``python -m sim run ...``)."""
+    """The one-line command that runs ``seed`` with ``overrides`` again: ``python -m sim run ...``, or, when an
+    override has no flag (an API caller's ``crash=[1, 300]``), ``python -c`` calling :func:`sim.runs.run_seed`."""
+    if not set(overrides) <= CLI_OVERRIDES:
+        kw = ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in sorted(overrides.items()))
+        code = f"from sim.runs import run_seed; r = run_seed({seed}, {kw}); print(r.ok, r.problems[:3])"
+        return " ".join(shlex.quote(p) for p in ["python", "-c", code])
     parts = ["python", "-m", "sim", "run", "--seed", str(seed)]
     for k, v in sorted(overrides.items()):
         flag = "--" + k.replace("_", "-")
