@@ -414,6 +414,14 @@ def read_records(path: Path | str) -> tuple[Record | None, list[Record]]:
     return header, records
 
 
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a record torn by a killed driver) so appending starts clean."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 def _progress(total: int, initial: int, enabled: bool, what: str) -> Any:
     if not enabled:
         return None
@@ -447,6 +455,7 @@ def run_tasks(tasks: Sequence[Task], backend: Backend, *, jsonl: Path | str | No
         if path is None or not path.exists():
             raise ConfigError(f"resume: expected an existing JSONL file of an earlier run, received {jsonl!r}")
         theirs, old = read_records(path)
+        _drop_torn_tail(path)
         want = json.loads(json.dumps(dict(header or {})))
         if header is not None and theirs is not None and theirs != want:
             diff = sorted(k for k in set(theirs) | set(want) if theirs.get(k) != want.get(k))
