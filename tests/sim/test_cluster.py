@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e '.[cluster]'): Ray tests skip")
 
+from properties.campaigns import CODE_ROOTS, conformance_tasks, run_campaign  # noqa: E402
 from sim import chaos  # noqa: E402
 from sim.executor import InlineBackend, RayBackend, Task, run_tasks  # noqa: E402
 from sim.sweep import run_sweep, summarise, tasks_for  # noqa: E402
@@ -29,7 +30,7 @@ SEEDS = list(range(8))  # default seeds: the sweep's real mix of sizes
 
 @pytest.fixture(scope="module")
 def ray_backend() -> Iterator[RayBackend]:
-    be = RayBackend(None, num_cpus=2, object_store_memory=200 * 2**20)
+    be = RayBackend(None, num_cpus=2, object_store_memory=200 * 2**20, code_roots=CODE_ROOTS)
     try:
         yield be
     finally:
@@ -94,3 +95,10 @@ def test_budget_and_exception_on_ray(ray_backend: RayBackend) -> None:
     err = recs["seed:2"]
     assert err["status"] == "error" and "ValueError" in err["error"] and "derive_config" in err["traceback"]
     assert err["reproduce"] == "python -m sim run --seed 2 --faults meteor"
+
+
+def test_a_conformance_campaign_on_ray_equals_the_local_one(ray_backend: RayBackend) -> None:
+    tasks = conformance_tasks("inline", 4, 2, seed=5, only=["resume at cuts"])
+    here, _ = run_campaign("conformance", tasks, {}, backend=InlineBackend())
+    there, _ = run_campaign("conformance", tasks, {}, backend=ray_backend)
+    assert there == here and here["ok"] and here["properties"]["resume at cuts"]["examples"] >= 4
