@@ -92,12 +92,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 
 def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progress: bool = True,
           ray: str | bool | None = False, jsonl: str | None = None, resume: bool = False,
-          budget_s: float | None = None, report: str | None = None) -> dict[str, Any]:
+          budget_s: float | None = None, report: str | None = None, batch: int = 1) -> dict[str, Any]:
     """Run every seed (in ``jobs`` processes, or on Ray) and summarise (see :mod:`sim.sweep`)."""
     from sim.sweep import run_sweep
 
     summary, _ = run_sweep(seeds, overrides, jobs=jobs, ray=ray, jsonl=jsonl, resume=resume, budget_s=budget_s,
-                           progress=progress, report=report)
+                           progress=progress, report=report, batch=batch)
     return summary
 
 
@@ -105,7 +105,7 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     seeds = list(ns.seeds)
     summary = sweep(seeds, _overrides(ns), jobs=ns.jobs or os.cpu_count() or 1, progress=not ns.quiet,
                     ray=ns.ray, jsonl=ns.resume or ns.jsonl, resume=ns.resume is not None, budget_s=ns.budget,
-                    report=ns.report)
+                    report=ns.report, batch=ns.batch)
     text = json.dumps(summary, indent=1, sort_keys=True)
     if ns.out:
         with open(ns.out, "w") as f:
@@ -143,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="continue the sweep whose JSONL is FILE: seeds it has are not run again")
     s.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="a seed running longer is reported as a timeout (not retried)")
+    s.add_argument("--batch", type=int, default=1, metavar="K", help="seeds per task (default 1)")
     s.add_argument("--report", default=None, metavar="FILE.html",
                    help="write the report page (probe coverage, failures by kind, a timeline per failing seed)")
     _add_overrides(s)

@@ -14,8 +14,8 @@ flushed) the moment it arrives, so a killed driver leaves every finished task on
 * ``status "timeout"``: the task ran past ``budget_s`` seconds of wall time (``ok: false``):
   reported once, never retried (a budget is a verdict, not a transient fault).
 
-Every record also has ``task`` (the key), ``attempts`` and ``seconds`` (wall time of the
-last attempt; measured, so it never reaches a summary or a fingerprint).  A worker that
+Every record also has ``task`` (the key), ``attempts``, ``seconds`` and ``cpu_seconds`` (wall
+and CPU time of the last attempt; measured, so they never reach a summary or a fingerprint).  A worker that
 dies (killed, out of memory) is a transient fault: its task runs again, up to ``retries``
 more times, so a sweep loses no task to a dead worker.  ``resume`` reads an earlier JSONL
 of the same run and skips every task that already has a record there (a torn last line, the
@@ -112,7 +112,7 @@ def _alarm(budget_s: float | None) -> Iterator[None]:
 
 def execute(fn: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], budget_s: float | None) -> Record:
     """Run one attempt; always returns a record body (``status`` plus the function's dict or the failure)."""
-    t0 = time.perf_counter()  # clock-ok: the record's seconds and the budget, never a decision of a run
+    t0, c0 = time.perf_counter(), time.process_time()  # clock-ok: the record's seconds, never a decision of a run
     try:
         with _alarm(budget_s):
             out = fn(*args)
@@ -121,11 +121,14 @@ def execute(fn: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], budget_
                             f"{type(out).__name__}")
         body: Record = {**out, "status": "done"}
     except TaskTimeout:
+        if budget_s is None:
+            raise  # an enclosing budget's (a batch of seeds runs each through execute): the batch times out
         body = {"status": "timeout", "ok": False, "error": f"timeout: ran past its budget of {budget_s:g} s"}
     except Exception as exc:  # a task's exception is a failing record with its traceback, never a lost task
         body = {"status": "error", "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500],
                 "traceback": traceback.format_exc(limit=30)[-8000:]}
     body["seconds"] = round(time.perf_counter() - t0, 4)  # clock-ok
+    body["cpu_seconds"] = round(time.process_time() - c0, 4)  # clock-ok
     return body
 
 
@@ -194,18 +197,21 @@ class _Worker:
 
 
 class ProcessBackend:
-    """``jobs`` worker processes of this machine (fork where the platform has it, else spawn)."""
+    """``jobs`` worker processes of this machine (fork where the platform has it, else spawn; ``start_method``
+    chooses: spawn gives fresh interpreters, e.g. to measure a worker's own memory)."""
 
     name = "processes"
     #: the driver kills a task this long past its budget (the in-worker timer should have fired)
     GRACE_S = 5.0
 
-    def __init__(self, jobs: int) -> None:
+    def __init__(self, jobs: int, *, start_method: str | None = None) -> None:
         if type(jobs) is not int or jobs < 1:
             raise ConfigError(f"jobs: expected an int >= 1, received {jobs!r}")
+        methods = multiprocessing.get_all_start_methods()
+        if start_method is not None and start_method not in methods:
+            raise ConfigError(f"start_method: expected one of {methods}, received {start_method!r}")
         self.jobs = jobs
-        self._ctx: Any = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
-                                                else "spawn")
+        self._ctx: Any = multiprocessing.get_context(start_method or ("fork" if "fork" in methods else "spawn"))
         self._workers: list[_Worker] = []
 
     def _spawn(self) -> _Worker:

@@ -14,7 +14,10 @@ same summary, probe counts and fingerprints with one process, with ``--jobs N``,
 cluster, after a worker was killed, or resumed from a partial JSONL.
 
 A seed whose run raised is a failing seed with its traceback (``status "error"``), one that
-ran past the budget is reported as ``status "timeout"``; both count as failed.
+ran past the budget is reported as ``status "timeout"``; both count as failed.  With ``batch``
+K a task runs K consecutive seeds (:func:`batch_task`: fewer, longer tasks where a big
+cluster's scheduler would otherwise be the limit, see docs/scale-out.md); :func:`flatten` turns
+its record back into per-seed ones, and a resume skips finished seeds whatever the batch size.
 
 What may not live here: the execution machinery (sim.executor), simulation logic (sim.runs).
 """
@@ -27,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sim.executor import Backend, Record, Task, make_backend, run_tasks
+from sim.executor import Backend, Record, Task, execute, make_backend, read_records, run_tasks
 from sim.runs import run_seed
 from sim.world import PROBES
+from zephon_ref.errors import ConfigError
 
-__all__ = ["CLI_OVERRIDES", "FAULT_PROBES", "reproduce", "run_sweep", "seed_task", "summarise", "tasks_for"]
+__all__ = ["CLI_OVERRIDES", "FAULT_PROBES", "batch_task", "flatten", "reproduce", "run_sweep", "seed_task", "summarise",
+           "tasks_for"]
 
 #: the probes that name a fault kind (a sweep lists those no seed reached)
 FAULT_PROBES: tuple[str, ...] = tuple(
@@ -70,9 +75,42 @@ def seed_task(seed: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def tasks_for(seeds: Sequence[int], overrides: Mapping[str, Any]) -> list[Task]:
+def batch_task(seeds: Sequence[int], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Several seeds in one task (fewer, longer tasks for a big cluster): one record body per seed, a seed that
+    raises failing alone (:func:`sim.executor.execute` per seed); the batch's budget is the task's."""
     ov = dict(overrides)
-    return [Task(f"seed:{s}", seed_task, (s, ov), {"seed": s, "reproduce": reproduce(s, ov)}) for s in seeds]
+    return {"records": [{**execute(seed_task, (s, ov), None), "seed": s, "reproduce": reproduce(s, ov)}
+                        for s in seeds]}
+
+
+def tasks_for(seeds: Sequence[int], overrides: Mapping[str, Any], *, batch: int = 1) -> list[Task]:
+    """One task per seed, or per ``batch`` consecutive seeds of ``seeds``."""
+    ov = dict(overrides)
+    if type(batch) is not int or batch < 1:
+        raise ConfigError(f"batch: expected an int >= 1 (seeds per task), received {batch!r}")
+    if batch == 1:
+        return [Task(f"seed:{s}", seed_task, (s, ov), {"seed": s, "reproduce": reproduce(s, ov)}) for s in seeds]
+    groups = [list(seeds[i:i + batch]) for i in range(0, len(seeds), batch)]
+    return [Task("seeds:" + ",".join(map(str, g)), batch_task, (g, ov), {"seeds": g, "overrides": ov}) for g in groups]
+
+
+def flatten(records: Sequence[Record]) -> list[Record]:
+    """Per-seed records from per-seed and per-batch ones (a batch that failed as a whole, past its budget or
+    with its worker dead, fails each of its seeds with the batch's status and error)."""
+    out: list[Record] = []
+    for r in records:
+        if "seeds" not in r:
+            out.append(r)
+            continue
+        for sub in r.get("records") or []:
+            out.append({**sub, "task": f"seed:{sub['seed']}", "attempts": r.get("attempts"), "batch": r["task"]})
+        if r.get("status") != "done":
+            for s in r["seeds"]:
+                out.append({"seed": s, "status": r["status"], "ok": False, "error": f"(batch {r['task']}) "
+                            f"{r.get('error')}", "traceback": r.get("traceback"), "task": f"seed:{s}",
+                            "attempts": r.get("attempts"), "batch": r["task"], "seconds": r.get("seconds"),
+                            "reproduce": reproduce(s, r.get("overrides") or {})})
+    return out
 
 
 def _kinds(r: Record) -> list[str]:
@@ -107,19 +145,28 @@ def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mappin
 def run_sweep(seeds: Sequence[int], overrides: Mapping[str, Any], *, backend: Backend | None = None,
               jobs: int | None = None, ray: str | bool | None = False, jsonl: Path | str | None = None,
               resume: bool = False, budget_s: float | None = None, retries: int = 3, progress: bool = False,
-              report: Path | str | None = None, timelines: int = 12) -> tuple[dict[str, Any], list[Record]]:
-    """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``), summarise, and with
-    ``report`` write the report page (:mod:`sim.report`).  Returns the summary and the records."""
+              report: Path | str | None = None, timelines: int = 12, batch: int = 1
+              ) -> tuple[dict[str, Any], list[Record]]:
+    """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``; ``batch`` seeds per task),
+    summarise, and with ``report`` write the report page (:mod:`sim.report`).  Returns the summary and the
+    per-seed records.  ``resume`` skips every seed the JSONL has, whatever the batch size it was run with."""
     ov = dict(overrides)
+    done: list[Record] = []
+    if resume and jsonl is not None and Path(jsonl).exists():
+        want = set(seeds)
+        done = [r for r in flatten(read_records(jsonl)[1]) if int(r["seed"]) in want]
+    finished = {int(r["seed"]) for r in done}
+    tasks = tasks_for([s for s in seeds if s not in finished], ov, batch=batch)
     own = backend is None
     be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s)
     try:
-        records = run_tasks(tasks_for(seeds, ov), be, jsonl=jsonl, resume=resume, budget_s=budget_s,
-                            retries=retries, progress=progress, what="seed",
-                            header={"run": "sim sweep", "overrides": ov})
+        new = run_tasks(tasks, be, jsonl=jsonl, resume=resume, budget_s=budget_s, retries=retries,
+                        progress=progress, what="seed" if batch == 1 else "batch",
+                        header={"run": "sim sweep", "overrides": ov})
     finally:
         if own:
             be.close()
+    records = done + flatten(new)
     summary = summarise(records, seeds, ov)
     if report is not None:
         from sim.report import write_report  # matplotlib, only when a report is asked for

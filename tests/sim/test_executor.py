@@ -22,7 +22,7 @@ from sim.executor import (
     read_records,
     run_tasks,
 )
-from sim.sweep import CLI_OVERRIDES, reproduce, run_sweep, seed_task, summarise, tasks_for
+from sim.sweep import CLI_OVERRIDES, flatten, reproduce, run_sweep, seed_task, summarise, tasks_for
 from zephon_ref.errors import ConfigError
 
 SMALL: dict[str, Any] = {"steps": 12}  # short seeds: every probe path, a fraction of a second each
@@ -47,6 +47,21 @@ def test_local_processes_give_the_single_process_summary(reference: dict[str, An
     header, on_disk = read_records(tmp_path / "s.jsonl")
     assert header == {"run": "sim sweep", "overrides": SMALL}
     assert sorted(r["seed"] for r in on_disk) == SEEDS and all(r["status"] == "done" for r in on_disk)
+
+
+def test_batches_give_the_same_summary_and_resume_across_batch_sizes(reference: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    path = tmp_path / "b.jsonl"
+    summary, records = run_sweep(SEEDS[:4], SMALL, backend=InlineBackend(), batch=3, jsonl=path)
+    assert [r["seed"] for r in records] == SEEDS[:4] and {r["batch"] for r in records} == {"seeds:0,1,2", "seeds:3"}
+    ran: list[Any] = []
+    summary, records = run_sweep(SEEDS, SMALL, backend=_Counting(ran), batch=1, jsonl=path, resume=True)
+    assert ran == ["seed:4", "seed:5"] and summary == reference
+    bad, _ = run_sweep([1, 2], {"faults": "meteor"}, backend=InlineBackend(), batch=2)
+    assert bad["errors"] == 2 and all("ValueError" in f["error"] for f in bad["failures"])
+    timed = flatten(run_tasks(tasks_for([1, 2], SMALL, batch=2)[:1], InlineBackend(), budget_s=1e-3))
+    assert [(r["seed"], r["status"]) for r in timed] == [(1, "timeout"), (2, "timeout")]
+    assert timed[0]["reproduce"] == "python -m sim run --seed 1 --steps 12"
 
 
 def test_a_killed_worker_loses_no_seed(reference: dict[str, Any], tmp_path: Path) -> None:
