@@ -140,6 +140,16 @@ def test_resume_runs_only_the_seeds_the_jsonl_lacks(reference: dict[str, Any], t
         run_sweep(SEEDS, SMALL, backend=InlineBackend(), jsonl=tmp_path / "missing.jsonl", resume=True)
 
 
+def test_run_tasks_resume_skips_tasks_with_a_record(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tasks = [Task(f"t{i}", chaos.sleeps, (0.0,), {"i": i}) for i in range(4)]
+    run_tasks(tasks[:2], InlineBackend(), jsonl=path, header={"run": "x"})
+    ran: list[Any] = []
+    out = run_tasks(tasks, _Counting(ran), jsonl=path, header={"run": "x"}, resume=True)
+    assert ran == ["t2", "t3"] and sorted(r["task"] for r in out) == ["t0", "t1", "t2", "t3"]
+    assert [r["task"] for r in read_records(path)[1]] == ["t0", "t1", "t2", "t3"]
+
+
 class _Counting(InlineBackend):
     def __init__(self, ran: list[Any]) -> None:
         self.ran = ran
