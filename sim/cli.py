@@ -92,12 +92,13 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 
 def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progress: bool = True,
           ray: str | bool | None = False, jsonl: str | None = None, resume: bool = False,
-          budget_s: float | None = None, report: str | None = None, batch: int = 1) -> dict[str, Any]:
+          budget_s: float | None = None, report: str | None = None, batch: int = 1,
+          task_memory_mb: int | None = None) -> dict[str, Any]:
     """Run every seed (in ``jobs`` processes, or on Ray) and summarise (see :mod:`sim.sweep`)."""
     from sim.sweep import run_sweep
 
     summary, _ = run_sweep(seeds, overrides, jobs=jobs, ray=ray, jsonl=jsonl, resume=resume, budget_s=budget_s,
-                           progress=progress, report=report, batch=batch)
+                           progress=progress, report=report, batch=batch, task_memory_mb=task_memory_mb)
     return summary
 
 
@@ -105,7 +106,7 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     seeds = list(ns.seeds)
     summary = sweep(seeds, _overrides(ns), jobs=ns.jobs or os.cpu_count() or 1, progress=not ns.quiet,
                     ray=ns.ray, jsonl=ns.resume or ns.jsonl, resume=ns.resume is not None, budget_s=ns.budget,
-                    report=ns.report, batch=ns.batch)
+                    report=ns.report, batch=ns.batch, task_memory_mb=ns.task_memory)
     text = json.dumps(summary, indent=1, sort_keys=True)
     if ns.out:
         with open(ns.out, "w") as f:
@@ -144,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help="a seed running longer is reported as a timeout (not retried)")
     s.add_argument("--batch", type=int, default=1, metavar="K", help="seeds per task (default 1)")
+    s.add_argument("--task-memory", type=int, default=None, metavar="MB",
+                   help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds")
     s.add_argument("--report", default=None, metavar="FILE.html",
                    help="write the report page (probe coverage, failures by kind, a timeline per failing seed)")
     _add_overrides(s)

@@ -302,6 +302,8 @@ class RayBackend:
     Ray retries a task whose worker process died (``max_retries``); an exception of the task is
     caught inside it (a record, never retried).  At most ``inflight_per_cpu`` tasks per cluster CPU
     are submitted at a time (results stream back, the driver's memory stays flat on 10,000 seeds).
+    ``task_memory_mb`` reserves that much memory per task (Ray's ``memory`` resource), so a node runs only as
+    many big seeds at once as it can hold (docs/scale-out.md: a 64x512 seed's memory grows with its steps).
     Before the first task, one probe task checks that the cluster runs this checkout's code
     (:func:`code_digest`): results from other code would be silently wrong.  The instance is shut
     down on :meth:`close` only if this backend started it.
@@ -312,7 +314,7 @@ class RayBackend:
 
     def __init__(self, address: str | None = None, *, num_cpus: int | None = None,
                  object_store_memory: int = 300 * 2**20, inflight_per_cpu: int = 4,
-                 code_roots: tuple[str, ...] = ("zephon_ref", "sim")) -> None:
+                 code_roots: tuple[str, ...] = ("zephon_ref", "sim"), task_memory_mb: int | None = None) -> None:
         try:
             import ray
         except ImportError as exc:  # the optional extra
@@ -321,6 +323,7 @@ class RayBackend:
         self.ray = ray
         self.address = address
         self.code_roots = code_roots
+        self.task_memory_mb = task_memory_mb
         self._owned = False
         if not ray.is_initialized():
             if address:
@@ -350,7 +353,10 @@ class RayBackend:
     def run(self, tasks: Sequence[Task], *, budget_s: float | None, retries: int) -> Iterator[Record]:
         ray = self.ray
         self.check_code()
-        remote = self._execute.options(max_retries=retries, retry_exceptions=False)
+        opts: dict[str, Any] = {"max_retries": retries, "retry_exceptions": False}
+        if self.task_memory_mb:  # Ray then runs at most as many tasks on a node as its memory holds
+            opts["memory"] = self.task_memory_mb * 2**20
+        remote = self._execute.options(**opts)
         todo = deque(tasks)
         live: dict[Any, tuple[Task, float]] = {}
         while todo or live:
@@ -383,12 +389,14 @@ class RayBackend:
 
 
 def make_backend(*, jobs: int | None = None, ray: str | None | bool = False, budget_s: float | None = None,
-                 num_cpus: int | None = None, code_roots: tuple[str, ...] = ("zephon_ref", "sim")) -> Backend:
+                 num_cpus: int | None = None, code_roots: tuple[str, ...] = ("zephon_ref", "sim"),
+                 task_memory_mb: int | None = None) -> Backend:
     """``ray`` False: local (``jobs`` <= 1 and no budget: this process; else ``jobs`` processes, at least
     one, since a budget needs a worker the driver can kill); ``ray`` True or None: a local Ray instance;
     a string: the Ray cluster at that address."""
     if ray is not False:
-        return RayBackend(None if ray is True or not ray else str(ray), num_cpus=num_cpus, code_roots=code_roots)
+        return RayBackend(None if ray is True or not ray else str(ray), num_cpus=num_cpus, code_roots=code_roots,
+                          task_memory_mb=task_memory_mb)
     n = jobs if jobs is not None else (os.cpu_count() or 1)
     if n <= 1 and budget_s is None:
         return InlineBackend()

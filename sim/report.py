@@ -14,7 +14,8 @@ mail attachment):
 4. for each failing seed (the first ``timelines`` of them, by seed), its first problems, the
    one-line command that reproduces it on a laptop, and its timeline
    (:func:`sim.timeline.figure`: the seed is run again here, deterministically, to get its
-   history; a seed that raised or timed out gets no timeline, its traceback or budget instead).
+   history; a seed that raised or timed out gets no timeline, its traceback or budget instead, and
+   neither does one that took more than ``timeline_max_s`` on its worker: the line to draw it).
 
 What may not live here: running or judging seeds beyond re-running a failing one for its history.
 """
@@ -111,7 +112,8 @@ def _timeline(seed: int, overrides: Mapping[str, Any]) -> tuple[str | None, str]
 
 
 def write_report(path: Path | str, summary: Mapping[str, Any], records: Sequence[Mapping[str, Any]], *,
-                 timelines: int = 12, backend: str = "", title: str = "zephon_ref simulator sweep") -> Path:
+                 timelines: int = 12, backend: str = "", title: str = "zephon_ref simulator sweep",
+                 timeline_max_s: float = 300.0) -> Path:
     """Write the report page (see the module docstring); returns its path."""
     esc = html.escape
     out: list[str] = [
@@ -171,6 +173,12 @@ def write_report(path: Path | str, summary: Mapping[str, Any], records: Sequence
             if f.get("status") in ("timeout", "error"):
                 out.append("<p>no timeline: the run did not finish" + (" within its budget" if f.get("status") ==
                                                                        "timeout" else "") + ".</p>")
+                continue
+            took = float(rec.get("seconds") or 0.0)
+            if took > timeline_max_s:  # drawing runs the seed again here: not a 3-hour seed
+                out.append(f"<p>no timeline: the seed took {took:.0f} s on its worker (more than {timeline_max_s:g} "
+                           f"s); draw it with <code>python -m sim run --seed {seed} --timeline seed.png</code> "
+                           "plus the overrides.</p>")
                 continue
             b64, note = _timeline(seed, ov)
             out.append(_img(b64, f"timeline of seed {seed}") if b64 else f"<p>{esc(note)}</p>")

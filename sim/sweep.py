@@ -145,8 +145,8 @@ def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mappin
 def run_sweep(seeds: Sequence[int], overrides: Mapping[str, Any], *, backend: Backend | None = None,
               jobs: int | None = None, ray: str | bool | None = False, jsonl: Path | str | None = None,
               resume: bool = False, budget_s: float | None = None, retries: int = 3, progress: bool = False,
-              report: Path | str | None = None, timelines: int = 12, batch: int = 1
-              ) -> tuple[dict[str, Any], list[Record]]:
+              report: Path | str | None = None, timelines: int = 12, batch: int = 1,
+              task_memory_mb: int | None = None) -> tuple[dict[str, Any], list[Record]]:
     """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``; ``batch`` seeds per task),
     summarise, and with ``report`` write the report page (:mod:`sim.report`).  Returns the summary and the
     per-seed records.  ``resume`` skips every seed the JSONL has, whatever the batch size it was run with."""
@@ -158,7 +158,8 @@ def run_sweep(seeds: Sequence[int], overrides: Mapping[str, Any], *, backend: Ba
     finished = {int(r["seed"]) for r in done}
     tasks = tasks_for([s for s in seeds if s not in finished], ov, batch=batch)
     own = backend is None
-    be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s)
+    be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s,
+                                                          task_memory_mb=task_memory_mb)
     try:
         new = run_tasks(tasks, be, jsonl=jsonl, resume=resume, budget_s=budget_s, retries=retries,
                         progress=progress, what="seed" if batch == 1 else "batch",

@@ -78,3 +78,13 @@ def test_sim_run_draws_a_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[
     png = tmp_path / "t.png"
     assert main(["run", "--seed", "2", "--steps", "12", "--timeline", str(png)]) == 0
     assert png.read_bytes()[:8] == PNG and f"timeline: {png}" in capsys.readouterr().out
+
+
+def test_a_long_failing_seed_is_not_run_again_for_its_timeline(tmp_path: Path) -> None:
+    from sim.report import write_report
+    from sim.sweep import summarise
+
+    rec = {"seed": 3, "ok": False, "status": "done", "problems": ["seed 3: planted"], "kinds": ["lost"],
+           "probes": {}, "events": 1, "fingerprint": "f", "seconds": 9000.0, "reproduce": "python -m sim run --seed 3"}
+    page = write_report(tmp_path / "r.html", summarise([rec], [3], {}), [rec]).read_text()
+    assert "no timeline: the seed took 9000 s" in page and page.count("data:image/png") == 2
