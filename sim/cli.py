@@ -8,12 +8,15 @@ override), prints it as one JSON line first, runs and checks it, prints a summar
 failure a one-line command that reproduces it (the same seed and flags give the same
 run), and the fingerprint last.  Exit status 1 when the checker found a problem.
 
-``sweep --seeds A..B [--jobs J] [--out summary.json] [flags]`` runs every seed of the
-inclusive range in ``J`` processes (multiprocessing; default: every core), draws a
-progress bar on stderr, and writes a JSON summary: seeds run, failures with their
-reproduce commands, and the coverage probes (:data:`sim.world.PROBES`) counted as the
-number of seeds that reached each, plus the fault kinds no seed reached.  Results are
-ordered by seed, so the summary does not depend on which process finished first.
+``sweep --seeds A..B [--jobs J | --ray [ADDRESS]] [--jsonl F | --resume F] [--budget S]
+[--report F.html] [--out summary.json] [flags]`` runs every seed of the inclusive range in
+``J`` processes (default: every core) or on a Ray cluster (:mod:`sim.sweep` on
+:mod:`sim.executor`), draws a progress bar on stderr, streams one JSON record per seed to the
+JSONL, and writes a JSON summary: seeds run, failures with their reproduce commands, and the
+coverage probes (:data:`sim.world.PROBES`) counted as the number of seeds that reached each,
+plus the fault kinds no seed reached.  Results are ordered by seed, so the summary does not
+depend on which process or machine finished first.  ``run --timeline F.png`` draws the run
+(:mod:`sim.timeline`); ``sweep --report`` writes the report page (:mod:`sim.report`).
 
 What may not live here: simulation logic (sim.runs, sim.world).
 """
@@ -22,15 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
-import shlex
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sim.runs import RunResult, config_json, run_seed
-from sim.world import PROBES
+from sim.runs import config_json, run_seed
+from sim.sweep import reproduce
 
 __all__ = ["main", "parse_seeds"]
 
@@ -68,17 +68,6 @@ def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def reproduce(seed: int, overrides: dict[str, Any]) -> str:
-    parts = ["python", "-m", "sim", "run", "--seed", str(seed)]
-    for k, v in sorted(overrides.items()):
-        flag = "--" + k.replace("_", "-")
-        if isinstance(v, bool):
-            parts.append(flag if v else "--no-" + k.replace("_", "-"))
-        else:
-            parts += [flag, str(v)]
-    return " ".join(shlex.quote(p) for p in parts)
-
-
 def _cmd_run(ns: argparse.Namespace) -> int:
     from sim.runs import derive_config
 
@@ -94,77 +83,30 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     if not r.ok:
         print("reproduce: " + reproduce(ns.seed, ov))
     print("fingerprint " + r.fingerprint)
+    if ns.timeline:
+        from sim.timeline import draw_seed
+
+        print("timeline: " + str(draw_seed(ns.seed, ov, ns.timeline)))
     return 0 if r.ok else 1
 
 
-def _one(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
-    seed, ov = args
-    try:
-        r: RunResult | None = run_seed(seed, **ov)
-    except Exception as exc:  # a crash of the simulator itself is a failure to report, not to hide
-        return {"seed": seed, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500], "probes": {},
-                "reproduce": reproduce(seed, ov)}
-    assert r is not None
-    out = r.summary()
-    if not r.ok:
-        out["reproduce"] = reproduce(seed, ov)
-    return out
+def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progress: bool = True,
+          ray: str | bool | None = False, jsonl: str | None = None, resume: bool = False,
+          budget_s: float | None = None, report: str | None = None, batch: int = 1,
+          task_memory_mb: int | None = None) -> dict[str, Any]:
+    """Run every seed (in ``jobs`` processes, or on Ray) and summarise (see :mod:`sim.sweep`)."""
+    from sim.sweep import run_sweep
 
-
-def _bar(done: int, total: int, failed: int) -> None:
-    width = 30
-    n = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * n}{'.' * (width - n)}] {done}/{total} seeds, {failed} failed")
-    sys.stderr.flush()
-
-
-def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progress: bool = True
-          ) -> dict[str, Any]:
-    """Run every seed (in ``jobs`` processes) and summarise (see the module docstring)."""
-    work = [(s, overrides) for s in seeds]
-    results: list[dict[str, Any]] = []
-    failed = 0
-    if jobs <= 1:
-        it: Any = map(_one, work)
-        pool = None
-    else:
-        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-        pool = ctx.Pool(jobs)
-        it = pool.imap_unordered(_one, work)
-    try:
-        for res in it:
-            results.append(res)
-            failed += not res["ok"]
-            if progress:
-                _bar(len(results), len(work), failed)
-    finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-    if progress:
-        sys.stderr.write("\n")
-    results.sort(key=lambda r: int(r["seed"]))
-    probes = {k: sum(1 for r in results if r["probes"].get(k)) for k in PROBES}
-    faults = [k for k in PROBES if k.startswith("fault_") or k in ("job_crash", "rank_crash", "planned_resize",
-                                                                   "slow_rank", "crash_during_aggregation",
-                                                                   "crash_during_restore",
-                                                                   "crash_between_shards_and_manifest",
-                                                                   "restore_refused_all")]
-    return {
-        "seeds": [seeds[0], seeds[-1]] if seeds else [], "runs": len(results), "ok": len(results) - failed,
-        "failed": failed, "overrides": overrides,
-        "probes_seeds_reached": probes,
-        "fault_kinds_unreached": [k for k in faults if not probes.get(k)],
-        "events": sum(int(r.get("events", 0)) for r in results),
-        "failures": [{k: r.get(k) for k in ("seed", "problems", "error", "reproduce")} for r in results
-                     if not r["ok"]],
-        "fingerprints": {str(r["seed"]): r.get("fingerprint") for r in results},
-    }
+    summary, _ = run_sweep(seeds, overrides, jobs=jobs, ray=ray, jsonl=jsonl, resume=resume, budget_s=budget_s,
+                           progress=progress, report=report, batch=batch, task_memory_mb=task_memory_mb)
+    return summary
 
 
 def _cmd_sweep(ns: argparse.Namespace) -> int:
     seeds = list(ns.seeds)
-    summary = sweep(seeds, _overrides(ns), jobs=ns.jobs or os.cpu_count() or 1, progress=not ns.quiet)
+    summary = sweep(seeds, _overrides(ns), jobs=ns.jobs or os.cpu_count() or 1, progress=not ns.quiet,
+                    ray=ns.ray, jsonl=ns.resume or ns.jsonl, resume=ns.resume is not None, budget_s=ns.budget,
+                    report=ns.report, batch=ns.batch, task_memory_mb=ns.task_memory)
     text = json.dumps(summary, indent=1, sort_keys=True)
     if ns.out:
         with open(ns.out, "w") as f:
@@ -176,6 +118,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     for f in summary["failures"][:10]:
         print(f"FAILED seed {f['seed']}: {(f.get('problems') or [f.get('error')])[0]}")
         print("  reproduce: " + str(f["reproduce"]))
+    if ns.report:
+        print("report: " + ns.report)
     return 0 if not summary["failed"] else 1
 
 
@@ -184,12 +128,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run and check one seed")
     r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--timeline", default=None, metavar="FILE.png",
+                   help="draw the run's timeline (ranks against virtual time, the checker's witness marked)")
     _add_overrides(r)
     s = sub.add_parser("sweep", help="run and check a range of seeds in parallel")
     s.add_argument("--seeds", type=parse_seeds, required=True, help="A..B (inclusive)")
     s.add_argument("--jobs", type=int, default=None, help="processes (default: every core)")
     s.add_argument("--out", default=None, help="write the JSON summary here")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
+                   help="run the seeds on a Ray cluster at ADDRESS (no ADDRESS: a local Ray instance); "
+                        "needs the cluster extra")
+    s.add_argument("--jsonl", default=None, metavar="FILE", help="stream one JSON record per seed here as it ends")
+    s.add_argument("--resume", default=None, metavar="FILE",
+                   help="continue the sweep whose JSONL is FILE: seeds it has are not run again")
+    s.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="a seed running longer is reported as a timeout (not retried)")
+    s.add_argument("--batch", type=int, default=1, metavar="K", help="seeds per task (default 1)")
+    s.add_argument("--task-memory", type=int, default=None, metavar="MB",
+                   help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds")
+    s.add_argument("--report", default=None, metavar="FILE.html",
+                   help="write the report page (probe coverage, failures by kind, a timeline per failing seed)")
     _add_overrides(s)
     ns = ap.parse_args(argv)
     return _cmd_run(ns) if ns.cmd == "run" else _cmd_sweep(ns)

@@ -45,7 +45,8 @@ from sim.workloads import Workload, item_view
 from sim.world import PROBES, World, WorldConfig, check_run, reference_steps
 from zephon_ref.seeding import derive_seed
 
-__all__ = ["FAULTS", "RunResult", "derive_config", "reference_for", "run_seed", "world_config", "workload_of"]
+__all__ = ["FAULTS", "RunResult", "derive_config", "reference_for", "run_seed", "run_seed_world", "world_config",
+           "workload_of"]
 
 #: Fault kinds a run may switch on (``faults=`` takes a comma list of these, "all" or "none").
 FAULTS: tuple[str, ...] = ("crash", "rank_crash", "resize", "slow", "round_crash", "storage_crash", "io_error",
@@ -211,10 +212,16 @@ def relaxed_gc(factor: int = GC_FULL_PASS_FACTOR) -> Iterator[None]:
 def run_seed(seed: int, **overrides: Any) -> RunResult:
     """Derive the configuration from ``seed`` (plus ``overrides``), run the world, check it."""
     with relaxed_gc():
+        return _run_seed(seed, **overrides)[0]
+
+
+def run_seed_world(seed: int, **overrides: Any) -> tuple[RunResult, World]:
+    """:func:`run_seed`, and the world it ran (its history is what :mod:`sim.timeline` draws)."""
+    with relaxed_gc():
         return _run_seed(seed, **overrides)
 
 
-def _run_seed(seed: int, **overrides: Any) -> RunResult:
+def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
     cfg = derive_config(seed, **overrides)
     workload = workload_of(cfg)
     wcfg = world_config(cfg)
@@ -249,7 +256,7 @@ def _run_seed(seed: int, **overrides: Any) -> RunResult:
     probes = {k: world.probes.get(k, 0) for k in PROBES}
     return RunResult(seed, cfg, world.fingerprint(), not problems, tuple(problems), tuple(witnesses), probes,
                      world.kernel.events_run, world.step, report.restores, world.crashes, len(world.history),
-                     lineage)
+                     lineage), world
 
 
 def config_json(cfg: Mapping[str, Any]) -> str:
