@@ -124,8 +124,8 @@ def _flat(yields: Sequence[Sequence[int]]) -> list[int]:
 def reference_stream(adapter: LoaderAdapter, cfg: LoaderConfig, *, limit: int | None = None) -> list[int]:
     """The flattened stream of one uninterrupted run (at most ``limit`` items: a loader that
     does not end is cut there)."""
-    spec = adapter.epoch_spec(cfg)
-    limit = limit if limit is not None else spec.length * cfg.epochs + max(spec.length, 1) + 8
+    length = max(adapter.epoch_spec(cfg).length, cfg.size)
+    limit = limit if limit is not None else length * (cfg.epochs + 1) + 8
     run = adapter.build(cfg)
     out: list[int] = []
     try:
@@ -207,7 +207,10 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
         @property
         def spec(self) -> EpochSpec:
             assert self.cfg is not None
-            return adapter.epoch_spec(self.cfg)
+            spec = adapter.epoch_spec(self.cfg)
+            if spec.length < 0:  # "as long as the uninterrupted run" (a subset the library decides)
+                spec = dataclasses.replace(spec, length=len(self.ref()) // max(self.cfg.epochs, 1))
+            return spec
 
         def ref(self) -> list[int]:
             assert self.cfg is not None
