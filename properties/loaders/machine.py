@@ -39,13 +39,17 @@ exception from the library inside a move is a failure too (it names the move).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import io
+import os
 import pickle
+import signal
+import threading
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +81,31 @@ PROPERTIES: dict[str, str] = {
 }
 
 _MAX_READ = 4  # yields per read move
+#: seconds one move may take before it counts as hung (worker processes that never answer)
+MOVE_TIMEOUT = float(os.environ.get("ZEPHON_LOADERS_MOVE_TIMEOUT", "180"))
+
+
+class MoveTimeout(Exception):
+    """A move did not return within MOVE_TIMEOUT seconds."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise MoveTimeout(f"no answer within {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 class LoaderPropertyFailure(AssertionError):
@@ -100,13 +129,37 @@ class LoaderPropertyFailure(AssertionError):
 
 
 def config_strategy(adapter: LoaderAdapter) -> st.SearchStrategy[LoaderConfig]:
-    """Configurations from the adapter's space; unsupported ones are filtered out."""
+    """Configurations from the adapter's space; unsupported ones are filtered out.
+
+    ``space`` maps knobs to the values they may take; or ``space["variant"]`` maps each
+    variant to its own such mapping (knobs a variant does not name keep their defaults), which
+    keeps the filter from rejecting most draws of an adapter whose variants take different knobs."""
     space = dict(adapter.space)
-    unknown = sorted(set(space) - set(KNOBS))
-    if unknown:
-        raise ValueError(f"{adapter.name}.space: expected knobs among {list(KNOBS)}, received {unknown}")
-    parts = {k: st.sampled_from(list(v)) for k, v in space.items()}
-    return st.builds(LoaderConfig, **parts).filter(lambda c: adapter.unsupported(c) is None)
+    variants = space.get("variant")
+    if isinstance(variants, Mapping):
+        per = {str(v): dict(sub) for v, sub in variants.items()}
+    else:
+        per = {"": space}
+    for sub in per.values():
+        unknown = sorted(set(sub) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"{adapter.name}.space: expected knobs among {list(KNOBS)}, received {unknown}")
+
+    def one(v: str) -> st.SearchStrategy[LoaderConfig]:
+        parts = {k: st.sampled_from(list(vals)) for k, vals in per[v].items()}
+        if v:
+            parts["variant"] = st.just(v)
+        return st.builds(LoaderConfig, **parts)
+
+    return st.sampled_from(sorted(per, key=list(per).index)).flatmap(one).filter(
+        lambda c: adapter.unsupported(c) is None)
+
+
+def space_values(adapter: LoaderAdapter, cfg: LoaderConfig, knob: str) -> list[Any]:
+    """The values ``knob`` may take in ``cfg``'s variant."""
+    variants = adapter.space.get("variant")
+    sub = variants.get(cfg.variant, {}) if isinstance(variants, Mapping) else adapter.space
+    return list(sub.get(knob, (getattr(cfg, knob),)))
 
 
 def _snapshot(state: Any) -> bytes:
@@ -194,7 +247,10 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
 
         def call(self, what: str, fn: Callable[[], Any]) -> Any:
             try:
-                return fn()
+                with _deadline(MOVE_TIMEOUT):
+                    return fn()
+            except MoveTimeout as exc:
+                self.fail(f"{what} hung: {exc}")
             except LoaderPropertyFailure:
                 raise
             except Refused:
@@ -448,7 +504,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
         @_move
         def restore_other_workers(self, i: int, data: st.DataObject) -> None:
             pos, state, snap, cfg, upto = self.pick(i)
-            others = [w for w in adapter.space.get("workers", (0,)) if w != cfg.workers]
+            others = [w for w in space_values(adapter, cfg, "workers") if w != cfg.workers]
             others = [w for w in others if adapter.unsupported(dataclasses.replace(cfg, workers=w)) is None]
             if not others:
                 self.restored(i)
@@ -532,8 +588,6 @@ def check_property(adapter: LoaderAdapter, prop: str, *, examples: int = 30, ste
                  suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     try:
         buf = io.StringIO()
-        import contextlib
-
         with contextlib.redirect_stdout(buf):
             run_state_machine_as_test(machine, settings=s)
     except LoaderPropertyFailure as exc:

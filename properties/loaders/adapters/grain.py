@@ -114,10 +114,17 @@ class _Run:
 class GrainAdapter:
     name = "grain"
     primed_ok = True
-    space = {"variant": ("map", "iter-batch", "window-shuffle", "interleave", "mix", "pack", "dataloader"),
-             "size": (5, 1, 2, 4, 6, 7), "shards": (1, 2, 3), "shuffle": (False, True), "buffer": (2, 3),
-             "batch": (1, 2, 3), "drop_last": (False, True), "workers": (0, 0, 0, 2), "epochs": (1, 2, 3),
-             "seed": (0, 1), "data_seed": (0, 1)}
+    _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+    space = {"variant": {
+        "map": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True)},
+        "iter-batch": {**_common, "shuffle": (False, True), "batch": (1, 2, 3)},
+        "window-shuffle": {**_common, "shuffle": (True,), "buffer": (2, 3)},
+        "interleave": {**_common, "shards": (2, 3)},
+        "mix": {**_common, "epochs": (1,), "shards": (2,)},
+        "pack": {**_common, "epochs": (1,)},
+        "dataloader": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True),
+                       "workers": (0, 0, 0, 2)},
+    }}
 
     def available(self) -> str | None:
         try:

@@ -188,9 +188,14 @@ class _SDLRun(_EpochLoop):
 class StatefulDataLoaderAdapter:
     name = "torchdata"
     primed_ok = False  # documented: load_state_dict applies to the NEXT iterator requested
-    space = {"variant": ("map", "map-gen", "iterable", "iterable-stateful"), "size": (5, 1, 2, 6, 7),
-             "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True), "workers": (0, 0, 0, 2),
-             "persistent": (False, True), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+    _common = {"size": (5, 1, 2, 6, 7), "batch": (1, 2, 3), "drop_last": (False, True), "workers": (0, 0, 0, 2),
+               "persistent": (False, True), "epochs": (1, 2, 3), "data_seed": (0, 1)}
+    space = {"variant": {
+        "map": {**_common, "shuffle": (False, True), "seed": (0, 1)},
+        "map-gen": {**_common, "shuffle": (True, False), "seed": (0, 1)},
+        "iterable": _common,
+        "iterable-stateful": _common,
+    }}
 
     def available(self) -> str | None:
         try:
