@@ -42,6 +42,22 @@ def _quiet() -> None:
     datasets.disable_progress_bars()
 
 
+class _Tables:
+    """In-memory ``datasets.Dataset`` tables by ids (building one hashes it with dill, slowly);
+    every run still gets a fresh IterableDataset made from it."""
+
+    built: dict[tuple[int, ...], Any] = {}  # plain-ok: a cache of immutable test tables
+
+
+def _table(ids: list[int]) -> Any:
+    import datasets
+
+    key = tuple(ids)
+    if key not in _Tables.built:
+        _Tables.built[key] = datasets.Dataset.from_dict({"id": list(ids)})
+    return _Tables.built[key]
+
+
 class _DirectLoop:
     """The user's epoch loop over the IterableDataset itself."""
 
@@ -177,9 +193,9 @@ class DatasetsAdapter:
         import datasets
 
         if cfg.variant == "interleave":
-            parts = [datasets.Dataset.from_dict({"id": s}).to_iterable_dataset(num_shards=1) for s in shard_ids(cfg)]
+            parts = [_table(s).to_iterable_dataset(num_shards=1) for s in shard_ids(cfg)]
             return datasets.interleave_datasets(parts, stopping_strategy="first_exhausted")
-        return datasets.Dataset.from_dict({"id": dataset_ids(cfg)}).to_iterable_dataset(num_shards=cfg.shards)
+        return _table(dataset_ids(cfg)).to_iterable_dataset(num_shards=cfg.shards)
 
     def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:
         return _Run(self, cfg, state)
