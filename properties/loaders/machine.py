@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 from hypothesis.stateful import (
@@ -585,7 +585,10 @@ def check_property(adapter: LoaderAdapter, prop: str, *, examples: int = 30, ste
     budget = 1 if prop == "uninterrupted" else steps
     s = settings(max_examples=examples, stateful_step_count=budget, deadline=None, database=None,
                  derandomize=derandomize, print_blob=False,
-                 suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+                 suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                 # no "explain" phase: it traces every line of the library under test (sys.settrace),
+                 # which made a shrunk failure take minutes to report
+                 phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
     try:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):

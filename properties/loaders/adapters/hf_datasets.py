@@ -7,9 +7,9 @@ The dataset is ``Dataset.from_dict({"id": ids}).to_iterable_dataset(num_shards=s
   ``ds.load_state_dict()`` on a freshly built one;
 * ``loader``: under torchdata's ``StatefulDataLoader`` (``batch``, ``drop_last``,
   ``workers``, ``persistent``), which calls the dataset's state methods itself;
-* ``interleave``: ``interleave_datasets`` of one IterableDataset per shard
-  (``stopping_strategy="all_exhausted"`` would oversample; ``first_exhausted`` stops early,
-  so this uses shards of equal length and ``first_exhausted``) under the loader.
+* ``interleave``: ``interleave_datasets`` of one IterableDataset per shard (equal lengths) with
+  ``stopping_strategy="first_exhausted"`` under the loader: it stops as soon as one source has
+  run out, so an epoch is the documented subset (``all_exhausted`` would oversample).
 
 Epochs are the user's loop, calling ``ds.set_epoch(e)`` before each, as the docs ask;
 the state is ``{"epoch": e, "state": <the loader's or dataset's state>}``.
@@ -181,6 +181,8 @@ class DatasetsAdapter:
         return None
 
     def epoch_spec(self, cfg: LoaderConfig) -> EpochSpec:
+        if cfg.variant == "interleave":
+            return EpochSpec(-1, True, "first_exhausted stops as soon as one source has run out (documented)")
         if cfg.drop_last and cfg.batch > 1:
             return EpochSpec(-1, True, "drop_last drops each worker's final partial batch")
         return EpochSpec(cfg.size)
