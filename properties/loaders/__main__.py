@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10, help="moves per example (default 10)")
     p.add_argument("--property", action="append", dest="properties", metavar="NAME",
                    help=f"only these properties (repeatable): {', '.join(PROPERTIES)}")
+    p.add_argument("--set", action="append", dest="knobs", default=[], metavar="KNOB=VALUE",
+                   help="pin a knob of the drawn configurations (repeatable), e.g. --set workers=0")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--random", action="store_true", help="random examples (default: derandomized, reproducible)")
     return p
@@ -66,6 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownLoader as exc:
         sys.stderr.write(f"python -m properties.loaders: {exc}\n")
         return 2
+    pins: dict[str, Any] = {}
+    for kv in args.knobs:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            sys.stderr.write(f"python -m properties.loaders: --set: expected KNOB=VALUE, received {kv!r}\n")
+            return 2
+        pins[k] = {"true": True, "false": False}.get(v.lower(), int(v) if v.lstrip("-").isdigit() else v)
+    if pins:
+        from properties.loaders.core import Narrowed
+
+        try:
+            adapter = Narrowed(adapter, **pins)
+        except ValueError as exc:
+            sys.stderr.write(f"python -m properties.loaders: --set: {exc}\n")
+            return 2
     missing = adapter.available() if hasattr(adapter, "available") else None
     if missing:
         sys.stderr.write(f"python -m properties.loaders: --loader {args.loader}: {missing}\n")
@@ -75,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     version = adapter.version() if hasattr(adapter, "version") else "?"
     print(f"{adapter.name}: {version}; {args.examples} examples x {args.steps} moves per property"
-          f"{'' if args.random else ' (derandomized)'}", flush=True)
+          f"{'' if args.random else ' (derandomized)'}{f'; pinned {pins}' if pins else ''}", flush=True)
     print(f"  {'property':<20} {'status':<9} {'examples':>8} {'to_failure':>10}  reason", flush=True)
     results, cache = [], {}
     for prop in props:
@@ -97,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  first wrong item: {f['first_wrong']}")
     if args.json:
         doc = {"loader": adapter.name, "version": version, "examples": args.examples, "steps": args.steps,
+               "pinned": pins,
                "derandomized": not args.random,
                "results": [{**r.as_dict(), "seconds": round(s, 1)} for r, s in results]}
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -142,3 +142,30 @@ class LoaderAdapter(Protocol):
     def worker_change(self, cfg: LoaderConfig) -> str: ...
 
     def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> LoaderRun: ...
+
+
+class Narrowed:
+    """``adapter`` with its space narrowed: every knob named in ``knobs`` takes only that value
+    (e.g. the minimal configuration of a known failure, or ``workers=0`` for a quick profile).
+    Everything else is the adapter's own."""
+
+    def __init__(self, adapter: Any, **knobs: Any) -> None:
+        unknown = sorted(set(knobs) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"knobs: expected names among {list(KNOBS)}, received {unknown}")
+        self._a, self._knobs = adapter, knobs
+        self.name = adapter.name
+        self.primed_ok = getattr(adapter, "primed_ok", False)
+        variants = adapter.space.get("variant")
+        if isinstance(variants, Mapping):
+            keep = {v: s for v, s in variants.items() if "variant" not in knobs or v == knobs["variant"]}
+            if not keep:
+                raise ValueError(f"variant: expected one of {sorted(variants)}, received {knobs['variant']!r}")
+            self.space: Mapping[str, Any] = {"variant": {v: {**s, **{k: (x,) for k, x in knobs.items()
+                                                                     if k != "variant"}}
+                                                         for v, s in keep.items()}}
+        else:
+            self.space = {**adapter.space, **{k: (x,) for k, x in knobs.items()}}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._a, name)

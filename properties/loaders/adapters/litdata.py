@@ -8,7 +8,8 @@ num_workers, drop_last)``, as LitData's README shows: the loader counts epochs i
 fresh loader resume mid-epoch.  The user's loop is ``for epoch in range(E): for batch in
 loader``; the state is ``{"epoch": e, "loader": loader.state_dict()}``.
 Counters: the loader's ``current_epoch`` (1-based while an epoch runs) and
-``num_samples_yielded``.
+``num_samples_yielded``.  A state taken at the very end of an epoch resumes straight into the next
+epoch (LitData's choice; the suite accepts it), so this adapter's loop counts that as the next epoch.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ class _Run(_EpochLoop):
         super().__init__(a.loader(cfg), cfg.epochs, 0 if state is None else int(state["epoch"]))
         if state is not None:
             self.loader.load_state_dict(state["loader"])
+            # LitData goes straight on: a state taken at the very end of an epoch (every item delivered,
+            # StopIteration not yet seen) resumes with the NEXT epoch's items, so the user's loop counts
+            # that iterator as the next epoch (an uninterrupted run would have ended this one)
+            if int(state["loader"]["num_samples_yielded"]) >= a.epoch_spec(cfg).length > 0:
+                self.epoch += 1
 
     def next(self, n: int) -> list[list[int]]:
         out: list[list[int]] = []
