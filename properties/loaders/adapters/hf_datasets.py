@@ -83,22 +83,15 @@ class _DirectLoop:
 
 
 class _LoaderLoop(_EpochLoop):
-    def __init__(self, loader: Any, ds: Any, epochs: int, epoch: int) -> None:
-        super().__init__(loader, epochs, epoch)
+    def __init__(self, loader: Any, ds: Any, epochs: int, state: Any, epoch_len: int) -> None:
+        super().__init__(loader, epochs, state, epoch_len)
         self.ds = ds
 
-    def next(self, n: int) -> list[list[int]]:
-        out: list[list[int]] = []
-        while len(out) < n and self.epoch < self.epochs:
-            if self.it is None:
-                self.ds.set_epoch(self.epoch)
-                self.it = iter(self.loader)
-            try:
-                out.append(_ints(next(self.it)["id"]))
-            except StopIteration:
-                self.it = None
-                self.epoch += 1
-        return out
+    def begin_epoch(self) -> None:
+        self.ds.set_epoch(self.epoch)
+
+    def ids(self, batch: Any) -> list[int]:
+        return _ints(batch["id"])
 
 
 class _Run:
@@ -120,15 +113,16 @@ class _Run:
             loader = StatefulDataLoader(ds, **kw)
             if state is not None:
                 loader.load_state_dict(state["state"])
-            self.loop = _LoaderLoop(loader, ds, cfg.epochs, epoch)
+            self.loop = _LoaderLoop(loader, ds, cfg.epochs, state, a.epoch_spec(cfg).length)
 
     def next(self, n: int) -> list[list[int]]:
         out: list[list[int]] = self.loop.next(n)
         return out
 
     def state(self) -> Any:
-        src = self.loop.ds if self.cfg.variant == "direct" else self.loop.loader
-        return {"epoch": self.loop.epoch, "state": src.state_dict()}
+        if self.cfg.variant == "direct":
+            return {"epoch": self.loop.epoch, "state": self.loop.ds.state_dict()}
+        return {**self.loop.loop_state(), "state": self.loop.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         return None

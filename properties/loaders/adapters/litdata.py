@@ -56,31 +56,19 @@ def optimized_dir(ids: list[int], chunk_size: int) -> str:
 
 
 class _Run(_EpochLoop):
+    straight_on = True  # an end-of-epoch state resumes with the next epoch (see the module docstring)
+
     def __init__(self, a: LitDataAdapter, cfg: LoaderConfig, state: Any) -> None:
         self.cfg = cfg
-        super().__init__(a.loader(cfg), cfg.epochs, 0 if state is None else int(state["epoch"]))
+        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
             self.loader.load_state_dict(state["loader"])
-            # LitData goes straight on: a state taken at the very end of an epoch (every item delivered,
-            # StopIteration not yet seen) resumes with the NEXT epoch's items, so the user's loop counts
-            # that iterator as the next epoch (an uninterrupted run would have ended this one)
-            if int(state["loader"]["num_samples_yielded"]) >= a.epoch_spec(cfg).length > 0:
-                self.epoch += 1
 
-    def next(self, n: int) -> list[list[int]]:
-        out: list[list[int]] = []
-        while len(out) < n and self.epoch < self.epochs:
-            if self.it is None:
-                self.it = iter(self.loader)
-            try:
-                out.append(_ints(next(self.it)["id"]))
-            except StopIteration:
-                self.it = None
-                self.epoch += 1
-        return out
+    def ids(self, batch: Any) -> list[int]:
+        return _ints(batch["id"])
 
     def state(self) -> Any:
-        return {"epoch": self.epoch, "loader": self.loader.state_dict()}
+        return {**self.loop_state(), "loader": self.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         if self.it is None:
@@ -116,13 +104,15 @@ class LitDataAdapter:
             return "more shards than rows"
         if cfg.drop_last and cfg.batch == 1:
             return "drop_last needs batch > 1"
+        if cfg.workers and cfg.drop_last:
+            return "drop_last with workers drops per-worker partial batches (not modeled)"
         if cfg.workers and cfg.shards < cfg.workers:
             return "fewer chunks than workers"
         return None
 
     def epoch_spec(self, cfg: LoaderConfig) -> EpochSpec:
-        if cfg.drop_last and cfg.batch > 1:
-            return EpochSpec(-1, True, "drop_last drops final partial batches")
+        if cfg.drop_last and cfg.batch > 1 and cfg.size % cfg.batch:
+            return EpochSpec(cfg.size - cfg.size % cfg.batch, True, "drop_last drops the final partial batch")
         return EpochSpec(cfg.size)
 
     def worker_change(self, cfg: LoaderConfig) -> str:

@@ -88,26 +88,20 @@ def _mds_dir(ids: list[int]) -> str:
 class _Run(_EpochLoop):
     def __init__(self, a: StreamingAdapter, cfg: LoaderConfig, state: Any) -> None:
         self.cfg = cfg
-        super().__init__(a.loader(cfg), cfg.epochs, 0 if state is None else int(state["epoch"]))
+        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
             self.loader.load_state_dict(state["loader"])
 
+    def ids(self, batch: Any) -> list[int]:
+        return _ints(batch["id"])
+
     def next(self, n: int) -> list[list[int]]:
-        out: list[list[int]] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            while len(out) < n and self.epoch < self.epochs:
-                if self.it is None:
-                    self.it = iter(self.loader)
-                try:
-                    out.append(_ints(next(self.it)["id"]))
-                except StopIteration:
-                    self.it = None
-                    self.epoch += 1
-        return out
+            return super().next(n)
 
     def state(self) -> Any:
-        return {"epoch": self.epoch, "loader": self.loader.state_dict()}
+        return {**self.loop_state(), "loader": self.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         if self.it is None:

@@ -136,23 +136,49 @@ def _iterable_batch_sizes(cfg: LoaderConfig) -> list[int]:
 
 
 class _EpochLoop:
-    """The user's epoch loop around a loader whose ``iter()`` runs one epoch."""
+    """The user's epoch loop around a loader whose ``iter()`` runs one epoch.
 
-    def __init__(self, loader: Any, epochs: int, epoch: int) -> None:
-        self.loader, self.epochs, self.epoch = loader, epochs, epoch
+    It counts the items of the current epoch and saves, next to the loader's state, the epoch, that
+    count and whether the epoch was complete (every item delivered, StopIteration not yet seen).  A
+    library that goes straight on (``straight_on``: an end-of-epoch state resumes with the NEXT
+    epoch's items, as torchdata.nodes' Loader documents) has the restored loop count that iterator as
+    the next epoch, as its user must; one that yields an empty remainder needs nothing."""
+
+    straight_on = False
+
+    def __init__(self, loader: Any, epochs: int, state: Any = None, epoch_len: int = -1) -> None:
+        self.loader, self.epochs, self.epoch_len = loader, epochs, epoch_len
+        self.epoch = 0 if state is None else int(state["epoch"])
+        self.items = 0 if state is None else int(state.get("items", 0))
+        if state is not None and self.straight_on and state.get("at_end"):
+            self.epoch, self.items = self.epoch + 1, 0
         self.it: Any = None
+
+    def ids(self, batch: Any) -> list[int]:
+        return _ints(batch)
+
+    def begin_epoch(self) -> None:
+        """Called before each ``iter(loader)`` (datasets' ``set_epoch``)."""
 
     def next(self, n: int) -> list[list[int]]:
         out: list[list[int]] = []
         while len(out) < n and self.epoch < self.epochs:
             if self.it is None:
+                self.begin_epoch()
                 self.it = iter(self.loader)
             try:
-                out.append(_ints(next(self.it)))
+                b = self.ids(next(self.it))
             except StopIteration:
                 self.it = None
-                self.epoch += 1
+                self.epoch, self.items = self.epoch + 1, 0
+                continue
+            self.items += len(b)
+            out.append(b)
         return out
+
+    def loop_state(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "items": self.items,
+                "at_end": bool(self.epoch_len > 0 and self.items >= self.epoch_len)}
 
     def close(self) -> None:
         it, self.it = self.it, None
@@ -167,12 +193,12 @@ class _EpochLoop:
 class _SDLRun(_EpochLoop):
     def __init__(self, a: StatefulDataLoaderAdapter, cfg: LoaderConfig, state: Any) -> None:
         self.cfg = cfg
-        super().__init__(a.loader(cfg), cfg.epochs, 0 if state is None else int(state["epoch"]))
+        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
             self.loader.load_state_dict(state["loader"])
 
     def state(self) -> Any:
-        return {"epoch": self.epoch, "loader": self.loader.state_dict()}
+        return {**self.loop_state(), "loader": self.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         if self.epoch >= self.epochs:
@@ -253,14 +279,18 @@ class StatefulDataLoaderAdapter:
 
 
 class _NodesRun(_EpochLoop):
+    # Loader(restart_on_stop_iteration=True) documents that an end-of-epoch state restarts with the
+    # next epoch (meta-pytorch/data PR #1358)
+    straight_on = True
+
     def __init__(self, a: NodesAdapter, cfg: LoaderConfig, state: Any) -> None:
         self.cfg = cfg
-        super().__init__(a.loader(cfg), cfg.epochs, 0 if state is None else int(state["epoch"]))
+        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
             self.loader.load_state_dict(state["loader"])
 
     def state(self) -> Any:
-        return {"epoch": self.epoch, "loader": self.loader.state_dict()}
+        return {**self.loop_state(), "loader": self.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         return None
