@@ -64,7 +64,15 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from properties.loaders.core import KNOBS, EpochSpec, LoaderAdapter, LoaderConfig, LoaderRun, Refused, dataset_ids
+from properties.loaders.core import (
+    KNOBS,
+    EpochSpec,
+    LoaderAdapter,
+    LoaderConfig,
+    LoaderRun,
+    Refused,
+    dataset_ids,
+)
 
 __all__ = ["PROPERTIES", "LoaderPropertyFailure", "PropertyResult", "check_property", "config_strategy",
            "machine_for", "reference_stream"]
@@ -399,7 +407,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                 a = self.ref()
                 b = self.call("a second uninterrupted run", lambda: reference_stream(adapter, cfg))
                 self.steps.append("two uninterrupted runs")
-                for i, (x, y) in enumerate(zip(a, b)):
+                for i, (x, y) in enumerate(zip(a, b, strict=False)):
                     if x != y:
                         self.fail("two uninterrupted runs differ", {"position": i, "where": self.where(i),
                                                                     "first_run": x, "second_run": y})
@@ -492,7 +500,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             b = _flat(got)
             self.steps[-1] = f"restore twice (state saved at {self.where(pos)}), next({m}) -> {a} then {b}"
             if a != b:
-                j = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                j = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
                 self.fail("the same state restored twice gives two streams",
                           {"position": pos + j, "where": self.where(pos + j),
                            "first_restore": a[j] if j < len(a) else "end",

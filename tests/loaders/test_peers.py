@@ -33,7 +33,7 @@ def _need(*modules: str) -> None:
 #: (loader, property, the minimal configuration the suite shrank to, libraries, reproduction script)
 KNOWN = [
     ("torchdata", "initial_state", {"variant": "map-gen", "size": 5, "shuffle": True, "epochs": 2, "workers": 0},
-     ("torchdata",), "torchdata_initial_state_generator.py"),
+     ("torchdata",), "torchdata_generator_next_epoch.py"),
     ("torchdata", "resume", {"variant": "iterable", "size": 5, "epochs": 1, "workers": 0, "batch": 1},
      ("torchdata",), "torchdata_iterable_end_of_epoch.py"),
     ("grain", "resume", {"variant": "interleave", "size": 5, "shards": 2, "epochs": 2},

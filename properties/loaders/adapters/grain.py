@@ -20,12 +20,19 @@ iterator that already produced an element is documented too (``primed``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, default_epoch_spec, shard_ids
+from properties.loaders.core import (
+    EpochSpec,
+    LoaderConfig,
+    dataset_ids,
+    default_epoch_spec,
+    shard_ids,
+)
 
 __all__ = ["GRAIN", "GrainAdapter"]
 
@@ -75,10 +82,8 @@ class _Run:
         self.a, self.cfg = a, cfg
         self.it = iter(a.pipeline(cfg))
         if primed:
-            try:
+            with contextlib.suppress(StopIteration):
                 next(self.it)
-            except StopIteration:
-                pass
         if state is not None:
             self.it.set_state(json.loads(state) if cfg.variant != "dataloader" else state)
 

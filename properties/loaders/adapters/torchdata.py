@@ -14,7 +14,7 @@ range(E): for batch in loader``, the same loader object every epoch) and the sta
 
 torchdata.nodes (adapter ``torchdata-nodes``): ``Loader(Prefetcher(Batcher(
 MapStyleWrapper(ids, sampler))))`` with a stateful RandomSampler/SequentialSampler in a
-``SamplerWrapper`` (``shuffle``), optional ``ParallelMapper`` (``workers`` threads) and
+``SamplerWrapper`` (``shuffle``), a ``ParallelMapper`` (``workers`` threads, at least 1) and
 a ``Prefetcher`` (``buffer``); epochs via ``restart_on_stop_iteration`` and the user's
 loop over ``iter(loader)``; the state is ``loader.state_dict()`` plus the user's epoch.
 """
@@ -300,7 +300,7 @@ class NodesAdapter:
     name = "torchdata-nodes"
     primed_ok = False
     space = {"size": (5, 1, 2, 6, 7), "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True),
-             "workers": (0, 2), "buffer": (0, 2), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+             "workers": (1, 2), "buffer": (0, 2), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
 
     def available(self) -> str | None:
         try:
@@ -324,7 +324,9 @@ class NodesAdapter:
         return default_epoch_spec(cfg)
 
     def worker_change(self, cfg: LoaderConfig) -> str:
-        return "exact"  # ParallelMapper(in_order=True) threads do not change the data
+        # nothing documents restoring a ParallelMapper under another num_workers: refusing is fine,
+        # silently skipping or repeating data is not
+        return "refuse"
 
     def loader(self, cfg: LoaderConfig) -> Any:
         torch = _torch()
@@ -336,11 +338,9 @@ class NodesAdapter:
         sampler = (RandomSampler(ds, generator=torch.Generator().manual_seed(cfg.seed)) if cfg.shuffle
                    else SequentialSampler(ds))
         node: Any = nodes.SamplerWrapper(sampler)
-        if cfg.workers:
-            node = nodes.ParallelMapper(node, map_fn=ds.__getitem__, num_workers=cfg.workers, in_order=True,
-                                        method="thread")
-        else:
-            node = nodes.Mapper(node, ds.__getitem__)
+        # the same graph for every worker count (a Mapper for 0 would be another graph, another state)
+        node = nodes.ParallelMapper(node, map_fn=ds.__getitem__, num_workers=max(cfg.workers, 1), in_order=True,
+                                    method="thread")
         node = nodes.Batcher(node, batch_size=cfg.batch, drop_last=cfg.drop_last)
         if cfg.buffer:
             node = nodes.Prefetcher(node, prefetch_factor=cfg.buffer)
