@@ -170,10 +170,24 @@ def space_values(adapter: LoaderAdapter, cfg: LoaderConfig, knob: str) -> list[A
     return list(sub.get(knob, (getattr(cfg, knob),)))
 
 
+def _canonical(x: Any) -> Any:
+    """A value-only form of a state: mappings as sorted items (key order is not content), sequences
+    as tuples, arrays and tensors as (dtype, shape, bytes)."""
+    if isinstance(x, Mapping):
+        return ("map", tuple(sorted(((repr(k), _canonical(v)) for k, v in x.items()), key=lambda kv: kv[0])))
+    if isinstance(x, (list, tuple)):
+        return ("seq", tuple(_canonical(v) for v in x))
+    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    if hasattr(x, "tobytes") and hasattr(x, "dtype"):  # a numpy array
+        return ("array", str(x.dtype), tuple(getattr(x, "shape", ())), x.tobytes())
+    return x
+
+
 def _snapshot(state: Any) -> bytes:
-    """Bytes that change when the state object changes (pickle; repr for what pickle refuses)."""
+    """Bytes that change when the state's content changes (not when only its key order does)."""
     try:
-        return pickle.dumps(state, protocol=4)
+        return pickle.dumps(_canonical(state), protocol=4)
     except Exception:  # noqa: BLE001 - an unpicklable state is still comparable by its repr
         return repr(state).encode()
 

@@ -4,7 +4,7 @@ its library is not importable (the ``peers`` extra: bash scripts/install_peers.s
 
 Per known failure: the suite still finds it from its published minimal configuration (so a fixed
 upstream bug shows here first), and its standalone reproduction script still exits 1.  Per peer:
-a quick pass over every property (workers 0) runs without an adapter error.
+a quick pass of two properties (workers 0) runs without an adapter error.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from properties.loaders.core import Narrowed
-from properties.loaders.machine import PROPERTIES, check_property
+from properties.loaders.machine import check_property
 from properties.loaders.registry import resolve
 
 REPRO = Path(__file__).resolve().parents[2] / "properties" / "loaders" / "repro"
@@ -40,6 +40,8 @@ KNOWN = [
      ("grain",), "grain_interleave_repeat.py"),
     ("datasets", "state_after_restore", {"variant": "direct", "size": 4, "shards": 1, "epochs": 1},
      ("datasets",), "datasets_state_after_restore.py"),
+    ("litdata", "counters", {"size": 5, "batch": 2, "shards": 1, "workers": 0, "drop_last": False},
+     ("litdata",), "litdata_counter_partial_batch.py"),
 ]
 
 
@@ -47,7 +49,7 @@ KNOWN = [
                          ids=[f"{k[0]}-{k[1]}" for k in KNOWN])
 def test_the_suite_finds_the_known_failure(loader: str, prop: str, knobs: dict, libs: tuple, script: str) -> None:
     _need(*libs)
-    r = check_property(Narrowed(resolve(loader), **knobs), prop, examples=25, steps=8)
+    r = check_property(Narrowed(resolve(loader), **knobs), prop, examples=60, steps=10)
     assert r.status == "FAIL", f"{loader} {prop}: no longer fails at {knobs} (fixed upstream? update docs/loaders.md)"
 
 
@@ -61,12 +63,12 @@ def test_the_reproduction_script_still_fails(loader: str, prop: str, knobs: dict
 
 
 @pytest.mark.parametrize("loader", ["torchdata", "torchdata-nodes", "grain", "datasets", "litdata", "streaming"])
-def test_every_property_runs_against_the_peer(loader: str) -> None:
+def test_the_adapter_runs_against_the_peer(loader: str) -> None:
     libs = {"torchdata": ("torchdata",), "torchdata-nodes": ("torchdata",), "grain": ("grain",),
             "datasets": ("datasets", "torchdata"), "litdata": ("litdata",), "streaming": ("streaming",)}[loader]
     _need(*libs)
     a = Narrowed(resolve(loader), workers=0, epochs=2, size=4)
-    for prop in PROPERTIES:
+    for prop in ("uninterrupted", "resume"):  # every property: python -m properties.loaders (docs/loaders.md)
         r = check_property(a, prop, examples=2, steps=5)
         assert r.status in ("pass", "FAIL", "declared"), r
         if r.status == "FAIL":  # a finding, not an adapter error: it names a configuration and moves
