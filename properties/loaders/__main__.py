@@ -87,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         sys.stderr.write(f"python -m properties.loaders: --loader {args.loader}: {missing}\n")
         return 2
+    try:  # Streaming keeps shared-memory handles per dataset object; a long run opens many
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")

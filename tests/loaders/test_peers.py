@@ -42,6 +42,8 @@ KNOWN = [
      ("datasets",), "datasets_state_after_restore.py"),
     ("litdata", "counters", {"size": 5, "batch": 2, "shards": 1, "workers": 0, "drop_last": False},
      ("litdata",), "litdata_counter_partial_batch.py"),
+    ("litdata", "no_skip_dup", {"size": 5, "batch": 1, "shards": 1, "workers": 0, "epochs": 1, "shuffle": False},
+     ("litdata",), "litdata_state_dict_aliases_checkpoint.py"),
 ]
 
 
