@@ -1,0 +1,1 @@
+"""Adapters of the generic stateful-loader suite, one module per library (imported on demand)."""

@@ -1,0 +1,170 @@
+"""MosaicML Streaming 0.13.0 ``StreamingDataset`` (local MDS) as a generic stateful loader.
+
+The dataset is written once per ids with ``MDSWriter(columns={"id": "int"})`` into a local
+temporary directory and read with ``StreamingDataset(local=..., shuffle, shuffle_seed,
+batch_size, num_canonical_nodes=1)`` under ``StreamingDataLoader(batch_size, num_workers)``;
+the loader's ``state_dict()`` / ``load_state_dict()`` on a fresh loader resume mid-epoch, as
+Streaming's docs say (the dataset counts epochs itself; each ``iter`` is the next one).  The user's
+loop is ``for epoch in range(E): for batch in loader``; the state is ``{"epoch": e, "loader":
+loader.state_dict()}``.  Counters: ``epoch`` and ``sample_in_epoch`` of the state.
+
+Importing streaming 0.13.0 imports ``torchvision`` (for ``streaming.vision``) and
+``transformers``; neither is used here, and the only torchvision wheels on PyPI for torch 2.13
+need CUDA.  When torchvision is absent, :func:`_import_streaming` installs a placeholder module
+whose two names (``VisionDataset``, ``to_tensor``) raise if called, and says so in ``version()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import importlib.machinery
+import io
+import sys
+import tempfile
+import types
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from properties.loaders.adapters.torchdata import _EpochLoop, _ints
+from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids
+
+__all__ = ["STREAMING", "StreamingAdapter"]
+
+
+class _State:
+    placeholder = False
+    dirs: dict[tuple[int, ...], str] = {}  # plain-ok: a cache of written test datasets
+
+
+def _import_streaming() -> Any:
+    try:
+        import torchvision  # noqa: F401
+    except Exception:  # noqa: BLE001 - absent or unloadable (a CUDA wheel on CPU torch)
+        if "torchvision" not in sys.modules or getattr(sys.modules["torchvision"], "_zephon_placeholder", False):
+
+            class VisionDataset:
+                def __init__(self, *a: Any, **k: Any) -> None:
+                    raise RuntimeError("torchvision is not installed (a placeholder for importing streaming)")
+
+            def to_tensor(*a: Any, **k: Any) -> Any:
+                raise RuntimeError("torchvision is not installed (a placeholder for importing streaming)")
+
+            mods = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.datasets", "torchvision.transforms",
+                                                      "torchvision.transforms.functional")}
+            for n, m in mods.items():
+                m.__spec__ = importlib.machinery.ModuleSpec(n, None)
+            mods["torchvision"]._zephon_placeholder = True  # type: ignore[attr-defined]
+            mods["torchvision"].datasets = mods["torchvision.datasets"]  # type: ignore[attr-defined]
+            mods["torchvision"].transforms = mods["torchvision.transforms"]  # type: ignore[attr-defined]
+            mods["torchvision.transforms"].functional = mods["torchvision.transforms.functional"]  # type: ignore[attr-defined]
+            mods["torchvision.datasets"].VisionDataset = VisionDataset  # type: ignore[attr-defined]
+            mods["torchvision.datasets"].CIFAR10 = VisionDataset  # type: ignore[attr-defined]
+            mods["torchvision.transforms.functional"].to_tensor = to_tensor  # type: ignore[attr-defined]
+            sys.modules.update(mods)
+            _State.placeholder = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import streaming
+
+    return streaming
+
+
+def _mds_dir(ids: list[int]) -> str:
+    key = tuple(ids)
+    if key not in _State.dirs:
+        from streaming import MDSWriter
+
+        d = tempfile.mkdtemp(prefix="zephon-ref-mds-")
+        with MDSWriter(out=d, columns={"id": "int"}) as w:
+            for x in ids:
+                w.write({"id": x})
+        _State.dirs[key] = d
+    return _State.dirs[key]
+
+
+class _Run(_EpochLoop):
+    def __init__(self, a: StreamingAdapter, cfg: LoaderConfig, state: Any) -> None:
+        self.cfg = cfg
+        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
+        if state is not None:
+            self.loader.load_state_dict(state["loader"])
+
+    def ids(self, batch: Any) -> list[int]:
+        return _ints(batch["id"])
+
+    def next(self, n: int) -> list[list[int]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return super().next(n)
+
+    def state(self) -> Any:
+        return {**self.loop_state(), "loader": self.loader.state_dict()}
+
+    def counters(self) -> Mapping[str, int] | None:
+        if self.it is None:
+            return None
+        s = self.loader.state_dict()
+        return {"epoch": int(s["epoch"]), "items_in_epoch": int(s["sample_in_epoch"])}
+
+    def close(self) -> None:
+        super().close()
+        self.loader = None
+        gc.collect()  # a StreamingDataset holds shared memory named after its local directory
+
+
+class StreamingAdapter:
+    name = "streaming"
+    primed_ok = False
+    space = {"size": (5, 1, 2, 6, 7), "shuffle": (False, True), "batch": (1, 2, 3), "workers": (0, 0, 0, 2),
+             "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+
+    def available(self) -> str | None:
+        try:
+            _import_streaming()
+        except ImportError as exc:
+            return f"mosaicml-streaming is not importable ({exc}); scripts/install_peers.sh installs it"
+        return None
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        note = " (torchvision placeholder)" if _State.placeholder else ""
+        return f"mosaicml-streaming {version('mosaicml-streaming')}{note}"
+
+    def declared(self) -> Mapping[str, str]:
+        return {}
+
+    def unsupported(self, cfg: LoaderConfig) -> str | None:
+        return None
+
+    def epoch_spec(self, cfg: LoaderConfig) -> EpochSpec:
+        return EpochSpec(cfg.size)
+
+    def worker_change(self, cfg: LoaderConfig) -> str:
+        return "exact"  # docs: elastic determinism across GPUs, nodes and CPU workers (fixed canonical nodes)
+
+    def loader(self, cfg: LoaderConfig) -> Any:
+        _import_streaming()
+        from streaming import StreamingDataLoader, StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            clean_stale_shared_memory()
+        d = _mds_dir(dataset_ids(cfg))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = StreamingDataset(local=d, shuffle=cfg.shuffle, shuffle_seed=cfg.seed, batch_size=cfg.batch,
+                                  num_canonical_nodes=1)
+        kw: dict[str, Any] = {"batch_size": cfg.batch, "num_workers": cfg.workers}
+        if cfg.workers:
+            kw["multiprocessing_context"] = "fork"
+        return StreamingDataLoader(ds, **kw)
+
+    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:
+        return _Run(self, cfg, state)
+
+
+STREAMING = StreamingAdapter()

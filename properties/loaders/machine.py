@@ -1,0 +1,635 @@
+"""The generic properties, as one Hypothesis state machine per (adapter, property), and a runner.
+
+Theory of operation
+-------------------
+A machine draws a configuration from the adapter's space, computes (once per
+configuration) the *reference*: the flattened stream of an uninterrupted run over all
+epochs, and then plays a training loop against the loader: ``read`` some yields,
+``save`` a state (the suite keeps a byte snapshot of it), ``restore`` one of the saved
+states into a fresh object (the delivered stream rolls back to where that state was
+taken, as a trainer's does), and the property's own rules.  Every yield is checked as it
+arrives; at the end the run is drained and checked whole.
+
+What each property checks (PROPERTIES holds the one-line statements):
+
+* ``uninterrupted``: two uninterrupted runs are the same, every epoch (a block of
+  ``epoch_spec.length`` items of the flattened stream) holds each item once, and the run
+  ends after ``epochs`` epochs;
+* ``resume``: read / save / restore in any order; the delivered stream is always a prefix
+  of the reference and ends equal to it (cuts within an epoch, across epochs and exactly
+  at an epoch's end: ``read_to_epoch_end`` aims at those);
+* ``no_skip_dup``: the same moves; every epoch block of the delivered stream holds each
+  item once (order free);
+* ``state_after_restore``: restore, read 0-3 yields, save, restore that state at once;
+* ``restore_twice``: one state restored into two fresh objects reads the same, and the
+  state object is byte-identical before and after each restore;
+* ``initial_state``: a state read from a loader before anything was consumed, and restores
+  into a loader built (and, where the API allows, started) before its state is loaded;
+* ``workers``: restore under another worker count: ``exact`` continues the reference,
+  ``set`` keeps every epoch whole, ``refuse`` must raise (silent acceptance passes only if
+  nothing was skipped or repeated);
+* ``counters``: the loader's ``epoch`` / ``items_in_epoch`` agree with the delivered
+  stream after every move (at an exact epoch end both ``(e, length)`` and ``(e+1, 0)``
+  are accepted).
+
+A failing check raises :class:`LoaderPropertyFailure` with the configuration, the moves
+so far (the cut sequence) and the first wrong item; Hypothesis shrinks both.  An
+exception from the library inside a move is a failure too (it names the move).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import io
+import os
+import pickle
+import signal
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from properties.loaders.core import (
+    KNOBS,
+    EpochSpec,
+    LoaderAdapter,
+    LoaderConfig,
+    LoaderRun,
+    Refused,
+    dataset_ids,
+)
+
+__all__ = ["PROPERTIES", "LoaderPropertyFailure", "PropertyResult", "check_property", "config_strategy",
+           "machine_for", "reference_stream"]
+
+PROPERTIES: dict[str, str] = {
+    "uninterrupted": "two uninterrupted runs are equal; every epoch holds each item once (or the documented subset)",
+    "resume": "restoring at any cut (within, across and exactly at the end of epochs) continues the uninterrupted stream",
+    "no_skip_dup": "through any sequence of restores every epoch holds each item once",
+    "state_after_restore": "a state taken right after a restore (before and after reading more) resumes exactly",
+    "restore_twice": "one state restored twice gives the same stream both times; restore does not change the state",
+    "initial_state": "a state read before anything was consumed, and a loader built before its state is loaded, resume exactly",
+    "workers": "another worker count on restore: the same data where documented, refused (or harmless) where not",
+    "counters": "the loader's own counters (epoch, items in epoch) agree with what it delivered",
+}
+
+_MAX_READ = 4  # yields per read move
+#: seconds one move may take before it counts as hung (worker processes that never answer)
+MOVE_TIMEOUT = float(os.environ.get("ZEPHON_LOADERS_MOVE_TIMEOUT", "180"))
+
+
+class MoveTimeout(Exception):
+    """A move did not return within MOVE_TIMEOUT seconds."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise MoveTimeout(f"no answer within {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+class LoaderPropertyFailure(AssertionError):
+    """A property does not hold: carries the configuration, the moves and the first wrong item."""
+
+    def __init__(self, prop: str, cfg: LoaderConfig | None, steps: Sequence[str], detail: str,
+                 first_wrong: Mapping[str, Any] | None = None) -> None:
+        self.prop, self.cfg, self.steps, self.detail = prop, cfg, list(steps), detail
+        self.first_wrong = dict(first_wrong) if first_wrong else None
+        lines = [f"{prop}: {detail}", f"  config: {cfg.describe() if cfg else '?'}", "  moves:"]
+        lines += [f"    {s}" for s in self.steps] or ["    (none)"]
+        if self.first_wrong:
+            lines.append(f"  first wrong item: {self.first_wrong}")
+        super().__init__("\n".join(lines))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"property": self.prop, "detail": self.detail,
+                "config": dataclasses.asdict(self.cfg) if self.cfg else None,
+                "config_text": self.cfg.describe() if self.cfg else None,
+                "moves": self.steps, "first_wrong": self.first_wrong}
+
+
+def config_strategy(adapter: LoaderAdapter) -> st.SearchStrategy[LoaderConfig]:
+    """Configurations from the adapter's space; unsupported ones are filtered out.
+
+    ``space`` maps knobs to the values they may take; or ``space["variant"]`` maps each
+    variant to its own such mapping (knobs a variant does not name keep their defaults), which
+    keeps the filter from rejecting most draws of an adapter whose variants take different knobs."""
+    space = dict(adapter.space)
+    variants = space.get("variant")
+    if isinstance(variants, Mapping):
+        per = {str(v): dict(sub) for v, sub in variants.items()}
+    else:
+        per = {"": space}
+    for sub in per.values():
+        unknown = sorted(set(sub) - set(KNOBS))
+        if unknown:
+            raise ValueError(f"{adapter.name}.space: expected knobs among {list(KNOBS)}, received {unknown}")
+
+    def one(v: str) -> st.SearchStrategy[LoaderConfig]:
+        parts = {k: st.sampled_from(list(vals)) for k, vals in per[v].items()}
+        if v:
+            parts["variant"] = st.just(v)
+        return st.builds(LoaderConfig, **parts)
+
+    return st.sampled_from(sorted(per, key=list(per).index)).flatmap(one).filter(
+        lambda c: adapter.unsupported(c) is None)
+
+
+def space_values(adapter: LoaderAdapter, cfg: LoaderConfig, knob: str) -> list[Any]:
+    """The values ``knob`` may take in ``cfg``'s variant."""
+    variants = adapter.space.get("variant")
+    sub = variants.get(cfg.variant, {}) if isinstance(variants, Mapping) else adapter.space
+    return list(sub.get(knob, (getattr(cfg, knob),)))
+
+
+def _canonical(x: Any) -> Any:
+    """A value-only form of a state: mappings as sorted items (key order is not content), sequences
+    as tuples, arrays and tensors as (dtype, shape, bytes)."""
+    if isinstance(x, Mapping):
+        return ("map", tuple(sorted(((repr(k), _canonical(v)) for k, v in x.items()), key=lambda kv: kv[0])))
+    if isinstance(x, (list, tuple)):
+        return ("seq", tuple(_canonical(v) for v in x))
+    if hasattr(x, "detach") and hasattr(x, "numpy"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    if hasattr(x, "tobytes") and hasattr(x, "dtype"):  # a numpy array
+        return ("array", str(x.dtype), tuple(getattr(x, "shape", ())), x.tobytes())
+    return x
+
+
+def _snapshot(state: Any) -> bytes:
+    """Bytes that change when the state's content changes (not when only its key order does)."""
+    try:
+        return pickle.dumps(_canonical(state), protocol=4)
+    except Exception:  # noqa: BLE001 - an unpicklable state is still comparable by its repr
+        return repr(state).encode()
+
+
+def _flat(yields: Sequence[Sequence[int]]) -> list[int]:
+    return [int(x) for y in yields for x in y]
+
+
+def reference_stream(adapter: LoaderAdapter, cfg: LoaderConfig, *, limit: int | None = None) -> list[int]:
+    """The flattened stream of one uninterrupted run (at most ``limit`` items: a loader that
+    does not end is cut there)."""
+    length = max(adapter.epoch_spec(cfg).length, cfg.size)
+    limit = limit if limit is not None else length * (cfg.epochs + 1) + 8
+    run = adapter.build(cfg)
+    out: list[int] = []
+    try:
+        while len(out) <= limit:
+            got = run.next(8)
+            out += _flat(got)
+            if len(got) < 8:
+                break
+    finally:
+        run.close()
+    return out
+
+
+@dataclass
+class _Record:
+    """Shared by every machine of one property check: the reference cache and counts."""
+
+    cache: dict[LoaderConfig, list[int]]
+    started: int = 0
+    first_failure_at: int | None = None
+    notes: Counter[str] = field(default_factory=Counter)
+
+
+def _move(fn: Callable[..., None]) -> Callable[..., None]:
+    """Marks the machine busy while a move runs: if the move raises, teardown does not drain (the
+    first error stays the one reported)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> None:
+        outer = self.busy
+        self.busy = True
+        fn(self, *args, **kwargs)
+        self.busy = outer
+
+    return wrapped
+
+
+def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[RuleBasedStateMachine]:
+    if prop not in PROPERTIES:
+        raise ValueError(f"property: expected one of {list(PROPERTIES)}, received {prop!r}")
+    cfgs = config_strategy(adapter)
+    P = prop
+    primed_ok = bool(getattr(adapter, "primed_ok", False))
+
+    class LoaderMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            record.started += 1
+            self.cfg: LoaderConfig | None = None
+            self.run: LoaderRun | None = None
+            self.yields: list[list[int]] = []
+            self.flat: list[int] = []
+            #: (position, state, its bytes, the config, the yields delivered up to it)
+            self.saved: list[tuple[int, Any, bytes, LoaderConfig, list[list[int]]]] = []
+            self.busy = False  # a move is under way (teardown does not drain after a move raised)
+            self.steps: list[str] = []
+            self.exact = True  # the reference order applies (False after a 'set' worker change)
+            self.ended = False
+
+        # -- helpers ------------------------------------------------------------------------------
+        def fail(self, detail: str, first_wrong: Mapping[str, Any] | None = None) -> None:
+            if record.first_failure_at is None:
+                record.first_failure_at = record.started
+            raise LoaderPropertyFailure(P, self.cfg, self.steps, detail, first_wrong)
+
+        def call(self, what: str, fn: Callable[[], Any]) -> Any:
+            try:
+                with _deadline(MOVE_TIMEOUT):
+                    return fn()
+            except MoveTimeout as exc:
+                self.fail(f"{what} hung: {exc}")
+            except LoaderPropertyFailure:
+                raise
+            except Refused:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the library raising inside a move is a finding
+                tb = traceback.extract_tb(exc.__traceback__)
+                where = f" at {tb[-1].filename.rsplit('/', 3)[-1]}:{tb[-1].lineno}" if tb else ""
+                self.fail(f"{what} raised {type(exc).__name__}: {str(exc)[:300]}{where}")
+
+        @property
+        def spec(self) -> EpochSpec:
+            assert self.cfg is not None
+            spec = adapter.epoch_spec(self.cfg)
+            if spec.length < 0:  # "as long as the uninterrupted run" (a subset the library decides)
+                spec = dataclasses.replace(spec, length=len(self.ref()) // max(self.cfg.epochs, 1))
+            return spec
+
+        def ref(self) -> list[int]:
+            assert self.cfg is not None
+            if self.cfg not in record.cache:
+                record.cache[self.cfg] = self.call("an uninterrupted run", lambda: reference_stream(adapter, self.cfg))
+            return record.cache[self.cfg]
+
+        def where(self, pos: int) -> str:
+            L = self.spec.length or 1
+            return f"epoch {pos // L}, item {pos % L}"
+
+        def deliver(self, got: list[list[int]], asked: int | None) -> None:
+            start = len(self.flat)
+            self.yields += got
+            self.flat += _flat(got)
+            if asked is not None and len(got) < asked:
+                self.ended = True
+            self.check(start)
+
+        def check(self, start: int) -> None:
+            """Check the items from ``start`` on, and the end if the run ended."""
+            assert self.cfg is not None
+            if P == "no_skip_dup" or not self.exact:
+                self.check_epochs(final=self.ended)
+                return
+            ref = self.ref()
+            for i in range(start, len(self.flat)):
+                if i >= len(ref):
+                    self.fail(f"an item after the end of the uninterrupted stream ({len(ref)} items)",
+                              {"position": i, "where": self.where(i), "expected": "end", "got": self.flat[i]})
+                if self.flat[i] != ref[i]:
+                    self.fail("the stream differs from the uninterrupted run",
+                              {"position": i, "where": self.where(i), "expected": ref[i], "got": self.flat[i]})
+            if self.ended and len(self.flat) < len(ref):
+                i = len(self.flat)
+                self.fail(f"the stream ended early after {i} of {len(ref)} items",
+                          {"position": i, "where": self.where(i), "expected": ref[i], "got": "end"})
+
+        def check_epochs(self, *, final: bool) -> None:
+            assert self.cfg is not None
+            spec, ids = self.spec, dataset_ids(self.cfg)
+            universe = Counter(ids)
+            L = spec.length
+            for e in range(0, max(len(self.flat), 1), max(L, 1)):
+                block = self.flat[e:e + L]
+                seen: Counter[int] = Counter()
+                for j, x in enumerate(block):
+                    seen[x] += 1
+                    if x not in universe:
+                        self.fail("an item that is not in the dataset", {"position": e + j, "where": self.where(e + j),
+                                                                          "got": x})
+                    if seen[x] > universe[x]:
+                        self.fail(f"item {x} delivered twice in one epoch",
+                                  {"position": e + j, "where": self.where(e + j), "got": x, "duplicate_of": x})
+                if len(block) == L and not spec.subset and seen != universe:
+                    missing = sorted((universe - seen).elements())
+                    self.fail(f"epoch {e // max(L, 1)} misses {missing}",
+                              {"position": e, "where": self.where(e), "missing": missing})
+            if final:
+                want = L * self.cfg.epochs
+                if len(self.flat) < want:
+                    self.fail(f"the run ended after {len(self.flat)} of {want} items",
+                              {"position": len(self.flat), "where": self.where(len(self.flat)), "got": "end"})
+                if len(self.flat) > want:
+                    self.fail(f"the run delivered {len(self.flat)} items, more than {want}",
+                              {"position": want, "where": self.where(want), "got": self.flat[want]})
+
+        def check_counters(self) -> None:
+            if self.run is None or P != "counters":
+                return
+            c = self.call("counters()", self.run.counters)
+            if not c:
+                return
+            L = self.spec.length
+            pos = len(self.flat)
+            e, k = divmod(pos, L) if L else (0, 0)
+            ok = {(e, k)}
+            if k == 0 and pos > 0:
+                ok.add((e - 1, L))
+            got_e, got_k = c.get("epoch"), c.get("items_in_epoch")
+            if got_e is None:
+                ok_k = {kk for _, kk in ok}
+                if got_k is not None and got_k not in ok_k:
+                    self.fail(f"the loader counts {got_k} items in this epoch, {k} were delivered",
+                              {"position": pos, "where": self.where(pos), "counters": dict(c)})
+                return
+            if got_k is None:
+                if got_e not in {ee for ee, _ in ok}:
+                    self.fail(f"the loader says epoch {got_e}, the stream is in epoch {e}",
+                              {"position": pos, "where": self.where(pos), "counters": dict(c)})
+                return
+            if (got_e, got_k) not in ok:
+                self.fail(f"the loader counts epoch {got_e}, item {got_k}; {self.where(pos)} was delivered",
+                          {"position": pos, "where": self.where(pos), "counters": dict(c)})
+
+        def open(self, cfg: LoaderConfig, state: Any = None, primed: bool = False) -> LoaderRun:
+            if self.run is not None:
+                self.run.close()
+                self.run = None
+            run: LoaderRun = self.call("build" + (" (restore)" if state is not None else ""),
+                                       lambda: adapter.build(cfg, state, primed=primed))
+            return run
+
+        def rollback(self, yields: list[list[int]]) -> None:
+            """The trainer goes back to the checkpoint: the stream is what was delivered when it was
+            taken (a state saved in a timeline that a later restore abandoned keeps its own)."""
+            self.yields = [list(y) for y in yields]
+            self.flat = _flat(self.yields)
+            self.ended = False
+
+        def pick(self, i: int) -> tuple[int, Any, bytes, LoaderConfig, list[list[int]]]:
+            return self.saved[-1 - (i % len(self.saved))]
+
+        def restored(self, i: int, *, primed: bool = False) -> None:
+            pos, state, snap, cfg, upto = self.pick(i)
+            self.run = self.open(cfg, state, primed)
+            self.cfg = cfg
+            if _snapshot(state) != snap:
+                self.fail("restore changed the state object it was given", {"position": pos})
+            self.rollback(upto)
+            self.steps.append(f"restore(state saved at {self.where(pos)}){' into a primed loader' if primed else ''}")
+            self.check_counters()
+
+        # -- moves --------------------------------------------------------------------------------
+        @initialize(cfg=cfgs)
+        @_move
+        def setup(self, cfg: LoaderConfig) -> None:
+            self.cfg = cfg
+            if P == "uninterrupted":
+                a = self.ref()
+                b = self.call("a second uninterrupted run", lambda: reference_stream(adapter, cfg))
+                self.steps.append("two uninterrupted runs")
+                for i, (x, y) in enumerate(zip(a, b, strict=False)):
+                    if x != y:
+                        self.fail("two uninterrupted runs differ", {"position": i, "where": self.where(i),
+                                                                    "first_run": x, "second_run": y})
+                if len(a) != len(b):
+                    self.fail(f"two uninterrupted runs have {len(a)} and {len(b)} items")
+                self.flat = list(a)
+                self.ended = True
+                self.check_epochs(final=True)
+                return
+            self.run = self.open(cfg)
+            if P == "initial_state":
+                self.save()
+
+        @precondition(lambda self: self.run is not None and not self.ended)
+        @rule(n=st.integers(1, _MAX_READ))
+        @_move
+        def read(self, n: int) -> None:
+            assert self.run is not None
+            run = self.run
+            got = self.call(f"next({n})", lambda: run.next(n))
+            self.steps.append(f"read({n}) -> {_flat(got)}")
+            self.deliver(got, n)
+            self.check_counters()
+
+        @precondition(lambda self: self.run is not None and not self.ended and P in ("resume", "no_skip_dup",
+                                                                                        "counters"))
+        @rule()
+        @_move
+        def read_to_epoch_end(self) -> None:
+            assert self.run is not None
+            run = self.run
+            L = self.spec.length or 1
+            moved = []
+            while not self.ended:
+                got = self.call("next(1)", lambda: run.next(1))
+                moved += _flat(got)
+                self.deliver(got, 1)
+                if len(self.flat) % L == 0:
+                    break
+            self.steps.append(f"read to the end of the epoch -> {moved}")
+            self.check_counters()
+
+        @precondition(lambda self: self.run is not None and P != "uninterrupted")
+        @rule()
+        @_move
+        def save(self) -> None:
+            assert self.run is not None and self.cfg is not None
+            run = self.run
+            state = self.call("state()", run.state)
+            self.saved.append((len(self.flat), state, _snapshot(state), self.cfg, [list(y) for y in self.yields]))
+            self.steps.append(f"save() at {self.where(len(self.flat))}")
+
+        @precondition(lambda self: bool(self.saved) and P in ("resume", "no_skip_dup", "counters", "initial_state",
+                                                               "state_after_restore"))
+        @rule(i=st.integers(0, 7))
+        @_move
+        def restore(self, i: int) -> None:
+            self.restored(i)
+
+        @precondition(lambda self: bool(self.saved) and P == "initial_state" and primed_ok)
+        @rule(i=st.integers(0, 7))
+        @_move
+        def restore_primed(self, i: int) -> None:
+            self.restored(i, primed=True)
+
+        @precondition(lambda self: bool(self.saved) and P == "state_after_restore")
+        @rule(i=st.integers(0, 7), r=st.integers(0, 3))
+        @_move
+        def restore_read_save_restore(self, i: int, r: int) -> None:
+            self.restored(i)
+            if r:
+                self.read(r)
+            self.save()
+            self.restored(0)  # the state just saved
+
+        @precondition(lambda self: bool(self.saved) and P == "restore_twice")
+        @rule(i=st.integers(0, 7), m=st.integers(1, 6))
+        @_move
+        def restore_twice(self, i: int, m: int) -> None:
+            pos, state, snap, cfg, _ = self.pick(i)
+            first = self.open(cfg, state)
+            a = _flat(self.call(f"next({m}) after the first restore", lambda: first.next(m)))
+            first.close()
+            if _snapshot(state) != snap:
+                self.fail("restore changed the state object it was given", {"position": pos})
+            self.restored(i)
+            assert self.run is not None
+            second = self.run
+            got = self.call(f"next({m}) after the second restore", lambda: second.next(m))
+            b = _flat(got)
+            self.steps[-1] = f"restore twice (state saved at {self.where(pos)}), next({m}) -> {a} then {b}"
+            if a != b:
+                j = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+                self.fail("the same state restored twice gives two streams",
+                          {"position": pos + j, "where": self.where(pos + j),
+                           "first_restore": a[j] if j < len(a) else "end",
+                           "second_restore": b[j] if j < len(b) else "end"})
+            self.deliver(got, m)
+
+        @precondition(lambda self: bool(self.saved) and P == "workers")
+        @rule(i=st.integers(0, 7), data=st.data())
+        @_move
+        def restore_other_workers(self, i: int, data: st.DataObject) -> None:
+            pos, state, snap, cfg, upto = self.pick(i)
+            others = [w for w in space_values(adapter, cfg, "workers") if w != cfg.workers]
+            others = [w for w in others if adapter.unsupported(dataclasses.replace(cfg, workers=w)) is None]
+            if not others:
+                self.restored(i)
+                return
+            w = data.draw(st.sampled_from(others), label="workers")
+            cfg2 = dataclasses.replace(cfg, workers=w)
+            mode = adapter.worker_change(cfg)
+            try:
+                run = adapter.build(cfg2, state)
+                got = run.next(_MAX_READ)
+            except Exception as exc:  # noqa: BLE001 - a refusal is what 'refuse' asks for
+                self.steps.append(f"restore(state saved at {self.where(pos)}) under workers={w}: refused "
+                                  f"({type(exc).__name__})")
+                if mode != "refuse" and not isinstance(exc, Refused):
+                    self.fail(f"restoring under workers={w} (documented: {mode}) raised {type(exc).__name__}: "
+                              f"{str(exc)[:200]}")
+                record.notes[f"workers {cfg.workers}->{w}: refused"] += 1
+                self.restored(i)
+                return
+            if self.run is not None:
+                self.run.close()
+            self.run, self.cfg = run, cfg2
+            self.rollback(upto)
+            self.steps.append(f"restore(state saved at {self.where(pos)}) under workers={w}: accepted")
+            if mode == "refuse":
+                record.notes[f"workers {cfg.workers}->{w}: accepted silently"] += 1
+            if mode != "exact":
+                self.exact = False
+            self.deliver(got, _MAX_READ)
+
+        def teardown(self) -> None:
+            try:
+                if self.run is not None and not self.ended and self.cfg is not None and not self.busy:
+                    run = self.run
+                    guard = (self.spec.length + 2) * (self.cfg.epochs + 1) + 8
+                    moved: list[int] = []
+                    while not self.ended and guard > 0:
+                        got = self.call("next(8) (draining)", lambda: run.next(8))
+                        moved += _flat(got)
+                        self.deliver(got, 8)
+                        guard -= 8
+                    if not self.ended:
+                        self.fail("the run does not end")
+            finally:
+                if self.run is not None:
+                    self.run.close()
+                    self.run = None
+
+    LoaderMachine.__name__ = f"{adapter.name.replace('-', '_')}_{prop}"
+    LoaderMachine.__qualname__ = LoaderMachine.__name__
+    return LoaderMachine
+
+
+@dataclass
+class PropertyResult:
+    loader: str
+    prop: str
+    status: str  # "pass", "FAIL", "declared" (documented unsupported), "n/a"
+    examples: int = 0
+    to_failure: int | None = None
+    reason: str = ""
+    failure: dict[str, Any] | None = None
+    notes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_property(adapter: LoaderAdapter, prop: str, *, examples: int = 30, steps: int = 10,
+                   derandomize: bool = True, cache: dict[LoaderConfig, list[int]] | None = None) -> PropertyResult:
+    """Run one property against one adapter and say what happened (never raises for a failing
+    property: the result carries it)."""
+    declared = dict(adapter.declared())
+    if prop in declared:
+        return PropertyResult(adapter.name, prop, "declared", reason=declared[prop])
+    record = _Record(cache if cache is not None else {})
+    machine = machine_for(adapter, prop, record)
+    budget = 1 if prop == "uninterrupted" else steps
+    s = settings(max_examples=examples, stateful_step_count=budget, deadline=None, database=None,
+                 derandomize=derandomize, print_blob=False,
+                 suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                 # no "explain" phase: it traces every line of the library under test (sys.settrace),
+                 # which made a shrunk failure take minutes to report
+                 phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
+    try:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            run_state_machine_as_test(machine, settings=s)
+    except LoaderPropertyFailure as exc:
+        return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
+                              exc.detail, exc.as_dict(), dict(record.notes))
+    except Flaky as exc:
+        return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
+                              f"not reproducible (Hypothesis: {type(exc).__name__}): the loader's output "
+                              f"changed between identical runs: {str(exc)[:300]}", None, dict(record.notes))
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
+                              f"{type(exc).__name__}: {str(exc)[:400]}", None, dict(record.notes))
+    return PropertyResult(adapter.name, prop, "pass", record.started, None, "", None, dict(record.notes))
+
+
+def copy_state(state: Any) -> Any:
+    """A deep copy (what a checkpoint round trip through torch.save would give)."""
+    return copy.deepcopy(state)

@@ -1,0 +1,52 @@
+"""``python -m properties.loaders.table FILE.json ...``: the markdown table docs/loaders.md publishes,
+from the ``--json`` files of ``python -m properties.loaders`` runs (one per loader)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from properties.loaders.machine import PROPERTIES
+
+__all__ = ["main", "render"]
+
+
+def _cell(r: dict) -> str:
+    if r["status"] == "FAIL":
+        return f"**FAIL** ({r['to_failure']})" if r.get("to_failure") else "**FAIL**"
+    if r["status"] == "declared":
+        return "declared"
+    return f"pass ({r['examples']})"
+
+
+def render(docs: list[dict]) -> str:
+    props = list(PROPERTIES)
+    lines = ["| loader (version; pinned knobs) | " + " | ".join(props) + " |",
+             "|---|" + "---|" * len(props)]
+    for d in docs:
+        by = {r["prop"]: r for r in d["results"]}
+        pins = f"; {', '.join(f'{k}={v}' for k, v in d.get('pinned', {}).items())}" if d.get("pinned") else ""
+        cells = [_cell(by[p]) if p in by else "-" for p in props]
+        lines.append(f"| {d['loader']} ({d['version']}{pins}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    files = sys.argv[1:] if argv is None else argv
+    if not files:
+        sys.stderr.write("python -m properties.loaders.table: expected one or more --json result files\n")
+        return 2
+    docs = []
+    for f in files:
+        try:
+            docs.append(json.loads(Path(f).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"python -m properties.loaders.table: {f}: expected a results file, received {exc}\n")
+            return 2
+    print(render(docs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The generic stateful-loader suite (properties/loaders): zephon_ref passes every property, each
+property can fail (a planted bug in the plain reference loader is caught), and the CLI's bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from properties import profiles
+from properties.loaders.adapters.reference import BUGS, ListLoader
+from properties.loaders.adapters.zephon import ZEPHON, ZEPHON_REF
+from properties.loaders.core import LoaderConfig, Narrowed
+from properties.loaders.machine import PROPERTIES, check_property
+
+#: the property each planted bug must break (properties/loaders/adapters/reference.py says why)
+CATCHES = {"skip_on_restore": "resume", "end_of_epoch": "resume", "restore_resets_count": "state_after_restore",
+           "mutate_state": "restore_twice", "initial_state": "initial_state", "workers": "workers",
+           "counter": "counters", "nondeterministic": "uninterrupted"}
+
+
+def test_every_planted_bug_has_a_catcher() -> None:
+    assert set(CATCHES) == set(BUGS) and set(CATCHES.values()) <= set(PROPERTIES)
+
+
+@pytest.mark.parametrize("prop", list(PROPERTIES))
+def test_the_reference_loader_holds_every_property(prop: str) -> None:
+    r = check_property(ListLoader(), prop, examples=profiles.examples(15))
+    assert r.status == "pass", r.failure or r.reason
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_a_planted_bug_is_caught_with_a_minimal_reproduction(bug: str) -> None:
+    r = check_property(ListLoader(bug), CATCHES[bug], examples=profiles.examples(40))
+    assert r.status == "FAIL", f"{bug} went unnoticed by {CATCHES[bug]}"
+    assert r.to_failure is not None and r.failure is not None
+    assert r.failure["config"] is not None and len(r.failure["moves"]) <= 6, r.failure
+
+
+@pytest.mark.parametrize("prop", list(PROPERTIES))
+def test_zephon_ref_passes_every_property(prop: str) -> None:
+    r = check_property(ZEPHON_REF, prop, examples=profiles.examples(6), steps=6)
+    assert r.status in ("pass", "declared"), r.failure or r.reason
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("prop", ["resume", "workers"])
+def test_zephon_passes(prop: str) -> None:
+    pytest.importorskip("zephon", reason="zephon 0.2.0 is not installed (the conformance extra)")
+    r = check_property(ZEPHON, prop, examples=profiles.examples(4), steps=6)
+    assert r.status in ("pass", "declared"), r.failure or r.reason
+
+
+def test_narrowed_pins_knobs_and_refuses_unknown_ones() -> None:
+    n = Narrowed(ListLoader(), size=2, epochs=1)
+    assert n.space["size"] == (2,) and n.name == "list"
+    r = check_property(n, "resume", examples=3)
+    assert r.status == "pass"
+    with pytest.raises(ValueError, match="knobs"):
+        Narrowed(ListLoader(), colour=1)
+    assert LoaderConfig().describe() == "LoaderConfig(variant='default', size=6)"
+
+
+@pytest.mark.parametrize("argv", [["--loader", "no-such-loader"], ["--loader", "zephon_ref", "--examples", "0"],
+                                  ["--loader", "zephon_ref", "--property", "nope"], [],
+                                  ["--loader", "properties.loaders.core:LoaderConfig"]])
+def test_cli_bad_input_exits_2_with_one_line(argv: list[str]) -> None:
+    p = subprocess.run([sys.executable, "-m", "properties.loaders", *argv], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_cli_table_and_json(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "r.json"
+    p = subprocess.run([sys.executable, "-m", "properties.loaders", "--loader",
+                        "properties.loaders.adapters.reference:ListLoader", "--examples", "3",
+                        "--property", "resume", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "resume" in p.stdout and "pass" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["results"][0]["status"] == "pass"
+
+
+def test_cli_exits_1_on_a_failure() -> None:
+    code = ("import sys; from properties.loaders.__main__ import main; "
+            "from properties.loaders.adapters import reference; "
+            "reference.BUGGY = reference.ListLoader('skip_on_restore'); "
+            "sys.exit(main(['--loader', 'properties.loaders.adapters.reference:BUGGY', '--examples', '20', "
+            "'--property', 'resume']))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "minimal config" in p.stdout and "first wrong item" in p.stdout
