@@ -880,6 +880,7 @@ class StaticMixtureWorkSource(WorkSource):
                 f"first chunk: expected every dataset to supply its quota of a {chunk_size}-sample chunk, "
                 f"received too few samples from {who}; reduce chunk_size or change the mixture or policies"
             )
+        self._refuse_an_infinite_length(weights_given=spec.weights)
 
     # -- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -958,6 +959,23 @@ class StaticMixtureWorkSource(WorkSource):
             raise ContractError(expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
                                 + "; read total_samples instead (a component's weight is tiny against its size)")
         return n
+
+    def _refuse_an_infinite_length(self, *, weights_given: Mapping[str, Any]) -> None:
+        """Construction check: the remaining length of a bounded source is a finite number.
+
+        A component whose share of a chunk is tiny against its size (``{'a': 3.6e307, 'b': 1}``)
+        needs more chunks than a float can count; :meth:`_remaining` would overflow on every
+        ``len()``.  Such a mixture is refused here, typed, before anything reads it.
+        """
+        if self._cfg.unbounded():
+            return
+        try:
+            self._remaining()
+        except OverflowError:
+            raise ConfigError(expected(
+                "mixture weights", "shares that let every component be read in a finite number of chunks",
+                f"{dict(weights_given)!r} (a share of {min(self._cfg.weights.values())!r} of a "
+                f"{self._cfg.chunk_size}-sample chunk: an infinite remaining length)")) from None
 
     def _remaining(self) -> int:
         cfg = self._cfg
