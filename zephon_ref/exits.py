@@ -116,8 +116,20 @@ def refuse(prog: str, kind: str, message: str, code: int) -> int:
     return code
 
 
-class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default (ArgumentDefaultsHelpFormatter) and keeps descriptions' line breaks."""
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows every option's default and keeps descriptions' line breaks.
+
+    A help text that already says its default (``"(default"`` in it) is left alone; a required
+    option shows none; ``None`` reads "none", a switch's ``False`` reads "off".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.required or action.default is argparse.SUPPRESS or not action.option_strings:
+            return text
+        d = action.default
+        shown = "none" if d is None else ("on" if d else "off") if isinstance(d, bool) else "%(default)s"
+        return f"{text} (default: {shown})" if text else f"(default: {shown})"
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
