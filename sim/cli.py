@@ -33,13 +33,14 @@ import multiprocessing
 import os
 import shlex
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from sim.progress import progress as progress_bar
 from sim.runs import FAULTS, RunResult, run_seed
 from sim.world import PROBES
-from zephon_ref.errors import ZephonRefError
+from zephon_ref.errors import DataDroppedWarning, ZephonRefError
 from zephon_ref.exits import (
     EPILOG,
     EXIT_USAGE,
@@ -212,7 +213,12 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         return refuse("python -m sim run", "usage error", str(exc), EXIT_USAGE)
     print(f"seed {ns.seed}: configuration (derived from the seed, flags override; docs/sim.md):")
     print("\n".join(describe_config(cfg)), flush=True)
-    r = run_seed(ns.seed, **ov)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataDroppedWarning)
+        r = run_seed(ns.seed, **ov)
+    for w in caught:  # anything else is shown as usual
+        if not isinstance(w.message, DataDroppedWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     s = r.summary()
     print(f"seed {r.seed}: {'ok' if r.ok else 'FAILED'}; {r.steps} global steps, {r.events} events, "
           f"{r.crashes} crashes, {r.restores} restores, {r.history} history entries; lineage: {r.lineage}")
@@ -221,6 +227,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         print("problem: " + p)
     if not r.ok:
         print("reproduce: " + reproduce(ns.seed, ov))
+    print(dropped_line(caught))
     print("fingerprint " + r.fingerprint)
     if ns.json:
         doc = {"command": reproduce(ns.seed, ov), "config": cfg, "config_fields": {
@@ -228,6 +235,21 @@ def _cmd_run(ns: argparse.Namespace) -> int:
             "result": {**s, "problems": list(r.problems)}, "reproduce": None if r.ok else reproduce(ns.seed, ov)}
         _write_json(ns.json, doc)
     return 0 if r.ok else 1
+
+
+def dropped_line(caught: Sequence[warnings.WarningMessage]) -> str:
+    """One line for the DataDroppedWarnings of a run (the workload's configuration drops data by design:
+    first_fit at max_length 48 drops longer documents), per cause: warnings, lanes, records, tokens."""
+    by: dict[str, list[DataDroppedWarning]] = {}
+    for w in caught:
+        if isinstance(w.message, DataDroppedWarning):
+            by.setdefault(w.message.cause, []).append(w.message)
+    if not by:
+        return "dropped data: none"
+    parts = [f"{cause}: {sum(w.records for w in ws)} records"
+             + (f" ({sum(w.tokens or 0 for w in ws)} tokens)" if any(w.tokens is not None for w in ws) else "")
+             + f" in {len(ws)} flushes on {len({w.lane for w in ws})} lanes" for cause, ws in sorted(by.items())]
+    return "dropped data (DataDroppedWarning, by the workload's configuration; docs/drops.md): " + "; ".join(parts)
 
 
 def _write_json(path: str, doc: Any) -> None:
@@ -240,7 +262,10 @@ def _write_json(path: str, doc: Any) -> None:
 def _one(args: tuple[int, dict[str, Any]]) -> dict[str, Any]:
     seed, ov = args
     try:
-        r: RunResult | None = run_seed(seed, **ov)
+        with warnings.catch_warnings():
+            # the workload drops oversized documents by design; 'sim run --seed N' reports the counts
+            warnings.simplefilter("ignore", DataDroppedWarning)
+            r: RunResult | None = run_seed(seed, **ov)
     except Exception as exc:  # a crash of the simulator itself is a failure to report, not to hide
         return {"seed": seed, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500], "probes": {},
                 "reproduce": reproduce(seed, ov)}
