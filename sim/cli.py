@@ -17,7 +17,8 @@ stderr, exit 2 (the project's codes, :mod:`zephon_ref.exits`; docs/cli.md).
 
 ``sweep --seeds A..B [--jobs J] [--out summary.json] [flags]`` runs every seed of the
 inclusive range in ``J`` processes (multiprocessing; default: every core), draws a
-progress bar on stderr (tqdm, :mod:`sim.progress`: off with ``--quiet`` or when stderr is not a terminal), and writes a JSON summary: seeds run, failures with their
+progress bar on stderr (tqdm, :mod:`sim.progress`: off with ``--quiet`` or when stderr is
+not a terminal), and writes a JSON summary: seeds run, failures with their
 reproduce commands, and the coverage probes (:data:`sim.world.PROBES`) counted as the
 number of seeds that reached each, plus the fault kinds no seed reached.  Results are
 ordered by seed, so the summary does not depend on which process finished first.
@@ -66,7 +67,6 @@ _FLAG_HELP: dict[str, tuple[int, str]] = {
     "mid_step": (0, "a checkpoint cut inside a global step once in N deliveries (0: never)"),
 }
 
-_RATIO = "ratio"
 #: every field of a derived configuration: (unit, meaning).  A ratio ``[n, d]`` is a chance of
 #: n in d per the unit named ("never" for [0, 1]); virtual time is in integer ticks.
 CONFIG_FIELDS: dict[str, tuple[str, str]] = {
