@@ -85,3 +85,27 @@ def test_help_lists_every_subcommand_and_every_option_has_help_and_default(
             assert action.help, f"{p.prog} {action.option_strings}: no help text"
             shown = formatter._get_help_string(action) or ""  # what --help prints for it
             assert action.required or "(default" in shown, f"{p.prog} {action.option_strings}: no default shown"
+
+
+def test_the_progress_bar_is_tqdm_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import sys
+
+    from tqdm import tqdm
+
+    from sim.progress import progress, shown
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert shown(stream=Tty()) and not shown(stream=io.StringIO()) and not shown(quiet=True, stream=Tty())
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    bar = progress(3, desc="seeds", unit="seed")
+    assert isinstance(bar, tqdm) and not bar.disable
+    bar.update(3)
+    bar.close()
+    assert "3/3" in tty.getvalue()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert progress(3, desc="seeds", unit="seed").disable  # a pipe or a log: nothing drawn
