@@ -920,6 +920,7 @@ class StaticMixtureWorkSource(WorkSource):
         c._perm = (-1, ())
         c._cloned = True
         c._lane, c._canon = int(lane_id), int(canonical_replicas)
+        c._leftover_warned, c._boundary_skipped = False, {}  # diagnostics of this clone's own stream
         return c
 
     def chunk_size_hint(self) -> int:
