@@ -131,8 +131,9 @@ def _describe(m: Manifest, out: TextIO) -> None:
 
 
 def _refused(command: str, exc: BaseException) -> int:
-    reason = getattr(exc, "reason", "?")
-    print(f"zephon-ref ckpt {command}: {_kind(exc)} ({reason}): {exc}", file=sys.stderr)
+    reason = getattr(exc, "reason", None)
+    kind = _kind(exc) + ("" if reason else " error" if _kind(exc) == "usage" else "")
+    print(f"zephon-ref ckpt {command}: {kind}{f' ({reason})' if reason else ''}: {exc}", file=sys.stderr)
     return exit_code(exc)
 
 
