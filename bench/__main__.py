@@ -2,11 +2,17 @@
 
 Usage::
 
-    python3 -m bench [--quick] [--only source,pipeline] [--report]
+    python3 -m bench [--quick] [--only source,pipeline] [--report] [--json FILE]
 
 Each ``bench/bench_*.py`` that exposes ``results(*, quick: bool = True)`` is run in
 turn (a progress line per module on stderr); its rows (``name``, ``ours``,
-``theirs``, ``unit``, ``ratio``, ``note``) go into one table.  A module that cannot
+``theirs``, ``vs``, ``unit``, ``ratio``, ``note``) go into one table.  ``vs`` says
+what "theirs" is on that row, in a column of its own ("theirs is"): another library
+("zephon 0.2.0", "Grain"), the same code in another setting ("the same store's save
+time", "the same merge at 8 lanes"), another backend or topology ("directory
+backend", "star topology"), or a goal; a row without a "theirs" needs no ``vs``, a
+row with one that does not say is shown as unstated.  ``--json FILE`` writes the
+rows, the machine and the date as one JSON document (for a machine to read).  A module that cannot
 be imported or run (a missing optional extra: zephon, torch, boto3, grain, ...)
 becomes a row saying what could not be measured and why; a module without
 ``results()`` says so too.  ``--report`` rewrites the results table in README.md
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import json
 import os
 import platform
 import sys
@@ -34,7 +41,8 @@ if str(ROOT) not in sys.path:
 
 START = "<!-- bench-results:start (written by `python -m bench --report`; edit the benchmarks, not this table) -->"
 END = "<!-- bench-results:end -->"
-KEYS = ("name", "ours", "theirs", "unit", "ratio", "note")
+KEYS = ("name", "ours", "theirs", "vs", "unit", "ratio", "note")
+UNSTATED = "? (unstated: the benchmark must say)"
 
 Row = dict[str, object]
 
@@ -54,15 +62,19 @@ def select(names: Sequence[str], only: str | None) -> list[str]:
     want = {_short(x.strip()) for x in only.split(",") if x.strip()}
     unknown = sorted(want - {_short(n) for n in names})
     if unknown:
-        raise SystemExit(f"--only: unknown benchmark(s) {unknown}; expected some of {[_short(n) for n in names]}")
+        raise SystemExit(f"--only: expected names among {[_short(n) for n in names]}, received unknown "
+                         f"benchmark(s) {unknown}")
     return [n for n in names if _short(n) in want]
 
 
 def check_row(module: str, row: Any) -> Row:
+    """A row with exactly KEYS (``vs`` may be left out when ``theirs`` is None), else one explaining row."""
+    if isinstance(row, dict) and "vs" not in row:
+        row = {**row, "vs": None if row.get("theirs") is None else UNSTATED}
     if not isinstance(row, dict) or set(row) != set(KEYS):
-        return {"name": f"{module}: malformed row", "ours": None, "theirs": None, "unit": "",
+        return {"name": f"{module}: malformed row", "ours": None, "theirs": None, "vs": None, "unit": "",
                 "ratio": None, "note": f"expected keys {list(KEYS)}, received {row!r}"[:300]}
-    return dict(row)
+    return {k: row[k] for k in KEYS}
 
 
 def run_module(name: str, *, quick: bool) -> list[Row]:
@@ -70,17 +82,17 @@ def run_module(name: str, *, quick: bool) -> list[Row]:
     try:
         mod = importlib.import_module(f"bench.{name}")
     except ImportError as exc:  # an optional extra is missing
-        return [{"name": f"{name}: not measured", "ours": None, "theirs": None, "unit": "", "ratio": None,
-                 "note": f"could not import ({type(exc).__name__}: {exc})"}]
+        return [{"name": f"{name}: not measured", "ours": None, "theirs": None, "vs": None, "unit": "",
+                 "ratio": None, "note": f"could not import ({type(exc).__name__}: {exc})"}]
     fn = getattr(mod, "results", None)
     if fn is None:
-        return [{"name": f"{name}: not measured", "ours": None, "theirs": None, "unit": "", "ratio": None,
-                 "note": "the module has no results() yet (run it as a script for its own tables)"}]
+        return [{"name": f"{name}: not measured", "ours": None, "theirs": None, "vs": None, "unit": "",
+                 "ratio": None, "note": "the module has no results() yet (run it as a script for its own tables)"}]
     try:
         rows = fn(quick=quick)
     except Exception as exc:  # a benchmark failing must not hide the others
         tb = traceback.format_exc(limit=2).strip().splitlines()[-1]
-        return [{"name": f"{name}: failed", "ours": None, "theirs": None, "unit": "", "ratio": None,
+        return [{"name": f"{name}: failed", "ours": None, "theirs": None, "vs": None, "unit": "", "ratio": None,
                  "note": f"{type(exc).__name__}: {exc}"[:300] + f" ({tb[:120]})"}]
     return [check_row(name, r) for r in rows]
 
@@ -99,11 +111,11 @@ def fmt(v: object) -> str:
 
 
 def markdown(rows: Sequence[Row]) -> str:
-    head = ["comparison", "ours", "theirs", "unit", "ratio", "note"]
+    head = ["comparison", "ours", "theirs", "theirs is", "unit", "ratio", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         ratio = r["ratio"]
-        cells = [fmt(r["name"]), fmt(r["ours"]), fmt(r["theirs"]), fmt(r["unit"]),
+        cells = [fmt(r["name"]), fmt(r["ours"]), fmt(r["theirs"]), fmt(r.get("vs")), fmt(r["unit"]),
                  "-" if ratio is None else f"{float(ratio):.2f}x" if isinstance(ratio, (int, float)) else fmt(ratio),
                  fmt(r["note"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -128,8 +140,8 @@ def report_block(rows: Sequence[Row], *, quick: bool, modules: Sequence[str]) ->
     return "\n".join([
         START,
         f"Measured {today} on {machine()}, by {mode} (modules: {', '.join(modules)}). "
-        "Ratios are ours / theirs measured side by side in one run; the machine is a noisy shared VM, "
-        "so read differences under ~20% as noise.",
+        "Ratios are ours / theirs measured side by side in one run (\"theirs is\" says what theirs is on "
+        "each row); the machine is a noisy shared VM, so read differences under ~20% as noise.",
         "",
         markdown(rows),
         END,
@@ -149,13 +161,51 @@ def rewrite_readme(path: Path, block: str) -> None:
     os.replace(tmp, path)
 
 
+def _json_path(text: str) -> str:
+    """``--json``: a file path in an existing directory (checked before any benchmark runs)."""
+    d = os.path.dirname(os.path.abspath(text))
+    if not text or os.path.isdir(text) or not os.path.isdir(d):
+        raise argparse.ArgumentTypeError(f"expected a file path in an existing directory, received {text!r}")
+    return text
+
+
+def json_document(rows: Sequence[Row], *, quick: bool, modules: Sequence[str]) -> dict[str, Any]:
+    """The rows as one JSON-able document: what ran, where, when, and every row with KEYS."""
+    return {
+        "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(), "quick": quick, "modules": list(modules),
+        "columns": {"name": "the comparison", "ours": "our number", "theirs": "the number we compare with",
+                    "vs": "what 'theirs' is on this row", "unit": "the unit of ours and theirs",
+                    "ratio": "ours / theirs", "note": "how it was measured and checked"},
+        "rows": [{k: r.get(k) for k in KEYS} for r in rows],
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    from zephon_ref.exits import (
+        EPILOG,
+        EXIT_USAGE,
+        DefaultsHelpFormatter,
+        OneLineArgumentParser,
+        refuse,
+    )
+
+    ap = OneLineArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                               formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
     ap.add_argument("--quick", action="store_true", help="small sizes (minutes, not tens of minutes)")
-    ap.add_argument("--only", default=None, help="comma-separated names, e.g. source,pipeline")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated names, e.g. source,pipeline (default: every bench/bench_*.py)")
     ap.add_argument("--report", action="store_true", help="rewrite the results table in README.md")
+    ap.add_argument("--json", type=_json_path, default=None, metavar="FILE",
+                    help="also write the rows, the machine and the date here as JSON")
     args = ap.parse_args(argv)
-    names = select(discover(), args.only)
+    if args.only is not None and not [x for x in args.only.split(",") if x.strip()]:
+        return refuse("python -m bench", "usage error", f"--only: expected one or more benchmark names, "
+                      f"received {args.only!r}", EXIT_USAGE)
+    try:
+        names = select(discover(), args.only)
+    except SystemExit as exc:
+        return refuse("python -m bench", "usage error", str(exc.code), EXIT_USAGE)
     rows: list[Row] = []
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name} ...", file=sys.stderr, flush=True)
@@ -165,6 +215,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{i}/{len(names)}] {name}: {len(got)} rows in {time.perf_counter() - t0:.0f} s",
               file=sys.stderr, flush=True)
     print(markdown(rows))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps(json_document(rows, quick=args.quick, modules=[_short(n) for n in names]),
+                               indent=1, default=str) + "\n")
+        os.replace(tmp, args.json)
     if args.report:
         rewrite_readme(ROOT / "README.md", report_block(rows, quick=args.quick, modules=[_short(n) for n in names]))
         print("README.md results table rewritten", file=sys.stderr)

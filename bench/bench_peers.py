@@ -178,7 +178,7 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 else "no pack/shuffle nodes in torchdata.nodes: a plain generator inside IterableWrapper, "
                      "not resumable")
         rows.append({"name": f"pack+shuffle+batch: zephon_ref inline (1 lane) vs {label}", "ours": mine,
-                     "theirs": t, "unit": "docs/s", "ratio": mine / t,
+                     "theirs": t, "vs": label, "unit": "docs/s", "ratio": mine / t,
                      "note": f"{len(docs):,} docs, in process, {rounds} round(s); {what}; streams not "
                              "comparable (different rules), both delivered >= 98% of the corpus tokens"})
     return rows

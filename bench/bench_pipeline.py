@@ -565,12 +565,14 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 note = (f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); {same}"
                         if have_z else "zephon not installed (the conformance extra): no comparison")
                 rows.append({"name": f"pipeline {runner}, {lanes} lane(s): zephon_ref vs zephon 0.2.0 {runner}",
-                             "ours": ours, "theirs": theirs, "unit": "docs/s",
+                             "ours": ours, "theirs": theirs, "vs": f"zephon 0.2.0 {runner}" if have_z else None,
+                             "unit": "docs/s",
                              "ratio": None if theirs is None else ours / theirs, "note": note})
         mem = {impl: run_child(tmp, mode="throughput", impl=impl, cfg="T")
                for impl in (("zephon_ref", "zephon") if have_z else ("zephon_ref",))}
         rows.append({"name": "peak RSS, pipeline inline, 2 lanes, one pass", "ours": mem["zephon_ref"]["rss_mb"],
-                     "theirs": mem["zephon"]["rss_mb"] if have_z else None, "unit": "MiB",
+                     "theirs": mem["zephon"]["rss_mb"] if have_z else None,
+                     "vs": "zephon 0.2.0" if have_z else None, "unit": "MiB",
                      "ratio": mem["zephon_ref"]["rss_mb"] / mem["zephon"]["rss_mb"] if have_z else None,
                      "note": "ru_maxrss of a fresh process, includes the interpreter and the corpus"})
         k = CONFIGS["R"]["k"]
@@ -592,7 +594,8 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             z = by["zephon"].get(n) if have_z else None
             label = f"s+{cut['label'] - S_EPOCH}"
             rows.append({"name": f"checkpoint bytes at epoch {label} ({n:,} batches, same phase)",
-                         "ours": cut["bytes"], "theirs": z["bytes"] if z else None, "unit": "B",
+                         "ours": cut["bytes"], "theirs": z["bytes"] if z else None,
+                         "vs": "zephon 0.2.0" if z else None, "unit": "B",
                          "ratio": cut["bytes"] / z["bytes"] if z else None,
                          "note": f"K={k}, inflight chunks/lane ours {cut['inflight']}"
                                  + (f", zephon {z['inflight']}" if z else "")})
@@ -601,14 +604,14 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             rr = res["zephon_ref"][0]
             tz = firsts["zephon"][-1] if have_z else None
             rows.append({"name": f"restore to first batch at epoch {label}", "ours": firsts["zephon_ref"][-1],
-                         "theirs": tz, "unit": "s",
+                         "theirs": tz, "vs": "zephon 0.2.0" if tz else None, "unit": "s",
                          "ratio": firsts["zephon_ref"][-1] / tz if tz else None,
                          "note": f"fresh process; next 20 batches {'identical' if ok else 'DIFFER'}; replayed "
                                  f"{rr['replayed']} records = inflight {rr['inflight_records']}: "
                                  f"{'exact' if exact else 'NOT exact'}"})
         f = firsts["zephon_ref"]
         rows.append({"name": f"restore at s+{offsets[-1]} vs s epochs (zephon_ref)", "ours": f[-1], "theirs": f[0],
-                     "unit": "s", "ratio": f[-1] / f[0],
+                     "vs": f"the same restore at epoch s+{offsets[0]}", "unit": "s", "ratio": f[-1] / f[0],
                      "note": "goal <= 1.2 (restore must not grow with position); noisy VM"})
     return rows
 

@@ -62,7 +62,7 @@ def _checked(n: int) -> tuple[RoundStats, RoundStats, str]:
 
 
 def _row(name: str, ours: float, theirs: float, unit: str, note: str) -> dict[str, object]:
-    return {"name": name, "ours": ours, "theirs": theirs, "unit": unit,
+    return {"name": name, "ours": ours, "theirs": theirs, "vs": "star topology (leader/followers)", "unit": unit,
             "ratio": (ours / theirs) if theirs else None, "note": note}
 
 

@@ -202,11 +202,13 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
             common = f"best of {rounds} alternating rounds, {clock}; shared 2-core machine, ratios only"
             if nat_t:
                 rows.append({"name": f"tensor (native items) vs reference (records), {label}, docs/s",
-                             "ours": docs / min(nat_t), "theirs": theirs, "unit": "docs/s",
+                             "ours": docs / min(nat_t), "theirs": theirs, "vs": "zephon_ref (records)",
+                             "unit": "docs/s",
                              "ratio": docs / min(nat_t) / theirs,
                              "note": f"{note}; {common}; the data path alone: neither side builds tensors"})
             rows.append({"name": f"tensor (+ tensors on {dev_name}) vs reference (records), {label}, docs/s",
-                         "ours": ours, "theirs": theirs, "unit": "docs/s", "ratio": ours / theirs,
+                         "ours": ours, "theirs": theirs, "vs": "zephon_ref (records)", "unit": "docs/s",
+                         "ratio": ours / theirs,
                          "note": f"{note}; {common}; the tensor side also builds the batch tensors, the "
                                  "reference side only iterates its records"})
             if device is None:
@@ -224,7 +226,8 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
                     res_r.append(r)
                     res_t.append(t)
                 rows.append({"name": f"resume 5 items before the end (restore + the rest), {label}, resumes/s",
-                             "ours": 1 / min(res_t), "theirs": 1 / min(res_r), "unit": "resumes/s",
+                             "ours": 1 / min(res_t), "theirs": 1 / min(res_r),
+                             "vs": "zephon_ref (records)", "unit": "resumes/s",
                              "ratio": min(res_r) / min(res_t) if same else None,
                              "note": (f"restored after {cut} items, both sides deliver the same last 5 batches "
                                       "(records field for field)" if same else "NOT EQUAL: resumed tails differ")
@@ -234,7 +237,8 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
             if ref_c:
                 theirs_c = docs / min(ref_c)
                 rows.append({"name": f"tensor vs reference, both to CPU tensors, {label}, docs/s", "ours": ours,
-                             "theirs": theirs_c, "unit": "docs/s", "ratio": ours / theirs_c,
+                             "theirs": theirs_c, "vs": "zephon_ref + collate_batch (CPU tensors)",
+                             "unit": "docs/s", "ratio": ours / theirs_c,
                              "note": f"{note}; {common}; reference batches collated by "
                                      "zephon_ref.torch.collate_batch (the torch path's collation)"})
     return rows

@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 Three profiles, chosen by the environment variable ``HYPOTHESIS_PROFILE``
-(``dev`` when unset); tests/conftest.py calls :func:`load` before any test module
-is imported, so every ``settings(...)`` built at import time inherits from it:
+(``ci`` when unset: the README's test command and CI run the same suite, and this
+line is the one place that decides it); tests/conftest.py calls :func:`load`
+before any test module is imported, so every ``settings(...)`` built at import
+time inherits from it:
 
 * ``ci``: a fixed budget (the numbers the tests name), ``derandomize=True`` (the
   same examples on every run: a red CI is reproducible, and a green one does not
@@ -12,7 +14,8 @@ is imported, so every ``settings(...)`` built at import time inherits from it:
   no deadline (2 shared cores make timings meaningless), and ``print_blob`` so a
   failure prints its reproduction blob;
 * ``dev``: random examples and the local example database (failures are replayed
-  first), the same budget;
+  first), the same budget; for exploration (``HYPOTHESIS_PROFILE=dev``): what it
+  finds becomes an ``@example`` beside the test plus a fix;
 * ``nightly``: random, 10x the budget (:func:`examples` scales the counts the
   property suite's own tests pass).
 
@@ -30,7 +33,7 @@ from hypothesis import HealthCheck, settings
 __all__ = ["FACTORS", "PROFILES", "active", "examples", "load"]
 
 ENV = "HYPOTHESIS_PROFILE"
-DEFAULT = "dev"
+DEFAULT = "ci"  # the one place: README command == CI run (issue 23)
 PROFILES = ("ci", "dev", "nightly")
 #: how each profile scales the example counts the property suite's tests name
 FACTORS = {"ci": 1, "dev": 1, "nightly": 10}
@@ -43,7 +46,7 @@ settings.register_profile("nightly", max_examples=1000, **_COMMON)
 
 
 def active() -> str:
-    """The profile the environment asks for (``dev`` when unset); an unknown name is an error."""
+    """The profile the environment asks for (``ci`` when unset); an unknown name is an error."""
     name = os.environ.get(ENV, DEFAULT) or DEFAULT
     if name not in PROFILES:
         raise ValueError(f"{ENV}: expected one of {list(PROFILES)}, received {name!r}")

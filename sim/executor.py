@@ -437,13 +437,13 @@ def _drop_torn_tail(path: Path) -> None:
 
 
 def _progress(total: int, initial: int, enabled: bool, what: str) -> Any:
-    if not enabled:
+    from sim.progress import progress, shown
+
+    if not shown(quiet=not enabled):  # off with --quiet, and when stderr is not a terminal (logs, CI)
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is a dependency; without it the run goes on without a bar
-        return None
-    return tqdm(total=total, initial=initial, unit=what, file=sys.stderr, dynamic_ncols=True, smoothing=0.05)
+    bar = progress(total, desc=f"{what}s", unit=what)
+    bar.update(initial)
+    return bar
 
 
 def run_tasks(tasks: Sequence[Task], backend: Backend, *, jsonl: Path | str | None = None,

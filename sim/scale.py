@@ -66,7 +66,6 @@ anything that decides order (``wall_s`` is measured around the run, for the repo
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import gc
@@ -702,25 +701,38 @@ def run_round(cfg: ScaleConfig) -> RoundStats:
 
 
 def main(argv: Sequence[str] | None = None, *, out: Callable[[str], object] = print) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.scale", description=__doc__.split("\n")[0] if __doc__ else "")
-    ap.add_argument("--ranks", type=int, required=True)
-    ap.add_argument("--topology", choices=("star", "tree"), default="star")
-    ap.add_argument("--dp-degree", type=int, default=None)
+    # the project's parser and codes (zephon_ref.exits; docs/cli.md): usage errors are one line, exit 2
+    from zephon_ref.exits import (
+        EPILOG,
+        EXIT_USAGE,
+        DefaultsHelpFormatter,
+        OneLineArgumentParser,
+        refuse,
+    )
+
+    ap = OneLineArgumentParser(prog="python -m sim.scale", description=__doc__.split("\n")[0] if __doc__ else "",
+                               formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
+    ap.add_argument("--ranks", type=int, required=True, help="participants in the round (an int >= 1)")
+    ap.add_argument("--topology", choices=("star", "tree"), default="star",
+                    help="star: leader and followers; tree: the manifest tree")
+    ap.add_argument("--dp-degree", type=int, default=None, help="DP groups (default: min(ranks, 16))")
     ap.add_argument("--lanes", type=int, default=None, help="canonical_replicas (default: the DP degree)")
-    ap.add_argument("--fanout", type=int, default=16)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-latency", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--fanout", type=int, default=16, help="tree: children per node")
+    ap.add_argument("--seed", type=int, default=0, help="draws each rank's storage latency")
+    ap.add_argument("--max-latency", type=int, default=1, help="storage latency drawn in 1..N ticks per rank")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds to run, one JSON line each")
     ap.add_argument("--no-park", action="store_true", help="run every poll for real (small rank counts)")
-    ap.add_argument("--crash", type=int, nargs=2, metavar=("RANK", "OPS"), default=None)
+    ap.add_argument("--crash", type=int, nargs=2, metavar=("RANK", "OPS"), default=None,
+                    help="kill RANK after OPS completed storage operations")
     a = ap.parse_args(argv)
     try:
+        if a.rounds < 1:
+            raise ConfigError(expected("--rounds", "an int >= 1", a.rounds))
         cfg = ScaleConfig(ranks=a.ranks, topology=a.topology, dp_degree=a.dp_degree, canonical_replicas=a.lanes,
                           fanout=a.fanout, seed=a.seed, max_latency=a.max_latency, park=not a.no_park,
                           crash=None if a.crash is None else (a.crash[0], a.crash[1]))
     except ConfigError as exc:
-        print(f"sim.scale: {exc}", file=sys.stderr)
-        return 2
+        return refuse("python -m sim.scale", "usage error", str(exc), EXIT_USAGE)
     for _ in range(a.rounds):
         out(run_round(cfg).to_json())
     return 0

@@ -1,4 +1,5 @@
-"""Loads the Hypothesis profile named by HYPOTHESIS_PROFILE (ci, dev or nightly; dev when unset)
+"""Loads the Hypothesis profile named by HYPOTHESIS_PROFILE (ci, dev or nightly; ci when unset,
+so the README's test command runs CI's derandomized suite)
 before any test module builds its settings; see properties/profiles.py."""
 
 from __future__ import annotations

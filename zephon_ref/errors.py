@@ -18,13 +18,23 @@ Every error that bad input or a broken contract can produce derives from
 
 Messages say what was expected and what was received.  Use :func:`expected` to
 build them so every message has the same shape.
+
+Data that a configuration drops (an oversized record under first_fit/best_fit, wrap's
+trailing tokens, the partial batch under ``drop_last=True``, strict ensure_mixture's
+discards) is never dropped silently: :func:`warn_data_dropped` emits a
+:class:`DataDroppedWarning` (a ``UserWarning``: filter it, or make it an error with
+``warnings.simplefilter("error", DataDroppedWarning)``) once per lane and cause at the
+lane's flush or end of data, with the counts.  Emitting it changes no data and no state;
+docs/drops.md lists every drop point.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 __all__ = [
+    "DataDroppedWarning",
     "AggregationError",
     "AggregationTimeout",
     "CheckpointCorrupt",
@@ -40,6 +50,7 @@ __all__ = [
     "LeaderFailed",
     "StorageError",
     "expected",
+    "warn_data_dropped",
 ]
 
 
@@ -178,6 +189,53 @@ class StorageError(ZephonRefError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class DataDroppedWarning(UserWarning):
+    """Data the configuration drops on one lane, with its counts (see the module docstring).
+
+    Attributes: ``op`` (the operator, e.g. ``"pack_sequences(first_fit)"``), ``cause`` (one
+    of :data:`DROP_CAUSES`), ``lane``, ``records`` (records dropped or cut) and ``tokens``
+    (tokens dropped, or None where the cause counts records only).
+    """
+
+    def __init__(self, message: str, *, op: str = "", cause: str = "", lane: int = -1, records: int = 0,
+                 tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.op, self.cause, self.lane, self.records, self.tokens = op, cause, lane, records, tokens
+
+    def __reduce__(self) -> Any:  # pickles (across processes) with its counts
+        return (_rebuild_drop, (str(self), self.op, self.cause, self.lane, self.records, self.tokens))
+
+
+def _rebuild_drop(message: str, op: str, cause: str, lane: int, records: int, tokens: int | None
+                  ) -> DataDroppedWarning:
+    return DataDroppedWarning(message, op=op, cause=cause, lane=lane, records=records, tokens=tokens)
+
+
+#: every cause a DataDroppedWarning names (docs/drops.md has one row each)
+DROP_CAUSES: dict[str, str] = {
+    "oversized": "records longer than max_length under first_fit/best_fit with drop_oversized=True",
+    "wrap_tail": "wrap's trailing tokens that did not fill a max_length bin at a flush (no segment cap)",
+    "partial_batch": "the last partial micro-batch of a lane under batch(drop_last=True) at end of data",
+    "strict_mixture": "records ensure_mixture (strict mode, max_buffer_size=None) discards at a flush",
+    "source_leftover": "samples the work source skipped: a pass's remainder that could not fill a quota, at an "
+                       "epoch boundary or when the stream ended (there is no final partial chunk)",
+}
+
+
+def warn_data_dropped(*, op: str, cause: str, lane: int, records: int, tokens: int | None = None,
+                      detail: str = "") -> None:
+    """Emit one :class:`DataDroppedWarning` for ``lane`` (nothing when nothing was dropped)."""
+    assert cause in DROP_CAUSES, cause
+    if records <= 0 and not tokens:
+        return
+    what = f"{records} record(s)" + ("" if tokens is None else f" ({tokens} token(s))")
+    message = (f"{op}: lane {lane} dropped {what}: {DROP_CAUSES[cause]}" + (f"; {detail}" if detail else "")
+               + " (zephon_ref.errors.DataDroppedWarning; docs/drops.md)")
+    # stacklevel 2: the operator's module, the same line for every lane, so a filter by module works
+    warnings.warn(DataDroppedWarning(message, op=op, cause=cause, lane=lane, records=records, tokens=tokens),
+                  stacklevel=2)
 
 
 def expected(what: str, expect: str, got: Any) -> str:

@@ -112,22 +112,23 @@ def test_a_target_that_never_comes_out_is_inconsistent(workdir: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
 
 
+# the project's exit codes (zephon_ref.exits, docs/cli.md): 1 corrupt/inconsistent, 2 usage, 3 mismatch, 5 missing
 @pytest.mark.parametrize("state,factory,code,prefix", [
-    ("otherC.pkl", "ckfac:make", 1, "inconsistent: StateMismatchError: checkpoint canonical_replicas"),
-    ("garbage.pkl", "ckfac:make", 3, "state unreadable: garbage.pkl"),
-    ("alist.pkl", "ckfac:make", 3, "state unreadable: alist.pkl: expected a pickled state dict"),
-    ("missing.pkl", "ckfac:make", 3, "state unreadable: missing.pkl: FileNotFoundError"),
-    ("z7.pkl", "ckfac:nothing", 4, "factory unusable: AttributeError"),
-    ("z7.pkl", "nomodule:make", 4, "factory unusable: ModuleNotFoundError"),
-    ("z7.pkl", "ckfac:broken", 4, "factory unusable: RuntimeError: no pipeline today"),
+    ("otherC.pkl", "ckfac:make", 3, "mismatch: inconsistent: StateMismatchError: checkpoint canonical_replicas"),
+    ("garbage.pkl", "ckfac:make", 1, "corrupt: state unreadable: garbage.pkl"),
+    ("alist.pkl", "ckfac:make", 1, "corrupt: state unreadable: alist.pkl: expected a pickled state dict"),
+    ("missing.pkl", "ckfac:make", 5, "missing: state missing: STATE: expected a pickled state file"),
+    ("z7.pkl", "ckfac:nothing", 2, "usage error: factory unusable: AttributeError"),
+    ("z7.pkl", "nomodule:make", 2, "usage error: factory unusable: ModuleNotFoundError"),
+    ("z7.pkl", "ckfac:broken", 2, "usage error: factory unusable: RuntimeError: no pipeline today"),
 ])
 def test_refusals_are_one_line_with_their_own_exit_code(workdir: Path, state: str, factory: str, code: int,
                                                         prefix: str) -> None:
     r = run(workdir, state, "--factory", factory)
     assert r.returncode == code, r.stdout + r.stderr
-    lines = r.stdout.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(prefix), r.stdout
-    assert "Traceback" not in r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zephon-ref ckpt check: " + prefix), r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stdout + r.stderr
 
 
 def test_the_zephon_ref_command_has_ckpt_check(workdir: Path) -> None:
@@ -137,4 +138,5 @@ def test_the_zephon_ref_command_has_ckpt_check(workdir: Path) -> None:
     assert ok.returncode == 0 and "consistent: yes" in ok.stdout, ok.stdout + ok.stderr
     bad = subprocess.run([sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "otherC.pkl", "--factory",
                           "ckfac:make"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 1 and bad.stdout.startswith("inconsistent: "), bad.stdout + bad.stderr
+    assert bad.returncode == 3 and bad.stderr.startswith("zephon-ref ckpt check: mismatch: inconsistent: "), \
+        bad.stdout + bad.stderr

@@ -76,14 +76,17 @@ def test_every_fault_kind_is_reached_by_a_ci_seed(smoke: dict[int, Any]) -> None
     assert not missing, f"fault kinds / probes no CI seed reaches: {missing}"
 
 
-def test_the_same_seed_gives_the_same_fingerprint_in_another_process() -> None:
+def test_the_same_seed_gives_the_same_fingerprint_in_another_process(tmp_path: Path) -> None:
     here = run_seed(4)
     again = run_seed(4)
     assert here.fingerprint == again.fingerprint and here.history == again.history
-    out = subprocess.run([sys.executable, "-m", "sim", "run", "--seed", "4"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": "123"})
+    doc = tmp_path / "run.json"
+    out = subprocess.run([sys.executable, "-m", "sim", "run", "--seed", "4", "--json", str(doc)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": "123"})
     lines = out.stdout.strip().splitlines()
-    assert json.loads(lines[0]) == json.loads(json.dumps(derive_config(4)))
+    written = json.loads(doc.read_text())
+    assert written["config"] == json.loads(json.dumps(derive_config(4)))
+    assert written["result"]["fingerprint"] == here.fingerprint and written["result"]["ok"] is True
     assert lines[-1] == f"fingerprint {here.fingerprint}", out.stdout[-500:] + out.stderr[-500:]
     assert run_seed(5).fingerprint != here.fingerprint
 
@@ -127,7 +130,9 @@ def test_overrides_and_bad_input() -> None:
 def test_the_cli_prints_config_first_and_fingerprint_last(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--seed", "2", "--faults", "none", "--steps", "6"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert json.loads(lines[0])["steps"] == 6
+    # the configuration first, as named fields with units (sim.cli.describe_config; docs/sim.md)
+    assert lines[0].startswith("seed 2: configuration") and any(
+        line.split()[:4] == ["steps", "=", "6", "global"] for line in lines[1:30])
     assert lines[-1].startswith("fingerprint ") and len(lines[-1].split()[1]) == 64
 
 

@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Set up"):text.index("## What exists today")]
+    start = text.index("## Set up")
+    section = text[start:text.index("\n## ", start)]  # the set-up section alone (the next section has commands too)
     return re.findall(r"```bash\n(.*?)\n```", section, re.S)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from zephon_ref.cli import main
 
 
@@ -16,5 +18,9 @@ def test_demo_resumes_exactly_in_a_fresh_process_and_on_other_ranks(capsys):
 
 
 def test_demo_reports_bad_arguments_with_typed_error(capsys):
-    assert main(["demo", "--chunk-size", "0"]) == 2
-    assert "chunk_size" in capsys.readouterr().err
+    # refused by the parser (one line, the project's usage code 2), before anything runs
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--chunk-size", "0"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--chunk-size: expected an int >= 1, received 0" in err

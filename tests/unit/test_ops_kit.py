@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from properties.opkit import check_lineage, rec, run, stream
-from zephon_ref.errors import ConfigError, ConfigTypeError
+from zephon_ref.errors import ConfigError, ConfigTypeError, DataDroppedWarning
 from zephon_ref.ops import (
     Batch,
     BatchAccumulator,
@@ -100,7 +100,9 @@ def test_counting_rejects_bad_max_batch(bad: int) -> None:
 
 def test_batch_wraps_lane_pure_batches_and_drops_last() -> None:
     op = Batch(2)
-    out = run(op, [stream([0, 1], 1, 3)])
+    with pytest.warns(DataDroppedWarning, match="partial micro-batch") as dropped:  # each lane's third record
+        out = run(op, [stream([0, 1], 1, 3)])
+    assert [(w.message.lane, w.message.records) for w in dropped] == [(0, 1), (1, 1)]  # type: ignore[union-attr]
     assert all(isinstance(b, SampleBatch) and len(b) == 2 for b in out)
     assert [b.lane_ids for b in out] == [(0, 0), (1, 1)]
     out2 = run(Batch(2, drop_last=False), [stream([0], 1, 3)])

@@ -5,7 +5,9 @@ Theory of operation
 A thin front end over store.py.  ``DIR`` is a local directory or an
 ``s3://bucket/prefix`` URL (object storage, configured by the standard AWS
 environment variables; see docs/s3.md); a malformed URL or another scheme is a
-usage error (64), an unreachable or refusing endpoint a storage error (4).  ``inspect`` lists every published generation
+usage error (2), an unreachable or refusing endpoint a storage error (4).  A local
+``DIR`` that does not exist is "missing" (5) for every command, ``gc`` included (it
+used to report "kept generations []" and succeed).  ``inspect`` lists every published generation
 (lanes, shard sizes, capture, fingerprint) and marks the ones that fail
 verification; ``verify`` checks every digest and header of every generation;
 neither writes a file.  ``gc`` keeps the N newest generations and removes older
@@ -14,10 +16,11 @@ ones and torn leftovers (store.gc's rule), then prints one summary line.
 zephon's or ours, against a pipeline factory; its own exit codes are in its help).
 
 Every refusal ends the command with one line on stderr (never a traceback) and
-a distinct exit code (:data:`EXIT_CODES`); with several failing generations the
-code is that of the oldest failing one:
+a distinct exit code (:data:`EXIT_CODES`, the project's codes from
+:mod:`zephon_ref.exits`: 0 ok, 1 corrupt, 2 usage, 3 mismatch, 4 storage, 5
+missing; docs/cli.md); with several failing generations the code is that of the
+oldest failing one.
 
-====  ===================================================================
 ``add_ckpt_subcommands(subparsers)`` attaches a ``ckpt`` command to the
 project's parser; each leaf sets ``func(args) -> int``.  ``main(argv)`` runs the
 same commands on their own (``main(["verify", DIR])``; a leading ``"ckpt"`` is
@@ -27,9 +30,10 @@ accepted too).  What may not live here: any checkpoint logic.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 from zephon_ref.checkpoint.schema import Manifest
 from zephon_ref.checkpoint.store import gc, iter_verify, list_generations
@@ -40,6 +44,17 @@ from zephon_ref.errors import (
     ConfigError,
     StorageError,
     ZephonRefError,
+)
+from zephon_ref.exits import (
+    EXIT_FAILED,
+    EXIT_MISMATCH,
+    EXIT_MISSING,
+    EXIT_OK,
+    EXIT_STORAGE,
+    EXIT_USAGE,
+    DefaultsHelpFormatter,
+    OneLineArgumentParser,
+    int_at_least,
 )
 
 __all__ = [
@@ -58,12 +73,7 @@ __all__ = [
     "main",
 ]
 
-EXIT_OK = 0
-EXIT_CORRUPT = 1
-EXIT_MISSING = 2
-EXIT_MISMATCH = 3
-EXIT_STORAGE = 4
-EXIT_USAGE = 64
+EXIT_CORRUPT = EXIT_FAILED  # the project's "failed" (1): the check found a damaged generation
 EXIT_CODES: dict[str, int] = {
     "ok": EXIT_OK,
     "corrupt": EXIT_CORRUPT,
@@ -73,8 +83,9 @@ EXIT_CODES: dict[str, int] = {
     "usage": EXIT_USAGE,
 }
 _EPILOG = (
-    "exit codes: 0 ok, 1 corrupt, 2 missing (no published generation), 3 mismatch, "
-    "4 storage error (OS refused: not a directory, read-only, disk full, ...), 64 usage"
+    "exit codes: 0 ok, 1 corrupt, 2 usage (a bad command line), 3 mismatch, "
+    "4 storage error (OS refused: not a directory, read-only, disk full, ...), "
+    "5 missing (no such directory, no published generation); docs/cli.md"
 )
 
 _DIR_HELP = "checkpoint directory: a local path or s3://bucket/prefix"
@@ -120,8 +131,9 @@ def _describe(m: Manifest, out: TextIO) -> None:
 
 
 def _refused(command: str, exc: BaseException) -> int:
-    reason = getattr(exc, "reason", "?")
-    print(f"zephon-ref ckpt {command}: {_kind(exc)} ({reason}): {exc}", file=sys.stderr)
+    reason = getattr(exc, "reason", None)
+    kind = _kind(exc) + ("" if reason else " error" if _kind(exc) == "usage" else "")
+    print(f"zephon-ref ckpt {command}: {kind}{f' ({reason})' if reason else ''}: {exc}", file=sys.stderr)
     return exit_code(exc)
 
 
@@ -136,10 +148,28 @@ def _guarded(command: str, body: Callable[[argparse.Namespace, TextIO], int]) ->
     return run
 
 
+def _missing_directory(command: str, directory: str) -> int | None:
+    """EXIT_MISSING with one line on stderr when a local ``directory`` does not exist; else None."""
+    if str(directory).startswith("s3://") or os.path.lexists(directory):
+        return None
+    print(f"zephon-ref ckpt {command}: missing (no-such-directory): "
+          f"DIR: expected an existing checkpoint directory, received {directory!r}, which does not exist",
+          file=sys.stderr)
+    return EXIT_MISSING
+
+
+def _no_generation(command: str, directory: str) -> int:
+    print(f"zephon-ref ckpt {command}: missing (no-generation): "
+          f"{directory!r}: expected at least one published generation, received none", file=sys.stderr)
+    return EXIT_MISSING
+
+
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    gone = _missing_directory("inspect", args.directory)
+    if gone is not None:
+        return gone
     if not list_generations(args.directory):
-        print(f"{args.directory}: no published generation", file=out)
-        return EXIT_MISSING
+        return _no_generation("inspect", args.directory)
     first_bad = EXIT_OK
     for gen, result in iter_verify(args.directory):
         if isinstance(result, Manifest):
@@ -151,10 +181,12 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _verify(args: argparse.Namespace, out: TextIO) -> int:
+    gone = _missing_directory("verify", args.directory)
+    if gone is not None:
+        return gone
     gens = list_generations(args.directory)
     if not gens:
-        print(f"FAIL {args.directory}: no published generation", file=out)
-        return EXIT_MISSING
+        return _no_generation("verify", args.directory)
     first_bad = EXIT_OK
     bad = 0
     for gen, result in iter_verify(args.directory):
@@ -169,6 +201,9 @@ def _verify(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _gc(args: argparse.Namespace, out: TextIO) -> int:
+    gone = _missing_directory("gc", args.directory)
+    if gone is not None:
+        return gone
     r = gc(args.directory, keep=args.keep)
     print(
         f"gc {args.directory}: kept generations {list(r.kept)}, removed {len(r.removed_generations)} "
@@ -184,35 +219,24 @@ cmd_verify = _guarded("verify", _verify)
 cmd_gc = _guarded("gc", _gc)
 
 
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line and exit 64 (EX_USAGE)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: usage error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, received {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, received {n}")
-    return n
+_Parser = OneLineArgumentParser  # usage errors: one line, exit 2 (zephon_ref.exits)
+_positive = int_at_least(1)
 
 
 def _add_leaves(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="list generations, lanes, sizes, capture, fingerprint", epilog=_EPILOG)
+    p = sub.add_parser("inspect", help="list generations, lanes, sizes, capture, fingerprint", epilog=_EPILOG,
+                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("directory", help=_DIR_HELP)
     p.set_defaults(func=cmd_inspect)
     v = sub.add_parser(
-        "verify", help="check every digest of every generation (exit 0 only if all pass)", epilog=_EPILOG
+        "verify", help="check every digest of every generation (exit 0 only if all pass)", epilog=_EPILOG,
+        formatter_class=DefaultsHelpFormatter,
     )
     v.add_argument("directory", help=_DIR_HELP)
     v.set_defaults(func=cmd_verify)
     g = sub.add_parser(
-        "gc", help="keep the N newest generations; remove older ones and torn leftovers", epilog=_EPILOG
+        "gc", help="keep the N newest generations; remove older ones and torn leftovers", epilog=_EPILOG,
+        formatter_class=DefaultsHelpFormatter,
     )
     g.add_argument("directory", help=_DIR_HELP)
     g.add_argument("--keep", type=_positive, required=True, help="generations to keep (>= 1)")
@@ -224,7 +248,7 @@ def _add_leaves(sub: Any) -> None:
 
 def add_ckpt_subcommands(subparsers: Any) -> argparse.ArgumentParser:
     """Attach ``ckpt {inspect,verify,gc} DIR``; dispatch with ``args.func(args)``."""
-    # Usage errors below ``ckpt`` exit 64 with one line: the ckpt parser (and so
+    # Usage errors below ``ckpt`` exit 2 with one line: the ckpt parser (and so
     # its own subparsers) is a _Parser even when the project's parser is not.
     previous = getattr(subparsers, "_parser_class", None)
     if previous is not None:
@@ -239,7 +263,7 @@ def add_ckpt_subcommands(subparsers: Any) -> argparse.ArgumentParser:
     finally:
         if previous is not None:
             subparsers._parser_class = previous
-    _add_leaves(ckpt.add_subparsers(dest="ckpt_command", required=True))
+    _add_leaves(ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="{inspect,verify,gc,check}"))
     parser: argparse.ArgumentParser = ckpt
     return parser
 
@@ -249,10 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["ckpt"]:
         args_list = args_list[1:]
     parser = _Parser(prog="zephon-ref ckpt", description="durable checkpoint tools", epilog=_EPILOG)
-    _add_leaves(parser.add_subparsers(dest="ckpt_command", required=True))
+    _add_leaves(parser.add_subparsers(dest="ckpt_command", required=True, metavar="{inspect,verify,gc,check}"))
     try:
         args = parser.parse_args(args_list)
-    except SystemExit as exc:  # --help (0) or a usage error (64)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     rc: int = args.func(args)
     return rc

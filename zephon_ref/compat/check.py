@@ -16,8 +16,13 @@ target and the records it skips, the next chunk id; then the round-robin
 position and, with ``--show N``, the first N items of the continuation.
 
 Only public Pipeline methods are used (``restore``, ``checkpoint``, iteration).
-Nothing is written.  Exit codes: 0 consistent, 1 inconsistent or refused,
-3 state unreadable, 4 factory unusable (argparse's own usage error is 2).
+Nothing is written.  Exit codes (the project's, :mod:`zephon_ref.exits`;
+docs/cli.md): 0 consistent, 1 inconsistent or unreadable (not a pickle, not a
+state dict, a malformed state), 2 usage (a bad command line, or a ``--factory``
+that does not name a callable returning a Pipeline), 3 mismatch (a well-formed
+state of another pipeline or layout, refused), 5 missing (no such state file).
+A refusal is one line on stderr; the report of a state that could be judged
+goes to stdout.
 """
 
 from __future__ import annotations
@@ -36,14 +41,23 @@ from typing import Any, TextIO
 from zephon_ref import state as state_schema
 from zephon_ref.compat.zephon_state import is_zephon_state
 from zephon_ref.errors import StateFormatError, StateMismatchError, ZephonRefError, expected
+from zephon_ref.exits import (
+    EXIT_FAILED,
+    EXIT_MISMATCH,
+    EXIT_MISSING,
+    EXIT_USAGE,
+    OneLineArgumentParser,
+    int_at_least,
+)
 
-__all__ = ["EXIT_FACTORY", "EXIT_INCONSISTENT", "EXIT_OK", "EXIT_UNREADABLE", "CheckReport", "LaneReport",
+__all__ = ["EXIT_FACTORY", "EXIT_INCONSISTENT", "EXIT_MISMATCH", "EXIT_MISSING", "EXIT_OK", "EXIT_UNREADABLE",
+           "CheckReport", "LaneReport",
            "add_check_parser", "check_state", "cmd_check", "load_factory", "main"]
 
 EXIT_OK = 0
-EXIT_INCONSISTENT = 1
-EXIT_UNREADABLE = 3
-EXIT_FACTORY = 4
+EXIT_INCONSISTENT = EXIT_FAILED  # 1: the check found the state inconsistent
+EXIT_UNREADABLE = EXIT_FAILED  # 1: not a pickle, not a state dict, malformed: a corrupt state
+EXIT_FACTORY = EXIT_USAGE  # 2: --factory does not name a usable factory
 DEFAULT_LIMIT = 100_000
 
 
@@ -202,33 +216,41 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".replace("\n", " ")
 
 
+def _refuse(kind: str, line: str, code: int) -> int:
+    print(f"zephon-ref ckpt check: {kind}: {line}", file=sys.stderr)
+    return code
+
+
 def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = sys.stdout if out is None else out
-    try:
-        factory = load_factory(args.factory)
-    except Exception as exc:  # noqa: BLE001 - any failure to import user code is reported in one line
-        print(f"factory unusable: {_one_line(exc)}", file=out)
-        return EXIT_FACTORY
+    # the state first: reading it runs no user code
+    if not os.path.isfile(args.state):
+        what = "does not exist" if not os.path.lexists(args.state) else "is not a file"
+        return _refuse("missing", f"state missing: STATE: expected a pickled state file, received {args.state!r}, "
+                       f"which {what}", EXIT_MISSING)
     try:
         with open(args.state, "rb") as fh:
             state = pickle.load(fh)  # noqa: S301 - the user's own checkpoint file
     except Exception as exc:  # noqa: BLE001 - unreadable input of any kind: one line
-        print(f"state unreadable: {args.state}: {_one_line(exc)}", file=out)
-        return EXIT_UNREADABLE
+        return _refuse("corrupt", f"state unreadable: {args.state}: expected a pickled state dict, received "
+                       f"bytes that do not unpickle ({_one_line(exc)})", EXIT_UNREADABLE)
     if not isinstance(state, Mapping):
-        print(f"state unreadable: {expected(args.state, 'a pickled state dict', type(state).__name__)}", file=out)
-        return EXIT_UNREADABLE
+        return _refuse("corrupt", f"state unreadable: {expected(args.state, 'a pickled state dict', type(state).__name__)}",
+                       EXIT_UNREADABLE)
+    try:
+        factory = load_factory(args.factory)
+    except Exception as exc:  # noqa: BLE001 - any failure to import user code is reported in one line
+        return _refuse("usage error", f"factory unusable: {_one_line(exc)}", EXIT_FACTORY)
     try:
         report = check_state(state, factory, show=args.show, limit=args.limit)
     except StateFormatError as exc:
-        print(f"state unreadable: {_one_line(exc)}", file=out)
-        return EXIT_UNREADABLE
-    except (StateMismatchError, ZephonRefError) as exc:
-        print(f"inconsistent: {_one_line(exc)}", file=out)
-        return EXIT_INCONSISTENT
+        return _refuse("corrupt", f"state unreadable: {_one_line(exc)}", EXIT_UNREADABLE)
+    except StateMismatchError as exc:
+        return _refuse("mismatch", f"inconsistent: {_one_line(exc)}", EXIT_MISMATCH)
+    except ZephonRefError as exc:
+        return _refuse("failed", f"inconsistent: {_one_line(exc)}", EXIT_INCONSISTENT)
     except Exception as exc:  # noqa: BLE001 - a factory that fails when called: one line, no traceback
-        print(f"factory unusable: {_one_line(exc)}", file=out)
-        return EXIT_FACTORY
+        return _refuse("usage error", f"factory unusable: {_one_line(exc)}", EXIT_FACTORY)
     report.render(out)
     return EXIT_OK if report.consistent else EXIT_INCONSISTENT
 
@@ -239,14 +261,16 @@ def add_check_parser(sub: Any) -> argparse.ArgumentParser:
         "check", help="is a pickled zephon (or zephon_ref) engine state consistent, and what must come next")
     p.add_argument("state", help="pickled state dict (zephon 0.2.0 Pipeline.checkpoint() or zephon_ref's)")
     p.add_argument("--factory", required=True, help="module:function returning the zephon_ref Pipeline")
-    p.add_argument("--show", type=int, default=0, help="also print the first N items of the continuation")
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="items to search for the replay targets")
+    p.add_argument("--show", type=int_at_least(0), default=0,
+                   help="also print the first N items of the continuation (default 0)")
+    p.add_argument("--limit", type=int_at_least(1), default=DEFAULT_LIMIT,
+                   help=f"items to search for the replay targets (default {DEFAULT_LIMIT})")
     p.set_defaults(func=cmd_check)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="zephon-ref ckpt", description="judge a checkpoint state")
+    parser = OneLineArgumentParser(prog="zephon-ref ckpt", description="judge a checkpoint state")
     add_check_parser(parser.add_subparsers(dest="ckpt_command", required=True))
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     rc: int = args.func(args)

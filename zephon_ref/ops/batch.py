@@ -13,7 +13,10 @@ the sentinel is released) once no buffered record of lane L has
 records, so the lane behaves as a fresh accumulator fed that suffix.
 
 Invariants: every emitted batch is lane-pure and exactly ``microbatch_size``
-long, except partial batches emitted by a ``drop_last=False`` flush.
+long, except partial batches emitted by a ``drop_last=False`` flush.  A partial
+batch a ``drop_last=True`` flush discards is reported by one
+:class:`~zephon_ref.errors.DataDroppedWarning` per lane (the flush at end of data:
+sentinels stall instead of flushing a lane with buffered records).
 
 What may not live here: the stall bookkeeping itself (which sentinels are
 held, in which order they are released) belongs to the runner.
@@ -23,11 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from zephon_ref.errors import warn_data_dropped
 from zephon_ref.ops.base import (
     Accumulator,
     BaseOp,
     CountingAccumulator,
     OpTraits,
+    ReadyBatch,
     check_bool,
     check_int,
 )
@@ -41,6 +46,16 @@ class BatchAccumulator(CountingAccumulator[SampleRecord]):
 
     def __init__(self, max_batch: int, *, drop_last: bool = True) -> None:
         super().__init__(max_batch, drop_last=drop_last)
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
+        dropped = {} if not self.drop_last else {
+            lane: len(self._buffers[lane]) for lane in (sorted(self._buffers) if lane_id is None else [lane_id])
+            if self._buffers.get(lane)}
+        ready = super().flush(reset=reset, lane_id=lane_id)
+        for lane, n in dropped.items():
+            warn_data_dropped(op=f"batch({self.max_batch}, drop_last=True)", cause="partial_batch", lane=lane,
+                              records=n, detail=f"a micro-batch needs {self.max_batch}; drop_last=False emits it")
+        return ready
 
     def try_epoch_reset(self, boundary_chunk_id: int, lane_id: int | None = None) -> bool:
         lanes = sorted(self._buffers) if lane_id is None else [lane_id]

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
@@ -427,7 +427,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         for lane in lanes:
             st = self._lanes[lane]
             if self.max_buffer_size is None:
-                ready.extend(self._discard(st))
+                ready.extend(self._discard(st, lane))
             else:
                 out: list[SampleRecord] = []
                 while st.has_buffered():
@@ -442,7 +442,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
                 self._lanes[lane] = _MixLane()
         return ready
 
-    def _discard(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
+    def _discard(self, st: _MixLane, lane: int) -> list[ReadyBatch[SampleRecord]]:
         tombs: list[SampleRecord] = []
         order = [i for q in st.singles.values() for i in q] + list(st.packs) + list(st.obsolete)
         for g in st.groups:
@@ -450,6 +450,10 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         for item in order:
             tombs.extend(tombstones_for_record(item.record))
         self.discarded += len(order)
+        if order:
+            warn_data_dropped(op="ensure_mixture(strict)", cause="strict_mixture", lane=lane, records=len(order),
+                              detail="max_buffer_size=None discards what is buffered at a flush; a bounded "
+                                     "max_buffer_size emits it")
         st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
         st.obsolete_count = 0
         st.total_buffered = 0

@@ -28,6 +28,12 @@ last; sample counts charged on the closing segment; token counts floor-split on
 intermediate slices with the remainder on the closing one; primary cursor =
 first segment's record cursor extended by that segment's start offset.
 
+Drops are never silent: the oversized records a lane dropped since its last flush
+(first/best) and the wrap tail a flush drops are each reported by one
+:class:`~zephon_ref.errors.DataDroppedWarning` per lane at that flush, lanes in
+ascending order, with record and token counts (diagnostics: the counts never
+decide output and are not part of any state).
+
 Invariants: per lane and base offset exactly one closing contributor or
 tombstone leaves, after every other fragment of the offset; ``flush(reset=True,
 lane_id=L)`` drops all of L's state.  What may not live here: homogeneous
@@ -43,7 +49,7 @@ from numbers import Integral
 from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
 from zephon_ref.lineage import pack_meta, tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
@@ -227,6 +233,8 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         self.shuffle_seed = shuffle_seed
         self.pack_payloads = pack_payloads
         self.dropped_oversized = 0  # diagnostics only, never decides output
+        # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)
+        self._oversized: dict[int, list[int]] = {}
         self._lanes: dict[int, _PackLane] = {}
 
     @property
@@ -323,6 +331,9 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     expected("record length", f"<= max_length={self.max_length} (drop_oversized=False)", n)
                 )
             self.dropped_oversized += 1
+            tally_drop = self._oversized.setdefault(rec.meta.lane_id, [0, 0])
+            tally_drop[0] += 1
+            tally_drop[1] += n
             # A sibling still in a bin will carry the closer instead (see _close_refs).
             keep: list[SampleRecord] = []
             for t in tombstones_for_record(rec):
@@ -406,6 +417,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         lanes = sorted(self._lanes) if lane_id is None else [lane_id]
         packs: list[SampleRecord] = []
         tombs: list[SampleRecord] = []
+        tails: dict[int, tuple[int, int]] = {}  # lane -> (records, tokens) of a dropped wrap tail
         for lane in lanes:
             st = self._lanes.pop(lane, None)
             if st is None:
@@ -419,9 +431,25 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                         s.is_last = True
                     packs.append(self._emit(st, tail, lane))
                 else:
+                    tails[lane] = (len(st.wrap), sum(s.length for s in st.wrap))
                     for s in st.wrap:
                         tombs.extend(tombstones_for_record(s.record))
+        self._warn_drops(lane_id, lanes, tails)
         return [([r], 0) for r in packs] + [([t], 0) for t in tombs]
+
+    def _warn_drops(self, lane_id: int | None, lanes: list[int], tails: dict[int, tuple[int, int]]) -> None:
+        """One DataDroppedWarning per flushed lane and cause (diagnostics; output and state unchanged)."""
+        op = f"pack_sequences({self.algorithm})"
+        for lane in sorted(set(lanes) | set(self._oversized)) if lane_id is None else [lane_id]:
+            over = self._oversized.pop(lane, None)
+            if over is not None:
+                warn_data_dropped(op=op, cause="oversized", lane=lane, records=over[0], tokens=over[1],
+                                  detail=f"max_length={self.max_length}; algorithm='wrap' splits them instead")
+            if lane in tails:
+                warn_data_dropped(op=op, cause="wrap_tail", lane=lane, records=tails[lane][0],
+                                  tokens=tails[lane][1],
+                                  detail=f"max_length={self.max_length}; max_sequences_per_bin emits the tail "
+                                         "instead")
 
     # -- emitting -------------------------------------------------------------
 

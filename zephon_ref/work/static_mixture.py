@@ -73,6 +73,7 @@ from zephon_ref.errors import (
     StateFormatError,
     StateMismatchError,
     expected,
+    warn_data_dropped,
 )
 from zephon_ref.types import SampleId
 from zephon_ref.work.base import WorkChunk, WorkSource
@@ -880,6 +881,7 @@ class StaticMixtureWorkSource(WorkSource):
                 f"first chunk: expected every dataset to supply its quota of a {chunk_size}-sample chunk, "
                 f"received too few samples from {who}; reduce chunk_size or change the mixture or policies"
             )
+        self._refuse_an_infinite_length(weights_given=spec.weights)
 
     # -- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -918,6 +920,7 @@ class StaticMixtureWorkSource(WorkSource):
         c._perm = (-1, ())
         c._cloned = True
         c._lane, c._canon = int(lane_id), int(canonical_replicas)
+        c._leftover_warned, c._boundary_skipped = False, {}  # diagnostics of this clone's own stream
         return c
 
     def chunk_size_hint(self) -> int:
@@ -958,6 +961,23 @@ class StaticMixtureWorkSource(WorkSource):
             raise ContractError(expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
                                 + "; read total_samples instead (a component's weight is tiny against its size)")
         return n
+
+    def _refuse_an_infinite_length(self, *, weights_given: Mapping[str, Any]) -> None:
+        """Construction check: the remaining length of a bounded source is a finite number.
+
+        A component whose share of a chunk is tiny against its size (``{'a': 3.6e307, 'b': 1}``)
+        needs more chunks than a float can count; :meth:`_remaining` would overflow on every
+        ``len()``.  Such a mixture is refused here, typed, before anything reads it.
+        """
+        if self._cfg.unbounded():
+            return
+        try:
+            self._remaining()
+        except OverflowError:
+            raise ConfigError(expected(
+                "mixture weights", "shares that let every component be read in a finite number of chunks",
+                f"{dict(weights_given)!r} (a share of {min(self._cfg.weights.values())!r} of a "
+                f"{self._cfg.chunk_size}-sample chunk: an infinite remaining length)")) from None
 
     def _remaining(self) -> int:
         cfg = self._cfg
@@ -1043,17 +1063,57 @@ class StaticMixtureWorkSource(WorkSource):
                 if self._jump(g):
                     continue
                 if not skip(cursors):
+                    self._warn_leftover(lane, owner=False)
                     return None
                 self._g = g + 1
                 continue
             target = self._alloc.target_mixture(self._cursors)
+            before = {n: (c.epoch, c.remaining) for n, c in self._cursors.items()}  # diagnostics only
             comps = self._alloc.produce(self._cursors)
             if not comps:
                 # refusals are side-effect free: asking again gives None again
+                self._warn_leftover(lane, owner=True)
                 return None
+            self._note_boundary_leftovers(before)
             self._g = g + 1
             return WorkChunk(comps, seed=self._seed, target_mixture=target,
                              source_exhausted=self._exhausted_names())
+
+    def _note_boundary_leftovers(self, before: Mapping[str, tuple[int, int]]) -> None:
+        """Count the samples an epoch boundary skipped in this lane's chunk (a repeat dataset whose
+        remaining samples could not fill its quota starts its next pass).  Diagnostics only: a
+        new mapping each time (lane clones share ``__dict__`` values), never state."""
+        skipped = {n: r for n, (e, r) in before.items() if r and self._cursors[n].epoch > e}
+        if skipped:
+            old: Mapping[str, int] = self.__dict__.get("_boundary_skipped", {})
+            self._boundary_skipped = {**old, **{n: old.get(n, 0) + r for n, r in skipped.items()}}
+
+    def _warn_leftover(self, lane: int, *, owner: bool) -> None:
+        """The stream ended for this lane: report what the source skipped, once.
+
+        Counted: the samples epoch boundaries skipped in this lane's chunks, and on the lane
+        that owns the first chunk that cannot be produced (``owner``: so a global leftover is
+        reported by one lane) each dataset's samples of its first pass never read (a dataset
+        that began a second pass delivered every sample at least once).  Diagnostics only:
+        ``_leftover_warned`` and ``_boundary_skipped`` are not state.
+        """
+        if self.__dict__.get("_leftover_warned"):
+            return
+        self._leftover_warned = True
+        left = {n: c.remaining for n, c in self._cursors.items() if owner and c.epoch == 0 and c.remaining > 0}
+        skipped: Mapping[str, int] = self.__dict__.get("_boundary_skipped", {})
+        parts = []
+        if left:
+            parts.append("never delivered at the end: " + ", ".join(f"{n} {k}" for n, k in left.items())
+                         + f" (the next {self._cfg.chunk_size}-sample chunk's quotas could not be filled; "
+                           "'redistribute' delivers every sample)")
+        if skipped:
+            parts.append("skipped at epoch boundaries in this lane's chunks: "
+                         + ", ".join(f"{n} {k}" for n, k in skipped.items())
+                         + " (a pass's remaining samples fewer than the quota)")
+        if parts:
+            warn_data_dropped(op="StaticMixtureWorkSource", cause="source_leftover", lane=lane,
+                              records=sum(left.values()) + sum(skipped.values()), detail="; ".join(parts))
 
     def _exhausted_names(self) -> tuple[str, ...]:
         cfg = self._cfg

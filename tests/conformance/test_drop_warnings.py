@@ -1,0 +1,63 @@
+"""zephon_ref's DataDroppedWarning counts against what zephon 0.2.0 logs for the same drops.
+
+zephon 0.2.0 logs (logging, WARNING, logger ``zephon._internal.ops.pack_sequences``) one line
+for first/best_fit's oversized documents and one for wrap's trailing tokens, totals over every
+lane; zephon_ref warns per lane (a ``warnings`` category) and also for the partial batch under
+``drop_last=True`` (docs/divergences.md, "Dropped data").  The totals must agree.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from typing import Any
+
+import pytest
+
+zephon = pytest.importorskip("zephon", reason="zephon 0.2.0 (the conformance extra) is not installed")
+
+import zephon_ref  # noqa: E402
+from zephon_ref.errors import DataDroppedWarning  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+
+CASES = [
+    ("first_fit", {"num_bins": 2}, 16, 8),
+    ("best_fit", {"num_bins": 3}, 12, 5),
+    ("wrap", {}, 16, 8),
+    ("wrap", {}, 20, 3),
+]
+
+
+def _build(mod: Any, algorithm: str, knobs: dict[str, Any], max_length: int, chunk: int, drop_last: bool) -> Any:
+    rows = [{"input_ids": list(range((i * 7) % 29 + 1))} for i in range(60)]
+    ds = mod.Dataset.from_dict("a", {0: mod.InMemoryShard(rows)})
+    src = mod.StaticMixtureWorkSource([ds], {"a": 1.0}, chunk_size=chunk, seed=0)
+    p = mod.Pipeline(src)
+    p.pack_sequences(max_length, algorithm=algorithm, **knobs)
+    p.batch(3, drop_last=drop_last)
+    return p.options(runner="inline", canonical_replicas=2)
+
+
+def _zephon_totals(caplog: pytest.LogCaptureFixture, *args: Any) -> dict[str, tuple[int, int]]:
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        list(_build(zephon, *args, drop_last=False))
+    over = [(int(d), int(t)) for d, t in re.findall(r"dropped (\d+) document\(s\) \((\d+) token\(s\)\)", caplog.text)]
+    tail = [int(t) for t in re.findall(r"dropping (\d+) trailing token\(s\)", caplog.text)]
+    return {"oversized": (sum(d for d, _ in over), sum(t for _, t in over)), "wrap_tail": (0, sum(tail))}
+
+
+@pytest.mark.parametrize("algorithm,knobs,max_length,chunk", CASES)
+def test_dropped_totals_equal_zephons_log(caplog: pytest.LogCaptureFixture, algorithm: str, knobs: dict[str, Any],
+                                         max_length: int, chunk: int) -> None:
+    want = _zephon_totals(caplog, algorithm, knobs, max_length, chunk)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(_build(zephon_ref, algorithm, knobs, max_length, chunk, drop_last=False))
+    got = [w.message for w in caught if isinstance(w.message, DataDroppedWarning)]
+    over = [w for w in got if w.cause == "oversized"]
+    assert (sum(w.records for w in over), sum(w.tokens or 0 for w in over)) == want["oversized"]
+    assert sum(w.tokens or 0 for w in got if w.cause == "wrap_tail") == want["wrap_tail"][1]
+    assert want["oversized"][0] or want["wrap_tail"][1], "the case should drop something"
