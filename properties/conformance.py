@@ -109,6 +109,7 @@ class Row:
     skipped: str | None = None
     seconds: float = 0.0  # wall time (reported only: never decides anything)
     note: str | None = None  # something measured that does not fail the row (shown in the table)
+    found_at: int | None = None  # the example (1-based) that first failed, before shrinking
     config: str | None = None  # the minimal failing configuration
     ours: str | None = None  # the first differing item: the implementation's ...
     theirs: str | None = None  # ... and the reference's (zephon_ref, or the implementation's own run)
@@ -125,6 +126,7 @@ class Mismatch(AssertionError):
 class _Counter:
     def __init__(self, tick: Callable[[], None]) -> None:
         self.runs = self.passed = 0
+        self.found_at: int | None = None
         self.last = ""
         self.tick = tick
 
@@ -630,9 +632,14 @@ def _run_property(adapter: Any, name: str, check: Check, examples: int, derandom
         c.runs += 1
         c.tick()
         c.last = cfg.describe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            check(adapter, cfg, data)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check(adapter, cfg, data)
+        except BaseException:
+            if c.found_at is None:
+                c.found_at = c.runs
+            raise
         c.passed += 1
 
     try:
@@ -642,7 +649,7 @@ def _run_property(adapter: Any, name: str, check: Check, examples: int, derandom
     except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
         m = _mismatch_of(exc)
         return Row(name, c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
-                   ours=m.ours if m else None, theirs=m.theirs if m else None)
+                   ours=m.ours if m else None, theirs=m.theirs if m else None, found_at=c.found_at)
     return Row(name, c.runs, c.passed)
 
 
@@ -716,7 +723,8 @@ def run_suite(adapter: Any, *, examples: int, derandomize: bool = True, only: Se
             if name == "oracle" and row.skipped is None and row.failure is None:
                 CTX.use_oracle = True  # from now on the resume rows compare with zephon_ref's stream too
             rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped,
-                            row.seconds or time.perf_counter() - t0, row.note, row.config, row.ours, row.theirs))
+                            row.seconds or time.perf_counter() - t0, row.note, row.found_at, row.config, row.ours,
+                            row.theirs))
     CTX.use_oracle = False
     return rows
 
@@ -726,6 +734,8 @@ def format_table(rows: Sequence[Row]) -> str:
              "-" * 100]
     for r in rows:
         tail = f"skipped: {r.skipped}" if r.skipped else (r.failure or (f"- ({r.note})" if r.note else "-"))
+        if r.failure and r.found_at is not None:
+            tail = f"[found at example {r.found_at}] {tail}"
         rate = f"{60 * r.examples / r.seconds:.0f}" if r.seconds > 0 and r.examples else "-"
         lines.append(f"{r.prop:<22} {r.examples:>8} {r.passed:>7} {rate:>7}  {tail}")
         if r.ours is not None:
