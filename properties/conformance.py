@@ -75,7 +75,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
@@ -588,6 +588,7 @@ def _settings(examples: int, seed_free: bool) -> settings:
     # no explain phase: it replays variations of the minimal example, and the table reports the last one run
     return settings(max_examples=examples, deadline=None, database=None, derandomize=seed_free,
                     report_multiple_bugs=False, print_blob=False, stateful_step_count=12,
+                    verbosity=Verbosity.quiet,  # the table reports; Hypothesis's own prints would interleave
                     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
                     suppress_health_check=list(HealthCheck))
 

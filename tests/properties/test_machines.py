@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from properties.adapters import PipelineAdapter, IteratorRun, adapter, skipped_rules
+from properties.adapters import IteratorRun, PipelineAdapter, adapter, skipped_rules
 from properties.machines import resume_machine
 from properties.profiles import examples
 
