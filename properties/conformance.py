@@ -675,8 +675,11 @@ class _Progress:
 
     def start(self, name: str, total: int) -> None:
         if self.enabled:
-            from tqdm import tqdm
-
+            try:
+                from tqdm import tqdm
+            except ImportError:  # progress is a convenience: without tqdm the table still prints
+                self.enabled = False
+                return
             self.bar = tqdm(total=total, desc=f"{name:<20}", unit="ex", file=sys.stderr, leave=False)
 
     def tick(self) -> None:
