@@ -146,6 +146,9 @@ class PipelineAdapter:
     features: frozenset[str] = frozenset()
     #: zephon only: declare the machine's regression configurations that show a known zephon bug
     skip_known_bugs: bool = False
+    #: the exceptions that count as a typed refusal of a bad checkpoint (None: ZephonRefError);
+    #: zephon 0.2.0 raises its own ValueError / RuntimeError subclasses
+    refusal_errors: tuple[type[BaseException], ...] | None = None
 
     def unsupported(self, cfg: PipelineConfig) -> str | None:
         if self.impl == "zephon":
@@ -200,9 +203,10 @@ ADAPTERS: dict[str, PipelineAdapter] = {
     # (deterministic_checkpoints is claimed for zephon's inline path so that the table shows where
     # it falls short: its inline path prefetches on a thread, see docs/divergences.md)
     "zephon": PipelineAdapter("zephon", "zephon", {"runner": "inline"},
-                              frozenset({"engine_state", "deterministic_checkpoints"}), skip_known_bugs=True),
+                              frozenset({"engine_state", "deterministic_checkpoints"}), skip_known_bugs=True,
+                              refusal_errors=(ValueError, RuntimeError)),
     "zephon_runners": PipelineAdapter("zephon_runners", "zephon", {"runner": "inline"},
-                                      frozenset({"engine_state", "runners"})),
+                                      frozenset({"engine_state", "runners"}), refusal_errors=(ValueError, RuntimeError)),
 }
 #: names that resolve to an adapter living in another module (imported only when asked for)
 LAZY = {"tensor": "properties.tensor_adapter:ADAPTER"}

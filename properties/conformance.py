@@ -25,7 +25,7 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   delivered the last item holds nothing inflight;
 * ``tamper refused`` [engine_state]: a checkpoint dict with one field changed, dropped
   or swapped between two lanes is refused by ``build(state=...)`` with a
-  ``ZephonRefError`` before anything changes (the dict is untouched, and the untampered
+  ``ZephonRefError`` (or the adapter's ``refusal_errors``) before anything changes (the dict is untouched, and the untampered
   checkpoint still resumes the stream);
 * ``resume at cuts``: checkpoint at a drawn cut schedule, restore each into a fresh run;
 * ``resume machine``: the stateful machine (:func:`properties.machines.resume_machine`),
@@ -369,6 +369,8 @@ def _changed(value: Any) -> Any:
 def _tamper_refused(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     from zephon_ref.errors import ZephonRefError
 
+    typed = getattr(adapter, "refusal_errors", None) or (ZephonRefError,)
+
     ref = _reference(adapter, cfg)
     cut = data.draw(st.integers(0, len(ref)), label="cut")
     _, cks = _checkpoints(adapter, cfg, [cut])
@@ -391,11 +393,11 @@ def _tamper_refused(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> N
                 run.deliver(1)
             finally:
                 run.close()
-        except ZephonRefError:
+        except typed:
             pass
         except Exception as exc:  # noqa: BLE001 - an untyped refusal is the failure
             raise AssertionError(f"checkpoint after {cut} items, {what}: refused with {type(exc).__name__}, "
-                                 f"not a ZephonRefError: {exc}") from exc
+                                 f"not a {' or '.join(t.__name__ for t in typed)}: {exc}") from exc
         else:
             raise AssertionError(f"checkpoint after {cut} items, {what}: restored without a refusal")
         assert tampered == before, f"checkpoint after {cut} items, {what}: the refused restore changed the dict"
