@@ -78,12 +78,14 @@ def any_source_configs(**kw: Any) -> st.SearchStrategy[SourceConfig]:
 _NAMES = ("web", "code", "books")
 
 
-#: the sizes of the two tiers of :func:`pipeline_configs` (max_shard, shards per dataset, chunk sizes, lanes)
-TIERS: dict[str, tuple[int, int, tuple[int, int], int]] = {
-    "small": (16, 3, (1, 8), 4),
-    # long-range: every lane gets many chunks, so a cut in the first half of the stream has at least
-    # two flush epochs (flush_every_k_chunks <= 3 chunks each) after it
-    "long": (60, 3, (2, 5), 2),
+#: the sizes of the two tiers of :func:`pipeline_configs`: shard sizes, shards per dataset, chunk sizes,
+#: lanes, flush_every_k_chunks
+TIERS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, tuple[int, int]]] = {
+    "small": ((1, 16), (1, 3), (1, 8), 4, (1, 3)),
+    # long-range: every dataset holds >= 80 samples, so each of <= 2 lanes gets >= 10 chunks of <= 4
+    # samples, and a cut in the first half of a lane's stream has at least two flush epochs
+    # (flush_every_k_chunks <= 2 chunks each) after it
+    "long": ((40, 50), (2, 2), (2, 4), 2, (1, 2)),
 }
 
 
@@ -128,14 +130,13 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
     see docs/divergences.md).  ``tier="long"`` draws bigger corpora (:data:`TIERS`): every lane
     gets many chunks, which long-range bugs (a restored epoch-boundary counter, say) need.
     Every value is drawn, so a failure shrinks to the smallest configuration that shows it."""
-    tier_shard, tier_shards, (chunk_lo, chunk_hi), tier_lanes = TIERS[tier]
+    (lo, tier_shard), (shards_lo, shards_hi), (chunk_lo, chunk_hi), tier_lanes, (k_lo, k_hi) = TIERS[tier]
     max_shard = tier_shard if max_shard is None else max_shard
     max_lanes = tier_lanes if max_lanes is None else max_lanes
     n = draw(st.integers(1, 3))
     names = _NAMES[:n]
     chunk = draw(st.integers(chunk_lo, chunk_hi))
-    lo = 1 if tier == "small" else max_shard // 2
-    layout = {name: tuple(draw(st.lists(st.integers(lo, max_shard), min_size=1, max_size=tier_shards)))
+    layout = {name: tuple(draw(st.lists(st.integers(lo, max_shard), min_size=shards_lo, max_size=shards_hi)))
               for name in names}
     # every dataset holds at least a chunk's worth, so the allocation never asks more than exists
     layout = {name: sizes if sum(sizes) >= chunk else sizes + (chunk,) for name, sizes in layout.items()}
@@ -193,7 +194,7 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
     reorders = any(m != "batch" for m, _ in chain)
     options: dict[str, Any] = {"runner": "inline", "canonical_replicas": draw(st.integers(1, max_lanes))}
     if reorders:
-        options["flush_every_k_chunks"] = draw(st.integers(1, 3))
+        options["flush_every_k_chunks"] = draw(st.integers(k_lo, k_hi))
     return PipelineConfig(chain=chain, layout=layout, weights=weights, source_kwargs=source_kwargs,
                           options=options, corpus_seed=draw(st.integers(0, 3)))
 
