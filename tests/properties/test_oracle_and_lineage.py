@@ -210,3 +210,18 @@ def test_zephon_passes_the_oracle_row_on_what_it_supports() -> None:
     pytest.importorskip("zephon", reason="zephon 0.2.0 is the conformance extra")
     row = conformance.run_suite(load_adapter("zephon"), examples=8, only=["oracle"])[0]
     assert row.failure is None and row.examples >= 1, row
+
+
+def test_after_the_oracle_row_passes_the_resume_rows_compare_with_zephon_ref(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = conformance._oracle_stream
+
+    def spy(cfg: PipelineConfig) -> list[Any]:
+        calls.append(conformance.CTX.use_oracle and "resume" or "oracle")
+        return real(cfg)
+
+    monkeypatch.setattr(conformance, "_oracle_stream", spy)
+    rows = conformance.run_suite(ADAPTERS["threads"], examples=3, only=["oracle", "resume at cuts"])
+    assert [r.failure for r in rows] == [None, None], rows
+    assert "oracle" in calls and "resume" in calls, calls  # the resume row asked for zephon_ref's stream
+    assert conformance.CTX.use_oracle is False  # reset after the suite
