@@ -233,10 +233,12 @@ def load_adapter(name: str) -> Any:
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"adapter {name!r}: module {module} is not importable ({exc})") from exc
+        raise ImportError(f"adapter {name!r}: expected an importable module, received module {module} is not "
+                          f"importable ({exc})") from exc
     obj = getattr(mod, attr, None)
     if obj is None:
-        raise ImportError(f"adapter {name!r}: module {module} has no attribute {attr!r}")
+        raise ImportError(f"adapter {name!r}: expected module {module} to have an attribute {attr!r}, received "
+                          f"a module without it")
     return obj() if isinstance(obj, type) else obj
 
 

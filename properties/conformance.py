@@ -862,8 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         adapter = load_adapter(args.impl)
     except (ImportError, ValueError, KeyError) as exc:
-        print(f"{prog}: cannot check {args.impl!r}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
-              file=sys.stderr)
+        print(f"{prog}: --impl: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
         return 2
     why = not_an_adapter(adapter)
     if why is not None:

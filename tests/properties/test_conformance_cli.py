@@ -45,7 +45,9 @@ def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFix
     (["--examples", "many"], ["--examples", "invalid int value", "'many'"]),
     (["--property", "nosuchprop"], ["--property", "expected one of", "'lineage'", "received 'nosuchprop'"]),
     (["--impl", "os:path"], ["--impl os:path", "expected an adapter with", "received module"]),
-    (["--impl", "no_such_module_anywhere:ADAPTER"], ["module no_such_module_anywhere is not importable"]),
+    (["--impl", "no_such_module_anywhere:ADAPTER"], ["expected an importable module",
+                                                     "received module no_such_module_anywhere is not importable"]),
+    (["--impl", "os:no_such_attr"], ["expected module os to have an attribute 'no_such_attr'", "received"]),
     (["--impl", "nosuch"], ["expected one of", "received 'nosuch'"]),
     (["--shrink-seconds", "-1"], ["--shrink-seconds", "expected a number >= 0", "received -1"]),
 ])
