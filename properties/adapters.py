@@ -29,7 +29,9 @@ An implementation plugs into the suite through one small object, an :class:`Adap
 ``lane_next_cid`` / ``replay_cursors`` per lane, which turns on the bounded-inflight,
 eviction-safety and tamper rows and the end-of-data check of the lineage row;
 ``"deterministic_checkpoints"``: the checkpoint after n delivered items is the same
-bytes in every run.  A rule whose feature is missing is skipped, and
+bytes in every run; ``"tombstones"``: ``observe(cfg)`` returns an uninterrupted run's items
+and the tombstones it produced, so the lineage row requires every admitted offset to close
+exactly once, with no documented discard to excuse it.  A rule whose feature is missing is skipped, and
 :func:`skipped_rules` says why.
 
 Apart from the ``engine_state`` rows the suite never looks inside a checkpoint.  The
@@ -60,6 +62,7 @@ FEATURES = {
     "remap": "remap (restore under another dp_degree / worker count / mapping)",
     "engine_state": "the bounded-inflight and eviction-safety invariants",
     "deterministic_checkpoints": "checkpoint bytes: the same delivered prefix gives the same checkpoint in every run",
+    "tombstones": "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted run",
 }
 
 
@@ -88,6 +91,10 @@ class Adapter(Protocol):
 
     # -- with the "remap" feature: one run per (rank, worker) of ``topology``, each restored from ``state``
     def participants(self, cfg: PipelineConfig, topology: Any, state: Any) -> list[Run]: ...
+
+    # -- with the "tombstones" feature: an uninterrupted run's items and the tombstones it produced
+    #    (records dropped on purpose, in the normal form: they close offsets without being delivered)
+    def observe(self, cfg: PipelineConfig) -> tuple[list[Item], list[Any]]: ...
 
 
 #: what the suite calls on every adapter (the rest only with a feature)
@@ -172,6 +179,29 @@ class PipelineAdapter:
         return [IteratorRun(p) for p in participants(cfg, topology.dp_degree, topology.workers,
                                                         mapping=topology.mapping, state=state)]
 
+    def observe(self, cfg: PipelineConfig) -> tuple[list[Item], list[Any]]:
+        """zephon_ref only: one uninterrupted run, stepped like the inline runner through the
+        engine's public steps, with the engine's tombstone observer on."""
+        assert "tombstones" in self.features and self.impl == "zephon_ref"
+        from properties.normal_form import as_record
+        from sim.workloads import record_view
+
+        tombs: list[Any] = []
+        engine = build_pipeline(self.impl, cfg).engine(on_tombstone=tombs.append)
+        items: list[Item] = []
+        while True:
+            x = engine.deliver()
+            if x is not None:
+                items.append(item_view(x))
+                continue
+            if engine.finished:
+                break
+            engine.admit()
+            for i in range(len(engine.stages)):
+                while engine.run_stage(i):
+                    pass
+        return items, [as_record(v) for t in tombs for v in record_view(t)]
+
     def build(self, cfg: PipelineConfig, *, state: Any = None, **execution: Any) -> IteratorRun:
         p = build_pipeline(self.impl, cfg, **{**self.execution, **execution})
         if state is not None:
@@ -189,7 +219,7 @@ class PipelineAdapter:
         return IteratorRun(p)
 
 
-_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state"})
+_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # the inline runner admits only what delivery needs, so its checkpoint after n items is the same
     # bytes in every run; the threads runner admits ahead on its own threads, so how far it got (the

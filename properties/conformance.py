@@ -22,7 +22,8 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   last cut) must close every offset its lane admits exactly once (or discard it as the
   configuration documents), name only admitted offsets with their samples, keep cursors
   unique per lane and deliver each sample's tokens; with [engine_state] the run that
-  delivered the last item holds nothing inflight;
+  delivered the last item holds nothing inflight; with [tombstones] an uninterrupted run's
+  delivered records and tombstones close every admitted offset exactly once;
 * ``tamper refused`` [engine_state]: a checkpoint dict with one field changed, dropped
   or swapped between two lanes is refused by ``build(state=...)`` with a
   ``ZephonRefError`` (or the adapter's ``refusal_errors``) before anything changes (the dict is untouched, and the untampered
@@ -85,7 +86,12 @@ from hypothesis.stateful import run_state_machine_as_test
 from properties import invariants as inv
 from properties import profiles
 from properties.adapters import ADAPTERS, load_adapter, not_an_adapter
-from properties.lineage import expected_lanes, final_state_problems, lineage_problems
+from properties.lineage import (
+    closure_problems,
+    expected_lanes,
+    final_state_problems,
+    lineage_problems,
+)
 from properties.machines import machine_configs, resume_machine
 from properties.normal_form import lanes_of
 from properties.pipelines import PipelineConfig
@@ -297,6 +303,10 @@ def _lineage(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
             run.close()
     where = f"through cuts {cuts}" + (" and a remap at the last" if remap else "")
     problems = lineage_problems(cfg, items, expected=exp)
+    if "tombstones" in features:
+        observed, tombstones = adapter.observe(cfg)
+        problems += [f"an uninterrupted run with its tombstones: {p}"
+                     for p in closure_problems(cfg, observed, tombstones, expected=exp)]
     for state in final_states:
         problems += final_state_problems(state, what="the checkpoint after the last item")
     assert not problems, f"{where}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")

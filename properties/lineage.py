@@ -44,8 +44,13 @@ problem:
    flush), or anything under strict ``ensure_mixture(max_buffer_size=None)``; with
    ``batch(drop_last=False)`` nothing may be missing;
 6. with engine states (:func:`final_state_problems`): a run that delivered its last
-   item holds nothing inflight (an operator that drops a record without a tombstone
-   leaves its chunk incomplete forever).
+   item holds nothing inflight;
+7. with tombstones (:func:`closure_problems`, an uninterrupted run whose dropped records
+   are visible): every admitted offset closes exactly once, through a delivered record or
+   a tombstone, with no documented discard to excuse it except the final partial batch of
+   each lane under ``batch(drop_last=True)``, which is discarded at the end of data without
+   tombstones (an operator that drops a record without its tombstone fails here, even where
+   the drop itself is documented).
 
 What may not live here: anything that runs an implementation (properties/conformance.py
 collects the streams), and any pipeline logic: the definitions above must stay plain
@@ -63,8 +68,8 @@ from typing import Any
 from properties.pipelines import PipelineConfig, crc_tokens, work_source
 from sim.checker import check_lineage_views
 
-__all__ = ["GOLDEN", "Expected", "discard_reason", "expected_lanes", "final_state_problems", "lineage_problems",
-           "owner"]
+__all__ = ["GOLDEN", "Expected", "closure_problems", "discard_reason", "expected_lanes", "final_state_problems",
+           "lineage_problems", "owner"]
 
 #: the routing constant of the spec (zephon 0.2.0's notes, "lane assignment")
 GOLDEN = 0x9E3779B97F4A7C15
@@ -347,6 +352,9 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                 budget_records += 1
         batch = ops.get("batch")
         pack = ops.get("pack_sequences")
+        em = ops.get("ensure_mixture")
+        if em is not None and "max_buffer_size" in em and em["max_buffer_size"] is None:
+            continue  # strict ensure_mixture may discard anything it holds at a flush: no bound
         if batch is not None and batch.get("drop_last", True):
             # a dropped partial batch holds < microbatch_size records, each a pack of up to max_length samples
             per_record = int(pack["max_length"]) if pack else 1
@@ -359,6 +367,37 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
             problems.append(f"lane {lane}: {budget_tokens} tokens never delivered, more than wrap's trailing tokens "
                             f"at {flushes} flushes allow ({int(pack['max_length']) - 1} each)")
     return problems
+
+
+def closure_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], tombstones: Sequence[Any], *,
+                     expected: Expected | None = None, limit: int = 3) -> list[str]:
+    """Problem 7 of the module docstring: delivered records and tombstones (normal form) close
+    every admitted offset exactly once."""
+    exp = expected if expected is not None else expected_lanes(cfg)
+    admitted = {lane: {cid: range(len(ch)) for cid, ch in enumerate(chunks)} for lane, chunks in exp.lanes.items()}
+    records = [r for item in items for r in item]
+    report = check_lineage_views(admitted, [*records, *tombstones])
+    out: list[str] = []
+    batch, pack = _ops(cfg).get("batch"), _ops(cfg).get("pack_sequences")
+    # batch(drop_last=True) discards the final partial batch of each lane at the end of data without
+    # tombstones (nothing is evicted after it): fewer than microbatch_size records, each a pack of up
+    # to max_length samples
+    excused = 0
+    if batch is not None and batch.get("drop_last", True):
+        excused = (int(batch["microbatch_size"]) - 1) * (int(pack["max_length"]) if pack else 1)
+    for lane, v in sorted(report.lanes.items()):
+        if len(v.lost) <= excused:
+            continue
+        for cid, off in v.lost[:limit]:
+            out.append(f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: closed by no delivered "
+                       f"record and no tombstone (dropped without its tombstone?)")
+        for where, closers in v.closers[:limit]:
+            out.append(f"lane {lane}, offset {where}: closed {len(closers)} times, by "
+                       f"{[('record' if int(idx) < len(records) else 'tombstone', idx) for _k, idx, _key in closers]}")
+        for _kind, idx, key in v.unexpected[:limit]:
+            out.append(f"lane {lane}: {'record' if int(idx) < len(records) else 'tombstone'} {idx} ({key!r:.80}) "
+                       f"closes an offset the lane does not admit")
+    return out
 
 
 def final_state_problems(state: Mapping[str, Any], *, what: str = "the final checkpoint") -> list[str]:
