@@ -17,7 +17,8 @@ def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFix
     out_json = tmp_path / "results.json"
     assert conformance.main(["--impl", "inline", "--examples", "3", "--quiet", "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
-    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[3:]}
+    # a row's line starts with its name; indented lines below it add details (declined configurations)
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[3:] if not line.startswith(" ")}
     assert list(rows) == list(conformance.ORDER) and sorted(rows) == sorted(["resume machine", "long run",
                                                                              *conformance.PROPERTIES])
     for name, line in rows.items():
@@ -25,8 +26,8 @@ def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFix
         if name == "oracle" and "skipped" in line:  # zephon_ref's second opinion, zephon 0.2.0, is missing
             assert "zephon 0.2.0, its second opinion, is not installed" in line, line
             continue
-        # the oracle row of zephon_ref asks zephon 0.2.0, which declares some configurations unsupported
-        assert int(cols[1]) >= 1 and (cols[0] == cols[1] or name == "oracle") and cols[3].startswith("-"), line
+        # examples started >= passed (a gap without a failure: draws Hypothesis abandoned, e.g. a filtered one)
+        assert int(cols[0]) >= int(cols[1]) >= 1 and cols[3].startswith("-"), line
     # the long run delivered at least the profile's items (2,000 under ci and dev) and says how many
     long_items = int(rows["long run"].split("- (")[1].split(" items")[0])
     assert long_items >= conformance.long_run_items() >= 2_000
