@@ -759,8 +759,22 @@ def run_suite(adapter: Any, *, examples: int, derandomize: bool = True, only: Se
     """Every property (or those named in ``only``) against ``adapter``; one row each, in :data:`ORDER`."""
     features = frozenset(getattr(adapter, "features", frozenset()))
     bar = _Progress(progress)
-    rows: list[Row] = []
     CTX.use_oracle = False
+    import logging
+
+    quiet = logging.getLogger("zephon")  # zephon 0.2.0 logs its packing drops: the table reports instead
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        return _run_rows(adapter, features, bar, examples, derandomize, only, shrink_seconds, long_items)
+    finally:
+        quiet.setLevel(level)
+        CTX.use_oracle = False
+
+
+def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: int, derandomize: bool,
+              only: Sequence[str], shrink_seconds: float, long_items: int | None) -> list[Row]:
+    rows: list[Row] = []
     with _shrink_cap(shrink_seconds):
         for name in ORDER:
             if only and name not in only:
@@ -789,7 +803,6 @@ def run_suite(adapter: Any, *, examples: int, derandomize: bool = True, only: Se
             rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped,
                             row.seconds or time.perf_counter() - t0, row.note, row.found_at, row.unsupported,
                             row.config, row.ours, row.theirs))
-    CTX.use_oracle = False
     return rows
 
 
