@@ -6,8 +6,9 @@ Theory of operation
 (:mod:`properties.adapters`).  A run starts from a configuration drawn by
 :func:`properties.strategies.pipeline_configs` (or one of :data:`MACHINE_CONFIGS`);
 the machine keeps the position ``pos`` in that configuration's uninterrupted
-stream (computed once with the same adapter: the implementation is its own
-oracle here; conformance with zephon_ref is tests/conformance's job).  Whatever
+stream, the *reference*: zephon_ref's own stream when the machine is given an
+``oracle`` adapter (``properties.conformance`` does that once the implementation
+passed the oracle row), else the implementation's own uninterrupted run.  Whatever
 the order of rules, the items delivered so far are exactly ``reference[:pos]``.
 
 Rules (a rule needs the adapter feature in brackets; :func:`properties.adapters.skipped_rules`
@@ -41,6 +42,7 @@ import copy
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +83,16 @@ MACHINE_CONFIGS: tuple[PipelineConfig, ...] = (
 
 
 def machine_configs() -> st.SearchStrategy[PipelineConfig]:
-    """The machine's configurations: the fixed ones or a drawn one."""
-    return st.one_of(st.sampled_from(MACHINE_CONFIGS), pipeline_configs())
+    """The machine's configurations: the fixed ones, a drawn small one, or a drawn long-range one
+    (:data:`properties.strategies.TIERS`)."""
+    return st.one_of(st.sampled_from(MACHINE_CONFIGS), pipeline_configs(), pipeline_configs(tier="long"))
 
 
 _REFERENCE: dict[tuple[str, str], list[Any]] = {}
 
 
 def _reference(adapter: Any, cfg: PipelineConfig) -> list[Any]:
+    """``adapter``'s uninterrupted stream of ``cfg`` (kept for the last 256 configurations)."""
     key = (adapter.name, cfg.describe())
     if key not in _REFERENCE:
         run = adapter.build(cfg)
@@ -106,9 +110,13 @@ def _lanes_of(items: list[Any]) -> dict[int, list[Any]]:
     return lanes
 
 
-def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] | None = None
-                   ) -> type[RuleBasedStateMachine]:
-    """A machine class checking ``adapter`` (one class per adapter)."""
+def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] | None = None,
+                   oracle: Any = None, on_start: Callable[[], None] | None = None) -> type[RuleBasedStateMachine]:
+    """A machine class checking ``adapter`` (one class per adapter); ``oracle``: the adapter whose
+    uninterrupted stream is the reference (None: ``adapter``'s own); ``on_start``: called as each
+    example starts (progress)."""
+    reference_of = adapter if oracle is None else oracle
+    against = "the uninterrupted run" if oracle is None else f"{oracle.name}'s stream (the oracle)"
     features = frozenset(getattr(adapter, "features", frozenset()))
     durable, runners = "durable" in features, "runners" in features
     remaps, engine_state = "remap" in features, "engine_state" in features
@@ -138,11 +146,13 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             assume(reason is None)
             note(cfg.describe())
             type(self).started += 1
+            if on_start is not None:
+                on_start()
             type(self).last_config = cfg.describe()
             self.cfg, self.key = cfg, cfg.describe()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # options that have no effect on this plan warn
-                self.ref = _reference(adapter, cfg)
+                self.ref = _reference(reference_of, cfg)
                 self.run = adapter.build(cfg)
             if engine_state:
                 self.needs = [inv.needs_of(v) for v in self.ref]
@@ -158,7 +168,7 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             if got != want:
                 at = next(i for i in range(len(got)) if got[i] != want[i])
                 kind = "a repeat" if got[at] in self.ref[:self.pos + at] else "skipped, reordered or changed"
-                raise AssertionError(f"{adapter.name}: item {self.pos + at} differs from the uninterrupted run "
+                raise AssertionError(f"{adapter.name}: item {self.pos + at} differs from {against} "
                                      f"({kind}): got {got[at]!r}, expected {want[at]!r}")
             if len(got) < n:
                 assert self.pos + len(got) == len(self.ref), (

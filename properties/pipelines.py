@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.workloads import record_view as item_view
+from properties.normal_form import item_view
 
-__all__ = ["RANDOM_PACK_MINIMAL", "PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane"]
+__all__ = ["RANDOM_PACK_MINIMAL", "PipelineConfig", "build_pipeline", "crc_tokens", "item_view", "per_lane",
+           "work_source"]
 
 
 def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,18 +42,17 @@ class PipelineConfig:
                 f"options={dict(self.options)!r}, corpus_seed={self.corpus_seed!r})")
 
 
-def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> Any:
+def work_source(cfg: PipelineConfig, impl: str = "zephon_ref") -> Any:
+    """The (template) work source of ``cfg`` built with ``impl``'s own classes: the synthetic corpus
+    of ``cfg.corpus_seed`` / ``cfg.layout`` as in-memory shards and a StaticMixtureWorkSource."""
     import zephon_ref.work as ref_work
     from zephon_ref.work import synthetic_corpus
 
     if impl == "zephon":
         import zephon as lib
 
-        Pipeline = lib.Pipeline
         mod: Any = lib
     elif impl == "zephon_ref":
-        from zephon_ref.pipeline import Pipeline
-
         mod = ref_work
     else:
         raise ValueError(f"implementation: expected 'zephon_ref' or 'zephon', received {impl!r}")
@@ -75,6 +75,17 @@ def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> A
     src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **source_kwargs)
     if impl == "zephon" and te is not None:
         src.prime()  # zephon pins its ratios in prime(); zephon_ref pins them at construction
+    return src
+
+
+def build_pipeline(impl: str, cfg: PipelineConfig, **option_overrides: Any) -> Any:
+    """``cfg`` built with ``impl`` ("zephon_ref" or "zephon"): its work source, the crc tokenizer,
+    then the chain, with ``option_overrides`` over ``cfg.options``."""
+    src = work_source(cfg, impl)
+    if impl == "zephon":
+        from zephon import Pipeline
+    else:
+        from zephon_ref.pipeline import Pipeline  # type: ignore[assignment]
     p = Pipeline(src).map_transform(crc_tokens)
     for method, kwargs in cfg.chain:
         getattr(p, method)(**dict(kwargs))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from properties.pipelines import PipelineConfig
 from properties.sources import SourceConfig
 
-__all__ = ["Topology", "any_source_configs", "cut_schedules", "execution_settings", "pipeline_configs",
+__all__ = ["TIERS", "Topology", "any_source_configs", "cut_schedules", "execution_settings", "pipeline_configs",
            "source_configs", "token_primers", "topologies", "topology_sequences"]
 
 
@@ -78,24 +78,77 @@ def any_source_configs(**kw: Any) -> st.SearchStrategy[SourceConfig]:
 _NAMES = ("web", "code", "books")
 
 
+#: the sizes of the two tiers of :func:`pipeline_configs`: shard sizes, shards per dataset, chunk sizes,
+#: lanes, flush_every_k_chunks
+TIERS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, tuple[int, int]]] = {
+    "small": ((1, 16), (1, 3), (1, 8), 4, (1, 3)),
+    # long-range: every dataset holds >= 80 samples, so each of <= 2 lanes gets >= 10 chunks of <= 4
+    # samples, and a cut in the first half of a lane's stream has at least two flush epochs
+    # (flush_every_k_chunks <= 2 chunks each) after it
+    "long": ((40, 50), (2, 2), (2, 4), 2, (1, 2)),
+}
+
+
+def _source_policy(draw: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """An exhaustion policy that ends the stream (the suite's runs deliver everything)."""
+    mode = draw(st.sampled_from(["default", "stop", "redistribute", "per_dataset", "max_repeats", "passes"]))
+    if mode in ("stop", "redistribute"):
+        return {"exhausted_policy": mode}
+    if mode == "per_dataset":
+        # a repeating dataset ends only when a stopping one does: then one dataset stops
+        pol = {n: draw(st.sampled_from(["stop", "redistribute", "repeat"])) for n in names}
+        if "repeat" in pol.values() and "stop" not in pol.values():
+            pol[names[0]] = "stop"
+        out: dict[str, Any] = {"exhausted_policy": pol}
+        if "repeat" in pol.values() and draw(st.booleans()):
+            out["reshuffle_on_repeat"] = draw(st.booleans())
+        return out
+    if mode == "max_repeats":
+        return {"exhausted_policy": "repeat", "max_repeats": draw(st.integers(0, 2)),
+                **({"reshuffle_on_repeat": draw(st.booleans())} if draw(st.booleans()) else {})}
+    if mode == "passes":
+        return {"stop_after_passes": draw(st.integers(1, 2))}
+    return {}
+
+
 @st.composite
-def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, token_aware: bool | None = None,
-                     random_packing: bool = False) -> PipelineConfig:
-    """Small, valid pipelines: 1-3 datasets of tiny and uneven shards, a source in sample units or
-    (``token_aware``, drawn when None) with pinned token ratios, and an operator chain drawn
-    knob by knob: optional packing (first_fit or wrap, bins, length), optional shuffle
-    (streaming or block), optional ensure_mixture, optional batch.  ``random_packing`` allows
-    ``shuffle_strategy="random"`` packing (zephon 0.2.0 diverges there; see docs/divergences.md).
+def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int | None = None,
+                     token_aware: bool | None = None, random_packing: bool = False,
+                     tier: str = "small") -> PipelineConfig:
+    """Valid pipelines with every knob drawn: 1-3 datasets of uneven shards, a source in sample units or
+    (``token_aware``, drawn when None) with pinned token ratios, the source's routing, shuffling and
+    exhaustion knobs (``lane_assignment`` permute or modulo, ``shuffle_shards``,
+    ``shuffle_within_shard``, ``shuffle_block_size``, the ``stop`` / ``redistribute`` / per-dataset /
+    ``max_repeats`` / ``stop_after_passes`` policies, ``reshuffle_on_repeat``: always a stream
+    that ends), and an operator chain drawn knob by knob: optional packing (first_fit, best_fit or
+    wrap; ``max_length``, ``num_bins``, ``max_sequences_per_bin``, ``min_sequence_length``,
+    ``flush_strategy``), optional shuffle (streaming or block, ``warmup_growth``), optional
+    ensure_mixture (explicit target or each chunk's own; bounded ``max_buffer_size`` or strict
+    None, ``drain_target_ratio``, ``obsolete_drain_rate``), optional batch (``microbatch_size``,
+    ``drop_last`` both ways); ``canonical_replicas`` and ``flush_every_k_chunks``.
+    ``random_packing`` allows ``shuffle_strategy="random"`` packing (zephon 0.2.0 diverges there;
+    see docs/divergences.md).  ``tier="long"`` draws bigger corpora (:data:`TIERS`): every lane
+    gets many chunks, which long-range bugs (a restored epoch-boundary counter, say) need.
     Every value is drawn, so a failure shrinks to the smallest configuration that shows it."""
+    (lo, tier_shard), (shards_lo, shards_hi), (chunk_lo, chunk_hi), tier_lanes, (k_lo, k_hi) = TIERS[tier]
+    max_shard = tier_shard if max_shard is None else max_shard
+    max_lanes = tier_lanes if max_lanes is None else max_lanes
     n = draw(st.integers(1, 3))
     names = _NAMES[:n]
-    chunk = draw(st.integers(1, 8))
-    layout = {name: tuple(draw(st.lists(st.integers(1, max_shard), min_size=1, max_size=3)))
+    chunk = draw(st.integers(chunk_lo, chunk_hi))
+    layout = {name: tuple(draw(st.lists(st.integers(lo, max_shard), min_size=shards_lo, max_size=shards_hi)))
               for name in names}
     # every dataset holds at least a chunk's worth, so the allocation never asks more than exists
     layout = {name: sizes if sum(sizes) >= chunk else sizes + (chunk,) for name, sizes in layout.items()}
     weights = {name: float(draw(st.sampled_from([1, 2, 3]))) for name in names}
     source_kwargs: dict[str, Any] = {"chunk_size": chunk, "seed": draw(st.integers(0, 7))}
+    if draw(st.booleans()):  # the source's own knobs (their defaults otherwise)
+        source_kwargs["lane_assignment"] = draw(st.sampled_from(["permute", "modulo"]))
+        source_kwargs["shuffle_shards"] = draw(st.booleans())
+        source_kwargs["shuffle_within_shard"] = draw(st.booleans())
+        source_kwargs["shuffle_block_size"] = draw(st.one_of(st.none(), st.integers(1, 12),
+                                                             st.sampled_from(["auto", "global"])))
+    source_kwargs.update(_source_policy(draw, names))
     if token_aware if token_aware is not None else draw(st.booleans()):
         ratio = st.sampled_from([0.3, 1.0, 2.5])  # moderate: extreme ratios repeat small datasets for long
         from zephon_ref.work import TokenEstimation  # build_pipeline converts it for zephon
@@ -108,6 +161,12 @@ def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, toke
                                 "algorithm": draw(st.sampled_from(["first_fit", "wrap", "best_fit"]))}
         if pack["algorithm"] in ("first_fit", "best_fit"):
             pack["num_bins"] = draw(st.integers(1, 4))
+            if draw(st.booleans()):
+                pack["flush_strategy"] = draw(st.sampled_from(["fifo", "fullest"]))
+            if draw(st.booleans()):
+                pack["min_sequence_length"] = draw(st.sampled_from([1, 4, 24]))
+        if draw(st.booleans()):
+            pack["max_sequences_per_bin"] = draw(st.integers(1, 4))
         if random_packing and draw(st.booleans()):
             pack["shuffle_strategy"] = "random"
         chain.append(("pack_sequences", pack))
@@ -115,18 +174,26 @@ def pipeline_configs(draw: Any, *, max_lanes: int = 4, max_shard: int = 16, toke
         shuffle: dict[str, Any] = {"buffer_size": draw(st.integers(1, 8)), "seed": draw(st.integers(0, 3))}
         if draw(st.booleans()):
             shuffle["algorithm"] = "block"
+        if draw(st.booleans()):
+            shuffle["warmup_growth"] = draw(st.sampled_from([1.25, 2, 3.0]))
         chain.append(("shuffle", shuffle))
     if n > 1 and draw(st.booleans()):
         # an explicit target, or (None) each chunk's own mixture, adopted as chunks arrive
-        explicit = draw(st.booleans())
-        chain.append(("ensure_mixture", {"mixture": {name: weights[name] / sum(weights.values()) for name in names}}
-                      if explicit else {}))
+        mix: dict[str, Any] = ({"mixture": {name: weights[name] / sum(weights.values()) for name in names}}
+                               if draw(st.booleans()) else {})
+        if draw(st.booleans()):
+            mix["max_buffer_size"] = draw(st.sampled_from([None, 4, 16, 64]))
+            mix["drain_target_ratio"] = draw(st.sampled_from([0.5, 0.8]))
+            mix["obsolete_drain_rate"] = draw(st.sampled_from([0.1, 0.5]))
+        chain.append(("ensure_mixture", mix))
     if draw(st.booleans()):
-        chain.append(("batch", {"microbatch_size": draw(st.integers(1, 3))}))
+        # drop_last always spelled out: False (every record reaches a batch) half the time
+        batch: dict[str, Any] = {"microbatch_size": draw(st.integers(1, 3)), "drop_last": draw(st.booleans())}
+        chain.append(("batch", batch))
     reorders = any(m != "batch" for m, _ in chain)
     options: dict[str, Any] = {"runner": "inline", "canonical_replicas": draw(st.integers(1, max_lanes))}
     if reorders:
-        options["flush_every_k_chunks"] = draw(st.integers(1, 3))
+        options["flush_every_k_chunks"] = draw(st.integers(k_lo, k_hi))
     return PipelineConfig(chain=chain, layout=layout, weights=weights, source_kwargs=source_kwargs,
                           options=options, corpus_seed=draw(st.integers(0, 3)))
 

@@ -1,39 +1,31 @@
-"""The property-suite adapter for the tensor implementation (zephon_ref.torch.tensor).
+"""The property-suite adapter for the tensor implementation (zephon_ref.torch.tensor): a loader
+that is not zephon_ref, plugged in from the suite's configuration alone.
 
-``ADAPTER`` follows the protocol of :mod:`properties.adapters`: ``unsupported(cfg)``
-names the refused knob (the tensor implementation's own refusal: at build time, or, by a
-bounded dry run, one it raises while running),
-``build`` returns a run delivering items in :func:`properties.pipelines.item_view`'s
-normal form, and checkpoints are the tensor implementation's own format (opaque
-to the suite; ``build(state=...)`` also accepts the reference's engine state).  Features: none (no durable directory format, and execution
-settings such as the runner never reach its data path: it accepts and ignores them).
+``ADAPTER`` follows the protocol of :mod:`properties.adapters` (docs/properties.md explains it
+line by line): ``unsupported(cfg)`` names the refused knob (the tensor implementation's own
+refusal: at build time, or, by a bounded dry run, one it raises while running); ``build``
+builds the work source of ``cfg`` (:func:`properties.pipelines.work_source`), the suite's
+tokenizer and the chain with the tensor implementation's own classes and returns an
+:class:`~properties.adapters.IteratorRun` whose items are turned into the normal form
+(:mod:`properties.normal_form`) from the tensor implementation's record view.  Checkpoints are
+the tensor implementation's own format (opaque to the suite; ``build(state=...)`` also
+accepts the reference's engine state).  Features: none (no durable directory format, and
+execution settings such as the runner never reach its data path: it accepts and ignores them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from properties.pipelines import PipelineConfig, crc_tokens, item_view
+from properties.adapters import IteratorRun
+from properties.pipelines import PipelineConfig, crc_tokens, item_view, work_source
 
-__all__ = ["ADAPTER", "DRY_RUN_ITEMS", "TensorAdapter", "TensorRun", "tensor_pipeline"]
+__all__ = ["ADAPTER", "DRY_RUN_ITEMS", "TensorAdapter", "tensor_pipeline"]
 
 #: items a dry run delivers looking for a refusal that only the data reveals (sources may be endless)
 DRY_RUN_ITEMS = 2000
-
-
-def _source(cfg: PipelineConfig) -> Any:
-    import zephon_ref.work as W
-
-    corpus = W.synthetic_corpus(seed=cfg.corpus_seed, layout=cfg.layout)
-    dsets = []
-    for d in corpus.datasets:
-        shards = {int(s): W.InMemoryShard([d.get(int(s), i) for i in range(int(n))])
-                  for s, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)}
-        dsets.append(W.Dataset.from_dict(d.name, shards))
-    return W.StaticMixtureWorkSource(dsets, dict(cfg.weights), **dict(cfg.source_kwargs))
 
 
 def tensor_pipeline(cfg: PipelineConfig, **option_overrides: Any) -> Any:
@@ -42,30 +34,12 @@ def tensor_pipeline(cfg: PipelineConfig, **option_overrides: Any) -> Any:
     from zephon_ref.torch.tensor import TensorPipeline
 
     chain = [("map_transform", {"fn": crc_tokens}), *((m, dict(kw)) for m, kw in cfg.chain)]
-    return TensorPipeline(_source(cfg), chain, {**dict(cfg.options), **option_overrides})
+    return TensorPipeline(work_source(cfg), chain, {**dict(cfg.options), **option_overrides})
 
 
-class TensorRun:
-    def __init__(self, pipeline: Any) -> None:
-        self.pipeline = pipeline
-        self._it: Iterator[Any] | None = None
-
-    def deliver(self, n: int) -> list[Any]:
-        if self._it is None:
-            self._it = iter(self.pipeline)
-        out = []
-        for _ in range(n):
-            x = next(self._it, None)
-            if x is None:
-                break
-            out.append(item_view(self.pipeline.records(x)))
-        return out
-
-    def checkpoint(self) -> Any:
-        return self.pipeline.checkpoint()
-
-    def close(self) -> None:
-        self._it = None
+def _run(pipeline: Any) -> IteratorRun:
+    # the tensor pipeline yields its own batches; records(x) gives them as zephon_ref records
+    return IteratorRun(pipeline, lambda x: item_view(pipeline.records(x)))
 
 
 @dataclass(frozen=True)
@@ -88,17 +62,20 @@ class TensorAdapter:
             return f"the tensor implementation refuses it: {exc}"
         return None
 
-    def build(self, cfg: PipelineConfig, *, state: Any = None, **execution: Any) -> TensorRun:
+    def build(self, cfg: PipelineConfig, *, state: Any = None, **execution: Any) -> IteratorRun:
         p = tensor_pipeline(cfg, **execution)
         if state is not None:
             p.restore(state)
-        return TensorRun(p)
+        return _run(p)
 
     def save(self, run: Any, directory: Path) -> None:
         raise NotImplementedError("the tensor adapter has no durable format (features exclude 'durable')")
 
-    def load(self, cfg: PipelineConfig, directory: Path) -> TensorRun:
+    def load(self, cfg: PipelineConfig, directory: Path) -> IteratorRun:
         raise NotImplementedError("the tensor adapter has no durable format (features exclude 'durable')")
+
+    def participants(self, cfg: PipelineConfig, topology: Any, state: Any) -> list[IteratorRun]:
+        raise NotImplementedError("the tensor adapter does not remap (features exclude 'remap')")
 
 
 ADAPTER = TensorAdapter()

@@ -43,7 +43,8 @@ import networkx as nx
 from zephon_ref.types import SampleBatch, SampleRecord
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["LaneLineage", "LineageReport", "admitted_from_source", "check_lineage", "records_of"]
+__all__ = ["LaneLineage", "LineageReport", "Sink", "admitted_from_source", "check_lineage", "check_lineage_views",
+           "lineage_report", "records_of"]
 
 Offset = tuple[int, int]  # (chunk_id, chunk_offset)
 Node = tuple[Any, ...]
@@ -139,29 +140,56 @@ def check_lineage(
     (SampleBatch / SampleRecord; tombstones among them are treated as tombstones);
     ``tombstones``: the tombstone records the engine consumed.
     """
+    recs = records_of(delivered)
+    sinks: list[Sink] = []
+    for i, r in enumerate(recs):
+        if r.meta.tombstone:
+            sinks.append((("tombstone", f"d{i}"), *_sink_of(r)))
+        elif not r.meta.is_sentinel:
+            sinks.append((("record", i), *_sink_of(r)))
+    sinks += [(("tombstone", j), *_sink_of(r)) for j, r in enumerate(tombstones)]
+    return lineage_report(admitted, sinks)
+
+
+def _sink_of(r: SampleRecord) -> tuple[int, Any, tuple[tuple[int, int, bool], ...]]:
+    refs = tuple((int(ref.cursor.base_offset[0]), int(ref.cursor.base_offset[1]), bool(ref.is_last_child))
+                 for ref in r.meta.contribution_refs())
+    return int(r.meta.lane_id), r.meta.as_cursor_key(), refs
+
+
+def check_lineage_views(
+    admitted: Mapping[int, Mapping[int, Iterable[int]]],
+    records: Iterable[Any],
+) -> LineageReport:
+    """:func:`check_lineage` over records in the property suite's normal form (plain tuples
+    ``(lane, cursor key, ((contributor cursor, is_last_child), ...), payload)``, as
+    :func:`sim.workloads.record_view` builds them): the sinks are the records, in order."""
+    sinks: list[Sink] = []
+    for i, (lane, key, contributors, _payload) in enumerate(records):
+        refs = tuple((int(c[0]), int(c[1]), bool(last)) for c, last in contributors)
+        sinks.append((("record", i), int(lane), key, refs))
+    return lineage_report(admitted, sinks)
+
+
+#: a record or tombstone of the lineage graph: its node, lane, cursor key and contributor refs
+#: ``(chunk_id, chunk_offset, closing)``
+Sink = tuple[Node, int, Any, tuple[tuple[int, int, bool], ...]]
+
+
+def lineage_report(admitted: Mapping[int, Mapping[int, Iterable[int]]], sinks: Iterable[Sink]) -> LineageReport:
+    """The verdicts of :func:`check_lineage` from plain sinks (the shared core)."""
     g = nx.MultiDiGraph()
     for lane, chunks in admitted.items():
         for cid, offsets in chunks.items():
             for off in offsets:
                 g.add_node(("offset", int(lane), int(cid), int(off)), lane=int(lane), admitted=True)
-
-    recs = records_of(delivered)
-    sinks: list[tuple[Node, SampleRecord]] = []
-    for i, r in enumerate(recs):
-        if r.meta.tombstone:
-            sinks.append((("tombstone", f"d{i}"), r))
-        elif not r.meta.is_sentinel:
-            sinks.append((("record", i), r))
-    sinks += [(("tombstone", j), r) for j, r in enumerate(tombstones)]
-    for node, r in sinks:
-        lane = int(r.meta.lane_id)
-        g.add_node(node, lane=lane, key=r.meta.as_cursor_key())
-        for ref in r.meta.contribution_refs():
-            cid, off = ref.cursor.base_offset
-            src = ("offset", lane, int(cid), int(off))
+    for node, lane, key, refs in sinks:
+        g.add_node(node, lane=lane, key=key)
+        for cid, off, closes in refs:
+            src = ("offset", lane, cid, off)
             if src not in g:
                 g.add_node(src, lane=lane, admitted=False)
-            g.add_edge(src, node, closing=bool(ref.is_last_child))
+            g.add_edge(src, node, closing=closes)
 
     lanes = sorted({int(lane) for lane in admitted} | {int(d["lane"]) for _, d in g.nodes(data=True)})
     report: dict[int, LaneLineage] = {}

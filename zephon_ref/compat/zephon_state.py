@@ -77,13 +77,19 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+#: keys every zephon_ref engine state carries and no zephon 0.2.0 state has
+_REF_ONLY = ("schema", "fingerprint", "integrity")
+
+
 def is_zephon_state(obj: Any) -> bool:
     """True for a dict that looks like a zephon 0.2.0 engine state (not a zephon_ref one).
 
     zephon's state has an int ``version`` (1 or 2), the engine's lane tables,
-    and no ``schema`` (zephon_ref's states always carry one).
+    and none of the keys only zephon_ref writes (``schema``, ``fingerprint``, ``integrity``):
+    a zephon_ref state with its ``schema`` removed must not pass for a zephon one, whose
+    translation seals it afresh and so would skip the integrity check of its content.
     """
-    if not isinstance(obj, Mapping) or "schema" in obj:
+    if not isinstance(obj, Mapping) or any(k in obj for k in _REF_ONLY):
         return False
     version = obj.get("version")
     return _is_int(version) and version in ZEPHON_ENGINE_VERSIONS and all(k in obj for k in _REQUIRED)
