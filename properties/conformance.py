@@ -65,7 +65,6 @@ progress per property goes to stderr (tqdm) when it is a terminal, unless ``--qu
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
@@ -76,7 +75,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
 from hypothesis import strategies as st
@@ -96,6 +95,7 @@ from properties.machines import machine_configs, resume_machine
 from properties.normal_form import lanes_of
 from properties.pipelines import PipelineConfig
 from properties.strategies import Topology, cut_schedules, execution_settings, topologies
+from zephon_ref.exits import OneLineArgumentParser, int_at_least
 
 __all__ = ["LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main", "results_json",
            "run_suite"]
@@ -847,17 +847,12 @@ def results_json(adapter: Any, rows: Sequence[Row], *, examples: int, impl: str,
             "rows": [{**asdict(r), "property": r.prop, "seconds": round(r.seconds, 3)} for r in rows]}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
-        print(f"{self.prog}: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = _Parser(prog="python -m properties.conformance", description=(__doc__ or "").split("\n")[0])
+    ap = OneLineArgumentParser(prog="python -m properties.conformance",
+                              description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--impl", default="inline",
                     help="inline, threads, zephon, tensor, or module:attr naming an adapter (default: inline)")
-    ap.add_argument("--examples", type=int, default=20, help="Hypothesis examples per property, >= 1 (default: 20)")
+    ap.add_argument("--examples", type=int_at_least(1), default=20, help="Hypothesis examples per property, >= 1 (default: 20)")
     ap.add_argument("--property", action="append", default=[],
                     help=f"run only this property (repeatable; one of: {', '.join(ORDER)})")
     ap.add_argument("--random", action="store_true", help="random examples (default: derandomized)")
@@ -865,15 +860,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     ap.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
                     help=f"stop shrinking a failing row after this many seconds (default: {SHRINK_SECONDS:g})")
-    ap.add_argument("--long-items", type=int, default=None,
+    ap.add_argument("--long-items", type=int_at_least(1), default=None,
                     help="items of the long-run row (default: 2,000; 100,000 under HYPOTHESIS_PROFILE=nightly)")
     args = ap.parse_args(argv)
     prog = ap.prog
-    if args.examples < 1:
-        print(f"{prog}: --examples: expected an int >= 1, received {args.examples}", file=sys.stderr)
-        return 2
-    if args.long_items is not None and args.long_items < 1:
-        print(f"{prog}: --long-items: expected an int >= 1, received {args.long_items}", file=sys.stderr)
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        print(f"{prog}: --json: expected a file in an existing directory, received {args.json!r}", file=sys.stderr)
         return 2
     if not args.shrink_seconds >= 0:
         print(f"{prog}: --shrink-seconds: expected a number >= 0, received {args.shrink_seconds}", file=sys.stderr)

@@ -43,7 +43,7 @@ def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFix
 @pytest.mark.parametrize("argv, words", [
     (["--examples", "-3"], ["--examples", "expected an int >= 1", "received -3"]),
     (["--examples", "0"], ["--examples", "expected an int >= 1", "received 0"]),
-    (["--examples", "many"], ["--examples", "invalid int value", "'many'"]),
+    (["--examples", "many"], ["--examples", "expected an int >= 1", "received 'many'"]),
     (["--property", "nosuchprop"], ["--property", "expected one of", "'lineage'", "received 'nosuchprop'"]),
     (["--impl", "os:path"], ["--impl os:path", "expected an adapter with", "received module"]),
     (["--impl", "no_such_module_anywhere:ADAPTER"], ["expected an importable module",
