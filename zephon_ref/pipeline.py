@@ -68,6 +68,7 @@ from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.base import WorkSource
+from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["Aggregate", "Pipeline", "PipelineIterator"]
 
@@ -412,7 +413,8 @@ class Pipeline:
         return pending.state() if isinstance(pending, schema.ValidatedState) else copy.deepcopy(pending)
 
     def _build_engine(self, state: Mapping[str, Any] | schema.ValidatedState | None, *,
-                      on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
+                      on_tombstone: Callable[[SampleRecord], None] | None = None,
+                      walk: ChunkWalk | None = None) -> Engine:
         opts = self._options
         if isinstance(state, schema.ValidatedState):  # only the owned lanes' part is read
             state = state.state_for(self._world_of(opts).owned_lanes)
@@ -421,10 +423,11 @@ class Pipeline:
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
             runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
             queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
-            on_tombstone=on_tombstone,
+            on_tombstone=on_tombstone, walk=walk,
         )
 
-    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
+    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
+               walk: ChunkWalk | None = None) -> Engine:
         """A started engine for a run that the caller drives step by step (the simulator).
 
         It starts from the pending restore if there is one, like ``iter()``; afterwards
@@ -437,12 +440,18 @@ class Pipeline:
         ``deliver()``; tombstones are never delivered, so this is how a lineage check
         sees the offsets that dropped records closed.  An observer only: it changes
         nothing the engine does (see :mod:`zephon_ref.engine.core`).
+
+        ``walk``: a :class:`~zephon_ref.work.ChunkWalk` the caller owns and shares among the
+        engines it drives from one thread (the simulated world shares one among every rank);
+        without it the engine's lanes share one of their own.  It changes no chunk or state.
         """
         if on_tombstone is not None and not callable(on_tombstone):
             raise ConfigTypeError(expected("engine(on_tombstone=...)", "a callable taking a tombstone record, "
                                            "or None", on_tombstone))
         self._refuse_while_running("engine()")
-        engine = self._build_engine(self._pending, on_tombstone=on_tombstone)
+        if walk is not None and not isinstance(walk, ChunkWalk):
+            raise ConfigTypeError(expected("engine(walk=...)", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__))
+        engine = self._build_engine(self._pending, on_tombstone=on_tombstone, walk=walk)
         self._pending = None
         self._engine = engine
         engine.start()

@@ -21,8 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from zephon_ref.errors import (
     ConfigError,
@@ -33,6 +33,9 @@ from zephon_ref.errors import (
 )
 from zephon_ref.types import SampleId
 from zephon_ref.work.mixture import normalize_weights, swrr_order
+
+if TYPE_CHECKING:
+    from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["WORK_CHUNK_VERSION", "WorkChunk", "WorkSource"]
 
@@ -185,6 +188,17 @@ class WorkSource:
         clone._cloned = True
         clone._lane, clone._canon = int(lane_id), int(canonical_replicas)
         return clone
+
+    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int, *,
+                    walk: ChunkWalk | None = None) -> dict[int, WorkSource]:
+        """One :meth:`clone_for_lane` per lane in ``lanes``.
+
+        ``walk``: a :class:`~zephon_ref.work.walk.ChunkWalk` the caller owns and shares among
+        these clones (it serialises their calls); a source that can skip other lanes' chunks
+        through it uses it, others ignore it.  The clones' chunks and states are the same
+        either way.
+        """
+        return {lane: self.clone_for_lane(lane, canonical_replicas) for lane in lanes}
 
     def _check_clone_args(self, lane_id: int, canonical_replicas: int) -> None:
         if self._cloned:
