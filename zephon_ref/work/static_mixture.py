@@ -34,23 +34,12 @@ from zephon after a few chunks (see docs/divergences.md).
 State: the global chunk index, each cursor's ``(epoch, position, block
 snapshot)`` and the accumulators: restore is O(1) in training progress.
 
-Skipping other lanes' chunks: walking them one by one costs every lane the
-whole global sequence (C lanes: O(C) quota computations per chunk a lane
-keeps).  In accumulator mode without ``redistribute`` datasets the quotas of
-chunk ``g`` are a pure function of the accumulators before it (an exhaustion
-resets a cursor and retries from the same saved accumulators, so it changes
-which samples are taken, never how many), so one process computes that
-sequence once: a :class:`_QuotaTimeline` (shared by every source with the same
-order, weights and chunk size, bounded to a window of chunks) keeps, per global
-chunk, the accumulators before it and the prefix sums of the quotas.  A lane
-whose accumulators at ``g`` equal the timeline's jumps to its next own chunk
-in O(datasets + log window): each cursor advances by the quotas' sum (advances
-add up: the same end state as one by one), the accumulators are copied from
-the timeline.  A jump stops before any chunk where a dataset would run short
-or where ``stop_after_passes`` could end the stream; that chunk is walked by
-the ordinary path, which applies the policies.  A lane whose accumulators do
-not match (a state from elsewhere) walks, so the result never depends on the
-timeline (tests compare both on many configurations).
+Skipping other lanes' chunks: a lane advances its cursors and accumulators over every
+chunk another lane owns, one by one, without building it (C lanes: O(C) quota
+computations per chunk a lane keeps).  A clone given a :class:`~zephon_ref.work.walk.ChunkWalk`
+by its owner (the engine, the simulated world) jumps over a run of them instead, in
+O(datasets + log window), with the same result (:mod:`zephon_ref.work.walk` says when
+and why; ``properties.shortcuts`` checks it).
 
 What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 """
@@ -61,7 +50,6 @@ import math
 import sys
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
 from zephon_ref.errors import (
@@ -74,7 +62,7 @@ from zephon_ref.errors import (
 )
 from zephon_ref.types import SampleId
 from zephon_ref.work.base import WorkChunk, WorkSource
-from zephon_ref.work.cursor import GOLDEN, DatasetCursor
+from zephon_ref.work.cursor import DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
 from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
