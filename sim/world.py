@@ -536,7 +536,7 @@ class World:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 # fresh: the participants' local_state() just sealed them (not digested a second time)
-                merged = merge(states, warn_mid_window=False, fresh=True)
+                merged = merge(states, warn_mid_window=False)
             self._publish(merged, resize_to)
             return
         # The real round: every participant's machine over one in-memory backend, one step per event.

@@ -21,7 +21,7 @@ Values are opaque and never empty.  Nothing here knows about rounds or states.
 Backends:
 
 * :class:`MemoryBackend`: a dict; the simulator and unit tests drive it step by
-  step (one call = one atomic step).  Optional ``fail`` hook injects errors.
+  step (one call = one atomic step).
 * :class:`DirectoryBackend`: ``<root>/<namespace>/<name>`` files, through a
   checkpoint :class:`~zephon_ref.checkpoint.storage.Storage` and its one
   publish routine.  ``put`` writes a synced temp file in the same directory and
@@ -147,37 +147,26 @@ class Backend(Protocol):
 class MemoryBackend:
     """A dict behind the Backend interface (thread-safe; for tests and the simulator).
 
-    ``fail(op, key)`` is called before every operation; if it returns True the
-    operation raises ``OSError`` without touching the store.  Every operation checks
-    its key first (one precompiled match; a bad key gets split_key's ConfigError),
-    then counts itself and asks ``fail`` under the lock.
+    Every operation checks its key first (a bad key gets split_key's ConfigError), then
+    counts itself (``ops``) under the lock.  Fault injection lives in ``sim.storage``
+    (``FailingBackend``).
     """
 
-    def __init__(self, *, fail: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
-        self.fail = fail
         self.ops = 0
         self._lock = threading.Lock()
-
-    def _injected(self, op: str, key: str) -> None:
-        assert self.fail is not None
-        if self.fail(op, key):
-            raise OSError(f"injected failure of {op} {key!r}")
 
     def put(self, key: str, data: bytes) -> None:
         _check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("put", key)
             self.data[key] = _nonempty(data, key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         _check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("put_if_absent", key)
             if key in self.data:
                 return False
             self.data[key] = _nonempty(data, key)
@@ -187,16 +176,12 @@ class MemoryBackend:
         _check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("get", key)
             return self.data.get(key)
 
     def list(self, prefix: str) -> list[str]:
         ns, pname = _check_prefix(prefix)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("list", prefix)
             return sorted(
                 k for k in self.data if k.startswith(ns + "/") and _listed(k[len(ns) + 1 :], pname)
             )
@@ -205,8 +190,6 @@ class MemoryBackend:
         _check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("delete", key)
             self.data.pop(key, None)
 
 

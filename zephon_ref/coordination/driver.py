@@ -98,17 +98,7 @@ def new_token() -> str:
 
 def perform(cmd: Command, backend: Backend, *, now: int) -> Event:
     """Execute one storage or sleep command; answer with its event (never raises for storage)."""
-    # The exact command types first (one identity test each, the simulator's hot path);
-    # anything else (a subclass, a Sleep) takes the isinstance chain below.
     try:
-        if type(cmd) is Get:
-            return Fetched(now, backend.get(cmd.key))
-        if type(cmd) is Put:
-            backend.put(cmd.key, cmd.data)
-            return Stored(now)
-        if type(cmd) is Delete:
-            backend.delete(cmd.key)
-            return Stored(now)
         if isinstance(cmd, Put):
             backend.put(cmd.key, cmd.data)
             return Stored(now)
