@@ -1,4 +1,4 @@
-"""A fault-injecting :class:`~zephon_ref.checkpoint.storage.Storage` for tests and the simulator.
+"""A fault-injecting :class:`~zephon_ref.storage.Storage` for tests and the simulator.
 
 Theory of operation
 -------------------
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from zephon_ref.checkpoint.fs import PosixStorage
-from zephon_ref.checkpoint.storage import Storage, Writer
+from zephon_ref.storage.posix import PosixStorage
+from zephon_ref.storage import Storage, Writer
 from zephon_ref.coordination.backends import MemoryBackend
 
 __all__ = ["OPS", "FailingBackend", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]

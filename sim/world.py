@@ -85,7 +85,7 @@ from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
-from zephon_ref.checkpoint.storage import TEMP_PREFIX, temp_target
+from zephon_ref.storage import TEMP_PREFIX, temp_target
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError

@@ -584,7 +584,7 @@ def _check_directory(directory: Any) -> str:
     if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
         raise ConfigTypeError(expected("directory", "a non-empty str or os.PathLike", directory))
     if isinstance(directory, str) and "://" in directory:
-        from zephon_ref.checkpoint.s3 import location
+        from zephon_ref.storage.s3 import location
 
         return location(directory).url  # ConfigError for another scheme or a malformed URL
     return str(Path(directory).resolve())
