@@ -17,9 +17,14 @@ def crc_ids(text: str, vocab: int = 32000, offset: int = 3) -> list[int]:
     return [zlib.crc32(w.encode("utf-8")) % vocab + offset for w in text.split()]
 
 
-def test_hash_tokenizer_gives_the_crc_ids() -> None:
+def test_hash_tokenizer_gives_the_crc_ids_with_and_without_its_id_table() -> None:
     tok = HashTokenizer()
     assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]
+    again = tok.encode("hello world hello")
+    assert again[0] is again[2]  # one int object per id
+    big = HashTokenizer(vocab_size=(1 << 17) + 1, offset=5)  # past ID_TABLE_LIMIT: no table, same ids
+    assert [big.encode(t) for t in TEXTS] == [crc_ids(t, (1 << 17) + 1, 5) for t in TEXTS]
+    assert big == HashTokenizer(vocab_size=(1 << 17) + 1, offset=5) and tok == HashTokenizer()
     small = HashTokenizer(vocab_size=50, offset=7)
     assert [small.encode(t) for t in TEXTS] == [crc_ids(t, 50, 7) for t in TEXTS]
     assert [small.word_id(w) for w in ["b", "a", "c"]] == crc_ids("b a c", 50, 7)

@@ -46,7 +46,7 @@ MAX_LANES = 1 << 20  # canonical_replicas bound: a permute block shuffles a list
 class WorkChunk:
     """A chunk of sample pointers grouped by component (insertion order is the tie-break)."""
 
-    __slots__ = ("_order_cache", "components", "seed", "source_exhausted", "target_mixture")
+    __slots__ = ("components", "seed", "source_exhausted", "target_mixture")
 
     def __init__(
         self,
@@ -73,7 +73,6 @@ class WorkChunk:
             else normalize_weights(target_mixture, what="WorkChunk target_mixture")
         )
         self.source_exhausted: tuple[str, ...] = tuple(sorted(names))
-        self._order_cache: list[tuple[SampleId, str]] | None = None
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.components.values())
@@ -85,13 +84,13 @@ class WorkChunk:
         return normalize_weights(counts, what="chunk mixture") if counts else {}
 
     def ordered(self) -> list[tuple[SampleId, str]]:
-        """``[(sample_id, component), ...]`` in offset order (computed once, cached)."""
-        if self._order_cache is None:
-            self._order_cache = list(swrr_order(self.components))
-        return self._order_cache
+        """``[(sample_id, component), ...]`` in offset order (computed on each call: the engine
+        reads an admitted chunk once, and an inflight chunk kept for replay holds only its
+        components)."""
+        return list(swrr_order(self.components))
 
     def __iter__(self) -> Iterator[tuple[SampleId, str]]:
-        return iter(self.ordered())
+        return swrr_order(self.components)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WorkChunk):
