@@ -165,8 +165,12 @@ def _cid(raw: Any, what: str, next_cid: int) -> int:
 
 def _canonical(obj: Any) -> Any:
     """The digest's form of plain state data: string keys, lists for tuples (JSON writes a
-    tuple as it writes a list), hex text for bytes (msgpack keeps bytes; JSON needs text)."""
-    if isinstance(obj, Mapping):
+    tuple as it writes a list), hex text for bytes (msgpack keeps bytes; JSON needs text).
+    Leaves are tested first and ``dict`` before the ``Mapping`` ABC only because most values
+    are leaves and dicts; the result does not depend on the order."""
+    if obj is None or isinstance(obj, (str, int, float)):
+        return obj
+    if isinstance(obj, (dict, Mapping)):
         return {str(k): _canonical(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
