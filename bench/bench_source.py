@@ -10,15 +10,24 @@
    against 64 lanes reading N/64 chunks each (the same documents in total), side
    by side, as a ratio (goal >= 0.8: a lane skips, without building them, the
    chunks other lanes own), at chunk_size 1024 and at zephon's default 16384; and the
-   time to the first chunk of the last lane at canonical_replicas 1,000 and 10,000.
+   time to the first chunk of the last lane at canonical_replicas 1,000 and 10,000.  The
+   lane clones share one ``ChunkWalk``, as an engine's lanes do.
+4. Whole-pipeline lane scaling (issue 22), zephon_ref only: tokenize -> pack -> shuffle ->
+   batch over 80,000 documents (``--quick``: 20,000), inline runner, 1 lane against 64 lanes,
+   each run in a fresh process; documents per CPU-second (process time, so the load of a
+   shared machine weighs less), median of 3 alternating pairs, and each run's peak RSS.
+   Goal: 64/1 >= 0.8.
 
-Run: python3 bench/bench_source.py [--quick] [--only lanes]
+Run: python3 bench/bench_source.py [--quick] [--only lanes|pipeline]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,10 +102,13 @@ LANES_BIG_CHUNK = SourceConfig(  # zephon's default chunk_size
 def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
     """Documents/s of ``lanes`` lane clones that together read ``total_chunks`` chunks."""
     src = build_source("zephon_ref", cfg)
+    from zephon_ref.work import ChunkWalk
+
     per_lane = total_chunks // lanes
     docs = 0
     t0 = time.perf_counter()
-    clones = [src.clone_for_lane(lane, lanes) for lane in range(lanes)]
+    walk = ChunkWalk()  # shared by the clones, as an engine's lanes share one
+    clones = [src.clone_for_lane(lane, lanes, walk=walk) for lane in range(lanes)]
     for _ in range(per_lane):
         for clone in clones:  # round robin over the lanes, as the engine's tail multiplexer reads them
             ch = clone.next_chunk()
@@ -107,9 +119,11 @@ def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
 
 
 def first_chunk_seconds(cfg: SourceConfig, canonical_replicas: int) -> float:
+    from zephon_ref.work import ChunkWalk
+
     src = build_source("zephon_ref", cfg)
     t0 = time.perf_counter()
-    clone = src.clone_for_lane(canonical_replicas - 1, canonical_replicas)
+    clone = src.clone_for_lane(canonical_replicas - 1, canonical_replicas, walk=ChunkWalk())
     ch = clone.next_chunk()
     assert ch is not None
     next(iter(ch))
@@ -138,6 +152,62 @@ def lane_scaling(quick: bool) -> None:
         for canon in (1_000, 10_000):
             print(f"  {name:7s} canonical_replicas={canon:>6,}: first chunk of the last lane in "
                   f"{first_chunk_seconds(cfg, canon):.3f} s")
+
+
+PIPELINE_DOCS = 80_000
+PIPELINE_DOCS_QUICK = 20_000
+
+
+def _pipeline_child(lanes: int, ndocs: int) -> None:
+    """One run of the lane-scaling pipeline in this (fresh) process; prints JSON."""
+    import resource
+    import warnings
+
+    from zephon_ref import Pipeline
+    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+
+    warnings.simplefilter("ignore")
+    web, code = int(ndocs * 0.6), int(ndocs * 0.3)
+    corpus = synthetic_corpus(layout={"web": (web // 2, web - web // 2), "code": (code,),
+                                      "books": (ndocs - web - code,)}, seed=0, mean_log_words=4.0)
+    src = StaticMixtureWorkSource(list(corpus.datasets), {"web": 0.6, "code": 0.3, "books": 0.1},
+                                  chunk_size=64, seed=0)
+    p = (Pipeline(src).tokenize(field="text", max_length=512, truncation=True).pack_sequences(512, num_bins=8)
+         .shuffle(1024, seed=0).batch(8).options(runner="inline", canonical_replicas=lanes))
+    c0 = time.process_time()
+    docs = 0
+    for batch in p:
+        for rec in batch.records:
+            docs += len(rec.payload["packed_samples"])
+    cpu = time.process_time() - c0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"lanes": lanes, "docs": docs, "cpu": cpu, "rss_mb": rss}))
+
+
+def pipeline_run(lanes: int, ndocs: int) -> dict[str, float]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, __file__, "_pipeline", str(lanes), str(ndocs)], env=env,
+                         capture_output=True, text=True, check=True)
+    got: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def pipeline_lane_scaling(quick: bool) -> dict[str, object]:
+    """The whole-pipeline row: docs per CPU-second, 64 lanes over 1 lane (fresh processes, alternating)."""
+    ndocs = PIPELINE_DOCS_QUICK if quick else PIPELINE_DOCS
+    one, many = [], []
+    for _ in range(3):
+        one.append(pipeline_run(1, ndocs))
+        many.append(pipeline_run(64, ndocs))
+    r1 = statistics.median(r["docs"] / r["cpu"] for r in one)
+    r64 = statistics.median(r["docs"] / r["cpu"] for r in many)
+    rss1, rss64 = max(r["rss_mb"] for r in one), max(r["rss_mb"] for r in many)
+    return {"name": f"pipeline lane scaling: tokenize->pack->shuffle->batch, {ndocs:,} docs, inline, 64 lanes vs 1",
+            "ours": r64, "theirs": r1, "unit": "docs/CPU-s", "ratio": r64 / r1,
+            "note": f"zephon_ref only; fresh process per run, median of 3 alternating pairs; peak RSS "
+                    f"{rss1:.0f} MiB (1 lane) vs {rss64:.0f} MiB (64 lanes); goal >= 0.8"}
 
 
 def results(*, quick: bool = True) -> list[dict[str, object]]:
@@ -172,16 +242,22 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     rows.append({"name": "source lane scaling: 64 lanes vs 1 lane, same documents", "ours": many, "theirs": one,
                  "vs": "the same documents on 1 lane", "unit": "docs/s", "ratio": many / one,
                  "note": f"zephon_ref only, {total} chunks of 1024 in total (goal >= 0.8)"})
+    rows.append(pipeline_lane_scaling(quick))
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller runs (for a smoke check)")
-    ap.add_argument("--only", choices=["lanes"], help="run one section only")
+    ap.add_argument("--only", choices=["lanes", "pipeline"], help="run one section only")
     args = ap.parse_args()
     if args.only == "lanes":
         lane_scaling(args.quick)
+        return
+    if args.only == "pipeline":
+        row = pipeline_lane_scaling(args.quick)
+        print(f"== {row['name']}\n  1 lane {row['theirs']:.0f} docs/CPU-s   64 lanes {row['ours']:.0f} docs/CPU-s   "
+              f"ratio 64/1 = {row['ratio']:.2f}   ({row['note']})")
         return
     n = 150 if args.quick else 600
     print(f"== source throughput: one lane of {THROUGHPUT.canonical_replicas}, chunk_size 1024, {n} chunks")
@@ -202,7 +278,12 @@ def main() -> None:
         secs, g = restore_seconds(at)
         print(f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   (reaching it took {time.perf_counter() - t0:.1f} s)")
     lane_scaling(args.quick)
+    row = pipeline_lane_scaling(args.quick)
+    print(f"== {row['name']}\n  ratio 64/1 = {row['ratio']:.2f}   ({row['note']})")
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "_pipeline":
+        _pipeline_child(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()

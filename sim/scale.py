@@ -286,7 +286,7 @@ class _GroupPacker:
         self._shared = [(tuple(k for k in b if k != "world"), tuple(v for k, v in b.items() if k != "world"))
                         for b in bases]
         self._packed_mapping = codec.pack(mapping)
-        self._templates: list[codec.MapTemplate | None] = [None] * len(bases)
+        self._templates: list[MapTemplate | None] = [None] * len(bases)
 
     def __call__(self, value: Any, *, root: str = "$") -> bytes:
         world = value.get("world") if type(value) is dict else None
@@ -307,7 +307,7 @@ class _GroupPacker:
     def _splice(self, g: int, base: dict[str, Any], world: dict[str, Any]) -> bytes:
         template = self._templates[g]
         if template is None:
-            template = self._templates[g] = codec.MapTemplate(
+            template = self._templates[g] = MapTemplate(
                 {}, {k: codec.pack(v) for k, v in base.items() if k != "world"}, slot="world")
         own = codec.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
                                   {"mapping": self._packed_mapping})
@@ -316,6 +316,37 @@ class _GroupPacker:
 
 _MISSING = object()
 _STR_ONLY = {str}
+
+
+class MapTemplate:
+    """A str-keyed map packed once with one value left open: :meth:`fill` gives, for the
+    packed bytes ``b`` of that value, ``codec.pack_map_with(fields, {**packed, slot: b})``.
+
+    For a driver that packs many maps differing in one value (the star's followers share all
+    of their state but its ``world``): the map is packed once, through codec.pack_map_with,
+    with a marker value in the slot, and cut at the marker; a fill is head + ``b`` + tail
+    (msgpack writes a map as a header, then each key and value in order, so the bytes are
+    those of packing the whole map).  The caller vouches that ``b`` is the output of
+    codec.pack, as for pack_map_with.
+    """
+
+    __slots__ = ("_head", "_tail")
+
+    _MARK = codec.pack(b"\x00sim.scale.MapTemplate slot marker\x00")
+
+    def __init__(self, fields: dict[str, Any], packed: dict[str, bytes], *, slot: str) -> None:
+        if type(slot) is not str or slot in fields or slot in packed:
+            raise StateFormatError(expected("MapTemplate slot", "a str key of neither fields nor packed", slot))
+        parts = codec.pack_map_with(fields, {**packed, slot: self._MARK}).split(self._MARK)
+        if len(parts) != 2:  # a packed value holds the marker's bytes: no unambiguous cut
+            raise StateFormatError(expected("MapTemplate parts", "values that do not contain the slot marker",
+                                            f"{len(parts) - 1} occurrences"))
+        self._head, self._tail = parts
+
+    def fill(self, value_packed: bytes) -> bytes:
+        if type(value_packed) is not bytes or not value_packed:
+            raise StateFormatError(expected("MapTemplate value", "the non-empty bytes of pack()", value_packed))
+        return self._head + value_packed + self._tail
 
 
 class _SharedDecode:

@@ -1,4 +1,4 @@
-"""A fault-injecting :class:`~zephon_ref.checkpoint.storage.Storage` for tests and the simulator.
+"""A fault-injecting :class:`~zephon_ref.storage.Storage` for tests and the simulator.
 
 Theory of operation
 -------------------
@@ -48,10 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from zephon_ref.checkpoint.fs import PosixStorage
-from zephon_ref.checkpoint.storage import Storage, Writer
+from zephon_ref.storage.posix import PosixStorage
+from zephon_ref.storage import Storage, Writer
+from zephon_ref.coordination.backends import MemoryBackend
 
-__all__ = ["OPS", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]
+__all__ = ["OPS", "FailingBackend", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]
 
 OPS: tuple[str, ...] = (
     "create",
@@ -401,3 +402,43 @@ class MemStorage:
         inode.data[i] ^= 0x5A
         inode.durable = bytes(inode.data)
         return True
+
+
+class FailingBackend(MemoryBackend):
+    """An aggregation :class:`~zephon_ref.coordination.backends.MemoryBackend` with injected faults.
+
+    ``fail(op, key)`` (``op`` one of put, put_if_absent, get, list, delete; ``key`` the key or
+    the listed prefix) is asked before every operation, after the operation is counted in
+    ``ops``; if it returns True the operation raises ``OSError`` without touching the store.
+    ``fail`` may be set or replaced at any time.  One thread (a test, the simulator).
+    """
+
+    def __init__(self, fail: Callable[[str, str], bool] | None = None) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def _injected(self, op: str, key: str) -> None:
+        self.ops += 1  # counted first, as the operation counts itself, so ``fail`` sees this one in ``ops``
+        if self.fail is not None and self.fail(op, key):
+            raise OSError(f"injected failure of {op} {key!r}")  # counted once, above
+        self.ops -= 1  # the operation below counts itself once
+
+    def put(self, key: str, data: bytes) -> None:
+        self._injected("put", key)
+        super().put(key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._injected("put_if_absent", key)
+        return super().put_if_absent(key, data)
+
+    def get(self, key: str) -> bytes | None:
+        self._injected("get", key)
+        return super().get(key)
+
+    def list(self, prefix: str) -> list[str]:
+        self._injected("list", prefix)
+        return super().list(prefix)
+
+    def delete(self, key: str) -> None:
+        self._injected("delete", key)
+        super().delete(key)

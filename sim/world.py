@@ -85,12 +85,13 @@ from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
-from zephon_ref.checkpoint.storage import TEMP_PREFIX, temp_target
+from zephon_ref.storage import TEMP_PREFIX, temp_target
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
 from zephon_ref.ops.base import lane_of
 from zephon_ref.state import validated
+from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
 
@@ -276,6 +277,9 @@ class World:
         # (a tuple per event) grows a 64-rank 512-lane run by about 4.6 MB per global step (run_seed
         # turns it off: 9 GB over 2,000 steps)
         self.kernel = Kernel(keep_trace=keep_trace)
+        # one walk of the global chunk order for every rank's lanes (the world is one thread): a lane
+        # skips other ranks' chunks in O(log) instead of walking them (zephon_ref.work.walk)
+        self.walk = ChunkWalk()
         self.history: list[Event] = []
         # (global step, merged state); a restore reads only the newest, so older states are released
         # (None) when a newer one is published: a 2,000-step 512-lane run would otherwise hold 2,000
@@ -374,7 +378,8 @@ class World:
                 for p in pipes:
                     p.restore(frozen)
             for k, p in enumerate(pipes):
-                eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None)
+                eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None,
+                               walk=self.walk)
                 self.parts.append(_Part(k // cfg.workers, k % cfg.workers, p, eng, tuple(eng.lanes)))
         self._live = [p for p in self.parts if p.lanes]
         self._rank_dead = False
@@ -531,7 +536,7 @@ class World:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 # fresh: the participants' local_state() just sealed them (not digested a second time)
-                merged = merge(states, warn_mid_window=False, fresh=True)
+                merged = merge(states, warn_mid_window=False)
             self._publish(merged, resize_to)
             return
         # The real round: every participant's machine over one in-memory backend, one step per event.

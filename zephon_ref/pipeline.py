@@ -38,8 +38,6 @@ iteration.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import os
 import warnings
 import weakref
@@ -58,6 +56,8 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
+from zephon_ref.explain import explain_plan
+from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.ensure_mixture import EnsureMixture
@@ -68,6 +68,7 @@ from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.base import WorkSource
+from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["Aggregate", "Pipeline", "PipelineIterator"]
 
@@ -85,30 +86,6 @@ _DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
 # Settings that decide which lanes this participant owns: fixed once a run has progress too.
 _TOPOLOGY_OPTIONS = ("world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy")
 _REFUSED = ("shm_min_size", "coalesce_tensors")
-
-
-def _describe(value: Any, depth: int = 0) -> Any:
-    """A canonical, JSON-able description of an operator knob (callables by qualified name)."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return [_describe(v, depth + 1) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"callable:{getattr(value, '__module__', '?')}.{value.__qualname__}"
-    if depth < 3 and hasattr(value, "__dict__"):
-        return {"type": f"{type(value).__module__}.{type(value).__qualname__}",
-                **{k: _describe(v, depth + 1) for k, v in sorted(vars(value).items()) if not k.startswith("_")}}
-    return f"type:{type(value).__module__}.{type(value).__qualname__}"
-
-
-def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
-    knobs = {k: _describe(v) for k, v in sorted(vars(op).items())
-             if not k.startswith("_") and k not in ("stage_info", "parallelism")}
-    return {"name": name, "op": op.plan_identity(), "knobs": knobs}
 
 
 class Pipeline:
@@ -347,62 +324,16 @@ class Pipeline:
         return int(k)
 
     def fingerprint(self) -> str:
-        """Digest of the data settings: a checkpoint restores only into the same fingerprint."""
-        world = self._world_of(self._options)
-        batch = next((op for _, op in self._ops if isinstance(op, Batch)), None)
-        try:
-            src_state = self._source.clone_for_lane(0, 1).state_dict()
-        except ContractError:
-            src_state = {}
-        src = {k: v for k, v in src_state.items() if k not in schema.SOURCE_POSITION_KEYS}
-        doc = {
-            "engine": schema.SCHEMA,
-            "canonical_replicas": world.canonical_replicas,
-            "flush_every_k_chunks": self._resolve_k(warn=False),
-            "batch": None if batch is None else [batch.microbatch_size, batch.drop_last],
-            "ops": [_op_identity(n, op) for n, op in self._ops],
-            "work_source": {"type": f"{type(self._source).__module__}.{type(self._source).__qualname__}",
-                            "config": _describe(src)},
-        }
-        blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()
+        """Digest of the data settings: a checkpoint restores only into the same fingerprint
+        (:func:`zephon_ref.fingerprint.pipeline_fingerprint`)."""
+        return pipeline_fingerprint(self._source, self._ops,
+                                    canonical_replicas=self._world_of(self._options).canonical_replicas,
+                                    flush_every_k_chunks=self._resolve_k(warn=False))
 
     def explain(self) -> str:
-        """The plan, in zephon's explain() layout."""
-        user = [n for n, _ in self._ops]
-        batch_at = next((i for i, (_, op) in enumerate(self._ops) if isinstance(op, Batch)), None)
-        runner = self._options["runner"] or "threads"
-        par = {n: op.traits().parallelism for n, op in self._ops}
-        par["fetch"] = 4
-
-        def fmt(names: list[str]) -> list[str]:
-            return [f"{n}@p{par.get(n, 1)}" for n in names]
-
-        if batch_at is None:
-            tail = user[-1] if user else "fetch"
-            stages = [["fetch", *user, f"{tail}_replay_filter"]]
-            modes = ["stream_items"]
-        else:
-            bname = user[batch_at]
-            stages = [["fetch", *user[:batch_at]], [f"{bname}_replay_filter", bname, *user[batch_at + 1:]]]
-            modes = ["microbatches", "stream_items"]
-        lines = []
-        for i, names in enumerate(stages):
-            brk = "start" if i == 0 else "batch-inline"
-            lines.append(f"Stage[{i}] place=local break='{brk}' ops={fmt(names)}")
-        lines += ["", "Execution Graph:", "Allocation=fit_to_ops (cap=sum(node.parallelism), min 1/op)"]
-        lines.append("Bookkeeping=simple chunk-watermark (preserves_cursor_order=True)" if self.preserves_cursor_order
-                     else "Bookkeeping=contributor-aware (packing/shuffle-safe)")
-        for i, names in enumerate(stages):
-            stage_runner = "inline" if (i > 0 or runner == "inline") else runner
-            cap = sum(par.get(n, 1) for n in names if not n.endswith("_replay_filter")) or 1
-            lines.append(f"Stage[{i}] place=local runner={stage_runner} cap={cap} mode={modes[i]}")
-            sep = " -> " if stage_runner == "inline" else " -[in_q=8]-> "
-            lines.append("  " + sep.join(fmt(names)))
-            lines.append(f"  --[stage_out={cap}]-->")
-            lines.append(f"  ==[prefetch=8]==> Stage[{i + 1}]" if i + 1 < len(stages)
-                         else "  ==[final_prefetch=8]==> pipeline_end")
-        return "\n".join(lines)
+        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`)."""
+        return explain_plan(self._ops, runner=self._options["runner"] or "threads",
+                            preserves_cursor_order=self.preserves_cursor_order)
 
     # -- iteration ------------------------------------------------------------------------------
     def _pending_state(self) -> dict[str, Any]:
@@ -412,7 +343,8 @@ class Pipeline:
         return pending.state() if isinstance(pending, schema.ValidatedState) else copy.deepcopy(pending)
 
     def _build_engine(self, state: Mapping[str, Any] | schema.ValidatedState | None, *,
-                      on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
+                      on_tombstone: Callable[[SampleRecord], None] | None = None,
+                      walk: ChunkWalk | None = None) -> Engine:
         opts = self._options
         if isinstance(state, schema.ValidatedState):  # only the owned lanes' part is read
             state = state.state_for(self._world_of(opts).owned_lanes)
@@ -421,10 +353,11 @@ class Pipeline:
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
             runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
             queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
-            on_tombstone=on_tombstone,
+            on_tombstone=on_tombstone, walk=walk,
         )
 
-    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None) -> Engine:
+    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
+               walk: ChunkWalk | None = None) -> Engine:
         """A started engine for a run that the caller drives step by step (the simulator).
 
         It starts from the pending restore if there is one, like ``iter()``; afterwards
@@ -437,12 +370,18 @@ class Pipeline:
         ``deliver()``; tombstones are never delivered, so this is how a lineage check
         sees the offsets that dropped records closed.  An observer only: it changes
         nothing the engine does (see :mod:`zephon_ref.engine.core`).
+
+        ``walk``: a :class:`~zephon_ref.work.ChunkWalk` the caller owns and shares among the
+        engines it drives from one thread (the simulated world shares one among every rank);
+        without it the engine's lanes share one of their own.  It changes no chunk or state.
         """
         if on_tombstone is not None and not callable(on_tombstone):
             raise ConfigTypeError(expected("engine(on_tombstone=...)", "a callable taking a tombstone record, "
                                            "or None", on_tombstone))
         self._refuse_while_running("engine()")
-        engine = self._build_engine(self._pending, on_tombstone=on_tombstone)
+        if walk is not None and not isinstance(walk, ChunkWalk):
+            raise ConfigTypeError(expected("engine(walk=...)", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__))
+        engine = self._build_engine(self._pending, on_tombstone=on_tombstone, walk=walk)
         self._pending = None
         self._engine = engine
         engine.start()
@@ -575,7 +514,7 @@ def _check_directory(directory: Any) -> str:
     if not isinstance(directory, (str, os.PathLike)) or not os.fspath(directory):
         raise ConfigTypeError(expected("directory", "a non-empty str or os.PathLike", directory))
     if isinstance(directory, str) and "://" in directory:
-        from zephon_ref.checkpoint.s3 import location
+        from zephon_ref.storage.s3 import location
 
         return location(directory).url  # ConfigError for another scheme or a malformed URL
     return str(Path(directory).resolve())

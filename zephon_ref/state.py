@@ -38,14 +38,12 @@ consistency rules above still apply to sealed states.  The merge seals its resul
 when every input's digest verifies.
 
 **Validate once, restore many.**  :func:`validated` runs :func:`validate` and
-:func:`verify_integrity` once and returns a :class:`ValidatedState`: an immutable
-snapshot (pickled bytes, one blob per lane plus one for the universal fields and one
-for the whole state, all written from a private copy taken after the checks).  A
-restore of it into a pipeline (``Pipeline.restore(validated_state)``) reads only the
-blobs of the lanes that pipeline owns, so restoring one merged state into many
-ranks costs one validation and O(owned lanes) per rank.  Nothing can change the
-snapshot after the checks (bytes are immutable; every read builds fresh objects),
-so the checks it carries stay true; the pipeline-specific checks (fingerprint,
+:func:`verify_integrity` once and returns a :class:`ValidatedState`: the checked
+fields and a private copy of the state taken after the checks.  A restore of it into a
+pipeline (``Pipeline.restore(validated_state)``) copies only the lanes that pipeline
+owns, so restoring one merged state into many ranks costs one validation and a copy of
+O(owned lanes) per rank.  Nothing can change the private copy (it is never handed
+out; every read builds fresh objects), so the checks it carries stay true; the pipeline-specific checks (fingerprint,
 canonical_replicas, the dry-run load of the owned lanes) still run per restore.
 
 What may not live here: I/O, the encoding of bytes (checkpoint/codec.py), the
@@ -165,38 +163,26 @@ def _cid(raw: Any, what: str, next_cid: int) -> int:
     raise StateFormatError(expected(what, f"a chunk id in [0, {next_cid})", raw))
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})
-
-
 def _canonical(obj: Any) -> Any:
-    # exact dicts, lists, tuples and leaves first (a digest walks every value of a 512-lane
-    # state: the abstract-class checks below cost most of it); anything else takes the
-    # general rules, which give the same result for those types
-    # (JSON writes a tuple as it writes a list, so a list or tuple of leaves is its own form)
-    t = type(obj)
-    if t is dict:
-        return {k if type(k) is str else str(k): v if type(v) in _LEAVES else _canonical(v)
-                for k, v in obj.items()}
-    if t is list or t is tuple:
-        if _LEAVES.issuperset(map(type, obj)):
-            return obj
-        return [v if type(v) in _LEAVES else _canonical(v) for v in obj]
-    if t in _LEAVES:
+    """The digest's form of plain state data: string keys, lists for tuples (JSON writes a
+    tuple as it writes a list), hex text for bytes (msgpack keeps bytes; JSON needs text).
+    Leaves are tested first and ``dict`` before the ``Mapping`` ABC only because most values
+    are leaves and dicts; the result does not depend on the order."""
+    if obj is None or isinstance(obj, (str, int, float)):
         return obj
-    if isinstance(obj, Mapping):
+    if isinstance(obj, (dict, Mapping)):
         return {str(k): _canonical(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_canonical(v) for v in obj]
     if isinstance(obj, (bytes, bytearray, memoryview)):
-        return {"$bytes": bytes(obj).hex()}  # msgpack keeps bytes; JSON needs a text form
+        return {"$bytes": bytes(obj).hex()}
     return obj
 
 
 def owned_copy(obj: Any) -> Any:
-    """A deep copy of plain state data that shares no mutable object with ``obj`` (a pickle
-    round trip: several times faster than ``copy.deepcopy`` on a 512-lane state, and equal
-    to it for dicts, lists, tuples, numbers, strings and bytes; anything pickle refuses is
-    deep-copied)."""
+    """A deep copy of plain state data that shares no mutable object with ``obj``: a pickle
+    round trip, equal to ``copy.deepcopy`` for dicts, lists, tuples, numbers, strings and
+    bytes (anything pickle refuses is deep-copied)."""
     try:
         return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -385,21 +371,20 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
 
 @dataclass(frozen=True, slots=True)
 class ValidatedState:
-    """A state that :func:`validate` and :func:`verify_integrity` accepted, frozen as bytes.
+    """A state that :func:`validate` and :func:`verify_integrity` accepted, and a private copy of it.
 
     Build it with :func:`validated` only.  ``digest`` is the integrity digest that was
     verified; ``lanes`` the lanes present; ``canonical_replicas`` and ``fingerprint``
-    the checked universal fields.  The snapshot is pickled plain data written by this
-    module from its own copy (never from outside bytes), so loading it is safe.
+    the checked universal fields.  ``_state`` is this object's own copy, taken after the
+    checks and never handed out or changed: every read returns a fresh copy, so the checks
+    it carries stay true.
     """
 
     digest: str
     canonical_replicas: int
     fingerprint: str | None
     lanes: tuple[int, ...]
-    _whole: bytes
-    _universal: bytes
-    _lane_blobs: tuple[bytes, ...]  # parallel to ``lanes``
+    _state: Mapping[str, Any]
 
     def __copy__(self) -> ValidatedState:
         return self  # immutable
@@ -409,44 +394,31 @@ class ValidatedState:
 
     def state(self) -> dict[str, Any]:
         """A fresh copy of the whole state (equal to the dict that was validated)."""
-        out: dict[str, Any] = pickle.loads(self._whole)
+        out: dict[str, Any] = owned_copy(dict(self._state))
         return out
 
     def state_for(self, lanes: tuple[int, ...] | list[int]) -> dict[str, Any]:
         """A fresh copy of the universal fields and of the given lanes' entries only (lanes
         absent from the state are skipped; the engine's load refuses a missing owned lane)."""
-        out: dict[str, Any] = pickle.loads(self._universal)
-        index = {lane: i for i, lane in enumerate(self.lanes)}
-        for lane in sorted(lanes):
-            i = index.get(lane)
-            if i is None:
-                continue
-            entries: dict[str, tuple[Any, Any]] = pickle.loads(self._lane_blobs[i])
-            for name, (key, value) in entries.items():
-                out[name][key] = value
+        c, wanted = self.canonical_replicas, set(lanes)
+        part: dict[str, Any] = {}
+        for name, value in self._state.items():
+            if name not in LANE_FIELDS or value is None:
+                part[name] = value
+            else:
+                part[name] = {key: v for key, v in value.items() if lane_key(key, f"lane key of {name!r}", c) in wanted}
+        out: dict[str, Any] = owned_copy(part)
         return out
 
 
 def validated(state: Any) -> ValidatedState:
     """Validate ``state`` (a zephon_ref state: :func:`validate` with strict cursors, then
-    :func:`verify_integrity`) once and freeze it; raises exactly what those raise.
-    The caller's dict is not kept: later edits to it do not reach the snapshot."""
+    :func:`verify_integrity`) once and keep a private copy; raises exactly what those raise.
+    The caller's dict is not kept: later edits to it do not reach the copy."""
     c = validate(state)
     verify_integrity(state)
-    whole = pickle.dumps(dict(state), protocol=pickle.HIGHEST_PROTOCOL)
-    private: dict[str, Any] = pickle.loads(whole)  # detached from the caller's objects
-    per_lane: dict[int, dict[str, tuple[Any, Any]]] = {}
-    universal = {}
-    for name, value in private.items():
-        if name not in LANE_FIELDS:
-            universal[name] = value
-            continue
-        universal[name] = None if value is None else {}
-        for key, v in (value or {}).items():
-            per_lane.setdefault(lane_key(key, f"lane key of {name!r}", c), {})[name] = (key, v)
-    lanes = tuple(sorted(per_lane))
-    return ValidatedState(
-        digest=str(private["integrity"]), canonical_replicas=c, fingerprint=private["fingerprint"], lanes=lanes,
-        _whole=whole, _universal=pickle.dumps(universal, protocol=pickle.HIGHEST_PROTOCOL),
-        _lane_blobs=tuple(pickle.dumps(per_lane[lane], protocol=pickle.HIGHEST_PROTOCOL) for lane in lanes),
-    )
+    private: dict[str, Any] = owned_copy(dict(state))
+    lanes = sorted({lane_key(key, f"lane key of {name!r}", c)
+                    for name in LANE_FIELDS for key in (private.get(name) or {})})
+    return ValidatedState(digest=str(private["integrity"]), canonical_replicas=c,
+                          fingerprint=private["fingerprint"], lanes=tuple(lanes), _state=private)

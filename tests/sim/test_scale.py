@@ -15,7 +15,8 @@ from sim.scale import ScaleConfig, main, rank_state, star_round, tree_round
 from zephon_ref import state as schema
 from zephon_ref.checkpoint import codec
 from zephon_ref.checkpoint.schema import sha256_hex
-from zephon_ref.checkpoint.tree import CapturePrefix, TreeShape, publish_tree
+from zephon_ref.checkpoint.tree import CapturePrefix, TreeShape
+from zephon_ref.checkpoint.tree_files import publish_tree
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Abort, Finish
 from zephon_ref.errors import AggregationTimeout, ConfigError, LeaderFailed, StateFormatError

@@ -92,6 +92,14 @@ def test_zephon_ref_top_level_imports_are_acyclic() -> None:
     assert not cycles(g), f"import cycles among zephon_ref modules: {cycles(g)}"
 
 
+def test_zephon_ref_has_no_import_cycle_even_through_function_level_imports() -> None:
+    """A deferred import (inside a function) still makes two modules depend on each other:
+    coordination/objectstore.py and backends.py did (issue 22).  None is left."""
+    g = import_graph(ROOT, "zephon_ref", top_level_only=False)
+    assert g.number_of_edges() >= import_graph(ROOT, "zephon_ref").number_of_edges()
+    assert not cycles(g), f"import cycles among zephon_ref modules (function-level imports counted): {cycles(g)}"
+
+
 def test_the_torch_path_never_imports_the_pipeline() -> None:
     # not even inside a function: Pipeline.to_torch_dataset imports the torch path, so the
     # reverse import would be a cycle the moment a caller goes through it

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from zephon_ref.checkpoint import tree as T
+from zephon_ref.checkpoint import tree_files as TF
 from zephon_ref.errors import CheckpointCorrupt, CheckpointRefused, ContractError
 
 P = T.CapturePrefix(generation=1, schema_digest="a" * 64, capture_id="b" * 64)
@@ -35,10 +36,10 @@ def test_shape_is_preorder_with_exact_coverage(size: int, fanout: int) -> None:
 @pytest.mark.parametrize("size,fanout", [(1, 2), (5, 2), (13, 3), (31, 2), (64, 4)])
 def test_restore_of_every_role_reads_depth_plus_one_manifests(tmp_path: Path, size: int, fanout: int) -> None:
     s = T.TreeShape(size, fanout)
-    run = T.publish_tree(tmp_path, s, P, _shards(size))
+    run = TF.publish_tree(tmp_path, s, P, _shards(size))
     assert sorted(run.reported) == list(range(size)) and run.root_digest is not None
     for r in range(size):
-        got = T.restore_role(tmp_path, s, 1, r, expected_prefix=P)
+        got = TF.restore_role(tmp_path, s, 1, r, expected_prefix=P)
         assert len(got.manifests_read) == s.depth(r) + 1 <= s.height + 1
         assert got.shards == _shards(size)[r]
         # Never a sibling subtree: only the manifests of roles on the path.
@@ -48,7 +49,7 @@ def test_restore_of_every_role_reads_depth_plus_one_manifests(tmp_path: Path, si
 
 def test_completion_released_only_after_root_durable(tmp_path: Path) -> None:
     s = T.TreeShape(13, 3)
-    run = T.publish_tree(tmp_path, s, P, _shards(13))
+    run = TF.publish_tree(tmp_path, s, P, _shards(13))
     root_at = run.log.index("root durable 0")
     firsts = [i for i, e in enumerate(run.log) if e.startswith(("complete", "report"))]
     assert firsts and min(firsts) > root_at
@@ -56,11 +57,11 @@ def test_completion_released_only_after_root_durable(tmp_path: Path) -> None:
 
 def test_missing_subtree_never_publishes_and_nobody_reports(tmp_path: Path) -> None:
     s = T.TreeShape(13, 3)
-    run = T.publish_tree(tmp_path, s, P, _shards(13), absent_roles=frozenset({6}))
+    run = TF.publish_tree(tmp_path, s, P, _shards(13), absent_roles=frozenset({6}))
     assert run.reported == () and run.root_digest is None
     assert not list(tmp_path.glob("*.root.json"))
     with pytest.raises(FileNotFoundError):
-        T.restore_role(tmp_path, s, 1, 0)
+        TF.restore_role(tmp_path, s, 1, 0)
 
 
 def _child_commit(shape: T.TreeShape, child: int, **over: object) -> T.Commitment:
@@ -117,16 +118,16 @@ def test_events_out_of_phase_are_contract_errors() -> None:
 
 def test_restore_refuses_tampered_group_manifest(tmp_path: Path) -> None:
     s = T.TreeShape(7, 2)
-    T.publish_tree(tmp_path, s, P, _shards(7))
+    TF.publish_tree(tmp_path, s, P, _shards(7))
     grp = sorted(tmp_path.glob("*.role-000004.*.grp"))[0]
     grp.chmod(0o644)
     data = grp.read_bytes()
     grp.write_bytes(data[:40] + bytes([data[40] ^ 1]) + data[41:])
     with pytest.raises(CheckpointCorrupt):
-        T.restore_role(tmp_path, s, 1, 5)  # 5 is under 4
-    assert T.restore_role(tmp_path, s, 1, 1).shards == _shards(7)[1]  # other subtree untouched
+        TF.restore_role(tmp_path, s, 1, 5)  # 5 is under 4
+    assert TF.restore_role(tmp_path, s, 1, 1).shards == _shards(7)[1]  # other subtree untouched
     with pytest.raises(CheckpointRefused):
-        T.restore_role(tmp_path, T.TreeShape(8, 2), 1, 1)  # another hierarchy
+        TF.restore_role(tmp_path, T.TreeShape(8, 2), 1, 1)  # another hierarchy
 
 
 def test_failed_root_publish_is_typed_and_publishes_nothing(tmp_path: Path) -> None:
@@ -140,8 +141,8 @@ def test_failed_root_publish_is_typed_and_publishes_nothing(tmp_path: Path) -> N
     s = T.TreeShape(7, 2)
     faulty = FaultyStorage(faults=[Fault("link", errno.ENOSPC, name_contains=".root.")])
     with pytest.raises(StorageError) as info:
-        T.publish_tree(tmp_path, s, P, _shards(7), storage=faulty)
+        TF.publish_tree(tmp_path, s, P, _shards(7), storage=faulty)
     assert info.value.reason == "disk-full" and faulty.injected == 1
     assert not [p for p in tmp_path.iterdir() if ".root." in p.name]
     with pytest.raises(CheckpointNotFound):
-        T.restore_role(tmp_path, s, 1, 3, storage=faulty)
+        TF.restore_role(tmp_path, s, 1, 3, storage=faulty)

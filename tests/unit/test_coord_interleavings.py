@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.cluster import Cluster, topology_states
+from sim.storage import FailingBackend
 from zephon_ref.checkpoint import codec
-from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Abort, Finish, RoundConfig, Sleep, machine_for
 from zephon_ref.errors import AggregationError, ZephonRefError
@@ -57,7 +57,7 @@ def test_any_interleaving_gives_the_full_merge_or_a_clean_failure(sc: dict[str, 
         sc["seed"], canonical_replicas=c, world_size=ws, dp_degree=dp, workers=workers
     )  # type: ignore[arg-type]
     want = merge(list(states.values()))
-    store = MemoryBackend()
+    store = FailingBackend()
     io_faults: set[int] = sc["io_faults"]  # type: ignore[assignment]
     store.fail = lambda op, key: store.ops in io_faults
     cl = Cluster(backend=store)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sim.cluster import Cluster, Participant, topology_states
+from sim.storage import FailingBackend
 from zephon_ref.checkpoint import codec
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
@@ -555,7 +556,7 @@ def test_two_runs_with_the_same_run_id_refuse_or_produce_a_complete_merge(stride
 
 
 def test_storage_failure_before_publishing_fails_cleanly() -> None:
-    store = MemoryBackend()
+    store = FailingBackend()
     store.fail = lambda op, key: op == "list" and any(".shard.r1" in k for k in store.data)
     cl, _ = cluster(18, backend=store)
     cl.run(pick=1)
@@ -566,7 +567,7 @@ def test_storage_failure_before_publishing_fails_cleanly() -> None:
 
 
 def test_follower_shard_publish_failure_aborts_that_follower() -> None:
-    store = MemoryBackend(fail=lambda op, key: op == "put" and ".shard.r1" in key)
+    store = FailingBackend(lambda op, key: op == "put" and ".shard.r1" in key)
     cl, _ = cluster(19, backend=store)
     cl.run()
     lead, fol = cl.members

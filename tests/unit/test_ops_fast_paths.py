@@ -9,7 +9,6 @@ import pytest
 
 from properties.opkit import rec, run
 from zephon_ref.ops import HashTokenizer, Tokenize
-from zephon_ref.ops import tokenize as tokenize_mod
 
 TEXTS = ["a b c d e f g", "", "hello world hello", "one two three four five six seven eight nine", "b a  c\tz"]
 
@@ -18,15 +17,17 @@ def crc_ids(text: str, vocab: int = 32000, offset: int = 3) -> list[int]:
     return [zlib.crc32(w.encode("utf-8")) % vocab + offset for w in text.split()]
 
 
-def test_hash_tokenizer_memo_gives_the_crc_ids_cold_warm_and_past_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hash_tokenizer_gives_the_crc_ids_with_and_without_its_id_table() -> None:
     tok = HashTokenizer()
-    assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]  # cold
-    assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]  # warm
-    monkeypatch.setattr(tokenize_mod, "WORD_CACHE_LIMIT", 3)
+    assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]
+    again = tok.encode("hello world hello")
+    assert again[0] is again[2]  # one int object per id
+    big = HashTokenizer(vocab_size=(1 << 17) + 1, offset=5)  # past ID_TABLE_LIMIT: no table, same ids
+    assert [big.encode(t) for t in TEXTS] == [crc_ids(t, (1 << 17) + 1, 5) for t in TEXTS]
+    assert big == HashTokenizer(vocab_size=(1 << 17) + 1, offset=5) and tok == HashTokenizer()
     small = HashTokenizer(vocab_size=50, offset=7)
     assert [small.encode(t) for t in TEXTS] == [crc_ids(t, 50, 7) for t in TEXTS]
-    assert len(small._ids) == 3
-    assert small == HashTokenizer(vocab_size=50, offset=7), "the memo is not part of equality"
+    assert [small.word_id(w) for w in ["b", "a", "c"]] == crc_ids("b a c", 50, 7)
 
 
 class _Delegate:

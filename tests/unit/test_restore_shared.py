@@ -87,8 +87,10 @@ def test_the_snapshot_cannot_be_changed_after_its_checks() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         frozen.digest = "0" * 64  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        frozen._lane_blobs = ()  # type: ignore[misc]
+        frozen._state = {}  # type: ignore[misc]
     assert copy.deepcopy(frozen) is frozen
+    frozen.state()["progress"][0]["offset"] += 7  # a read hands out a copy: editing it changes nothing
+    frozen.state_for([0])["lane_next_cid"][0] = 10**6
     got, _ = run_lockstep(restored(frozen, 4, 1))
     assert got == want  # ...and the snapshot does not see it
 

@@ -34,15 +34,13 @@ Invariants:
   (:func:`pack`) can be spliced into a str-keyed map by :func:`pack_map_with` and give
   the bytes :func:`pack` would give for the whole map.  That lets a caller that sends the
   same large value inside several small envelopes (an aggregation participant's state)
-  canonicalise and validate it once; the bytes do not change.  :class:`MapTemplate` is the
-  converse: many maps that differ in one value, the rest packed once.
+  canonicalise and validate it once; the bytes do not change.
 
 What may not live here: file I/O, digests, schema knowledge, clocks.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -57,7 +55,6 @@ __all__ = [
     "EXT_BIGINT",
     "EXT_TUPLE",
     "MAX_DECODED_BYTES",
-    "MapTemplate",
     "ZSTD_LEVEL",
     "compress",
     "decode",
@@ -275,7 +272,7 @@ def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, b
     """The packed items (no header) of ``keys``, in that order: a key of ``canon`` with its
     canonical value packed here, a key of ``packed`` with its bytes as they are.  Runs of
     consecutive fields are packed as one map each, whose header is then cut off (one packb
-    call per run instead of two per field); a key's bytes are remembered (the same few recur)."""
+    call per run instead of two per field)."""
     out: list[bytes] = []
     run: dict[str, Any] = {}
     for k in keys:
@@ -292,41 +289,11 @@ def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, b
     return b"".join(out)
 
 
-class MapTemplate:
-    """A str-keyed map packed once with one value left open: :meth:`fill` gives, for the
-    packed bytes ``b`` of that value, ``pack_map_with(fields, {**packed, slot: b})``.
-
-    For a caller that packs many maps differing in one value (an aggregation driver whose
-    participants share all but their ``world``): the checks, the canonical form of the
-    fields and the bytes before and after the slot are computed here once.  Like
-    pack_map_with, the caller vouches that ``b`` is the output of :func:`pack`.
-    """
-
-    __slots__ = ("_head", "_tail")
-
-    def __init__(self, fields: Mapping[str, Any], packed: Mapping[str, bytes], *, slot: str) -> None:
-        if type(slot) is not str or slot in fields or slot in packed:
-            raise StateFormatError(expected("MapTemplate slot", "a str key of neither fields nor packed", slot))
-        canon = _checked_parts(fields, packed)
-        keys = sorted([*canon, *packed])
-        before = [k for k in keys if k < slot]
-        after = [k for k in keys if k > slot]
-        self._head = _map_header(len(keys) + 1) + _map_items(before, canon, packed) + _str_key(slot)
-        self._tail = _map_items(after, canon, packed)
-
-    def fill(self, value_packed: bytes) -> bytes:
-        if type(value_packed) is not bytes or not value_packed:
-            raise StateFormatError(expected("MapTemplate value", "the non-empty bytes of pack()", value_packed))
-        return self._head + value_packed + self._tail
-
-
-@functools.lru_cache(maxsize=1024)
 def _str_key(k: str) -> bytes:
     """The packed bytes of a str map key (pack_map_with)."""
     return _packb(k)
 
 
-@functools.lru_cache(maxsize=64)
 def _map_header(n: int) -> bytes:
     out = msgpack.Packer(use_bin_type=True).pack_map_header(n)
     assert isinstance(out, bytes)

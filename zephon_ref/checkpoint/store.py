@@ -12,7 +12,7 @@ This module owns files.  A *generation* is a set of immutable files:
   holds no rank, host or path, so a moved directory still loads.
 
 **Publication.**  Every file goes through :func:`storage.publish`, the one
-shared routine for durable writes, over a :class:`~zephon_ref.checkpoint.storage.Storage`
+shared routine for durable writes, over a :class:`~zephon_ref.storage.Storage`
 (POSIX by default; tests and the simulator pass a faulty one as ``storage=``):
 write a temp file in the same directory, fsync, close, seal read-only, link it
 to its final name (never replacing), remove the temp, fsync the directory.
@@ -46,7 +46,7 @@ manifest of a collected generation gets :class:`CheckpointNotFound`
 (``reason="generation-collected"``), never wrong data.
 
 **Object storage.**  Every function taking a directory also takes an
-``s3://bucket/prefix`` URL (:mod:`zephon_ref.checkpoint.s3`): the same layout
+``s3://bucket/prefix`` URL (:mod:`zephon_ref.storage.s3`): the same layout
 as object keys under the prefix, published with conditional writes (a
 published key is never replaced), so every rule above holds unchanged; there
 are no temp files there.
@@ -81,8 +81,6 @@ from pathlib import Path
 from typing import Any
 
 from zephon_ref.checkpoint import codec
-from zephon_ref.checkpoint import storage as _st
-from zephon_ref.checkpoint.fs import PosixStorage
 from zephon_ref.checkpoint.schema import (
     FORMAT_VERSION,
     Manifest,
@@ -99,7 +97,6 @@ from zephon_ref.checkpoint.schema import (
     split_state,
     validate_state,
 )
-from zephon_ref.checkpoint.storage import Storage
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
@@ -110,6 +107,9 @@ from zephon_ref.errors import (
     StorageError,
     expected,
 )
+from zephon_ref.storage import Storage
+from zephon_ref.storage import base as _st
+from zephon_ref.storage.posix import PosixStorage
 
 __all__ = [
     "CheckpointReader",
@@ -144,10 +144,10 @@ def _storage(storage: Storage | None) -> Storage:
 
 def _at(directory: PathLike, storage: Storage | None) -> tuple[Storage, Path]:
     """The storage and root path for a directory argument: a local path, or an
-    ``s3://bucket/prefix`` URL (object storage, :mod:`zephon_ref.checkpoint.s3`;
+    ``s3://bucket/prefix`` URL (object storage, :mod:`zephon_ref.storage.s3`;
     ``storage=`` then overrides the process's shared client for that bucket)."""
     if isinstance(directory, str) and "://" in directory:
-        from zephon_ref.checkpoint import s3
+        from zephon_ref.storage import s3
 
         loc = s3.location(directory)  # ConfigError for any other scheme or a malformed URL
         return (s3.storage_for(loc.bucket) if storage is None else storage), loc.root
@@ -157,7 +157,7 @@ def _at(directory: PathLike, storage: Storage | None) -> tuple[Storage, Path]:
 def publish_bytes(path: PathLike, data: bytes, *, storage: Storage | None = None) -> None:
     """Durably publish ``data`` at ``path``; never replace an existing file.
 
-    See :func:`zephon_ref.checkpoint.storage.publish`.  Raises
+    See :func:`zephon_ref.storage.publish`.  Raises
     :class:`PublishConflict` if ``path`` exists, :class:`StorageError` for any
     operating-system failure; the temp file is removed either way.
     """

@@ -1,4 +1,4 @@
-"""Storage backends for aggregation rounds: a shared directory, torch's TCPStore, memory.
+"""Storage backends for aggregation rounds: a shared directory, object storage, torch's TCPStore, memory.
 
 Theory of operation
 -------------------
@@ -21,16 +21,16 @@ Values are opaque and never empty.  Nothing here knows about rounds or states.
 Backends:
 
 * :class:`MemoryBackend`: a dict; the simulator and unit tests drive it step by
-  step (one call = one atomic step).  Optional ``fail`` hook injects errors.
+  step (one call = one atomic step).
 * :class:`DirectoryBackend`: ``<root>/<namespace>/<name>`` files, through a
-  checkpoint :class:`~zephon_ref.checkpoint.storage.Storage` and its one
+  checkpoint :class:`~zephon_ref.storage.Storage` and its one
   publish routine.  ``put`` writes a synced temp file in the same directory and
   renames it over the target; ``put_if_absent`` hard-links a complete, synced
   temp file to the target (``link`` fails if the name exists), so a created
   file is always complete; both sync the directory after.  Temp files start
   with ``.`` and are never listed.
-* ``ObjectStoreBackend`` (:mod:`.objectstore`): ``s3://bucket/prefix``, objects
-  through the checkpoint store's S3 storage, polled with capped exponential back-off.
+* :class:`ObjectStoreBackend`: the directory backend over the ``s3://bucket/prefix``
+  URL's S3 storage, polled with capped exponential back-off.
 * :class:`TCPStoreBackend`: a client of torch.distributed's ``TCPStore``
   (``torch://`` = MASTER_ADDR/MASTER_PORT, or ``torch://host:port``).  Every
   value is stored behind a manifest: ``ZR1`` + kind + 16-byte write id, then the
@@ -43,8 +43,10 @@ Backends:
   manifest equals.  The client reconnects after a fork and after any failed
   operation; the failed operation is not retried.
 
+Keys, prefixes and values follow :mod:`zephon_ref.coordination.keys`.
+
 What may not live here: the protocol, decoding of states, clocks (the TCPStore
-client's own connect timeout aside).
+client's own connect timeout and the object store's polling waits aside).
 """
 
 from __future__ import annotations
@@ -52,24 +54,16 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import struct
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from zephon_ref.checkpoint.fs import PosixStorage
-from zephon_ref.checkpoint.storage import (
-    Storage,
-    ensure_dir,
-    list_names,
-    publish,
-    read_bytes,
-    remove_file,
-)
+from zephon_ref.coordination.keys import check_key, check_prefix, listed, nonempty, split_key
 from zephon_ref.errors import (
     ConfigError,
     ContractError,
@@ -77,56 +71,33 @@ from zephon_ref.errors import (
     StateFormatError,
     expected,
 )
+from zephon_ref.storage import (
+    PosixStorage,
+    Storage,
+    ensure_dir,
+    list_names,
+    publish,
+    read_bytes,
+    remove_file,
+    s3,
+)
+from zephon_ref.storage.s3 import S3Storage
 
 __all__ = [
+    "CAP_S",
+    "GROWTH",
     "MAX_TCP_VALUE",
+    "START_S",
+    "TIMEOUT_FLOOR_S",
     "Backend",
+    "Backoff",
     "DirectoryBackend",
     "MemoryBackend",
+    "ObjectStoreBackend",
     "TCPStoreBackend",
     "open_backend",
     "split_key",
 ]
-
-_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
-# A whole valid key in one match: two _NAMEs around the one "/" (neither may hold a "/").
-# The fast check of the hot path; a key it rejects goes through split_key, which refuses it.
-_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*/[A-Za-z0-9_-][A-Za-z0-9._-]*")
-
-
-def _check_key(key: str) -> None:
-    """Refuse a bad key exactly as :func:`split_key` does, at one regex match for a good one."""
-    if type(key) is not str or _KEY.fullmatch(key) is None:
-        split_key(key)
-
-
-def split_key(key: str) -> tuple[str, str]:
-    """``"<namespace>/<name>"`` -> (namespace, name); ConfigError otherwise."""
-    ns, sep, name = key.partition("/")
-    if not sep or not _NAME.fullmatch(ns) or not _NAME.fullmatch(name):
-        raise ConfigError(expected("storage key", "'<namespace>/<name>' of [A-Za-z0-9._-]", key))
-    return ns, name
-
-
-def _check_prefix(prefix: str) -> tuple[str, str]:
-    ns, sep, name = prefix.partition("/")
-    if not sep or not _NAME.fullmatch(ns) or not name.endswith(".") or not _NAME.fullmatch(name):
-        raise ConfigError(expected("list prefix", "'<namespace>/<name>.'", prefix))
-    return ns, name
-
-
-def _listed(name: str, prefix_name: str) -> bool:
-    return (
-        name.startswith(prefix_name)
-        and "." not in name[len(prefix_name) :]
-        and len(name) > len(prefix_name)
-    )
-
-
-def _nonempty(data: bytes, key: str) -> bytes:
-    if not isinstance(data, bytes) or not data:
-        raise ConfigError(expected(f"value for {key!r}", "non-empty bytes", type(data).__name__))
-    return data
 
 
 @runtime_checkable
@@ -147,75 +118,58 @@ class Backend(Protocol):
 class MemoryBackend:
     """A dict behind the Backend interface (thread-safe; for tests and the simulator).
 
-    ``fail(op, key)`` is called before every operation; if it returns True the
-    operation raises ``OSError`` without touching the store.  Every operation checks
-    its key first (one precompiled match; a bad key gets split_key's ConfigError),
-    then counts itself and asks ``fail`` under the lock.
+    Every operation checks its key first (a bad key gets split_key's ConfigError), then
+    counts itself (``ops``) under the lock.  Fault injection lives in ``sim.storage``
+    (``FailingBackend``).
     """
 
-    def __init__(self, *, fail: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
-        self.fail = fail
         self.ops = 0
         self._lock = threading.Lock()
 
-    def _injected(self, op: str, key: str) -> None:
-        assert self.fail is not None
-        if self.fail(op, key):
-            raise OSError(f"injected failure of {op} {key!r}")
-
     def put(self, key: str, data: bytes) -> None:
-        _check_key(key)
+        check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("put", key)
-            self.data[key] = _nonempty(data, key)
+            self.data[key] = nonempty(data, key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        _check_key(key)
+        check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("put_if_absent", key)
             if key in self.data:
                 return False
-            self.data[key] = _nonempty(data, key)
+            self.data[key] = nonempty(data, key)
             return True
 
     def get(self, key: str) -> bytes | None:
-        _check_key(key)
+        check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("get", key)
             return self.data.get(key)
 
     def list(self, prefix: str) -> list[str]:
-        ns, pname = _check_prefix(prefix)
+        ns, pname = check_prefix(prefix)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("list", prefix)
             return sorted(
-                k for k in self.data if k.startswith(ns + "/") and _listed(k[len(ns) + 1 :], pname)
+                k for k in self.data if k.startswith(ns + "/") and listed(k[len(ns) + 1 :], pname)
             )
 
     def delete(self, key: str) -> None:
-        _check_key(key)
+        check_key(key)
         with self._lock:
             self.ops += 1
-            if self.fail is not None:
-                self._injected("delete", key)
             self.data.pop(key, None)
 
 
 class DirectoryBackend:
     """Files under ``root/<namespace>/`` (a local or shared POSIX filesystem).
 
-    Every file operation goes through a :class:`~zephon_ref.checkpoint.storage.Storage`
+    Every file operation goes through a :class:`~zephon_ref.storage.Storage`
     (POSIX unless ``storage=`` is given; tests pass ``sim.storage.FaultyStorage``)
-    and the shared :func:`~zephon_ref.checkpoint.storage.publish` routine, so a
+    and the shared :func:`~zephon_ref.storage.publish` routine, so a
     value is synced before its name appears and the directory is synced after.
     Operating-system failures raise :class:`~zephon_ref.errors.StorageError`.
     """
@@ -231,15 +185,20 @@ class DirectoryBackend:
         ns, name = split_key(key)
         return self.root / ns / name
 
+    def _writing(self) -> None:
+        """Called before every write (put, put_if_absent, delete); nothing to do here."""
+
     def put(self, key: str, data: bytes) -> None:
         target = self._path(key)
-        value = _nonempty(data, key)
+        value = nonempty(data, key)
+        self._writing()
         ensure_dir(self.storage, target.parent)
         publish(self.storage, target, value, replace=True, seal=False)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         target = self._path(key)
-        value = _nonempty(data, key)
+        value = nonempty(data, key)
+        self._writing()
         ensure_dir(self.storage, target.parent)
         try:
             publish(self.storage, target, value, seal=False)
@@ -251,12 +210,90 @@ class DirectoryBackend:
         return read_bytes(self.storage, self._path(key))
 
     def list(self, prefix: str) -> list[str]:
-        ns, pname = _check_prefix(prefix)
+        ns, pname = check_prefix(prefix)
         names = list_names(self.storage, self.root / ns)
-        return sorted(f"{ns}/{n}" for n in names if _listed(n, pname))
+        return sorted(f"{ns}/{n}" for n in names if listed(n, pname))
 
     def delete(self, key: str) -> None:
-        remove_file(self.storage, self._path(key))
+        path = self._path(key)
+        self._writing()
+        remove_file(self.storage, path)
+
+
+# ---------------------------------------------------------------- object storage
+
+START_S = 0.5
+GROWTH = 1.5
+CAP_S = 5.0
+TIMEOUT_FLOOR_S = 90.0
+
+
+class Backoff:
+    """Capped exponential waits: ``START_S``, x ``GROWTH``, at most ``CAP_S``; :meth:`reset` restarts."""
+
+    __slots__ = ("_current", "_lock", "cap", "growth", "start", "waits")
+
+    def __init__(self, *, start: float = START_S, growth: float = GROWTH, cap: float = CAP_S) -> None:
+        if not (0 < start <= cap) or not growth >= 1:
+            raise ConfigError(expected("backoff", "0 < start <= cap and growth >= 1", (start, growth, cap)))
+        self.start, self.growth, self.cap = start, growth, cap
+        self._current = start
+        self._lock = threading.Lock()
+        self.waits: list[float] = []  # every wait taken, for tests and reports
+
+    def next_wait(self, asked: float) -> float:
+        """The wait to take now when the caller may wait at most ``asked`` seconds."""
+        with self._lock:
+            wait = min(max(asked, 0.0), self._current)
+            self._current = min(self._current * self.growth, self.cap)
+            self.waits.append(wait)
+            return wait
+
+    def reset(self) -> None:
+        with self._lock:
+            self._current = self.start
+
+
+class ObjectStoreBackend(DirectoryBackend):
+    """The directory backend over an ``s3://bucket/prefix`` URL's storage, plus polling back-off.
+
+    Values are objects ``<prefix>/<namespace>/<name>`` written through
+    :class:`~zephon_ref.storage.s3.S3Storage` and the shared publish routine: ``put`` is
+    a plain ``PutObject`` (objects appear whole or not at all), ``put_if_absent`` a
+    ``PutObject`` with ``If-None-Match: *`` (412: another participant created it first);
+    ``get`` / ``list`` / ``delete`` are ``GetObject`` / ``ListObjectsV2`` / ``DeleteObject``.
+    The endpoint is probed for conditional writes when the backend is opened, before the
+    round writes anything; an endpoint that ignores them is refused with a typed error.
+
+    **Polling.**  zephon 0.2.0 polls cloud directories with a capped exponential back-off:
+    the first wait 0.5 s, each next one x1.5, never more than 5 s, and the round's timeout
+    raised to at least 90 s.  The driver sets the machine's ``poll`` to the cap
+    (:data:`CAP_S`) and passes :meth:`pause` as its sleep, which waits ``min(asked,
+    current)`` and grows ``current``.  Any write means the round moved to a new phase and
+    resets ``current`` to the start.  Never sleeping longer than asked keeps the machine's
+    deadline exact.  This class and the driver are the only places that wait on the wall
+    clock.
+    """
+
+    def __init__(self, url: str, *, storage: S3Storage | None = None, backoff: Backoff | None = None) -> None:
+        loc = s3.location(url)
+        self.url = loc.url
+        self.root = loc.root
+        store = s3.storage_for(loc.bucket) if storage is None else storage
+        if store.bucket != loc.bucket:
+            raise ConfigError(expected("storage for aggregate_dir", f"one for bucket {loc.bucket}", store.bucket))
+        self.storage = store
+        self.backoff = Backoff() if backoff is None else backoff
+        store.ensure_conditional_writes()  # before the round writes anything
+
+    def _writing(self) -> None:
+        self.backoff.reset()
+
+    def pause(self, seconds: float) -> None:
+        """The driver's sleep: wait the back-off's next step, never more than ``seconds``."""
+        wait = self.backoff.next_wait(seconds)
+        if wait > 0:
+            time.sleep(wait)  # clock-ok: the backend owns its polling waits
 
 
 # ---------------------------------------------------------------- TCPStore
@@ -437,7 +474,7 @@ class TCPStoreBackend:
 
     def put(self, key: str, data: bytes) -> None:
         split_key(key)
-        manifest, _ = self._stage(key, _nonempty(data, key))
+        manifest, _ = self._stage(key, nonempty(data, key))
         old = self._raw_get(self._k(key))
         self._call("set", key, lambda s: s.set(self._k(key), manifest))
         self._register(key)
@@ -446,7 +483,7 @@ class TCPStoreBackend:
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         split_key(key)
-        manifest, chunks = self._stage(key, _nonempty(data, key))
+        manifest, chunks = self._stage(key, nonempty(data, key))
         stored = bytes(
             self._call("compare_set", key, lambda s: s.compare_set(self._k(key), "", manifest))
         )
@@ -498,7 +535,7 @@ class TCPStoreBackend:
         return data
 
     def list(self, prefix: str) -> list[str]:
-        _check_prefix(prefix)
+        check_prefix(prefix)
         raw = self._raw_get(self._index(prefix))
         if raw is None:
             return []
@@ -506,7 +543,7 @@ class TCPStoreBackend:
         return [
             k
             for k in names
-            if _listed(k.partition("/")[2], prefix.partition("/")[2])
+            if listed(k.partition("/")[2], prefix.partition("/")[2])
             and self._raw_get(self._k(k)) is not None
         ]
 
@@ -530,7 +567,7 @@ class TCPStoreBackend:
 def open_backend(spec: str | os.PathLike[str] | Backend, *, timeout_s: float = 30.0) -> Backend:
     """A backend from a spec: a Backend is returned as is, ``torch://...`` gives a
     TCPStoreBackend, ``memory://`` a fresh MemoryBackend, ``s3://bucket/prefix`` an
-    :class:`~zephon_ref.coordination.objectstore.ObjectStoreBackend`, anything else a
+    :class:`ObjectStoreBackend`, anything else a
     directory path (``aggregate_dir``)."""
     if isinstance(spec, Backend):
         return spec
@@ -541,8 +578,6 @@ def open_backend(spec: str | os.PathLike[str] | Backend, *, timeout_s: float = 3
         if scheme == "memory" and spec == "memory://":
             return MemoryBackend()
         if scheme == "s3":
-            from zephon_ref.coordination.objectstore import ObjectStoreBackend
-
             return ObjectStoreBackend(spec)
         if scheme != "file":
             raise ConfigError(

@@ -34,8 +34,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zephon_ref.coordination import objectstore
-from zephon_ref.coordination.backends import Backend, open_backend
+from zephon_ref.coordination.backends import (
+    CAP_S,
+    TIMEOUT_FLOOR_S,
+    Backend,
+    ObjectStoreBackend,
+    open_backend,
+)
 from zephon_ref.coordination.protocol import (
     Abort,
     Command,
@@ -98,17 +103,7 @@ def new_token() -> str:
 
 def perform(cmd: Command, backend: Backend, *, now: int) -> Event:
     """Execute one storage or sleep command; answer with its event (never raises for storage)."""
-    # The exact command types first (one identity test each, the simulator's hot path);
-    # anything else (a subclass, a Sleep) takes the isinstance chain below.
     try:
-        if type(cmd) is Get:
-            return Fetched(now, backend.get(cmd.key))
-        if type(cmd) is Put:
-            backend.put(cmd.key, cmd.data)
-            return Stored(now)
-        if type(cmd) is Delete:
-            backend.delete(cmd.key)
-            return Stored(now)
         if isinstance(cmd, Put):
             backend.put(cmd.key, cmd.data)
             return Stored(now)
@@ -240,14 +235,14 @@ def round_timing(cloud: bool, timeout: int, poll: int) -> tuple[int, int]:
     0.5 s, x1.5, cap 5 s)."""
     if not cloud:
         return timeout, poll
-    return max(timeout, round(objectstore.TIMEOUT_FLOOR_S * 1000)), round(objectstore.CAP_S * 1000)
+    return max(timeout, round(TIMEOUT_FLOOR_S * 1000)), round(CAP_S * 1000)
 
 
 def _object_store(backend: object) -> bool:
     """True for an ``s3://`` spec or an object-store backend (polled with back-off)."""
     if isinstance(backend, str):
         return backend.partition("://")[0].lower() == "s3" and "://" in backend
-    return isinstance(backend, objectstore.ObjectStoreBackend)
+    return isinstance(backend, ObjectStoreBackend)
 
 
 def aggregate(

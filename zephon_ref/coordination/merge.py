@@ -418,7 +418,6 @@ def merge(
     *,
     warn_mid_window: bool = True,
     worlds: Sequence[ShardWorld] | None = None,
-    fresh: bool = False,
 ) -> dict[str, Any]:
     """Merge one round's per-participant engine states into one engine state.
 
@@ -430,11 +429,6 @@ def merge(
     validated them at its trust boundary (the round's leader does, as each shard
     arrives) and has not changed them since; merge then does not validate the
     ``world`` part a second time.  Everything else is checked as without it.
-
-    ``fresh``: every state was sealed by this process just now (``Pipeline.local_state()``
-    output, unchanged since), so its integrity digest holds by construction and is not
-    recomputed to decide whether the merged state is sealed (a simulator checkpointing
-    64 ranks every step digested each shard twice).  Every other check still runs.
     """
     if isinstance(states, Mapping) or not isinstance(states, Sequence):
         raise StateFormatError(
@@ -515,7 +509,7 @@ def merge(
     )
     for name in sorted({str(k) for k in first.state} - set(out)):
         out[name] = copy.deepcopy(first.state[name])
-    intact = fresh or all(_intact(s.state) for s in shards)
+    intact = all(_intact(s.state) for s in shards)
     out = state_schema.seal(out) if intact else {**out, "integrity": None}
     if warn_mid_window:
         _mid_window_warning(out["lane_emitted"], c)

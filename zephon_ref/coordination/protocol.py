@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import enum
 import re
-import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -520,9 +519,8 @@ _Handler = Callable[[Any, Any], Command]
 
 
 class Packer(Protocol):
-    """What packs a participant's state: :func:`zephon_ref.checkpoint.codec.pack`, or (a
-    driver of many participants in one process) something that returns exactly its bytes
-    and raises exactly its refusals."""
+    """What packs a participant's state: :func:`zephon_ref.checkpoint.codec.pack`, or
+    something that returns exactly its bytes and raises exactly its refusals."""
 
     def __call__(self, value: Any, *, root: str = "$") -> bytes: ...
 
@@ -540,29 +538,12 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
                 "state world.world_size", f"the caller's world_size {cfg.world_size}", w.world_size
             )
         )
-    return _sharing_mapping(w)
+    return w
 
 
-# Lane mappings seen lately (a few; each one a tuple of int tuples, immutable): equal
-# mappings of many participants in one process (the simulator's 200,000) share one object.
-# Machines may be built in several threads (DataLoader workers): the table has a lock.
-_MAPPINGS: dict[tuple[tuple[int, tuple[int, ...]], ...], tuple[tuple[int, tuple[int, ...]], ...]] = {}
-_MAPPINGS_KEPT = 8
-_MAPPINGS_LOCK = threading.Lock()
-
-
-def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...] | None = None) -> ShardWorld:
-    """``w`` itself, or an equal ShardWorld whose ``mapping`` is an equal tuple already held
-    (``mapping`` when given, else one remembered in _MAPPINGS): values do not change, only
-    which object holds them."""
-    if mapping is None:
-        with _MAPPINGS_LOCK:
-            mapping = _MAPPINGS.get(w.mapping)
-            if mapping is None:
-                while len(_MAPPINGS) >= _MAPPINGS_KEPT:
-                    del _MAPPINGS[next(iter(_MAPPINGS))]
-                _MAPPINGS[w.mapping] = w.mapping
-                return w
+def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...]) -> ShardWorld:
+    """``w`` itself, or an equal ShardWorld whose ``mapping`` is ``mapping`` (an equal tuple the
+    caller already holds): values do not change, only which object holds them."""
     if mapping is w.mapping:
         return w
     assert mapping == w.mapping
@@ -1014,13 +995,10 @@ class Follower(Machine):
         decode: Callable[[bytes], Any] = codec.decode,
         pack: Packer = codec.pack,
     ) -> None:
-        """``decode`` reads the announcement and the result (codec.decode).  A driver of
-        many followers in one process (sim.scale) may pass a memo of it that hands every
-        follower the *same* object for equal bytes: it must refuse exactly what
-        codec.decode refuses, and the followers and their Finish then share one value,
-        which nobody may mutate.  ``pack`` packs the state (codec.pack); such a driver may
-        pass one that splices parts it packed once for many states (its bytes and
-        refusals must be codec.pack's)."""
+        """``decode`` reads the announcement and the result, ``pack`` packs the state: by
+        default codec.decode and codec.pack.  Another must return exactly what those return
+        and refuse exactly what they refuse; a decoded value may be shared, so nobody may
+        mutate it."""
         if cfg.is_leader:
             raise ConfigError(
                 expected("Follower config", "not rank 0 worker 0", "rank 0, worker 0")

@@ -71,6 +71,7 @@ from zephon_ref.ops.base import BaseOp, lane_of
 from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
 from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
 from zephon_ref.work.base import WorkSource
+from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FETCH_BATCH", "Engine", "FetchOp"]
 
@@ -96,6 +97,7 @@ class Engine:
         deterministic: bool = True,
         state: Mapping[str, Any] | None = None,
         on_tombstone: Callable[[SampleRecord], None] | None = None,
+        walk: ChunkWalk | None = None,
     ) -> None:
         self.world = world
         self._tombstone_observer = on_tombstone
@@ -106,8 +108,10 @@ class Engine:
         self.lanes = world.owned_lanes
         C = world.canonical_replicas
         self._fresh_source = source
-        self.streams = {lane: LaneStream(lane, source.clone_for_lane(lane, C), k=k, lock=self.lock)
-                        for lane in self.lanes}
+        # the lanes share one walk of the global chunk order (the caller's, else this engine's own):
+        # their next_chunk calls are serialised by the engine lock, as a ChunkWalk requires
+        clones = source.clone_lanes(self.lanes, C, walk=ChunkWalk() if walk is None else walk)
+        self.streams = {lane: LaneStream(lane, clones[lane], k=k, lock=self.lock) for lane in self.lanes}
         self.trackers = {lane: LaneTracker(s, monotone=monotone) for lane, s in self.streams.items()}
         self.reload_count = 0
         self.last_round_id: Any = None

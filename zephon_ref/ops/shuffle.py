@@ -207,16 +207,14 @@ def move_closers_to_last(records: Sequence[SampleRecord]) -> list[SampleRecord]:
 
 
 @dataclass(slots=True)
-class _OffsetTally:
-    buffered: int = 0
-    closer_seen: bool = False
-
-
-@dataclass(slots=True)
 class _StreamingLane:
     reservoir: list[SampleRecord] = field(default_factory=list)
     counter: int = 0
-    tallies: dict[tuple[int, int], _OffsetTally] = field(default_factory=dict)
+    # per (chunk id, offset) with a contributor in the reservoir: how many buffered records
+    # carry it, and (closers) whether one of them carried its last child; plain ints and
+    # int pairs, so a reservoir of 64 lanes adds no object per offset for the collector to walk
+    buffered: dict[tuple[int, int], int] = field(default_factory=dict)
+    closers: set[tuple[int, int]] = field(default_factory=set)
 
 
 class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
@@ -271,7 +269,7 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
                 idx = stable_index(self.seed, lane, FLUSH_SALT, st.counter, size)
                 st.counter += 1
                 out.append(self._release(st, _swap_pop(st.reservoir, idx)))
-            assert not st.tallies, "every tracked offset drains with the reservoir"
+            assert not st.buffered and not st.closers, "every tracked offset drains with the reservoir"
             ready.append((out, 0))
         return ready
 
@@ -280,33 +278,33 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
         refs = rec.meta.tags.get(TAG_CONTRIBUTORS)
         if not refs:
             return
-        tallies = st.tallies
+        buffered, closers = st.buffered, st.closers
         for ref in refs:
             c = ref.cursor
             key = (c.chunk_id, c.chunk_offset)
-            t = tallies.get(key)
-            if t is None:
-                tallies[key] = _OffsetTally(1, ref.is_last_child)
-            else:
-                t.buffered += 1
-                t.closer_seen = t.closer_seen or ref.is_last_child
+            buffered[key] = buffered.get(key, 0) + 1
+            if ref.is_last_child:
+                closers.add(key)
 
     @staticmethod
     def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:
         refs = rec.meta.contributors
         if not refs:
             return rec
-        tallies = st.tallies
+        buffered, closers = st.buffered, st.closers
         changed = False
         new: list[ContributorRef] = []
         for ref in refs:
             c = ref.cursor
             key = (c.chunk_id, c.chunk_offset)
-            t = tallies[key]
-            t.buffered -= 1
-            closes = t.closer_seen and t.buffered == 0
-            if t.buffered == 0:
-                del tallies[key]
+            left = buffered[key] - 1
+            closes = False
+            if left:
+                buffered[key] = left
+            else:
+                del buffered[key]
+                closes = key in closers
+                closers.discard(key)
             if closes != ref.is_last_child:
                 changed = True
                 new.append(ContributorRef(c, closes))

@@ -6,8 +6,10 @@ from zephon_ref.work.mixture import MixtureSpec
 from zephon_ref.work.static_mixture import StaticMixtureWorkSource
 from zephon_ref.work.synthetic import SyntheticCorpus, synthetic_corpus
 from zephon_ref.work.token_estimation import TokenEstimation
+from zephon_ref.work.walk import ChunkWalk
 
 __all__ = [
+    "ChunkWalk",
     "Dataset",
     "InMemoryShard",
     "JsonlShard",

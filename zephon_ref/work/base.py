@@ -21,8 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from zephon_ref.errors import (
     ConfigError,
@@ -34,6 +34,9 @@ from zephon_ref.errors import (
 from zephon_ref.types import SampleId
 from zephon_ref.work.mixture import normalize_weights, swrr_order
 
+if TYPE_CHECKING:
+    from zephon_ref.work.walk import ChunkWalk
+
 __all__ = ["WORK_CHUNK_VERSION", "WorkChunk", "WorkSource"]
 
 WORK_CHUNK_VERSION = 3
@@ -43,7 +46,7 @@ MAX_LANES = 1 << 20  # canonical_replicas bound: a permute block shuffles a list
 class WorkChunk:
     """A chunk of sample pointers grouped by component (insertion order is the tie-break)."""
 
-    __slots__ = ("_order_cache", "components", "seed", "source_exhausted", "target_mixture")
+    __slots__ = ("components", "seed", "source_exhausted", "target_mixture")
 
     def __init__(
         self,
@@ -70,7 +73,6 @@ class WorkChunk:
             else normalize_weights(target_mixture, what="WorkChunk target_mixture")
         )
         self.source_exhausted: tuple[str, ...] = tuple(sorted(names))
-        self._order_cache: list[tuple[SampleId, str]] | None = None
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.components.values())
@@ -82,13 +84,13 @@ class WorkChunk:
         return normalize_weights(counts, what="chunk mixture") if counts else {}
 
     def ordered(self) -> list[tuple[SampleId, str]]:
-        """``[(sample_id, component), ...]`` in offset order (computed once, cached)."""
-        if self._order_cache is None:
-            self._order_cache = list(swrr_order(self.components))
-        return self._order_cache
+        """``[(sample_id, component), ...]`` in offset order (computed on each call: the engine
+        reads an admitted chunk once, and an inflight chunk kept for replay holds only its
+        components)."""
+        return list(swrr_order(self.components))
 
     def __iter__(self) -> Iterator[tuple[SampleId, str]]:
-        return iter(self.ordered())
+        return swrr_order(self.components)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WorkChunk):
@@ -185,6 +187,17 @@ class WorkSource:
         clone._cloned = True
         clone._lane, clone._canon = int(lane_id), int(canonical_replicas)
         return clone
+
+    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int, *,
+                    walk: ChunkWalk | None = None) -> dict[int, WorkSource]:
+        """One :meth:`clone_for_lane` per lane in ``lanes``.
+
+        ``walk``: a :class:`~zephon_ref.work.walk.ChunkWalk` the caller owns and shares among
+        these clones (it serialises their calls); a source that can skip other lanes' chunks
+        through it uses it, others ignore it.  The clones' chunks and states are the same
+        either way.
+        """
+        return {lane: self.clone_for_lane(lane, canonical_replicas) for lane in lanes}
 
     def _check_clone_args(self, lane_id: int, canonical_replicas: int) -> None:
         if self._cloned:

@@ -23,8 +23,10 @@ remembers the generator state from before the current fill
 (``block_rng_snapshot``).  Restoring a position therefore costs at most one fill
 of generator replay, however far the run has gone: O(1) in training progress.
 
-Memory: O(largest shard) for one within-shard permutation, plus one fill.
-Nothing here knows about mixtures, chunks or lanes.
+Memory: O(largest shard) for the within-shard permutation of the shard being read, plus
+one fill.  A cursor shares nothing mutable: a clone gets its own order and generator
+(the shard ids and sizes are immutable and shared).  Nothing here knows about mixtures,
+chunks or lanes.
 """
 
 from __future__ import annotations
@@ -43,12 +45,6 @@ __all__ = ["BLOCK_FILL_TARGET", "GOLDEN", "DatasetCursor", "DatasetOrder"]
 
 GOLDEN = 0x9E3779B97F4A7C15
 BLOCK_FILL_TARGET = 1 << 16
-# Memo bounds, per epoch order (lane clones of one process share these; nothing else does):
-PERM_CACHE_ROWS = 1 << 20  # within-shard permutations (8 MiB of int64)
-ORDER_CACHE = 2  # epoch orders shared by a cursor's lane clones (lanes move through epochs together)
-FILL_MEMO = 8  # block fills: about 8 x 65,536 permutation entries (4 MiB)
-BLOCK_MEMO_ROWS = 1 << 18  # permuted block rows (6 MiB of (dataset, shard, offset) triples)
-FILL_START_MEMO = 4096  # generator states at fill starts memoised per epoch order
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +55,14 @@ class _Knobs:
 
 
 class DatasetOrder:
-    """The epoch-specific sample sequence of one dataset (immutable, shareable)."""
+    """The epoch-specific sample sequence of one dataset.
 
-    __slots__ = ("_cum", "_cum_list", "_dataset_id", "_knobs", "_perm_cache", "_seed", "_shard_ids", "_sizes",
-                 "block_memo", "fill_memo", "fill_start", "total")
+    Immutable but for ``held``: the within-shard permutation of the shard last read (one
+    shard; a cursor reads positions in increasing order, so each shard's permutation is
+    built once per pass).  Owned by one cursor: :meth:`DatasetCursor.clone` copies it.
+    """
+
+    __slots__ = ("_cum", "_cum_list", "_dataset_id", "_knobs", "_seed", "_shard_ids", "_sizes", "held", "total")
 
     def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, seed: int, knobs: _Knobs) -> None:
         n = int(ids.size)
@@ -79,33 +79,27 @@ class DatasetOrder:
         self.total = int(self._cum[-1]) if n else 0
         self._seed = seed
         self._knobs = knobs
-        # shard position -> its within-shard order; shared by every lane clone on this epoch
-        self._perm_cache: dict[int, np.ndarray] = {}
-        # block fills, shared likewise: fill k -> generator state before it, and (bounded)
-        # fill k -> (state before, its block permutations, state after)
-        self.fill_start: dict[int, Mapping[str, Any]] = {}
-        self.fill_memo: dict[int, tuple[Mapping[str, Any], list[np.ndarray], Mapping[str, Any]]] = {}
-        self.block_memo: dict[int, np.ndarray] = {}  # block j -> its permuted rows (bounded)
+        self.held: tuple[int, np.ndarray] | None = None  # (shard position, its within-shard order)
+
+    def copy(self) -> DatasetOrder:
+        """The same order for another owner (the immutable tables are shared, ``held`` is not)."""
+        c = DatasetOrder.__new__(DatasetOrder)
+        c._dataset_id, c._shard_ids, c._sizes = self._dataset_id, self._shard_ids, self._sizes
+        c._cum, c._cum_list, c.total = self._cum, self._cum_list, self.total
+        c._seed, c._knobs, c.held = self._seed, self._knobs, self.held
+        return c
 
     def _offsets(self, position: int) -> np.ndarray:
-        """Within-shard order of the shard visited at ``position`` (memoised, bounded)."""
-        got = self._perm_cache.get(position)
-        if got is not None:
-            return got
+        """Within-shard order of the shard visited at ``position``."""
+        held = self.held
+        if held is not None and held[0] == position:
+            return held[1]
         shard_id = self._shard_ids[position]
         offs = np.arange(self._sizes[position], dtype=np.int64)
         if offs.size > 1:
             np.random.default_rng((self._seed << 32) ^ ((position << 16) + shard_id)).shuffle(offs)
         offs.setflags(write=False)
-        cache = self._perm_cache
-        # bounded: the newest permutations, at most PERM_CACHE_ROWS rows (or the one just built)
-        held = sum(len(v) for v in cache.values())
-        try:  # lanes on threads may share this cache: a lost race only costs a recomputation
-            while cache and held + len(offs) > PERM_CACHE_ROWS:
-                held -= len(cache.pop(next(iter(cache))))
-        except (KeyError, RuntimeError, StopIteration):
-            cache.clear()
-        cache[position] = offs
+        self.held = (position, offs)
         return offs
 
     def raw_slice(self, start: int, n: int) -> np.ndarray:
@@ -142,15 +136,6 @@ class DatasetOrder:
         off = int(self._offsets(pos)[lo]) if self._knobs.shuffle_within_shard else lo
         return SampleId(self._dataset_id, self._shard_ids[pos], off)
 
-    def remember(self, memo: dict[int, Any], k: int, value: Any, cap: int) -> None:
-        """Memoise ``value`` under ``k`` keeping at most ``cap`` newest entries (race-tolerant)."""
-        try:
-            while len(memo) >= cap:
-                del memo[next(iter(memo))]
-        except (KeyError, RuntimeError, StopIteration):
-            memo.clear()
-        memo[k] = value
-
     def block_len(self, block_index: int) -> int:
         b = self._knobs.block_size
         assert b is not None
@@ -168,7 +153,7 @@ class DatasetCursor:
 
     __slots__ = (
         "_base_seed", "_blk", "_block_rng", "_counts", "_dataset_id", "_fill_k", "_ids", "_knobs",
-        "_order", "_orders", "_perms", "_rng_blocks", "_snap_blocks", "_snap_state", "epoch", "position",
+        "_order", "_perms", "_rng_blocks", "_snap_blocks", "_snap_state", "epoch", "position",
     )
 
     def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, *, seed: int,
@@ -178,7 +163,6 @@ class DatasetCursor:
         self._counts = counts
         self._base_seed = seed
         self._knobs = _Knobs(shuffle_shards, shuffle_within_shard, block_size)
-        self._orders: dict[int, DatasetOrder] = {}
         self.epoch = 0
         self.position = 0
         self._order = self._make_order(0, reshuffle=False)
@@ -187,19 +171,13 @@ class DatasetCursor:
     # -- epochs ---------------------------------------------------------------------------
     def _make_order(self, epoch: int, *, reshuffle: bool) -> DatasetOrder:
         seed = self._base_seed + epoch * GOLDEN if (reshuffle and epoch > 0) else self._base_seed
-        # lane clones share their epoch orders (immutable but for the memoised permutations),
-        # so lanes of one process that reach the same epoch build its permutations once
-        orders = self._orders
-        got = orders.get(seed)
-        if got is None:
-            got = DatasetOrder(self._dataset_id, self._ids, self._counts, seed, self._knobs)
-            try:  # lanes on threads may share this cache: a lost race only costs a rebuild
-                while len(orders) >= ORDER_CACHE:
-                    del orders[next(iter(orders))]
-            except (KeyError, RuntimeError, StopIteration):
-                orders.clear()
-            orders[seed] = got
-        return got
+        if seed == self._order_seed():
+            return self._order  # the same sequence (no reshuffle): keep it and what it holds
+        return DatasetOrder(self._dataset_id, self._ids, self._counts, seed, self._knobs)
+
+    def _order_seed(self) -> int | None:
+        order: DatasetOrder | None = getattr(self, "_order", None)
+        return None if order is None else order._seed
 
     def _reset_block_state(self) -> None:
         self._perms: list[np.ndarray] | None = None  # block permutations of fill `_fill_k`
@@ -240,15 +218,11 @@ class DatasetCursor:
         j = at // b
         blk = self._blk
         if blk is None or blk[0] != j:
-            order = self._order
-            rows = order.block_memo.get(j)
-            if rows is None:
-                perms = self._perms
-                assert perms is not None
-                perm = perms[j - self._fill_k * self._fill_blocks]
-                rows = order.raw_slice(j * b, len(perm))[perm]
-                rows.setflags(write=False)
-                order.remember(order.block_memo, j, rows, max(2, BLOCK_MEMO_ROWS // b))
+            perms = self._perms
+            assert perms is not None
+            perm = perms[j - self._fill_k * self._fill_blocks]
+            rows = self._order.raw_slice(j * b, len(perm))[perm]
+            rows.setflags(write=False)
             blk = (j, rows)
             self._blk = blk
         return blk[1], at - j * b
@@ -327,14 +301,8 @@ class DatasetCursor:
         """Move the block generator forward to block ``first`` (a fill start) without filling."""
         assert self._block_rng is not None and self._rng_blocks <= first
         order = self._order
-        known = order.fill_start.get(first // self._fill_blocks)
-        if known is not None:
-            self._block_rng.bit_generator.state = known
-        else:
-            for j in range(self._rng_blocks, first):
-                self._block_rng.shuffle(np.arange(order.block_len(j), dtype=np.intp))
-            order.remember(order.fill_start, first // self._fill_blocks, self._block_rng.bit_generator.state,
-                           FILL_START_MEMO)
+        for j in range(self._rng_blocks, first):
+            self._block_rng.shuffle(np.arange(order.block_len(j), dtype=np.intp))
         self._rng_blocks = first
 
     def _fill(self, k: int) -> None:
@@ -346,23 +314,13 @@ class DatasetCursor:
         assert self._rng_blocks == first, (self._rng_blocks, first)
         total = self._order.total
         last = min(first + self._fill_blocks, -(-total // b))
-        order = self._order
-        memo = order.fill_memo.get(k)
-        if memo is not None:  # another lane clone shuffled this fill already: same generator, same result
-            before, perms, after = memo
-            self._block_rng.bit_generator.state = after
-        else:
-            before = self._block_rng.bit_generator.state
-            perms = []
-            for j in range(first, last):
-                perm = np.arange(min(b, total - j * b), dtype=np.intp)
-                self._block_rng.shuffle(perm)
-                perm.setflags(write=False)
-                perms.append(perm)
-            after = self._block_rng.bit_generator.state
-            order.remember(order.fill_memo, k, (before, perms, after), FILL_MEMO)
-            order.remember(order.fill_start, k, before, FILL_START_MEMO)
-            order.remember(order.fill_start, k + 1, after, FILL_START_MEMO)
+        before = self._block_rng.bit_generator.state
+        perms = []
+        for j in range(first, last):
+            perm = np.arange(min(b, total - j * b), dtype=np.intp)
+            self._block_rng.shuffle(perm)
+            perm.setflags(write=False)
+            perms.append(perm)
         self._snap_state = before
         self._snap_blocks = first
         self._rng_blocks = last
@@ -407,10 +365,10 @@ class DatasetCursor:
         self._fill(k)
 
     def clone(self) -> DatasetCursor:
-        """An independent cursor at the same place (orders, permutations and rows are shared: never mutated)."""
+        """An independent cursor at the same place (immutable tables and read-only arrays are shared)."""
         c = DatasetCursor.__new__(DatasetCursor)
         c._dataset_id, c._ids, c._counts = self._dataset_id, self._ids, self._counts
-        c._base_seed, c._knobs, c._order, c._orders = self._base_seed, self._knobs, self._order, self._orders
+        c._base_seed, c._knobs, c._order = self._base_seed, self._knobs, self._order.copy()
         c.epoch, c.position = self.epoch, self.position
         c._perms, c._fill_k, c._blk = self._perms, self._fill_k, self._blk
         c._rng_blocks = self._rng_blocks

@@ -34,36 +34,22 @@ from zephon after a few chunks (see docs/divergences.md).
 State: the global chunk index, each cursor's ``(epoch, position, block
 snapshot)`` and the accumulators: restore is O(1) in training progress.
 
-Skipping other lanes' chunks: walking them one by one costs every lane the
-whole global sequence (C lanes: O(C) quota computations per chunk a lane
-keeps).  In accumulator mode without ``redistribute`` datasets the quotas of
-chunk ``g`` are a pure function of the accumulators before it (an exhaustion
-resets a cursor and retries from the same saved accumulators, so it changes
-which samples are taken, never how many), so one process computes that
-sequence once: a :class:`_QuotaTimeline` (shared by every source with the same
-order, weights and chunk size, bounded to a window of chunks) keeps, per global
-chunk, the accumulators before it and the prefix sums of the quotas.  A lane
-whose accumulators at ``g`` equal the timeline's jumps to its next own chunk
-in O(datasets + log window): each cursor advances by the quotas' sum (advances
-add up: the same end state as one by one), the accumulators are copied from
-the timeline.  A jump stops before any chunk where a dataset would run short
-or where ``stop_after_passes`` could end the stream; that chunk is walked by
-the ordinary path, which applies the policies.  A lane whose accumulators do
-not match (a state from elsewhere) walks, so the result never depends on the
-timeline (tests compare both on many configurations).
+Skipping other lanes' chunks: a lane advances its cursors and accumulators over every
+chunk another lane owns, one by one, without building it (C lanes: O(C) quota
+computations per chunk a lane keeps).  A clone given a :class:`~zephon_ref.work.walk.ChunkWalk`
+by its owner (the engine, the simulated world) jumps over a run of them instead, in
+O(datasets + log window), with the same result (:mod:`zephon_ref.work.walk` says when
+and why; ``properties.shortcuts`` checks it).
 
 What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-import threading
 import warnings
-from collections.abc import Mapping, Sequence
-from random import Random  # seeded instances only: never the global generator
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from zephon_ref.errors import (
@@ -77,10 +63,11 @@ from zephon_ref.errors import (
 )
 from zephon_ref.types import SampleId
 from zephon_ref.work.base import WorkChunk, WorkSource
-from zephon_ref.work.cursor import GOLDEN, DatasetCursor
+from zephon_ref.work.cursor import DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
 from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
+from zephon_ref.work.walk import ChunkWalk, lane_permutation
 
 __all__ = ["STATIC_MIXTURE_SCHEMA", "StaticMixtureWorkSource"]
 
@@ -601,130 +588,6 @@ def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = N
     return _LegacyFixedAllocator(cfg)
 
 
-@functools.lru_cache(maxsize=8)
-def _lane_permutation(seed: int, block: int, canonical_replicas: int) -> tuple[int, ...]:
-    """The lane order of routing block ``block`` (every lane's clone asks for the same one, so
-    one process computes it once: without the cache, C lanes cost O(C^2) before a first item)."""
-    order = list(range(canonical_replicas))
-    Random(seed + block * GOLDEN).shuffle(order)
-    return tuple(order)
-
-
-@functools.lru_cache(maxsize=8)
-def _lane_slots(seed: int, block: int, canonical_replicas: int) -> tuple[int, ...]:
-    """The inverse of :func:`_lane_permutation`: lane -> its slot in routing block ``block``."""
-    slots = [0] * canonical_replicas
-    for slot, lane in enumerate(_lane_permutation(seed, block, canonical_replicas)):
-        slots[lane] = slot
-    return tuple(slots)
-
-
-TIMELINE_WINDOW = 1 << 14  # global chunks a quota timeline keeps (about 6 MiB at most with three datasets)
-_TIMELINES_MAX = 8
-
-
-class _QuotaTimeline:
-    """The global quota sequence of one (order, weights, chunk_size), from some chunk ``lo`` on.
-
-    ``accs[i]``: the accumulators before global chunk ``lo + i``; ``sums[i]``: the quotas of
-    chunks ``lo .. lo + i - 1`` summed per dataset.  Invariant: ``accs[i + 1]`` is
-    :meth:`_AccumulatorAllocator._advance` applied to ``accs[i]`` (the entries form one chain),
-    so a lane whose accumulators equal ``accs[g - lo]`` has exactly this future.  Shared by
-    threads (lanes of one process): every access holds ``lock``.
-    """
-
-    __slots__ = ("accs", "cfg", "lo", "lock", "sums", "window")
-
-    def __init__(self, cfg: _Config, *, window: int | None = None) -> None:
-        self.cfg = cfg
-        self.window = TIMELINE_WINDOW if window is None else window
-        self.lo = 0
-        self.accs: list[tuple[float, ...]] = []
-        self.sums: list[tuple[int, ...]] = []
-        self.lock = threading.Lock()
-
-    def _extend_to(self, g: int) -> bool:
-        """Entries up to chunk ``g`` (precondition: the chain is not empty); False if the quota
-        rule refused on the way (the ordinary path raises it at the right chunk)."""
-        cfg, order = self.cfg, self.cfg.order
-        scratch = _AccumulatorAllocator(cfg)
-        accs, sums = self.accs, self.sums
-        while self.lo + len(accs) - 1 < g:
-            scratch.acc = dict(zip(order, accs[-1], strict=True))
-            try:
-                q = scratch._advance(cfg.weights)
-            except ContractError:
-                return False
-            accs.append(tuple(scratch.acc[n] for n in order))
-            sums.append(tuple(s + q[n] for s, n in zip(sums[-1], order, strict=True)))
-        return True
-
-    def jump(self, g: int, acc: tuple[float, ...], target: int, remaining: tuple[int, ...],
-             keep: tuple[int, ...]) -> tuple[int, tuple[float, ...], tuple[int, ...]] | None:
-        """From chunk ``g`` at accumulators ``acc`` towards ``target`` (> ``g``): ``(g', acc at g',
-        per-dataset samples taken by chunks g .. g'-1)`` with ``g < g' <= target``, no dataset
-        short (``remaining``) on the way and the stream provably not ended by ``stop_after_passes``
-        (``keep``: empty without it, else per dataset 2 if it has passes left beyond the current
-        one, 1 if it is in its last pass (it keeps the stream going while it has samples), 0 if
-        done); None when no chunk can be jumped (the caller walks one)."""
-        with self.lock:
-            accs, sums = self.accs, self.sums
-            hi = self.lo + len(accs) - 1
-            if not accs or g < self.lo or g > hi + self.window:
-                # a new anchor: this lane's own state (every later entry derives from it)
-                self.lo, accs[:], sums[:] = g, [acc], [(0,) * len(acc)]
-            elif g > hi and not self._extend_to(g):
-                return None
-            i = g - self.lo
-            if accs[i] != acc:
-                return None  # not on this chain: the caller walks
-            if not self._extend_to(target):
-                target = self.lo + len(accs) - 1
-            base = sums[i]
-            end = target - self.lo
-            # the last chunk index (relative) such that every chunk before it fits
-            for d, r in enumerate(remaining):
-                # the first j > i with sums[j][d] - base[d] > r: chunk j - 1 would run short
-                lo_, hi_ = i + 1, end + 1
-                while lo_ < hi_:
-                    mid = (lo_ + hi_) // 2
-                    if sums[mid][d] - base[d] > r:
-                        hi_ = mid
-                    else:
-                        lo_ = mid + 1
-                end = min(end, lo_ - 1)
-            # stop_after_passes ends the stream at a chunk where every dataset has done its passes;
-            # a dataset in its last pass with samples left before the last jumped chunk keeps it
-            # going (remaining only shrinks inside a jump), else no jump
-            if keep and 2 not in keep and end > i and not any(
-                    k == 1 and remaining[d] - (sums[end - 1][d] - base[d]) > 0 for d, k in enumerate(keep)):
-                end = i
-            if end <= i:
-                return None
-            out = (self.lo + end, accs[end], tuple(a - b for a, b in zip(sums[end], base, strict=True)))
-            if len(accs) > self.window + self.window // 4:  # keep the newest window (a lane behind it re-anchors)
-                cut = len(accs) - self.window
-                del accs[:cut], sums[:cut]
-                self.lo += cut
-            return out
-
-
-_TIMELINES: dict[tuple[Any, ...], _QuotaTimeline] = {}
-_TIMELINES_LOCK = threading.Lock()
-
-
-def _timeline_for(cfg: _Config) -> _QuotaTimeline:
-    """The process's timeline for ``cfg``'s quota rule (bounded: the newest few rules)."""
-    key = (cfg.order, tuple(cfg.weights[n] for n in cfg.order), cfg.chunk_size)
-    with _TIMELINES_LOCK:
-        tl = _TIMELINES.get(key)
-        if tl is None:
-            while len(_TIMELINES) >= _TIMELINES_MAX:
-                del _TIMELINES[next(iter(_TIMELINES))]
-            tl = _TIMELINES[key] = _QuotaTimeline(cfg)
-        return tl
-
-
 class StaticMixtureWorkSource(WorkSource):
     """A weighted mixture of datasets emitted in chunks of ``chunk_size`` pointers.
 
@@ -872,7 +735,7 @@ class StaticMixtureWorkSource(WorkSource):
             raise ConfigError(expected("datasets", "at least one sample in total", 0))
         self._g = 0
         self._perm: tuple[int, tuple[int, ...]] = (-1, ())
-        self._jumps = True  # skip other lanes' chunks through the shared quota timeline (tests turn it off)
+        self._walk: ChunkWalk | None = None  # a lane clone's shared walk, if its owner gave it one
         # the first chunk must be producible; find out now, on throwaway copies
         trial = self._alloc.clone()
         if not trial.produce({n: c.clone() for n, c in self._cursors.items()}):
@@ -910,18 +773,31 @@ class StaticMixtureWorkSource(WorkSource):
         }
 
     # -- WorkSource surface -------------------------------------------------------------------
-    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> StaticMixtureWorkSource:
-        """A lane clone sharing the immutable orders and copying only cursor state."""
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int, *,
+                       walk: ChunkWalk | None = None) -> StaticMixtureWorkSource:
+        """A lane clone sharing the immutable orders and copying only cursor state.
+
+        ``walk``: a :class:`~zephon_ref.work.walk.ChunkWalk` the caller owns and shares among
+        the clones whose calls it serialises; the clone's chunks and states are the same
+        with it or without it (it only skips other lanes' chunks faster).
+        """
         self._check_clone_args(lane_id, canonical_replicas)
+        if walk is not None and not isinstance(walk, ChunkWalk):
+            raise ConfigTypeError(expected("walk", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__))
         c = object.__new__(type(self))
         c.__dict__.update(self.__dict__)
         c._cursors = {n: cur.clone() for n, cur in self._cursors.items()}
         c._alloc = self._alloc.clone()
         c._perm = (-1, ())
+        c._walk = walk
         c._cloned = True
         c._lane, c._canon = int(lane_id), int(canonical_replicas)
         c._leftover_warned, c._boundary_skipped = False, {}  # diagnostics of this clone's own stream
         return c
+
+    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int, *,
+                    walk: ChunkWalk | None = None) -> dict[int, WorkSource]:
+        return {lane: self.clone_for_lane(lane, canonical_replicas, walk=walk) for lane in lanes}
 
     def chunk_size_hint(self) -> int:
         return self._cfg.chunk_size
@@ -1012,41 +888,48 @@ class StaticMixtureWorkSource(WorkSource):
         if self._lane_assignment == "modulo":
             return g % canon
         block, slot = divmod(g, canon)
-        if self._perm[0] != block:
-            self._perm = (block, _lane_permutation(self._seed, block, canon))
+        if self._walk is not None:
+            return self._walk.routing(self._seed, canon, block)[0][slot]
+        if self._perm[0] != block:  # this clone's routing of the block its walk is in
+            self._perm = (block, lane_permutation(self._seed, block, canon))
         return self._perm[1][slot]
 
-    def _next_own(self, g: int) -> int:
-        """The first global chunk ``>= g`` this lane owns."""
-        lane, canon = self._require_lane()
-        if self._lane_assignment == "modulo":
-            return g + (lane - g) % canon
-        block, slot = divmod(g, canon)
-        mine = _lane_slots(self._seed, block, canon)[lane]
-        if mine >= slot:
-            return block * canon + mine
-        return (block + 1) * canon + _lane_slots(self._seed, block + 1, canon)[lane]
+    def _quota_step(self, acc: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[int, ...]] | None:
+        """One chunk of the accumulator quota rule, from ``acc`` (a :data:`~zephon_ref.work.walk.QuotaStep`)."""
+        order = self._cfg.order
+        scratch = _AccumulatorAllocator(self._cfg, dict(zip(order, acc, strict=True)))
+        try:
+            q = scratch._advance(self._cfg.weights)
+        except ContractError:
+            return None
+        return tuple(scratch.acc[n] for n in order), tuple(q[n] for n in order)
 
     def _jump(self, g: int) -> bool:
         """Move from chunk ``g`` (another lane's) towards this lane's next chunk through the shared
-        quota timeline (see the module docstring); False when it cannot (the caller walks one)."""
-        alloc, cfg = self._alloc, self._cfg
-        if not self._jumps or type(alloc) is not _AccumulatorAllocator or cfg.redistributing:
+        walk (see :mod:`zephon_ref.work.walk`); False when it cannot (the caller walks one)."""
+        walk, alloc, cfg = self._walk, self._alloc, self._cfg
+        if walk is None or type(alloc) is not _AccumulatorAllocator or cfg.redistributing:
             return False
+        lane, canon = self._require_lane()
+        if self._lane_assignment == "modulo":
+            target = g + (lane - g) % canon
+        else:
+            target = walk.next_own(self._seed, canon, lane, g)
         order, cursors = cfg.order, self._cursors
         keep: tuple[int, ...] = ()
         sap = cfg.stop_after_passes
         if sap is not None:
             keep = tuple(2 if cursors[n].epoch + 1 < sap else 1 if cursors[n].epoch < sap else 0 for n in order)
-        got = _timeline_for(cfg).jump(g, tuple(alloc.acc[n] for n in order), self._next_own(g),
-                                      tuple(cursors[n].remaining for n in order), keep)
+        rule = (order, tuple(cfg.weights[n] for n in order), cfg.chunk_size)
+        got = walk.jump(rule, self._quota_step, g, tuple(alloc.acc[n] for n in order), target,
+                        tuple(cursors[n].remaining for n in order), keep)
         if got is None:
             return False
         g2, acc, taken = got
         for n, k in zip(order, taken, strict=True):
             if k:
                 moved = cursors[n].advance(k)
-                assert moved == k, (n, moved, k)  # invariant: the timeline stopped before any shortage
+                assert moved == k, (n, moved, k)  # invariant: the walk stopped before any shortage
         alloc.acc = dict(zip(order, acc, strict=True))
         self._g = g2
         return True

@@ -1,0 +1,75 @@
+"""The data identity of a pipeline: the digest a checkpoint carries and a restore checks.
+
+Theory of operation
+-------------------
+A fingerprint is the sha256 of a canonical JSON document of the *data settings*: the
+engine schema, ``canonical_replicas``, ``flush_every_k_chunks``, the batch shape, every
+operator's plan identity and public knobs (callables by qualified name), and the work
+source's type and configuration (its lane-0 state without the position keys,
+:data:`zephon_ref.state.SOURCE_POSITION_KEYS`).  Execution settings (runner, workers,
+queue depths) never enter it.  Each work source and operator answers for its own
+identity (``state_dict``, ``plan_identity``); this module only canonicalises.
+
+What may not live here: the builder, iteration, I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from zephon_ref import state as schema
+from zephon_ref.errors import ContractError
+from zephon_ref.ops.base import BaseOp
+from zephon_ref.ops.batch import Batch
+from zephon_ref.work.base import WorkSource
+
+__all__ = ["describe", "pipeline_fingerprint"]
+
+
+def describe(value: Any, depth: int = 0) -> Any:
+    """A canonical, JSON-able description of an operator knob (callables by qualified name)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [describe(v, depth + 1) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"callable:{getattr(value, '__module__', '?')}.{value.__qualname__}"
+    if depth < 3 and hasattr(value, "__dict__"):
+        return {"type": f"{type(value).__module__}.{type(value).__qualname__}",
+                **{k: describe(v, depth + 1) for k, v in sorted(vars(value).items()) if not k.startswith("_")}}
+    return f"type:{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
+    knobs = {k: describe(v) for k, v in sorted(vars(op).items())
+             if not k.startswith("_") and k not in ("stage_info", "parallelism")}
+    return {"name": name, "op": op.plan_identity(), "knobs": knobs}
+
+
+def pipeline_fingerprint(source: WorkSource, ops: Sequence[tuple[str, BaseOp]], *, canonical_replicas: int,
+                         flush_every_k_chunks: int) -> str:
+    """The digest of a pipeline's data settings (see the module docstring)."""
+    batch = next((op for _, op in ops if isinstance(op, Batch)), None)
+    try:
+        src_state = source.clone_for_lane(0, 1).state_dict()
+    except ContractError:
+        src_state = {}
+    src = {k: v for k, v in src_state.items() if k not in schema.SOURCE_POSITION_KEYS}
+    doc = {
+        "engine": schema.SCHEMA,
+        "canonical_replicas": canonical_replicas,
+        "flush_every_k_chunks": flush_every_k_chunks,
+        "batch": None if batch is None else [batch.microbatch_size, batch.drop_last],
+        "ops": [_op_identity(n, op) for n, op in ops],
+        "work_source": {"type": f"{type(source).__module__}.{type(source).__qualname__}",
+                        "config": describe(src)},
+    }
+    blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()
