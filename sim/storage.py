@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from zephon_ref.storage.posix import PosixStorage
-from zephon_ref.storage import Storage, Writer
 from zephon_ref.coordination.backends import MemoryBackend
+from zephon_ref.storage import Storage, Writer
+from zephon_ref.storage.posix import PosixStorage
 
 __all__ = ["OPS", "FailingBackend", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]
 

@@ -85,12 +85,12 @@ from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
-from zephon_ref.storage import TEMP_PREFIX, temp_target
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
 from zephon_ref.ops.base import lane_of
 from zephon_ref.state import validated
+from zephon_ref.storage import TEMP_PREFIX, temp_target
 from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
