@@ -31,7 +31,9 @@ eviction-safety and tamper rows and the end-of-data check of the lineage row;
 ``"deterministic_checkpoints"``: the checkpoint after n delivered items is the same
 bytes in every run; ``"tombstones"``: ``observe(cfg)`` returns an uninterrupted run's items
 and the tombstones it produced, so the lineage row requires every admitted offset to close
-exactly once, with no documented discard to excuse it.  A rule whose feature is missing is skipped, and
+exactly once, with no documented discard to excuse it; ``"shared_walk"``: the implementation is
+zephon_ref, whose one speed shortcut (the chunk walk its lanes share) is checked against the
+plain walk.  A rule whose feature is missing is skipped, and
 :func:`skipped_rules` says why.
 
 Apart from the ``engine_state`` rows the suite never looks inside a checkpoint.  The
@@ -63,6 +65,8 @@ FEATURES = {
     "engine_state": "the bounded-inflight and eviction-safety invariants",
     "deterministic_checkpoints": "checkpoint bytes: the same delivered prefix gives the same checkpoint in every run",
     "tombstones": "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted run",
+    "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
+                   "(zephon_ref's own shortcut; no other implementation has it)",
 }
 
 
@@ -225,7 +229,7 @@ class PipelineAdapter:
         return IteratorRun(p)
 
 
-_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones"})
+_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # the inline runner admits only what delivery needs, so its checkpoint after n items is the same
     # bytes in every run; the threads runner admits ahead on its own threads, so how far it got (the

@@ -39,6 +39,11 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   rebuilt in reverse insertion order;
 * ``corrupt refused`` [durable]: a flipped bit in a saved checkpoint is refused,
   typed, and the live run carries on;
+* ``shared walk`` [shared_walk]: zephon_ref's one shortcut, the chunk walk that the lanes
+  of one engine (or every rank of a simulated world) share
+  (:class:`zephon_ref.work.walk.ChunkWalk`), gives every lane exactly the chunks and states
+  of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
+  states (:func:`properties.shortcuts.shared_walk_problems`);
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage
@@ -634,7 +639,8 @@ PROPERTIES: dict[str, tuple[str | None, Check]] = {
 }
 #: the order of the table: cheap, high-yield rows first
 ORDER = ("oracle", "lineage", "tamper refused", "resume at cuts", "resume machine", "settings invariance",
-         "lane remap", "bounded inflight", "eviction safety", "checkpoint bytes", "corrupt refused", "long run")
+         "lane remap", "bounded inflight", "eviction safety", "checkpoint bytes", "corrupt refused", "shared walk",
+         "long run")
 
 
 def _settings(examples: int, seed_free: bool) -> settings:
@@ -709,6 +715,34 @@ def _run_property(adapter: Any, name: str, check: Check, examples: int, derandom
                    ours=m.ours if m else None, theirs=m.theirs if m else None, found_at=c.found_at,
                    unsupported=_declined(c))
     return Row(name, c.runs, c.passed, unsupported=_declined(c))
+
+
+def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
+    """The ``shared walk`` row: the engine's shared chunk walk against the plain walk (its own draws)."""
+    from properties.shortcuts import WalkCase, shared_walk_problems, walk_cases
+
+    c = _Counter(tick)
+
+    @_settings(examples, derandomize)
+    @given(case=walk_cases())
+    def prop(case: WalkCase) -> None:
+        c.runs += 1
+        c.tick()
+        c.last = repr(case)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a drawn source's documented drops: not this row's subject
+            problems = shared_walk_problems(case)
+        if problems and c.found_at is None:
+            c.found_at = c.runs
+        assert not problems, problems[0]
+        c.passed += 1
+
+    try:
+        prop()
+    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+        return Row("shared walk", c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
+                   found_at=c.found_at)
+    return Row("shared walk", c.runs, c.passed)
 
 
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:
@@ -787,6 +821,10 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                 elif name == "long run":
                     row = (Row(name, 0, 0, skipped="the adapter lacks the 'engine_state' feature")
                            if "engine_state" not in features else _long_run(adapter, long_items or long_run_items()))
+                elif name == "shared walk":
+                    row = (_run_shared_walk(examples, derandomize, bar.tick) if "shared_walk" in features
+                           else Row(name, 0, 0, skipped="the adapter lacks the 'shared_walk' feature "
+                                                        "(zephon_ref's own shortcut)"))
                 elif name == "oracle" and adapter is ORACLE and _second_opinion() is not None:
                     row = Row(name, 0, 0, skipped=_second_opinion())
                 else:
