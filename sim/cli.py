@@ -11,8 +11,9 @@ run), and the fingerprint last.  Exit status 1 when the checker found a problem.
 ``sweep --seeds A..B [--jobs J] [--out summary.json] [flags]`` runs every seed of the
 inclusive range in ``J`` processes (multiprocessing; default: every core), draws a
 progress bar on stderr, and writes a JSON summary: seeds run, failures with their
-reproduce commands, and the coverage probes (:data:`sim.world.PROBES`) counted as the
-number of seeds that reached each, plus the fault kinds no seed reached.  Results are
+reproduce commands, and the coverage probes (:data:`sim.world.PROBES` and the engine knobs'
+:data:`sim.runs.KNOB_PROBES`) counted as the number of seeds that reached each, plus the fault
+kinds and knobs no seed reached.  Results are
 ordered by seed, so the summary does not depend on which process finished first.
 
 What may not live here: simulation logic (sim.runs, sim.world).
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from sim.runs import RunResult, config_json, run_seed
+from sim.runs import KNOB_PROBES, RunResult, config_json, run_seed
 from sim.world import PROBES
 
 __all__ = ["main", "parse_seeds"]
@@ -144,7 +145,7 @@ def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progres
     if progress:
         sys.stderr.write("\n")
     results.sort(key=lambda r: int(r["seed"]))
-    probes = {k: sum(1 for r in results if r["probes"].get(k)) for k in PROBES}
+    probes = {k: sum(1 for r in results if r["probes"].get(k)) for k in (*PROBES, *KNOB_PROBES)}
     faults = [k for k in PROBES if k.startswith("fault_") or k in ("job_crash", "rank_crash", "planned_resize",
                                                                    "slow_rank", "crash_during_aggregation",
                                                                    "crash_during_restore",
@@ -155,6 +156,7 @@ def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progres
         "failed": failed, "overrides": overrides,
         "probes_seeds_reached": probes,
         "fault_kinds_unreached": [k for k in faults if not probes.get(k)],
+        "knob_probes_unreached": [k for k in KNOB_PROBES if not probes.get(k)],
         "events": sum(int(r.get("events", 0)) for r in results),
         "failures": [{k: r.get(k) for k in ("seed", "problems", "error", "reproduce")} for r in results
                      if not r["ok"]],
