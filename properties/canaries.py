@@ -87,8 +87,10 @@ CANARIES: tuple[Canary, ...] = (
         "        # flush sentinel\n        out.append((True, [s]))\n        return\n"),)),
     Canary("lane routing ignores the block number", "routing", (_m(
         "same permutation every block", "zephon_ref/work/static_mixture.py",
-        "            self._perm = (block, _lane_permutation(self._seed, block, canon))\n",
-        "            self._perm = (block, _lane_permutation(self._seed, 0, canon))\n"),)),
+        '        if self._lane_assignment == "modulo":\n            return g % canon\n'
+        "        block, slot = divmod(g, canon)\n",
+        '        if self._lane_assignment == "modulo":\n            return g % canon\n'
+        "        block, slot = 0, g % canon\n"),)),
     # -- against the simulator (was tests/quality/test_sim_canaries.py's engine canaries)
     Canary("a: replay filter matches <= instead of ==", "sim", (_FILTER_LE,)),
     Canary("b: epoch evicted one step early", "sim", (_m(
