@@ -21,8 +21,8 @@ stderr, exit 2 (the project's codes, :mod:`zephon_ref.exits`; docs/cli.md).
 :mod:`sim.executor`), draws a progress bar on stderr (tqdm: off with ``--quiet`` or when
 stderr is not a terminal, :mod:`sim.progress`), streams one JSON record per seed to the
 JSONL, and writes a JSON summary: seeds run, failures with their reproduce commands, and the
-coverage probes (:data:`sim.world.PROBES`) counted as the number of seeds that reached each,
-plus the fault kinds no seed reached.  Results are ordered by seed, so the summary does not
+coverage probes (:data:`sim.world.PROBES` and the engine knobs' :data:`sim.runs.KNOB_PROBES`)
+counted as the number of seeds that reached each, plus the fault kinds and knobs no seed reached.  Results are ordered by seed, so the summary does not
 depend on which process or machine finished first.  ``run --timeline F.png`` draws the run
 (:mod:`sim.timeline`); ``sweep --report`` writes the report page (:mod:`sim.report`).
 
@@ -280,6 +280,8 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     print("probes (seeds reaching each): " + json.dumps(summary["probes_seeds_reached"]))
     if summary["fault_kinds_unreached"]:
         print("fault kinds no seed reached: " + ", ".join(summary["fault_kinds_unreached"]))
+    if summary.get("knob_probes_unreached"):
+        print("engine knobs no seed reached: " + ", ".join(summary["knob_probes_unreached"]))
     for f in summary["failures"][:10]:
         print(f"FAILED seed {f['seed']}: {(f.get('problems') or [f.get('error')])[0]}")
         print("  reproduce: " + str(f["reproduce"]))

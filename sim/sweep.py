@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.executor import Backend, Record, Task, execute, make_backend, read_records, run_tasks
-from sim.runs import run_seed
+from sim.runs import KNOB_PROBES, run_seed
 from sim.world import PROBES
 from zephon_ref.errors import ConfigError, DataDroppedWarning
 
@@ -130,7 +130,7 @@ def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mappin
     want = set(seeds)
     results = sorted((r for r in records if int(r["seed"]) in want), key=lambda r: int(r["seed"]))
     failed = [r for r in results if not r.get("ok")]
-    probes = {k: sum(1 for r in results if (r.get("probes") or {}).get(k)) for k in PROBES}
+    probes = {k: sum(1 for r in results if (r.get("probes") or {}).get(k)) for k in (*PROBES, *KNOB_PROBES)}
     return {
         "seeds": [seeds[0], seeds[-1]] if seeds else [], "runs": len(results), "ok": len(results) - len(failed),
         "failed": len(failed), "overrides": dict(overrides),
@@ -138,6 +138,7 @@ def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mappin
         "timeouts": sum(r.get("status") == "timeout" for r in results),
         "probes_seeds_reached": probes,
         "fault_kinds_unreached": [k for k in FAULT_PROBES if not probes.get(k)],
+        "knob_probes_unreached": [k for k in KNOB_PROBES if not probes.get(k)],
         "events": sum(int(r.get("events", 0)) for r in results),
         "failures": [{"seed": r["seed"], "status": r.get("status", "done"), "kinds": _kinds(r),
                       "problems": r.get("problems"), "error": r.get("error"), "reproduce": r.get("reproduce")}

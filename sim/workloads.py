@@ -54,7 +54,11 @@ def _layout() -> dict[str, tuple[int, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """A packing + shuffle + ensure_mixture + batch pipeline over a synthetic corpus."""
+    """A packing + shuffle + ensure_mixture + batch pipeline over a synthetic corpus.
+
+    Every engine knob of the chain is a field (:func:`sim.runs.derive_config` draws them): the
+    packing algorithm, streaming or block shuffle, ensure_mixture on or off, batch ``drop_last``
+    both ways, and the lane mapping (contiguous or interleaved) the ranks use."""
 
     canonical_replicas: int = 4
     layout: Mapping[str, tuple[int, ...]] = field(default_factory=_layout)
@@ -69,6 +73,10 @@ class Workload:
     ensure_mixture: bool = True
     microbatch_size: int = 2
     flush_every_k_chunks: int = 2
+    pack_algorithm: str = "first_fit"  # first_fit | best_fit | wrap (wrap takes no num_bins)
+    shuffle_algorithm: str = "streaming"  # streaming | block
+    drop_last: bool = False  # True: each lane's partial last batch is dropped, by configuration
+    mapping_strategy: str = "contiguous"  # contiguous | interleaved: which lanes each rank owns
 
     def source(self) -> Any:
         """A fresh work source of this workload (the one :meth:`build` wraps)."""
@@ -85,13 +93,21 @@ class Workload:
         from zephon_ref.pipeline import Pipeline
 
         p = Pipeline(self.source()).map_transform(crc_tokens)
-        p.pack_sequences(self.max_length, algorithm="first_fit", num_bins=self.num_bins)
-        p.shuffle(self.shuffle_buffer, seed=self.shuffle_seed)
+        if self.pack_algorithm == "wrap":
+            p.pack_sequences(self.max_length, algorithm="wrap")
+        else:
+            p.pack_sequences(self.max_length, algorithm=self.pack_algorithm, num_bins=self.num_bins)
+        p.shuffle(self.shuffle_buffer, seed=self.shuffle_seed, algorithm=self.shuffle_algorithm)
         if self.ensure_mixture:
             p.ensure_mixture()
-        p.batch(self.microbatch_size, drop_last=False)  # a dropped tail would be lost to the lineage check
-        return p.options(**{"runner": "inline", "canonical_replicas": self.canonical_replicas,
-                            "flush_every_k_chunks": self.flush_every_k_chunks, **topology})
+        # drop_last=True drops each lane's partial last batch with no tombstone: the run's lineage
+        # check then expects exactly the offsets the uninterrupted run loses (sim.runs)
+        p.batch(self.microbatch_size, drop_last=self.drop_last)
+        options = {"runner": "inline", "canonical_replicas": self.canonical_replicas,
+                   "flush_every_k_chunks": self.flush_every_k_chunks, **topology}
+        if "world_size" in topology:  # the workload's mapping wins over the world's default
+            options["mapping_strategy"] = self.mapping_strategy
+        return p.options(**options)
 
 
 def record_view(item: Any) -> list[tuple[Any, ...]]:

@@ -1,6 +1,7 @@
-"""Canary mutants for the simulator: each plants one realistic bug in the engine or the
-round protocol (by monkeypatch) and the simulator must catch it within a fixed budget of
-seeds (seeds 0, 1, 2, ... in order).  A canary that survives its budget fails its test:
+"""Canary mutants for the simulator: each plants one realistic bug in the engine (a source patch
+at a named place, properties/canaries.py, run in a child process inside a mutated copy of the
+repository) or in the round protocol (by monkeypatch of two key functions) and the simulator must
+catch it within a fixed budget of seeds (seeds 0, 1, 2, ... in order).  A canary that survives its budget fails its test:
 the simulator has gone blind to that class of bug.
 
 * engine canaries run the simulated job (sim.world.World, seeded crashes and restarts on
@@ -35,208 +36,56 @@ BUDGET is what CI allows per engine canary.
 
 from __future__ import annotations
 
-import functools
-import warnings
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from properties.pipelines import item_view
-from properties.worlds import CANARY_WORLD, canary_build
-from sim.choices import Choices, SeededChoices
+from properties.canaries import CANARIES, run_check, sim_reference
+from properties.mutation import run_mutated
+from sim.choices import Choices
 from sim.cluster import Cluster, topology_states
 from sim.explore import ScenarioFailed, explore
 from sim.scale import ScaleConfig, star_round
-from sim.world import World, check_run, reference_steps
 from zephon_ref.coordination import protocol
 from zephon_ref.coordination.protocol import Finish, Follower, Leader, RoundConfig
-from zephon_ref.engine import completion, core, lanes
-from zephon_ref.engine.stage import is_sentinel
-from zephon_ref.ops import replay_filter
-from zephon_ref.types import flush_sentinel
-
-WORLD, build = CANARY_WORLD, canary_build  # properties/worlds.py
 
 BUDGET = 6  # seeds per engine canary in CI (each is caught by seed 1 or 2)
 BUDGET_SEEN: dict[str, int] = {}  # filled in by the runs below, printed with -s
+ENGINE_CANARIES = {c.name: c for c in CANARIES if c.check in ("sim", "interleaving")}
 
 
-def _view(x: Any) -> str:
-    return repr(item_view(x))
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The canary world's uninterrupted run on the real engine, for the mutated children."""
+    import json
+
+    path = tmp_path_factory.mktemp("sim-reference") / "reference.json"
+    path.write_text(json.dumps(sim_reference()))
+    return path
 
 
-@functools.cache
-def _reference() -> tuple[Any, ...]:
-    return tuple(reference_steps(build, view=_view))
+def test_the_unmutated_engine_checks_clean_over_the_budget(reference: Path) -> None:
+    import json
 
-
-def first_catch(budget: int) -> tuple[int, str] | None:
-    """The first seed (counting from 0) whose run the checker flags or the engine refuses."""
-    reference = list(_reference())
-    for seed in range(budget):
-        world = World(WORLD, build, SeededChoices(seed), view=_view)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                world.run()
-        except Exception as exc:  # the engine refused the mutant's own state: caught
-            return seed + 1, f"raised {type(exc).__name__}"
-        report = check_run(world.history, reference)
-        if not report.ok:
-            return seed + 1, f"checker: {report.problems[0][:120]}"
-    return None
-
-
-# ---------------------------------------------------------------- engine mutants
-
-
-def _mut_filter_le(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(a) The replay filter matches its target with <= instead of ==: the first replayed
-    record of a lane ends the filter, so the rest of the delivered prefix comes again."""
-    def push_many(self: Any, elems: Any) -> Any:
-        out: list[Any] = []
-        for rec in elems:
-            target = self._pending.get(rec.meta.lane_id)
-            if target is None or rec.meta.tombstone:
-                out.append(rec)
-                continue
-            if rec.meta.cursor <= target:  # the mutant: equality intended
-                del self._pending[rec.meta.lane_id]
-            out.extend(replay_filter.tombstones_for_record(rec))
-        return [(out, 0)] if out else []
-    monkeypatch.setattr(replay_filter.ReplayFilterAccumulator, "push_many", push_many)
-
-
-def _mut_evict_early(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(b) An epoch is evicted one step early: the eviction walk counts the boundary chunk
-    itself (cid <= b) into the epoch the boundary closes, so the first chunk of the next
-    epoch leaves the checkpoint one epoch before its records are all delivered."""
-    def _evict_epochs(self: Any, pinned_cid: int | None) -> None:
-        stream = self.stream
-        inflight = sorted(stream.inflight)
-        queued: list[int] = []
-        for b in list(stream.boundaries):
-            epoch = [cid for cid in inflight if cid < b and cid not in queued]
-            if not epoch:
-                continue
-            if pinned_cid is not None and pinned_cid in epoch:
-                break
-            if any(self.done.get(cid, 0) < len(stream.inflight[cid]) for cid in epoch):
-                break
-            queued.extend(epoch)
-            if b in stream.inflight and b not in queued:  # the mutant: the epoch is [.., b) only
-                queued.append(b)
-        if queued:
-            for cid in queued:
-                self.bits.pop(cid, None)
-                self.done.pop(cid, None)
-            stream.evict(queued)
-    monkeypatch.setattr(completion.LaneTracker, "_evict_epochs", _evict_epochs)
-
-
-def _mut_rr_not_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(c) A restore drops the tail multiplexer's round-robin pointer (rr_next_idx) and
-    restarts the interleaving at the first owned lane."""
-    orig = core.Engine._load
-
-    def _load(self: Any, state: Any) -> Any:
-        out = orig(self, state)
-        self.rr_next_idx = {self._rr_key: 0}
-        return out
-    monkeypatch.setattr(core.Engine, "_load", _load)
-
-
-def _mut_no_trailing_sentinel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(d) On replay, a boundary recorded after the last inflight chunk (the epoch closed
-    right before the checkpoint) is not re-injected as a flush sentinel."""
-    def items(self: Any) -> Any:
-        announced: list[str] = []
-        replay = sorted(self.inflight)
-        bset = set(self.boundaries)
-        for cid in replay:
-            if cid in bset:
-                yield flush_sentinel(self.lane, cid)
-            yield from self._chunk_items(cid, self.inflight[cid], announced)
-        # the mutant: the trailing boundaries (b > last replayed cid) are not yielded here
-        while True:
-            with self._lock:
-                chunk = self.source.next_chunk()
-                if chunk is None:
-                    self.exhausted = True
-                    return
-                cid = self.next_cid
-                self.next_cid += 1
-                self.inflight[cid] = chunk
-                self.mixtures[cid] = self._mixture_of(chunk)
-                self.chunks_in_epoch += 1
-                boundary = None
-                if self.k > 0 and self.chunks_in_epoch >= self.k:
-                    boundary = cid + 1
-                    self.boundaries.append(boundary)
-                    self.chunks_in_epoch = 0
-            yield from self._chunk_items(cid, chunk, announced)
-            if boundary is not None:
-                yield flush_sentinel(self.lane, boundary)
-    monkeypatch.setattr(lanes.LaneStream, "items", items)
-
-
-def _mut_count_produced(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(e) Completion is tracked when the tail *produces* an item, not when it is delivered:
-    a checkpoint then counts items still waiting in the multiplexer as consumed."""
-    orig_run_stage, orig_notify = core.Engine.run_stage, core.Engine._notify
-
-    def run_stage(self: Any, i: int) -> bool:
-        before = len(self._outbox)
-        ran = orig_run_stage(self, i)
-        for x in list(self._outbox)[before:]:
-            if not is_sentinel(x):
-                orig_notify(self, x)
-        return ran
-    monkeypatch.setattr(core.Engine, "run_stage", run_stage)
-    monkeypatch.setattr(core.Engine, "_notify", lambda self, x: None)
-
-
-ENGINE_CANARIES: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
-    "a: replay filter matches <= instead of ==": _mut_filter_le,
-    "b: epoch evicted one step early": _mut_evict_early,
-    "c: round-robin pointer not restored": _mut_rr_not_restored,
-    "d: trailing boundary sentinel not re-injected": _mut_no_trailing_sentinel,
-    "e: checkpoint counts produced, not delivered, items": _mut_count_produced,
-}
-
-
-def test_the_unmutated_engine_checks_clean_over_the_budget() -> None:
-    assert first_catch(BUDGET) is None
+    assert run_check("sim", budget=BUDGET, reference=json.loads(reference.read_text())) is None
 
 
 @pytest.mark.parametrize("name", sorted(ENGINE_CANARIES))
-def test_engine_canary_is_caught_by_the_simulator(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    _reference()  # the uninterrupted run is computed on the real engine, before the mutant
-    ENGINE_CANARIES[name](monkeypatch)
-    caught = first_catch(BUDGET)
-    assert caught is not None, f"canary survived {BUDGET} seeds: {name!r}"
-    BUDGET_SEEN[name] = caught[0]
-    print(f"\n{name}: caught with {caught[0]} seed(s) ({caught[1]})")
-
-
-def test_the_lost_pointer_is_seen_by_the_interleaving_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    """(c) again: the run that catches it must also show the new, finer check (a participant's lanes
-    out of the reference's round-robin order inside a step), not only a changed step set."""
-    reference = list(_reference())
-    _mut_rr_not_restored(monkeypatch)
-    for seed in range(BUDGET):
-        world = World(WORLD, build, SeededChoices(seed), view=_view)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            world.run()
-        report = check_run(world.history, reference, seed=seed)
-        if not report.ok:
-            kinds = {p.kind for p in report.witnesses}
-            assert "interleaving" in kinds, report.problems
-            assert any(e.kind == "restore" and e.extra.get("mid_step") for e in world.history)
-            return
-    raise AssertionError(f"canary survived {BUDGET} seeds: round-robin pointer not restored")
+def test_engine_canary_is_caught_by_the_simulator(name: str, reference: Path) -> None:
+    canary = ENGINE_CANARIES[name]
+    out = run_mutated(canary.patches, ["python", "-m", "properties.canaries", canary.check, "--budget", str(BUDGET),
+                                       "--reference", str(reference)], timeout=600)
+    assert out.returncode == 1 and "CAUGHT" in out.tail, \
+        f"canary survived {BUDGET} seeds (or the check broke): {name!r}, exit {out.returncode}\n{out.tail[-1500:]}"
+    line = out.tail.strip().splitlines()[-1]
+    if canary.check == "interleaving":
+        # (c) the catching run must show the finer check: a participant's lanes out of the reference's
+        # round-robin order inside a step, after a mid-step restore, not only a changed step set
+        assert "(with an interleaving witness" in line, line
+    BUDGET_SEEN[name] = int(line.split("seed ", 1)[1].split(" ", 1)[0]) if "seed " in line else -1
+    print(f"\n{name}: {line[:220]}")
 
 
 # ---------------------------------------------------------------- the protocol mutant

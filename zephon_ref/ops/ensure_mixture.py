@@ -126,9 +126,18 @@ class _Retired:
         return item
 
     def drain(self) -> list[_Item]:
-        """Every buffered item, singles (by component) then packs, without selection."""
+        """Every buffered item, singles (by component) then packs, without selection; the
+        selection history is forgotten (the group is being discarded)."""
+        out = self.detach()
+        self.swrr = None
+        return out
+
+    def detach(self) -> list[_Item]:
+        """Every buffered item, singles (by component) then packs, without selection, keeping
+        the selection history: a reclassification routes the items again (mostly back into this
+        group), and only a change of the components on hand restarts selection (``_selector``)."""
         out = [it for q in self.singles.values() for it in q] + list(self.packs)
-        self.singles, self.packs, self.counts, self.swrr = {}, deque(), {}, None
+        self.singles, self.packs, self.counts = {}, deque(), {}
         return out
 
 
@@ -276,7 +285,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         singles, packs, obsolete = st.singles, st.packs, st.obsolete
         st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
         st.obsolete_count = 0
-        retired = [g.drain() for g in old_groups]
+        retired = [g.detach() for g in old_groups]
         for item in obsolete:
             self._buffer(st, item)
         for items in retired:

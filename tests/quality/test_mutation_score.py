@@ -1,0 +1,53 @@
+"""The mutation-score runner (properties/mutation_score.py): its generated mutants apply and parse,
+its sample is seeded, its tasks run in a mutated copy (the child imports the copy, not the
+checkout) and a results file resumes.  The score itself is opt-in (docs/mutation.md)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from properties import mutation_score as ms
+from properties.mutation import ROOT, Mutant
+
+
+@pytest.fixture(scope="module")
+def mutants() -> list[Mutant]:
+    return ms.generate()
+
+
+def test_the_sampled_mutants_apply_and_parse(mutants: list[Mutant]) -> None:
+    assert len(mutants) > 1000
+    assert {m.file.split("/")[1] for m in mutants} >= {"engine", "ops", "work", "state.py"}
+    texts = {f: (ROOT / f).read_text() for f in {m.file for m in mutants}}
+    for m in ms.sample(mutants, 200, 0):  # the default sample (all 4,000: about a minute of parsing)
+        assert m.line is not None
+        ast.parse(m.apply(texts[m.file]), m.file)
+
+
+def test_the_sample_is_seeded_and_every_prefix_is_a_sample(mutants: list[Mutant]) -> None:
+    a, b = ms.sample(mutants, 200, 0), ms.sample(mutants, 200, 0)
+    assert a == b and len(set(a)) == 200 and ms.sample(mutants, 200, 1) != a
+    assert sorted(a[:20], key=mutants.index) != a[:20]  # random order, not generation order
+
+
+def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = ["python", "-c", "import pathlib, sys, zephon_ref; "
+             "sys.exit(1 if 'MUTATED' in pathlib.Path(zephon_ref.__file__).read_text() else 0)"]
+    monkeypatch.setitem(ms.CHECKERS, "probe", probe)
+    first = (ROOT / "zephon_ref/__init__.py").read_text().splitlines(keepends=True)[0]
+    seen = Mutant("seen", "zephon_ref/__init__.py", first, first + "# MUTATED\n", line=1, col=0)
+    unseen = Mutant("unseen", "zephon_ref/errors.py", "\n", "\n\n", line=1, col=len(
+        (ROOT / "zephon_ref/errors.py").read_text().splitlines()[0]))
+    stale = Mutant("stale", "zephon_ref/__init__.py", "not there", "x", line=1, col=0)
+    tasks = ms.tasks_for([seen, unseen, stale], ["probe"], timeout=120)
+    out = tmp_path / "r.jsonl"
+    assert ms.run_tasks(tasks, out, progress=False) == 3
+    got = {json.loads(x)["mutant"]: json.loads(x)["status"] for x in out.read_text().splitlines()}
+    assert got == {"seen": "killed", "unseen": "survived", "stale": "error"}
+    assert ms.run_tasks(tasks, out, progress=False) == 0  # resumed: nothing left to run
+    rep = ms.report(out)
+    assert rep["checkers"]["probe"]["killed_share"] == 0.5 and rep["survived_everything"] == ["unseen"]
