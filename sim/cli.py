@@ -89,6 +89,11 @@ CONFIG_FIELDS: dict[str, tuple[str, str]] = {
     "microbatch_size": ("items", "the workload's batch size"),
     "ensure_mixture": ("", "the workload's pipeline has ensure_mixture"),
     "shuffle_seed": ("", "the workload's shuffle seed"),
+    "pack_algorithm": ("", "the workload's packing: first_fit, best_fit or wrap"),
+    "shuffle_algorithm": ("", "the workload's shuffle: streaming or block"),
+    "drop_last": ("", "the workload's batch drops each lane's final partial batch (the lineage check "
+                      "excuses exactly what an uninterrupted run drops)"),
+    "mapping_strategy": ("", "how lanes map onto ranks: contiguous or interleaved"),
     "mid_step_checkpoint": ("deliveries", "a checkpoint cut right after a delivery inside a global step"),
     "crash": ("participant events", "the whole job crashes"),
     "rank_crash": ("participant events", "one rank crashes (the job notices 20 ticks later)"),
