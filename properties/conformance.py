@@ -149,14 +149,10 @@ def _every_cut(adapter: Any, cfg: PipelineConfig) -> tuple[list[Any], list[Any]]
 
 def _bounded_inflight(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     _, cks = _every_cut(adapter, cfg)
-    k = int(cfg.options.get("flush_every_k_chunks") or 0)
-    depth = inv.depth_samples(runner=str(cfg.options.get("runner", "inline")), n_stages=len(cfg.chain) + 3)
+    check = inv.adapter_inflight_checker(adapter, cfg)  # the bound, where and how it applies
     for i, ck in enumerate(cks):
-        counts, smallest = inv.inflight_observation(ck)
-        if smallest is not None:
-            bound = inv.inflight_bound(k=k, monotone=k == 0, depth_samples=depth, min_chunk=smallest)
-            problems = inv.bounded_inflight_problems([counts], bound=bound)
-            assert not problems, f"after {i} items: {problems[0]}"
+        problems = check(ck)
+        assert not problems, f"after {i} items: {problems[0]}"
 
 
 def _eviction_safety(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
