@@ -18,7 +18,9 @@ the data, the lineage checker (:func:`sim.checker.check_lineage`) on the items t
 trainer consumed and the tombstones of its timeline (:attr:`sim.world.World.tombstones`:
 observed through the engine's ``on_tombstone`` hook, rolled back with restores), so an
 offset closed by nothing, or twice (two records, two tombstones, or one of each), fails
-the run with a witness naming the offset and its closers.  ``mid_step`` (an int, 1 in N
+the run with a witness naming the offset and its closers; every cut's inflight chunks are
+checked against :func:`sim.invariants.inflight_bound` (:attr:`sim.world.World.inflight_problems`).
+``mid_step`` (an int, 1 in N
 deliveries; 0: never) sets ``mid_step_checkpoint``, the rate of checkpoint cuts inside a
 global step, which the seed otherwise draws (off in a quarter of the runs).  It returns
 a frozen :class:`RunResult`; its ``fingerprint`` is a sha256 of the kernel trace, the
@@ -226,6 +228,7 @@ def _run_seed(seed: int, **overrides: Any) -> RunResult:
     world.run()
     report = check_run(world.history, reference_for(workload), seed=seed)
     problems = list(report.problems)
+    problems += [f"seed {seed}: bounded inflight: {p}" for p in world.inflight_problems]
     witnesses = list(report.witnesses)
     if not lineage_wanted:
         lineage = "n/a (off)"

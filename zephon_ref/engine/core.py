@@ -23,10 +23,12 @@ side).  It is a state machine driven by three kinds of step:
 Feeding policy (``feeding=``, an execution setting: it never enters the fingerprint)
 -----------------------------------------------------------------------------------
 * ``"demand"`` (the default): admit only for the lane the tail multiplexer waits on
-  (its round-robin turn, its buffer empty, nothing for it in the tail's outbox), and
-  only while fewer than ``window`` admitted micro-batches are still on their way
-  through the stages (the inline runner runs every stage dry after each admission, so
-  there it is one item at a time; the threads runner counts its queues' messages).
+  (its round-robin turn, its buffer empty, nothing in the tail's outbox), and only
+  while fewer than ``window`` (the queue size) admitted items are on their way: the
+  inline runner runs every stage dry after each admission (one item at a time); the
+  threads runner counts its queues' messages (every pump answers each message with
+  one); a caller stepping the engine may queue up to ``window`` items for stage 0 while
+  no later stage holds input (:meth:`_queued`).
   A lane is fed exactly when the data delivery asks for next needs it, so no lane's
   inflight set grows with the age of the run (the bound and its derivation:
   :func:`sim.invariants.inflight_bound`).  When the waiting lane's source is
@@ -314,7 +316,13 @@ class Engine:
             return None
 
     def _queued(self) -> int:
-        return sum(len(q) for q in self._inbox)
+        """Admitted work still on its way, as demand feeding counts it for a caller stepping the
+        engine: the micro-batches waiting for stage 0, or the whole window while a later stage has
+        input (that input may be the waiting lane's next item; stage 0 may absorb many items into
+        its accumulator, so counting micro-batches there would not bound what is admitted)."""
+        if any(self._inbox[1:]):
+            return self.window
+        return len(self._inbox[0]) if self._inbox else 0
 
     def run_stage(self, i: int) -> bool:
         """Run stage ``i`` on its oldest queued micro-batch; False when it has none."""
