@@ -58,7 +58,8 @@ from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
 
 __all__ = [
     "AnalysisConfig", "ArmResult", "CheckpointSample", "DriftPoint", "FlushArmIllegal", "LaneSample",
-    "RestoreResult", "Trace", "build_pipeline", "drift_run", "flush_arm", "flush_sweep", "measure_restore",
+    "RestoreResult", "Trace", "build_pipeline", "drift_run", "flush_arm", "flush_sweep", "loglog_slope",
+    "measure_restore",
     "spearman", "trace",
 ]
 
@@ -538,6 +539,18 @@ def flush_sweep(base: AnalysisConfig, ks: Sequence[int], chunk_sizes: Sequence[i
             except FlushArmIllegal as exc:
                 out.append(f"k={k} chunk_size={cs}: refused ({exc})")
     return out
+
+
+def loglog_slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of log(y) on log(x) over every point with x, y > 0 (0.0 when fewer than
+    two such points or no spread in x): about 0.5 for a square-root growth, 0 for a bounded one."""
+    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(pts) < 2:
+        return 0.0
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    vx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / vx if vx else 0.0
 
 
 # -- drift over a long run -------------------------------------------------------------------------
