@@ -202,9 +202,11 @@ def _zephon_available() -> bool:
 
 
 def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | None = None, reps: int = 3,
-            progress: bool = True) -> list[dict[str, Any]]:
-    """Rows for ``python -m bench`` (and the JSON of the script)."""
+            progress: bool = True, zephon_items: int | None = None) -> list[dict[str, Any]]:
+    """Rows for ``python -m bench`` (and the JSON of the script); ``zephon_items`` caps zephon's run
+    (it is the slowest: about twice zephon_ref's CPU per item)."""
     items = items or (QUICK_ITEMS if quick else FULL_ITEMS)
+    z_items = min(items, zephon_items or items)
     lanes = lanes or (QUICK_LANES if quick else LANES)
     rows: list[dict[str, Any]] = []
     zephon = _zephon_available()
@@ -217,8 +219,8 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
                 runs[feeding] = run("zephon_ref", feeding, n, items)
             if zephon:
                 if progress:
-                    print(f"  {n} lanes, zephon 0.2.0, {items:,} items ...", file=sys.stderr, flush=True)
-                runs["zephon"] = run("zephon", None, n, items, keep_states=False)
+                    print(f"  {n} lanes, zephon 0.2.0, {z_items:,} items ...", file=sys.stderr, flush=True)
+                runs["zephon"] = run("zephon", None, n, z_items, keep_states=False)
             # the throughput ratio: demand and round robin once more, alternated, in this process
             tp = {f: [runs[f].cpu] for f in POLICIES}
             for _ in range(1):
@@ -270,11 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--lanes", default=None, help="comma-separated lane counts (default: 2,8,64; quick: 2,8)")
     ap.add_argument("--items", type=int, default=None, help="items per run (default: 100,000; quick: 2,000)")
+    ap.add_argument("--zephon-items", type=int, default=None, help="cap zephon 0.2.0's run at this many items")
     args = ap.parse_args(argv)
     from bench.__main__ import markdown
 
     lanes = tuple(int(x) for x in args.lanes.split(",")) if args.lanes else None
-    rows = measure(quick=args.quick, lanes=lanes, items=args.items)
+    rows = measure(quick=args.quick, lanes=lanes, items=args.items, zephon_items=args.zephon_items)
     print(markdown(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
