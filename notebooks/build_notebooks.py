@@ -83,6 +83,11 @@ def conclusion(key, lines):
 print("size:", SIZE)'''
 
 
+SETUP_EVICTION = SETUP.replace("import math\n", "").replace("import time\n", "")
+SETUP_FLUSH = SETUP.replace("import math\n", "").replace(
+    "from sim.invariants import inflight_bound  # noqa: E402\n", "")
+
+
 def code(src: str) -> nbformat.NotebookNode:
     return new_code_cell(src.strip("\n"))
 
@@ -101,7 +106,7 @@ def eviction_timing() -> nbformat.NotebookNode:
             "engine and only reads its state; a *step* is one delivered batch.  The conclusions are printed "
             "by the code cells from the numbers above them (and copied into `conclusions.md`).\n\n"
             "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs)."),
-        code(SETUP),
+        code(SETUP_EVICTION),
         code('''
 CFG = an.AnalysisConfig()
 BOUND = inflight_bound(k=CFG.k, monotone=False, depth_samples=0, min_chunk=CFG.chunk_size)
@@ -114,7 +119,7 @@ print(N, "| inflight bound under demand feeding (sim.invariants.inflight_bound):
         code('''
 tr = {f: an.trace(replace(CFG, feeding=f), N["trace"]) for f in POLICIES}
 fig, axes = plt.subplots(1, 2, sharey=True)
-for ax, f in zip(axes, POLICIES):
+for ax, f in zip(axes, POLICIES, strict=True):
     for lane in tr[f].lanes:
         steps = [s.step for s in tr[f].samples if s.lane == lane]
         ax.step(steps, tr[f].lane_series(lane, "inflight"), where="post", label=f"lane {lane}")
@@ -193,7 +198,7 @@ slopes, worst = {}, {}
 for f in POLICIES:
     runs = [drift[(f, s)] for s in N["seeds"]]
     steps = [p.step for p in runs[0]]
-    per_step = list(zip(*[[max(p.inflight) for p in pts] for pts in runs]))
+    per_step = list(zip(*[[max(p.inflight) for p in pts] for pts in runs], strict=True))
     med = [statistics.median(v) for v in per_step]
     for a in ax:
         a.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=COLOR[f], alpha=0.25,
@@ -231,8 +236,8 @@ for f in POLICIES:
     ph = [c.phase[0] for c in long[f].checkpoints]
     rec = [c.records for c in long[f].checkpoints]
     ax.scatter(ph, rec, s=10, color=COLOR[f], label=f)
-    lo = [r for p, r in zip(ph, rec) if p < 0.5]
-    hi = [r for p, r in zip(ph, rec) if p >= 0.5]
+    lo = [r for p, r in zip(ph, rec, strict=True) if p < 0.5]
+    hi = [r for p, r in zip(ph, rec, strict=True) if p >= 0.5]
     phase[f] = (statistics.mean(lo) if lo else 0.0, statistics.mean(hi) if hi else 0.0, len(lo), len(hi))
     print(f"{f:12s}: mean replay {phase[f][0]:,.0f} records in the first half of an epoch ({phase[f][2]} "
           f"checkpoints), {phase[f][1]:,.0f} in the second half ({phase[f][3]})")
@@ -254,11 +259,11 @@ conclusion("DRIFT_CONCLUSION", [
     f"{BOUND} chunks (sim.invariants.inflight_bound, K + ceil(W / c) with W = 0 for the inline runner) in "
     f"every seed.",
     "",
-    f"*Why round robin grows.*  Both lanes are fed the same number of samples, but a lane's packed output "
-    f"per sample depends on the documents it drew; the tail multiplexer takes one batch per lane in turn, so "
-    f"the lane that produced more waits with its surplus, and every chunk it came from stays inflight.  The "
-    f"surplus is a running sum of zero-mean differences: a random walk.  Demand feeding feeds a lane only "
-    f"when the tail waits on it, so no surplus builds up.",
+    "*Why round robin grows.*  Both lanes are fed the same number of samples, but a lane's packed output "
+    "per sample depends on the documents it drew; the tail multiplexer takes one batch per lane in turn, so "
+    "the lane that produced more waits with its surplus, and every chunk it came from stays inflight.  The "
+    "surplus is a running sum of zero-mean differences: a random walk.  Demand feeding feeds a lane only "
+    "when the tail waits on it, so no surplus builds up.",
     "",
     f"*Checkpoints and replay* (section 2, {N['long']:,} steps): under demand feeding the checkpoint was "
     f"{fb[0]:,} bytes at the first checkpoint and {fb[1]:,} at the last (max {fb[2]:,}), the predicted replay "
@@ -298,7 +303,7 @@ def flush_tradeoffs() -> nbformat.NotebookNode:
             "means over seeds, error bars one standard deviation.  The conclusions are printed by the code "
             "cells from these numbers (and copied into `conclusions.md`).\n\n"
             "Size: `ZEPHON_NB_SIZE=ci` (default, CI) or `full` (stored outputs)."),
-        code(SETUP),
+        code(SETUP_FLUSH),
         code('''
 CFG = an.AnalysisConfig()
 KS = [0, 1, 2, 4, 8, 16, 32, 64]
@@ -336,7 +341,7 @@ TITLES = {"padding": "padding (fraction of capacity)", "displacement": "mean dis
           "replay_max": "worst replay (records)", "peak_inflight_records": "peak inflight (records, one lane)",
           "ckpt_bytes_max": "largest checkpoint (bytes)"}
 fig, axes = plt.subplots(2, 4, figsize=(14, 6.5))
-for ax, f in zip(axes.flat, FIELDS):
+for ax, f in zip(axes.flat, FIELDS, strict=False):  # 7 fields, 8 panels
     for cs in N["chunk_sizes"]:
         ms = [mean_sd(cs, k, f) for k in ks]
         ax.errorbar(ks, [m for m, _ in ms], yerr=[sd for _, sd in ms], fmt="o-", capsize=3, ms=4,
