@@ -159,22 +159,21 @@ def _mut_no_trailing_sentinel(monkeypatch: pytest.MonkeyPatch) -> None:
                 yield flush_sentinel(self.lane, cid)
             yield from self._chunk_items(cid, self.inflight[cid], announced)
         # the mutant: the trailing boundaries (b > last replayed cid) are not yielded here
-        while True:
-            with self._lock:
-                chunk = self.source.next_chunk()
-                if chunk is None:
-                    self.exhausted = True
-                    return
-                cid = self.next_cid
-                self.next_cid += 1
-                self.inflight[cid] = chunk
-                self.mixtures[cid] = self._mixture_of(chunk)
-                self.chunks_in_epoch += 1
-                boundary = None
-                if self.k > 0 and self.chunks_in_epoch >= self.k:
-                    boundary = cid + 1
-                    self.boundaries.append(boundary)
-                    self.chunks_in_epoch = 0
+        while True:  # (LaneStream holds no lock: a runner with threads serializes through Engine.guard)
+            chunk = self.source.next_chunk()
+            if chunk is None:
+                self.exhausted = True
+                return
+            cid = self.next_cid
+            self.next_cid += 1
+            self.inflight[cid] = chunk
+            self.mixtures[cid] = self._mixture_of(chunk)
+            self.chunks_in_epoch += 1
+            boundary = None
+            if self.k > 0 and self.chunks_in_epoch >= self.k:
+                boundary = cid + 1
+                self.boundaries.append(boundary)
+                self.chunks_in_epoch = 0
             yield from self._chunk_items(cid, chunk, announced)
             if boundary is not None:
                 yield flush_sentinel(self.lane, boundary)
