@@ -1,13 +1,20 @@
-"""Writes notebooks/eviction_timing.ipynb and notebooks/flush_tradeoffs.ipynb (without outputs).
+"""Writes notebooks/eviction_timing.ipynb and notebooks/flush_tradeoffs.ipynb, executes them, and
+generates notebooks/conclusions.md from their outputs.
 
 The notebooks are generated so that their code stays reviewable as plain Python; every number
-they show comes from :mod:`sim.analysis`.  Regenerate, then execute (stores outputs)::
+they show comes from :mod:`sim.analysis`, and every conclusion is *printed by the notebook* from
+the numbers it just measured (a code cell that prints a ``## KEY`` block), so a conclusion cannot
+say more than its output shows.  ``conclusions.md`` is those printed blocks, extracted from the
+executed notebooks (:func:`conclusions_from`); tests/notebooks checks that it matches the
+committed outputs.
 
-    python3 notebooks/build_notebooks.py
-    ZEPHON_NB_SIZE=full python3 -m jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
-      (or: python3 notebooks/build_notebooks.py --execute full)
+    python3 notebooks/build_notebooks.py                     # write both notebooks (no outputs)
+    python3 notebooks/build_notebooks.py --execute full      # write, execute at full size, store
+                                                             # outputs, regenerate conclusions.md
+    python3 notebooks/build_notebooks.py --conclusions       # regenerate conclusions.md only
 
-The size parameter ``ZEPHON_NB_SIZE`` is ``ci`` (default: minutes, what CI runs) or ``full``.
+``ZEPHON_NB_SIZE`` is ``ci`` (default: small, what CI executes: about a minute) or ``full``
+(opt-in: tens of minutes on 2 cores; what the committed outputs and conclusions.md show).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
+NAMES = ("eviction_timing", "flush_tradeoffs")
+MARK = "## "  # a printed conclusion block starts with "## KEY" (KEY in capitals) and ends at "## END"
 
 SETUP = '''\
 import math
@@ -37,212 +46,244 @@ sys.path.insert(0, str(root))
 import matplotlib.pyplot as plt  # noqa: E402
 
 from sim import analysis as an  # noqa: E402
+from sim.invariants import inflight_bound  # noqa: E402
 
-plt.rcParams.update({"figure.dpi": 60, "figure.figsize": (9, 3.6), "savefig.dpi": 60})
+# readable as printed: 100 dpi, labelled axes with units, legends outside the plotting area
+plt.rcParams.update({"figure.dpi": 100, "savefig.dpi": 100, "figure.figsize": (10, 4), "font.size": 9,
+                     "axes.grid": True, "grid.alpha": 0.3})
 SIZE = os.environ.get("ZEPHON_NB_SIZE", "ci")
 assert SIZE in ("ci", "full"), f"ZEPHON_NB_SIZE must be ci or full, not {SIZE!r}"
+POLICIES = ("demand", "round_robin")
+COLOR = {"demand": "tab:green", "round_robin": "tab:red"}
 
-def progress(label, every=0.1):
-    """A progress callback: one line per 10% (long cells)."""
-    marks = {}
+
+def legend_out(ax):
+    """The legend to the right of the axes, off the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)
+
+
+def progress(label):
+    """A progress callback: one line per 25% (long cells)."""
+    marks = set()
     def cb(i, n):
-        pct = int(10 * i / n)
-        if pct not in marks and (i == n or i / n >= pct / 10):
-            marks[pct] = True
+        q = 4 * i // n
+        if q not in marks:
+            marks.add(q)
             print(f"{label}: {i:,}/{n:,}", flush=True)
     return cb
 
+
+def conclusion(key, lines):
+    """Print a conclusion block; build_notebooks.py copies these blocks into conclusions.md."""
+    print(f"## {key}\\n")
+    print("\\n".join(lines))
+    print("\\n## END")
+
+
 print("size:", SIZE)'''
 
-SETUP_FLUSH = SETUP.replace("import math\n", "").replace("import statistics\n", "").replace(
-    "from dataclasses import replace\n", "")
+
+SETUP_EVICTION = SETUP.replace("import math\n", "").replace("import time\n", "")
+SETUP_FLUSH = SETUP.replace("import math\n", "").replace(
+    "from sim.invariants import inflight_bound  # noqa: E402\n", "")
+
+
+def code(src: str) -> nbformat.NotebookNode:
+    return new_code_cell(src.strip("\n"))
 
 
 def eviction_timing() -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(
-            "# Eviction timing: inflight sets, checkpoint size, replay and drift between lanes\n\n"
-            "Pipeline: synthetic corpus (web 0.6 / code 0.3 / books 0.1, `exhausted_policy=\"repeat\"`) -> "
-            "crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` -> `shuffle(64)` -> "
-            "`ensure_mixture()` -> `batch(4)`, 2 lanes, `chunk_size=32`, `flush_every_k_chunks=2` "
-            "(`sim.analysis.AnalysisConfig()`).  Every number comes from `sim.analysis`, which drives the "
-            "real zephon_ref engine step by step and only reads its state; a *step* is one delivered batch.\n\n"
-            "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs; >= 100,000 "
-            "steps in the long runs)."),
-        new_code_cell(SETUP),
-        new_code_cell(
-            "CFG = an.AnalysisConfig()\n"
-            "N = {\"ci\": dict(trace=300, long=3000, ckpt_every=150, drift=4096, drift_every=64, seeds=(0, 1)),\n"
-            "     \"full\": dict(trace=600, long=100_000, ckpt_every=2000, drift=131_072, drift_every=1024,\n"
-            "                  seeds=(0, 1, 2))}[SIZE]\n"
-            "N"),
+            "# Eviction timing: inflight sets, checkpoint size and replay under both feeding policies\n\n"
+            "Pipeline (`sim.analysis.AnalysisConfig()`): synthetic corpus (web 0.6 / code 0.3 / books 0.1, "
+            "`exhausted_policy=\"repeat\"`) -> crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` -> "
+            "`shuffle(64)` -> `ensure_mixture()` -> `batch(4)`, 2 lanes, `chunk_size=32`, "
+            "`flush_every_k_chunks=2`, inline runner.  Two feeding policies (an execution setting, "
+            "`Pipeline.options(feeding=...)`): **demand** (zephon_ref's default: a lane is fed only when the "
+            "tail multiplexer waits on it) and **round_robin** (zephon 0.2.0's: one sample per lane in turn).  "
+            "Both deliver the same stream.  Every number comes from `sim.analysis`, which drives the real "
+            "engine and only reads its state; a *step* is one delivered batch.  The conclusions are printed "
+            "by the code cells from the numbers above them (and copied into `conclusions.md`).\n\n"
+            "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs)."),
+        code(SETUP_EVICTION),
+        code('''
+CFG = an.AnalysisConfig()
+BOUND = inflight_bound(k=CFG.k, monotone=False, depth_samples=0, min_chunk=CFG.chunk_size)
+N = {"ci": dict(trace=200, long=600, ckpt_every=100, drift=1024, drift_every=64, seeds=tuple(range(10))),
+     "full": dict(trace=600, long=10_000, ckpt_every=250, drift=16_384, drift_every=256,
+                  seeds=tuple(range(10)))}[SIZE]
+print(N, "| inflight bound under demand feeding (sim.invariants.inflight_bound):", BOUND, "chunks")'''),
         new_markdown_cell("## 1. The inflight set per lane over time\n\n"
-                          "Chunks entering (admitted) and leaving (evicted), epoch boundaries and cursor-pinning "
-                          "moments, for the epoch-evicting pipeline and for a monotone one (token ids + batch "
-                          "only, watermark eviction)."),
-        new_code_cell(
-            "tr = an.trace(CFG, N['trace'])\n"
-            "mono = an.trace(replace(CFG, plan='monotone'), N['trace'])\n"
-            "fig, axes = plt.subplots(1, 2, sharey=True, figsize=(11, 3.6))\n"
-            "for lane in tr.lanes:\n"
-            "    steps = [s.step for s in tr.samples if s.lane == lane]\n"
-            "    axes[0].step(steps, tr.lane_series(lane, 'inflight'), where='post', label=f'lane {lane}')\n"
-            "    pins = [s.step for s in tr.samples if s.lane == lane and s.pinned]\n"
-            "    axes[0].plot(pins, [0.3 + lane * 0.2] * len(pins), '|', ms=12, label=f'lane {lane} cursor pinned')\n"
-            "for lane in mono.lanes:\n"
-            "    steps = [s.step for s in mono.samples if s.lane == lane]\n"
-            "    axes[1].step(steps, mono.lane_series(lane, 'inflight'), where='post', label=f'lane {lane}')\n"
-            "axes[0].set_title(f'epoch eviction (K={CFG.k})')\n"
-            "axes[1].set_title('monotone eviction (watermark)')\n"
-            "for ax in axes:\n"
-            "    ax.set_xlabel('step')\n"
-            "    ax.legend(fontsize=7)\n"
-            "axes[0].set_ylabel('inflight chunks')\n"
-            "plt.show()\n"
-            "groups = {}\n"
-            "for s, lane, c in tr.left:\n"
-            "    groups.setdefault((s, lane), []).append(c)\n"
-            "sizes = sorted({len(v) for v in groups.values()})\n"
-            "pinned = sum(s.pinned for s in tr.samples)\n"
-            "print(f'chunks entered {len(tr.entered)}, left {len(tr.left)}; eviction events {len(groups)}, '\n"
-            "      f'chunks per event {sizes}; lane-steps with the cursor pinning an epoch: {pinned}')\n"
-            "peak = {lane: max(tr.lane_series(lane, 'inflight')) for lane in tr.lanes}\n"
-            "mono_peak = {lane: max(mono.lane_series(lane, 'inflight')) for lane in mono.lanes}\n"
-            "print('epoch plan: max inflight per lane', peak, '| monotone plan:', mono_peak)\n"
-            "assert all(n % CFG.k == 0 for n in sizes)  # epochs leave whole\n"
-            "assert max(mono_peak.values()) <= 3"),
-        new_markdown_cell(
-            "**Conclusion.** With epoch eviction chunks leave only in whole epochs (every eviction "
-            "event removes a multiple of K chunks: here always exactly K), so a lane's inflight set is "
-            "a staircase that never drops below one epoch.  Cursor pinning did not occur in these "
-            "steps: it needs the cursor's epoch to be complete at a delivery, and the first record "
-            "after the flush releases it.  The monotone plan's watermark keeps at most 3 chunks per "
-            "lane at any moment.  The epoch plan's peaks are set by how far a lane's output runs ahead "
-            "of its round-robin turn (section 3), not by K alone."),
+                          "Chunks admitted and not yet evicted, per lane, after every delivered batch (seed 0)."),
+        code('''
+tr = {f: an.trace(replace(CFG, feeding=f), N["trace"]) for f in POLICIES}
+fig, axes = plt.subplots(1, 2, sharey=True)
+for ax, f in zip(axes, POLICIES, strict=True):
+    for lane in tr[f].lanes:
+        steps = [s.step for s in tr[f].samples if s.lane == lane]
+        ax.step(steps, tr[f].lane_series(lane, "inflight"), where="post", label=f"lane {lane}")
+    ax.axhline(BOUND, color="k", ls="--", lw=0.8, label="bound (demand)")
+    ax.set_title(f"feeding={f}")
+    ax.set_xlabel("step (delivered batches)")
+axes[0].set_ylabel("inflight chunks (per lane)")
+legend_out(axes[1])
+plt.tight_layout()
+plt.show()
+peak1 = {f: max(max(tr[f].lane_series(lane, "inflight")) for lane in tr[f].lanes) for f in POLICIES}
+sizes = {f: sorted({len([c for s2, l2, c in tr[f].left if (s2, l2) == (s, lane)]) for s, lane, _ in tr[f].left})
+         for f in POLICIES}
+for f in POLICIES:
+    print(f"{f:12s}: largest inflight set of a lane in {N['trace']:,} steps: {peak1[f]} chunks; "
+          f"chunks per eviction event {sizes[f]}")
+assert peak1["demand"] <= BOUND
+assert all(n % CFG.k == 0 for f in POLICIES for n in sizes[f])  # epochs leave whole'''),
         new_markdown_cell("## 2. Checkpoint size and restore cost against steps\n\n"
-                          "A checkpoint every `ckpt_every` steps: encoded bytes and the replay it implies "
-                          "(records of the inflight chunks: *predicted*).  At a handful of steps the state is "
-                          "restored into a fresh pipeline and the records that actually re-enter the pipeline "
-                          "before each lane reaches a new chunk are counted (*measured*); the next 8 batches must "
-                          "equal the uninterrupted run's."),
-        new_code_cell(
-            "keep = sorted({N['long'] // 8, N['long'] // 4, N['long'] // 2, 3 * N['long'] // 4, N['long']})\n"
-            "t0 = time.perf_counter()\n"
-            "long = an.trace(CFG, N['long'], checkpoint_every=N['ckpt_every'], keep_states=keep,\n"
-            "                sample_every=max(1, N['long'] // 2000), progress=progress('trace'))\n"
-            "follow = dict(long.followups)\n"
-            "restores = [an.measure_restore(CFG, st, s, want=follow[s]) for s, st in long.states]\n"
-            "print(f'{time.perf_counter() - t0:.0f} s')\n"
-            "fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))\n"
-            "cs = [c.step for c in long.checkpoints]\n"
-            "ax[0].plot(cs, [c.nbytes for c in long.checkpoints], '.-')\n"
-            "ax[0].set_ylabel('checkpoint bytes')\n"
-            "ax[1].plot(cs, [c.records for c in long.checkpoints], '.-', label='predicted replay (records)')\n"
-            "ax[1].plot([r.step for r in restores], [r.replayed_records for r in restores], 'rx', ms=10,\n"
-            "           label='measured replay after restore')\n"
-            "for a in ax:\n"
-            "    a.set_xlabel('step')\n"
-            "ax[1].legend(fontsize=7)\n"
-            "plt.show()\n"
-            "print('step      predicted chunks/records   measured chunks/records   next 8 equal   restore s')\n"
-            "for r in restores:\n"
-            "    print(f'{r.step:>8,}  {r.predicted_chunks:>8} / {r.predicted_records:<8}      '\n"
-            "          f'{r.replayed_chunks:>8} / {r.replayed_records:<8}      {r.next_items_equal!s:>5}   {r.seconds:.3f}')\n"
-            "assert all((r.predicted_chunks, r.predicted_records) == (r.replayed_chunks, r.replayed_records)\n"
-            "           and r.next_items_equal for r in restores)\n"
-            "b = [c.nbytes for c in long.checkpoints]\n"
-            "half = len(b) // 2\n"
-            "print(f'checkpoint bytes: first half mean {sum(b[:half]) / half:,.0f}, second half mean '\n"
-            "      f'{sum(b[half:]) / (len(b) - half):,.0f}, max {max(b):,}')"),
-        new_markdown_cell(
-            "**Conclusion.** Predicted replay equals measured replay at every restored step (chunks and "
-            "records, asserted above and in `tests/notebooks/test_analysis.py`), and every restore delivers "
-            "exactly the batches the uninterrupted run delivered.  Checkpoint bytes and replay are "
-            "proportional to the inflight records, so they follow the inflight set of the lane that is "
-            "ahead: they are not flat in steps -- compare the two halves printed above (the stored full-size "
-            "run) and section 3."),
-        new_markdown_cell("## 3. Inflight drift between lanes over a long run\n\n"
-                          "Default (zephon-conformant) admission: round robin over the lanes, one sample each.  "
-                          "The option: back-pressure, admitting only for the lane whose turn delivery is waiting "
-                          "on (`Engine.admit(lane=...)`, off by default).  Several seeds; the largest inflight "
-                          "set of any lane so far, against steps, on log-log axes with sqrt and linear guides."),
-        new_code_cell(
-            "drift = {}\n"
-            "walls = {}\n"
-            "for seed in N['seeds']:\n"
-            "    for bp in (False, True):\n"
-            "        t0 = time.perf_counter()\n"
-            "        drift[(seed, bp)] = an.drift_run(replace(CFG, seed=seed, backpressure=bp), N['drift'],\n"
-            "                                         sample_every=N['drift_every'],\n"
-            "                                         progress=progress(f'seed {seed} backpressure={bp}', 0.25))\n"
-            "        walls[(seed, bp)] = time.perf_counter() - t0\n"
-            "fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))\n"
-            "for (seed, bp), pts in drift.items():\n"
-            "    st = [p.step for p in pts]\n"
-            "    ax[0].plot(st, [max(p.inflight) - min(p.inflight) for p in pts], lw=0.8,\n"
-            "               color='tab:red' if bp else 'tab:blue', alpha=0.7,\n"
-            "               label=('back-pressure' if bp else 'default') if seed == N['seeds'][0] else None)\n"
-            "    ax[1].loglog(st, [p.max_inflight_so_far for p in pts], color='tab:red' if bp else 'tab:blue', lw=0.8)\n"
-            "x = [p.step for p in drift[(N['seeds'][0], False)]]\n"
-
-            "ax[1].loglog(x, [4 * math.sqrt(s / x[0]) for s in x], 'k--', lw=0.7, label='~ sqrt(steps)')\n"
-            "ax[1].loglog(x, [4 * s / x[0] for s in x], 'k:', lw=0.7, label='~ steps')\n"
-            "ax[0].set_title('inflight spread between lanes (chunks)')\n"
-            "ax[1].set_title('largest inflight set of any lane so far')\n"
-            "for a in ax:\n"
-            "    a.set_xlabel('step')\n"
-            "    a.legend(fontsize=7)\n"
-            "plt.show()\n"
-            "\n"
-            "\n"
-            "def at(pts, s):\n"
-            "    return max(p.max_inflight_so_far for p in pts if p.step <= s)\n"
-            "\n"
-            "\n"
-            "marks = [m for m in (1024, 4096, 16384, 65536, 131072) if m <= N['drift']]\n"
-            "print('largest inflight chunks of one lane so far, per seed (default | back-pressure)')\n"
-            "print('step    ' + '  '.join(f'{m:>8,}' for m in marks))\n"
-            "for seed in N['seeds']:\n"
-            "    for bp in (False, True):\n"
-            "        print(f'seed {seed} {\"bp\" if bp else \"  \"} ' + '  '.join(f'{at(drift[(seed, bp)], m):>8}' for m in marks))\n"
-            "for bp in (False, True):\n"
-            "    means = [statistics.mean(at(drift[(s, bp)], m) for s in N['seeds']) for m in marks]\n"
-            "    i = len(marks) // 2 if len(marks) >= 3 else 0\n"
-            "    slope = (math.log(means[-1]) - math.log(means[i])) / (math.log(marks[-1]) - math.log(marks[i]))\n"
-            "    print(f\"{'back-pressure' if bp else 'default      '}: mean over seeds {[round(v, 1) for v in means]}, \"\n"
-            "          f'log-log slope over the second half {slope:.2f}, wall {statistics.mean(walls[(s, bp)] for s in N[\"seeds\"]):.1f} s/run, '\n"
-            "          f'largest spread of admitted chunks between lanes {max(drift[(s, bp)][-1].max_spread_so_far for s in N[\"seeds\"])}')\n"
-            "bp_max = max(at(drift[(s, True)], N['drift']) for s in N['seeds'])\n"
-            "df_max = max(at(drift[(s, False)], N['drift']) for s in N['seeds'])\n"
-            "print(f'back-pressure bound: max inflight {bp_max} chunks (K={CFG.k}); default: {df_max}')\n"
-            "assert bp_max <= 2 * CFG.k < df_max"),
-        new_markdown_cell("DRIFT_CONCLUSION"),
-        new_markdown_cell("## 4. Where a crash lands inside an epoch\n\n"
+                          "A checkpoint every `ckpt_every` steps: encoded bytes and the replay it implies (records "
+                          "of the inflight chunks: *predicted*).  At three steps the state is restored into a fresh "
+                          "pipeline **of the other policy**, the records that re-enter the pipeline before each lane "
+                          "reaches a new chunk are counted (*measured*), and the next 8 batches must equal the "
+                          "uninterrupted run's."),
+        code('''
+keep = sorted({N["long"] // 4, N["long"] // 2, N["long"]})
+other = {"demand": "round_robin", "round_robin": "demand"}
+long, restores = {}, {}
+for f in POLICIES:
+    long[f] = an.trace(replace(CFG, feeding=f), N["long"], checkpoint_every=N["ckpt_every"], keep_states=keep,
+                       sample_every=max(1, N["long"] // 2000), progress=progress(f"trace {f}"))
+    follow = dict(long[f].followups)
+    restores[f] = [an.measure_restore(replace(CFG, feeding=other[f]), st, s, want=follow[s])
+                   for s, st in long[f].states]
+fig, ax = plt.subplots(1, 2)
+for f in POLICIES:
+    cs = [c.step for c in long[f].checkpoints]
+    ax[0].plot(cs, [c.nbytes for c in long[f].checkpoints], ".-", color=COLOR[f], label=f"{f}")
+    ax[1].plot(cs, [c.records for c in long[f].checkpoints], ".-", color=COLOR[f], label=f"{f}: predicted")
+    ax[1].plot([r.step for r in restores[f]], [r.replayed_records for r in restores[f]], "x", ms=10, color="k",
+               label=f"{f}: measured after restore" if f == "demand" else "measured after restore")
+ax[0].set_ylabel("checkpoint size (bytes)")
+ax[1].set_ylabel("replay on restore (records)")
+for a in ax:
+    a.set_xlabel("step (delivered batches)")
+legend_out(ax[1])
+plt.tight_layout()
+plt.show()
+print("policy        step   predicted chunks/records   measured chunks/records   next 8 equal   restore s")
+for f in POLICIES:
+    for r in restores[f]:
+        print(f"{f:12s} {r.step:>7,}  {r.predicted_chunks:>8} / {r.predicted_records:<8}      "
+              f"{r.replayed_chunks:>8} / {r.replayed_records:<8}      {r.next_items_equal!s:>5}   {r.seconds:.3f}")
+assert all((r.predicted_chunks, r.predicted_records) == (r.replayed_chunks, r.replayed_records)
+           and r.next_items_equal for f in POLICIES for r in restores[f])
+first_last = {}
+for f in POLICIES:
+    b = [c.nbytes for c in long[f].checkpoints]
+    rec = [c.records for c in long[f].checkpoints]
+    first_last[f] = (b[0], b[-1], max(b), rec[0], rec[-1], max(rec))
+    print(f"{f:12s}: checkpoint bytes first {b[0]:,}, last {b[-1]:,}, max {max(b):,}; "
+          f"predicted replay first {rec[0]:,}, last {rec[-1]:,}, max {max(rec):,} records")'''),
+        new_markdown_cell("## 3. Inflight growth over a long run, 10 seeds\n\n"
+                          "Each seed is a fresh corpus and source seed.  After every `drift_every` steps: the "
+                          "inflight chunks of the lane holding the most at that step.  Lines: the median over "
+                          "seeds; bands: the range over seeds.  The slope is fitted (least squares on log-log "
+                          "axes) over every measured point of each seed."),
+        code('''
+drift = {}
+for f in POLICIES:
+    for seed in N["seeds"]:
+        drift[(f, seed)] = an.drift_run(replace(CFG, seed=seed, feeding=f), N["drift"], sample_every=N["drift_every"])
+    print(f"{f}: {len(N['seeds'])} seeds x {N['drift']:,} steps done", flush=True)
+fig, ax = plt.subplots(1, 2)
+slopes, worst = {}, {}
+for f in POLICIES:
+    runs = [drift[(f, s)] for s in N["seeds"]]
+    steps = [p.step for p in runs[0]]
+    per_step = list(zip(*[[max(p.inflight) for p in pts] for pts in runs], strict=True))
+    med = [statistics.median(v) for v in per_step]
+    for a in ax:
+        a.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=COLOR[f], alpha=0.25,
+                       label=f"{f}: range over {len(runs)} seeds")
+        a.plot(steps, med, color=COLOR[f], lw=1.2, label=f"{f}: median")
+    slopes[f] = [an.loglog_slope([(p.step, max(p.inflight)) for p in pts]) for pts in runs]
+    worst[f] = [max(p.max_inflight_so_far for p in pts) for pts in runs]
+ax[1].set_xscale("log")
+ax[1].set_yscale("log")
+ax[0].set_title("linear axes")
+ax[1].set_title("log-log axes")
+for a in ax:
+    a.set_xlabel("step (delivered batches)")
+    a.set_ylabel("inflight chunks, fullest lane")
+legend_out(ax[1])
+plt.tight_layout()
+plt.show()
+print("seed  " + "  ".join(f"{f:>26s}" for f in POLICIES))
+for i, seed in enumerate(N["seeds"]):
+    print(f"{seed:>4}  " + "  ".join(f"worst {worst[f][i]:>4} chunks, slope {slopes[f][i]:>5.2f}" for f in POLICIES))
+stats = {f: (statistics.mean(slopes[f]), statistics.pstdev(slopes[f]), min(worst[f]),
+             statistics.median(worst[f]), max(worst[f])) for f in POLICIES}
+for f in POLICIES:
+    m, sd, lo, md, hi = stats[f]
+    print(f"{f:12s}: log-log slope {m:.2f} +- {sd:.2f} (mean +- sd over seeds); worst inflight of any lane over the "
+          f"run: min {lo}, median {md}, max {hi} chunks")
+assert max(worst["demand"]) <= BOUND < min(worst["round_robin"])'''),
+        new_markdown_cell("## 4. Where a checkpoint lands inside an epoch\n\n"
                           "For every checkpoint of section 2: the replay it implies against the phase of lane 0's "
                           "delivery inside its flush epoch (0 = just after a flush, 1 = just before the next)."),
-        new_code_cell(
-            "fig, ax = plt.subplots(figsize=(6, 3.4))\n"
-            "ph = [c.phase[0] for c in long.checkpoints]\n"
-            "ax.scatter(ph, [c.records for c in long.checkpoints], s=10)\n"
-            "ax.set_xlabel('phase of lane 0 inside its epoch')\n"
-            "ax.set_ylabel('records replayed (all lanes)')\n"
-            "plt.show()\n"
-            "lo = [c.records for c in long.checkpoints if c.phase[0] < 0.5]\n"
-            "hi = [c.records for c in long.checkpoints if c.phase[0] >= 0.5]\n"
-            "print(f'checkpoints in the first half of an epoch: {len(lo)}, mean replay {sum(lo) / max(1, len(lo)):,.0f} records; '\n"
-            "      f'second half: {len(hi)}, mean replay {sum(hi) / max(1, len(hi)):,.0f} records')\n"
-            "print(f'smallest replay {min(c.records for c in long.checkpoints):,} records = one epoch per lane '\n"
-            "      f'({CFG.k} chunks x {CFG.chunk_size} x {CFG.lanes} lanes = {CFG.k * CFG.chunk_size * CFG.lanes})')\n"
-            "assert min(c.records for c in long.checkpoints) >= CFG.k * CFG.chunk_size * CFG.lanes // 2"),
-        new_markdown_cell(
-            "**Conclusion.** Where a crash lands inside an epoch matters little: checkpoints in the "
-            "second half of an epoch replay only slightly more on average than those in the first half "
-            "(printed above).  The floor is two epochs per lane (the open one and the one being "
-            "drained: the smallest replay, 256 records, is twice the 128-record 'one epoch per lane' "
-            "unit printed above).  What moves the replay is the lane that is ahead of its round-robin "
-            "turn (section 3), whose whole backlog of epochs stays inflight.  Choose K with "
-            "`flush_tradeoffs.ipynb`."),
-        new_markdown_cell("RECOMMEND_EVICTION"),
+        code('''
+fig, ax = plt.subplots(figsize=(8, 3.6))
+phase = {}
+for f in POLICIES:
+    ph = [c.phase[0] for c in long[f].checkpoints]
+    rec = [c.records for c in long[f].checkpoints]
+    ax.scatter(ph, rec, s=10, color=COLOR[f], label=f)
+    lo = [r for p, r in zip(ph, rec, strict=True) if p < 0.5]
+    hi = [r for p, r in zip(ph, rec, strict=True) if p >= 0.5]
+    phase[f] = (statistics.mean(lo) if lo else 0.0, statistics.mean(hi) if hi else 0.0, len(lo), len(hi))
+    print(f"{f:12s}: mean replay {phase[f][0]:,.0f} records in the first half of an epoch ({phase[f][2]} "
+          f"checkpoints), {phase[f][1]:,.0f} in the second half ({phase[f][3]})")
+ax.set_xlabel("phase of lane 0 inside its epoch (fraction of K chunks)")
+ax.set_ylabel("replay (records, all lanes)")
+legend_out(ax)
+plt.tight_layout()
+plt.show()'''),
+        code('''
+d_m, d_sd, d_lo, d_md, d_hi = stats["demand"]
+r_m, r_sd, r_lo, r_md, r_hi = stats["round_robin"]
+fb, fr = first_last["demand"], first_last["round_robin"]
+conclusion("DRIFT_CONCLUSION", [
+    f"**Inflight growth ({len(N['seeds'])} seeds x {N['drift']:,} steps, 2 lanes, K = {CFG.k}).**  Under "
+    f"round-robin feeding (zephon 0.2.0's) the fullest lane's inflight set grows with the run: log-log slope "
+    f"{r_m:.2f} +- {r_sd:.2f} over seeds (fitted over every measured point), and the worst lane over the run "
+    f"held {r_lo} to {r_hi} chunks (median {r_md}).  Under demand feeding (zephon_ref's default) it does not "
+    f"grow: slope {d_m:.2f} +- {d_sd:.2f}, worst {d_lo} to {d_hi} chunks (median {d_md}), within the bound of "
+    f"{BOUND} chunks (sim.invariants.inflight_bound, K + ceil(W / c) with W = 0 for the inline runner) in "
+    f"every seed.",
+    "",
+    "*Why round robin grows.*  Both lanes are fed the same number of samples, but a lane's packed output "
+    "per sample depends on the documents it drew; the tail multiplexer takes one batch per lane in turn, so "
+    "the lane that produced more waits with its surplus, and every chunk it came from stays inflight.  The "
+    "surplus is a running sum of zero-mean differences: a random walk.  Demand feeding feeds a lane only "
+    "when the tail waits on it, so no surplus builds up.",
+    "",
+    f"*Checkpoints and replay* (section 2, {N['long']:,} steps): under demand feeding the checkpoint was "
+    f"{fb[0]:,} bytes at the first checkpoint and {fb[1]:,} at the last (max {fb[2]:,}), the predicted replay "
+    f"{fb[3]:,} and {fb[4]:,} records (max {fb[5]:,}); under round robin {fr[0]:,} and {fr[1]:,} bytes (max "
+    f"{fr[2]:,}), replay {fr[3]:,} and {fr[4]:,} records (max {fr[5]:,}).  Predicted replay equalled measured "
+    f"replay at every restore, and every checkpoint restored under the other policy delivered the "
+    f"uninterrupted run's next batches.",
+    "",
+    f"*Phase* (section 4): under demand feeding a checkpoint in the first half of an epoch replays "
+    f"{phase['demand'][0]:,.0f} records on average, in the second half {phase['demand'][1]:,.0f}; under round "
+    f"robin {phase['round_robin'][0]:,.0f} and {phase['round_robin'][1]:,.0f}.",
+])'''),
+        code('''
+conclusion("RECOMMEND_EVICTION", [
+    f"**Recommendation.**  Keep the default, `feeding=\\"demand\\"`: it bounds each lane's inflight set at "
+    f"{BOUND} chunks here (K = {CFG.k}) however long the run, which is what keeps checkpoints and restore "
+    f"replay flat (seed 000's bounded recovery), and it delivers the same stream as round robin.  Choose "
+    f"K with `flush_tradeoffs.ipynb`.  Use `feeding=\\"round_robin\\"` only to reproduce zephon 0.2.0's "
+    f"inflight sets (its worst lane here reached {r_hi} chunks in {N['drift']:,} steps).",
+])'''),
     ]
     return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                               "language": "python"}})
@@ -251,162 +292,164 @@ def eviction_timing() -> nbformat.NotebookNode:
 def flush_tradeoffs() -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(
-            "# Flush trade-offs: `flush_every_k_chunks` and `chunk_size`\n\n"
-            "Same pipeline as `eviction_timing.ipynb` (pack + shuffle + ensure_mixture + batch, 2 lanes, "
-            "repeat policy), same seed in every arm.  Swept: K in 0 (refused on a reordering plan), 1, 2, 4, "
-            "8, 16, 32, 64 and two chunk sizes.  Measured per arm by `sim.analysis.flush_arm`: packer padding "
-            "fraction, shuffle quality (mean displacement and Spearman rank correlation of delivery order "
-            "against source order, per lane), mixture deviation from the target per window of 64 records "
-            "(total-variation distance of token shares), replay (records of the inflight chunks at a "
-            "checkpoint every 8 steps), peak inflight and checkpoint bytes.\n\n"
+            "# Flush trade-offs: `flush_every_k_chunks` and `chunk_size`, over 5 seeds\n\n"
+            "Same pipeline as `eviction_timing.ipynb` (pack + shuffle + ensure_mixture + batch, 2 lanes, repeat "
+            "policy, demand feeding).  Swept: K in 0 (refused on a reordering plan), 1, 2, 4, 8, 16, 32, 64 and "
+            "two chunk sizes, each arm over 5 seeds (corpus and source seed).  Measured per arm by "
+            "`sim.analysis.flush_arm`: packer padding fraction, shuffle quality (mean displacement and Spearman "
+            "rank correlation of delivery order against source order, per lane), mixture deviation from the "
+            "target per window of 64 records (total-variation distance of token shares), replay (records of "
+            "the inflight chunks at a checkpoint every 8 steps), peak inflight and checkpoint bytes.  Points are "
+            "means over seeds, error bars one standard deviation.  The conclusions are printed by the code "
+            "cells from these numbers (and copied into `conclusions.md`).\n\n"
             "Size: `ZEPHON_NB_SIZE=ci` (default, CI) or `full` (stored outputs)."),
-        new_code_cell(SETUP_FLUSH),
-        new_code_cell(
-            "CFG = an.AnalysisConfig()\n"
-            "KS = [0, 1, 2, 4, 8, 16, 32, 64]\n"
-            "N = {\"ci\": dict(items=150, chunk_sizes=(16, 32)), \"full\": dict(items=4000, chunk_sizes=(16, 64))}[SIZE]\n"
-            "t0 = time.perf_counter()\n"
-            "arms = an.flush_sweep(CFG, KS, N['chunk_sizes'], N['items'], progress=lambda s: print(s, flush=True))\n"
-            "print(f'{time.perf_counter() - t0:.0f} s')\n"
-            "refused = [a for a in arms if isinstance(a, str)]\n"
-            "res = [a for a in arms if not isinstance(a, str)]\n"
-            "for r in refused:\n"
-            "    print(r)\n"
-            "print(f\"{'K':>3} {'chunk':>5} {'padding':>8} {'displ.':>7} {'spearman':>8} {'mix dev':>8} \"\n"
-            "      f\"{'replay mean':>11} {'replay max':>10} {'peak chunks':>11} {'peak recs':>9} {'ckpt B max':>10}\")\n"
-            "for r in res:\n"
-            "    print(f'{r.k:>3} {r.chunk_size:>5} {r.padding:>8.4f} {r.displacement:>7.2f} {r.spearman:>8.4f} '\n"
-            "          f'{r.mixture_dev:>8.4f} {r.replay_mean:>11,.0f} {r.replay_max:>10,} {r.peak_inflight:>11} '\n"
-            "          f'{r.peak_inflight_records:>9,} {r.ckpt_bytes_max:>10,}')\n"
-            "assert len(refused) == len(N['chunk_sizes']) and all('k=0' in r for r in refused)"),
-        new_code_cell(
-            "def series(cs, field):\n"
-            "    rows = [r for r in res if r.chunk_size == cs]\n"
-            "    return [r.k for r in rows], [getattr(r, field) for r in rows]\n"
-            "fields = [('padding', 'padding fraction'), ('displacement', 'mean displacement (records)'),\n"
-            "          ('spearman', 'rank correlation vs source order'), ('mixture_dev', 'mixture deviation (TV, per window)'),\n"
-            "          ('replay_max', 'replay at checkpoint, max (records)'), ('peak_inflight_records', 'peak inflight (records, one lane)'),\n"
-            "          ('ckpt_bytes_max', 'checkpoint bytes, max')]\n"
-            "fig, axes = plt.subplots(2, 4, figsize=(14, 6))\n"
-            "for ax, (f, title) in zip(axes.flat, fields, strict=False):\n"
-            "    for cs in N['chunk_sizes']:\n"
-            "        ks, ys = series(cs, f)\n"
-            "        ax.plot(ks, ys, 'o-', label=f'chunk_size {cs}')\n"
-            "    ax.set_xscale('log', base=2)\n"
-            "    ax.set_title(title, fontsize=9)\n"
-            "    ax.set_xlabel('flush_every_k_chunks')\n"
-            "axes.flat[0].legend(fontsize=7)\n"
-            "axes.flat[-1].axis('off')\n"
-            "plt.tight_layout()\n"
-            "plt.show()"),
-        new_code_cell(
-            "for cs in N['chunk_sizes']:\n"
-            "    rows = {r.k: r for r in res if r.chunk_size == cs}\n"
-            "    a, b = rows[1], rows[64]\n"
-            "    print(f'chunk_size {cs}: K 1 -> 64: padding {a.padding:.4f} -> {b.padding:.4f}, displacement '\n"
-            "          f'{a.displacement:.1f} -> {b.displacement:.1f}, spearman {a.spearman:.4f} -> {b.spearman:.4f}, '\n"
-            "          f'mixture dev {a.mixture_dev:.4f} -> {b.mixture_dev:.4f}, replay max {a.replay_max:,} -> {b.replay_max:,}, '\n"
-            "          f'peak inflight {a.peak_inflight_records:,} -> {b.peak_inflight_records:,} records, '\n"
-            "          f'ckpt {a.ckpt_bytes_max:,} -> {b.ckpt_bytes_max:,} B')\n"
-            "    assert b.padding < a.padding and b.displacement > a.displacement\n"
-            "    assert b.replay_max > a.replay_max and b.peak_inflight_records > a.peak_inflight_records"),
-        new_markdown_cell("FLUSH_CONCLUSION"),
-        new_markdown_cell("## Recommended settings for three workloads\n\n"
-                          "Each recommendation is computed from the sweep above by a stated rule (so it moves "
-                          "with the numbers):\n\n"
-                          "* **A. Preemptible pretraining fleet** (restarts several times a day; the replay on "
-                          "restart is the cost): the largest K whose worst replay is within 4x of K=1's, at "
-                          "the larger chunk size;\n"
-                          "* **B. Long stable run, quality-sensitive (curated SFT mixture)**: the knee: the "
-                          "smallest K that gets 80% of the achievable gain (K=1 to the best arm) in padding "
-                          "and in shuffle displacement, at the larger chunk size;\n"
-                          "* **C. Many lanes on a memory-tight host** (64+ lanes per process, inflight memory "
-                          "and checkpoint bytes multiply by lanes): the smallest chunk size, and the largest K "
-                          "whose peak inflight stays within 2x of K=1's."),
-        new_code_cell(
-            "big, small = max(N['chunk_sizes']), min(N['chunk_sizes'])\n"
-            "\n"
-            "\n"
-            "def arm(cs, k):\n"
-            "    return next(r for r in res if r.chunk_size == cs and r.k == k)\n"
-            "\n"
-            "\n"
-            "ks = [k for k in KS if k > 0]\n"
-            "A = max(k for k in ks if arm(big, k).replay_max <= 4 * arm(big, 1).replay_max)\n"
-            "def gain(field, k, better):\n"
-            "    vals = [getattr(arm(big, j), field) for j in ks]\n"
-            "    best = better(vals)\n"
-            "    base = getattr(arm(big, 1), field)\n"
-            "    return 1.0 if best == base else (getattr(arm(big, k), field) - base) / (best - base)\n"
-            "\n"
-            "\n"
-            "knee = [k for k in ks if gain('padding', k, min) >= 0.8 and gain('displacement', k, max) >= 0.8]\n"
-            "B = min(knee) if knee else max(ks, key=lambda k: gain('padding', k, min) + gain('displacement', k, max))\n"
-            "C = max(k for k in ks if arm(small, k).peak_inflight_records <= 2 * arm(small, 1).peak_inflight_records)\n"
-            "for name, cs, k in (('A preemptible pretraining', big, A), ('B long quality-sensitive run', big, B),\n"
-            "                    ('C many lanes, memory-tight', small, C)):\n"
-            "    r = arm(cs, k)\n"
-            "    print(f'{name:30s}: chunk_size={cs}, flush_every_k_chunks={k}  (padding {r.padding:.4f}, '\n"
-            "          f'displacement {r.displacement:.1f}, mixture dev {r.mixture_dev:.4f}, replay max {r.replay_max:,} '\n"
-            "          f'records, peak inflight {r.peak_inflight_records:,} records, ckpt max {r.ckpt_bytes_max:,} B)')"),
-        new_markdown_cell("RECOMMEND_FLUSH"),
+        code(SETUP_FLUSH),
+        code('''
+CFG = an.AnalysisConfig()
+KS = [0, 1, 2, 4, 8, 16, 32, 64]
+SEEDS = tuple(range(5))
+N = {"ci": dict(items=80, chunk_sizes=(16, 32)), "full": dict(items=2000, chunk_sizes=(16, 64))}[SIZE]
+t0 = time.perf_counter()
+arms = {}
+refused = []
+for seed in SEEDS:
+    for a in an.flush_sweep(replace(CFG, seed=seed), KS, N["chunk_sizes"], N["items"]):
+        if isinstance(a, str):
+            refused.append(a)
+        else:
+            arms[(a.chunk_size, a.k, seed)] = a
+    print(f"seed {seed} done", flush=True)
+print(f"{time.perf_counter() - t0:.0f} s")
+print(refused[0])
+FIELDS = ["padding", "displacement", "spearman", "mixture_dev", "replay_max", "peak_inflight_records", "ckpt_bytes_max"]
+ks = [k for k in KS if k > 0]
+
+
+def mean_sd(cs, k, field):
+    vals = [getattr(arms[(cs, k, s)], field) for s in SEEDS]
+    return statistics.mean(vals), statistics.pstdev(vals)
+
+
+print(f"{'K':>3} {'chunk':>5} " + " ".join(f"{f:>22s}" for f in FIELDS))
+for cs in N["chunk_sizes"]:
+    for k in ks:
+        print(f"{k:>3} {cs:>5} " + " ".join(f"{mean_sd(cs, k, f)[0]:>12.4g} +-{mean_sd(cs, k, f)[1]:>8.2g}" for f in FIELDS))
+assert len(refused) == len(N["chunk_sizes"]) * len(SEEDS) and all("k=0" in r for r in refused)'''),
+        code('''
+TITLES = {"padding": "padding (fraction of capacity)", "displacement": "mean displacement (records)",
+          "spearman": "rank correlation vs source order", "mixture_dev": "mixture deviation (TV distance)",
+          "replay_max": "worst replay (records)", "peak_inflight_records": "peak inflight (records, one lane)",
+          "ckpt_bytes_max": "largest checkpoint (bytes)"}
+fig, axes = plt.subplots(2, 4, figsize=(14, 6.5))
+for ax, f in zip(axes.flat, FIELDS, strict=False):  # 7 fields, 8 panels
+    for cs in N["chunk_sizes"]:
+        ms = [mean_sd(cs, k, f) for k in ks]
+        ax.errorbar(ks, [m for m, _ in ms], yerr=[sd for _, sd in ms], fmt="o-", capsize=3, ms=4,
+                    label=f"chunk_size {cs}")
+    ax.set_xscale("log", base=2)
+    ax.set_title(TITLES[f], fontsize=9)
+    ax.set_xlabel("flush_every_k_chunks (chunks)")
+    ax.set_ylabel(TITLES[f].split(" (")[-1].rstrip(")") if "(" in TITLES[f] else "rho")
+handles, labels = axes.flat[0].get_legend_handles_labels()
+axes.flat[-1].axis("off")
+axes.flat[-1].legend(handles, labels, loc="center", title=f"mean +- sd over {len(SEEDS)} seeds")
+plt.tight_layout()
+plt.show()'''),
+        new_markdown_cell("### Does a finding hold across seeds and run length?\n\n"
+                          "Each direction K = 1 -> 64 is counted per seed; the earlier finding \"mixture deviation "
+                          "gets worse at K >= 32\" is tested per seed at the full run length and at a quarter of "
+                          "it (larger chunk size)."),
+        code('''
+def holds(cs, field, up):
+    """Seeds in which field moved in the stated direction from K=1 to K=64."""
+    return sum((getattr(arms[(cs, 64, s)], field) > getattr(arms[(cs, 1, s)], field)) == up for s in SEEDS)
+
+
+direction = {"padding": False, "displacement": True, "replay_max": True, "peak_inflight_records": True,
+             "ckpt_bytes_max": True}
+for cs in N["chunk_sizes"]:
+    for f, up in direction.items():
+        print(f"chunk_size {cs}: {f} {'rises' if up else 'falls'} from K=1 to K=64 in {holds(cs, f, up)} of "
+              f"{len(SEEDS)} seeds")
+big, small = max(N["chunk_sizes"]), min(N["chunk_sizes"])
+short = N["items"] // 4
+mix = {}
+for length in (N["items"], short):
+    worse = 0
+    for s in SEEDS:
+        if length == N["items"]:
+            dev = {k: arms[(big, k, s)].mixture_dev for k in (8, 16, 32, 64)}
+        else:
+            dev = {k: an.flush_arm(replace(CFG, seed=s, k=k, chunk_size=big), length).mixture_dev
+                   for k in (8, 16, 32, 64)}
+        worse += min(dev[32], dev[64]) > max(dev[8], dev[16])
+    mix[length] = worse
+    print(f"{length:,} items, chunk_size {big}: mixture deviation at K=32 and 64 above K=8 and 16 in {worse} of "
+          f"{len(SEEDS)} seeds")'''),
+        code('''
+def gain(field, k, better):
+    vals = [mean_sd(big, j, field)[0] for j in ks]
+    best, base = better(vals), mean_sd(big, 1, field)[0]
+    return 1.0 if best == base else (mean_sd(big, k, field)[0] - base) / (best - base)
+
+
+A = max(k for k in ks if mean_sd(big, k, "replay_max")[0] <= 4 * mean_sd(big, 1, "replay_max")[0])
+knee = [k for k in ks if gain("padding", k, min) >= 0.8 and gain("displacement", k, max) >= 0.8]
+B = min(knee) if knee else max(ks, key=lambda k: gain("padding", k, min) + gain("displacement", k, max))
+C = max(k for k in ks if mean_sd(small, k, "peak_inflight_records")[0] <= 2 * mean_sd(small, 1, "peak_inflight_records")[0])
+rec = {}
+for name, cs, k in (("A", big, A), ("B", big, B), ("C", small, C)):
+    rec[name] = (cs, k, *(mean_sd(cs, k, f)[0] for f in FIELDS))
+    print(f"{name}: chunk_size={cs}, flush_every_k_chunks={k}: " + ", ".join(
+        f"{f} {mean_sd(cs, k, f)[0]:.4g}" for f in FIELDS))'''),
+        code('''
+def m(cs, k, f):
+    return mean_sd(cs, k, f)[0]
+
+
+lines = [f"**Flush trade-offs** ({N['items']:,} batches per arm, {len(SEEDS)} seeds, means over seeds).  A larger "
+         f"`flush_every_k_chunks` buys less padding and more local shuffling, and pays for it in replay, memory and "
+         f"checkpoint bytes:", ""]
+for cs in N["chunk_sizes"]:
+    lines.append(
+        f"* chunk_size {cs}: padding {m(cs, 1, 'padding'):.3f} (K = 1) -> {m(cs, 8, 'padding'):.3f} (K = 8) -> "
+        f"{m(cs, 64, 'padding'):.3f} (K = 64), falling in {holds(cs, 'padding', False)} of {len(SEEDS)} seeds; "
+        f"displacement {m(cs, 1, 'displacement'):.1f} -> {m(cs, 64, 'displacement'):.1f} records "
+        f"({holds(cs, 'displacement', True)} of {len(SEEDS)}); worst replay {m(cs, 1, 'replay_max'):,.0f} -> "
+        f"{m(cs, 64, 'replay_max'):,.0f} records ({holds(cs, 'replay_max', True)} of {len(SEEDS)}); largest "
+        f"checkpoint {m(cs, 1, 'ckpt_bytes_max'):,.0f} -> {m(cs, 64, 'ckpt_bytes_max'):,.0f} bytes; rank "
+        f"correlation {m(cs, 1, 'spearman'):.4f} -> {m(cs, 64, 'spearman'):.4f}.")
+held = all(v == len(SEEDS) for v in mix.values())
+lines += ["", (f"*Mixture deviation at large K*: at chunk_size {big} the deviation at K = 32 and 64 exceeded "
+               f"K = 8 and 16 in {mix[N['items']]} of {len(SEEDS)} seeds at {N['items']:,} batches and in "
+               f"{mix[short]} of {len(SEEDS)} at {short:,}; "
+               + ("the finding holds across these seeds and lengths." if held else
+                  "the earlier finding \\"mixture deviation gets worse at K >= 32\\" does not hold across seeds "
+                  "and run lengths and is withdrawn."))]
+conclusion("FLUSH_CONCLUSION", lines)
+names = {"A": "Preemptible pretraining fleet (the largest K whose worst replay is within 4x of K = 1's)",
+         "B": "Long stable, quality-sensitive run (the smallest K reaching 80% of the padding and shuffling gain)",
+         "C": "Many lanes on a memory-tight host (smallest chunk size; the largest K whose peak inflight is within "
+              "2x of K = 1's)"}
+conclusion("RECOMMEND_FLUSH", [
+    f"* **{names[n]}:** `chunk_size={rec[n][0]}, flush_every_k_chunks={rec[n][1]}`: padding {rec[n][2]:.3f}, "
+    f"displacement {rec[n][3]:.1f}, worst replay {rec[n][6]:,.0f} records, peak inflight {rec[n][7]:,.0f} records, "
+    f"largest checkpoint {rec[n][8]:,.0f} bytes (means over {len(SEEDS)} seeds)." for n in ("A", "B", "C")])'''),
     ]
     return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                               "language": "python"}})
 
 
-TEXT: dict[str, str] = {}
-TEXT_FILE = HERE / "conclusions.md"
-
-
-def _texts() -> dict[str, str]:
-    """Conclusions written after reading the full-size outputs, kept in conclusions.md by key."""
-    out: dict[str, str] = {}
-    if TEXT_FILE.exists():
-        key = None
-        for line in TEXT_FILE.read_text().splitlines():
-            if line.startswith("## ") and line[3:].strip().isupper():
-                key = line[3:].strip()
-                out[key] = ""
-            elif key is not None:
-                out[key] += line + "\n"
-    return {k: v.strip() for k, v in out.items()}
-
-
-def _fill(nb: nbformat.NotebookNode, texts: dict[str, str]) -> None:
-    """Put the written conclusions into their cells (keyed by metadata, so refilling works)."""
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        key = cell.metadata.get("conclusion")
-        if key is None and cell.source.strip().isupper() and "_" in cell.source:
-            key = cell.metadata["conclusion"] = cell.source.strip()
-        if key is not None and key in texts:
-            cell.source = texts[key]
-
-
 def build() -> list[Path]:
-    texts = _texts()
     paths = []
-    for name, nb in (("eviction_timing", eviction_timing()), ("flush_tradeoffs", flush_tradeoffs())):
-        _fill(nb, texts)
+    for name, nb in zip(NAMES, (eviction_timing(), flush_tradeoffs()), strict=True):
         path = HERE / f"{name}.ipynb"
         nbformat.write(nb, path)
         paths.append(path)
     return paths
 
 
-def refill() -> None:
-    """Refill the conclusions of the committed (executed) notebooks, keeping code and outputs."""
-    texts = _texts()
-    for name in ("eviction_timing", "flush_tradeoffs"):
-        path = HERE / f"{name}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        _fill(nb, texts)
-        nbformat.write(nb, path)
-
-
-def execute(paths: list[Path], size: str, timeout: int = 3600) -> None:
+def execute(paths: list[Path], size: str, timeout: int = 7200) -> None:
     import os
 
     from nbclient import NotebookClient
@@ -420,10 +463,47 @@ def execute(paths: list[Path], size: str, timeout: int = 3600) -> None:
         print(f"executed {path.name} at size {size}")
 
 
+def printed(nb: nbformat.NotebookNode) -> str:
+    """Everything the notebook's code cells printed (stream outputs), in order."""
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                   if o.get("output_type") == "stream")
+
+
+def conclusions_from(notebooks: dict[str, nbformat.NotebookNode]) -> str:
+    """conclusions.md: the ``## KEY`` ... ``## END`` blocks the executed notebooks printed."""
+    out = ["# Conclusions of the notebooks (generated)", "",
+           "Generated by `python3 notebooks/build_notebooks.py --conclusions` from the printed outputs of the "
+           "executed notebooks (each block below is printed by a notebook cell from the numbers it measured; do "
+           "not edit by hand).", ""]
+    for name in NAMES:
+        text = printed(notebooks[name])
+        size = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("size:")), "?")
+        out += [f"<!-- {name}.ipynb, size {size} -->", ""]
+        block: list[str] | None = None
+        for line in text.splitlines():
+            if line.startswith(MARK) and line[len(MARK):].strip() == "END":
+                if block is not None:
+                    out += [*block, ""]
+                block = None
+            elif line.startswith(MARK) and line[len(MARK):].strip().replace("_", "").isupper():
+                block = [line]
+            elif block is not None:
+                block.append(line)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def write_conclusions() -> Path:
+    nbs = {name: nbformat.read(HERE / f"{name}.ipynb", as_version=4) for name in NAMES}
+    path = HERE / "conclusions.md"
+    path.write_text(conclusions_from(nbs))
+    return path
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--refill"]:
-        refill()
+    if sys.argv[1:] == ["--conclusions"]:
+        print(write_conclusions())
         raise SystemExit(0)
     built = build()
     if len(sys.argv) > 2 and sys.argv[1] == "--execute":
         execute(built, sys.argv[2])
+        print(write_conclusions())

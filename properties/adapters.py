@@ -231,12 +231,15 @@ class PipelineAdapter:
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk"})
 ADAPTERS: dict[str, PipelineAdapter] = {
-    # the inline runner admits only what delivery needs, so its checkpoint after n items is the same
-    # bytes in every run; the threads runner admits ahead on its own threads, so how far it got (the
-    # inflight chunks) depends on timing: a valid state, but not a deterministic one
+    # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
+    # threads runner's consumer admits, within a window of queue_size messages, from what came back,
+    # never from timing), so the checkpoint after n items is the same bytes in every run; under
+    # round-robin feeding the threads runner's feeder thread runs ahead, and its checkpoints are valid
+    # but timing-dependent
     "inline": PipelineAdapter("inline", "zephon_ref", {"runner": "inline"},
                               _REF_FEATURES | {"deterministic_checkpoints"}),
-    "threads": PipelineAdapter("threads", "zephon_ref", {"runner": "threads", "max_workers": 2}, _REF_FEATURES),
+    "threads": PipelineAdapter("threads", "zephon_ref", {"runner": "threads", "max_workers": 2},
+                               _REF_FEATURES | {"deterministic_checkpoints"}),
     # zephon 0.2.0 takes the same execution options, but its threads runner changes the data
     # (docs/divergences.md), so the plain adapter leaves "runners" out and the machine checks
     # what zephon gets right; "zephon_runners" turns it on to show the difference.

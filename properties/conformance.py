@@ -493,23 +493,20 @@ def _runner(adapter: Any, cfg: PipelineConfig) -> str:
     return str({**dict(cfg.options), **dict(getattr(adapter, "execution", None) or {})}.get("runner") or "inline")
 
 
-def _inflight_problems(cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1,
-                       runner: str = "inline") -> list[str]:
-    k = int(cfg.options.get("flush_every_k_chunks") or 0)
-    depth = inv.depth_samples(runner=runner, n_stages=len(cfg.chain) + 3)
+def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1) -> list[str]:
+    """The first checkpoint (of ``cks``, one every ``every`` items) that breaks the inflight bound
+    (:func:`properties.invariants.adapter_inflight_checker`: the bound, where and how it applies)."""
+    check = inv.adapter_inflight_checker(adapter, cfg)
     for i, ck in enumerate(cks):
-        counts, smallest = inv.inflight_observation(ck)
-        if smallest is not None:
-            bound = inv.inflight_bound(k=k, monotone=k == 0, depth_samples=depth, min_chunk=smallest)
-            problems = inv.bounded_inflight_problems([counts], bound=bound)
-            if problems:
-                return [f"after {i * every} items: {problems[0]}"]
+        problems = check(ck)
+        if problems:
+            return [f"after {i * every} items: {problems[0]}"]
     return []
 
 
 def _bounded_inflight(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     _, cks = _every_cut(adapter, cfg)
-    problems = _inflight_problems(cfg, cks, runner=_runner(adapter, cfg))
+    problems = _inflight_problems(adapter, cfg, cks)
     assert not problems, problems[0]
 
 
@@ -582,21 +579,6 @@ def long_run_config(items: int) -> PipelineConfig:
         options={"runner": "inline", "canonical_replicas": 4, "flush_every_k_chunks": 2})
 
 
-def feeding_is_demand_paced() -> bool:
-    """Whether zephon_ref's pipeline feeds its lanes on demand by default (issue 21).  Under
-    round-robin feeding (every release so far) the inflight chunks of a long run grow past
-    :func:`sim.invariants.inflight_bound` (a known growth, being fixed in issue 21); the long-run
-    row then reports the growth instead of failing, and enforces the bound once the default is
-    demand-paced."""
-    from zephon_ref import pipeline
-
-    for table in ("_EXEC_OPTIONS", "_DATA_OPTIONS"):
-        for key, default in getattr(pipeline, table, {}).items():
-            if "feed" in key and "demand" in str(default):
-                return True
-    return False
-
-
 def _long_run(adapter: Any, items: int) -> Row:
     """One run of at least ``items`` items: inflight bounded at (about) 500 evenly spaced
     checkpoints, the lineage row's checks at the end."""
@@ -610,12 +592,16 @@ def _long_run(adapter: Any, items: int) -> Row:
         warnings.simplefilter("ignore")
         got, cks = _every_cut(adapter, cfg, every)
     problems = [] if len(got) >= items else [f"expected at least {items} items, the run delivered {len(got)}"]
-    inflight = _inflight_problems(cfg, cks, every=every, runner=_runner(adapter, cfg))
+    problems += _inflight_problems(adapter, cfg, cks, every=every)
     note = None
-    if inflight and not feeding_is_demand_paced():
-        note = (f"{len(got)} items; inflight grows under round-robin feeding (known, issue 21): {inflight[0]}")
-        inflight = []
-    problems += inflight
+    if inv.adapter_feeding(adapter, cfg) != "demand":  # round robin has no bound (issue 21): report how it grew
+        worst = 0
+        points = []
+        for i, ck in enumerate(cks):
+            counts, _ = inv.inflight_observation(ck)
+            worst = max([worst, *counts.values()])
+            points.append((i * every, worst))
+        note = f"{len(got)} items, round-robin feeding (no bound): {inv.inflight_growth(points)}"
     problems += lineage_problems(cfg, got) + final_state_problems(cks[-1], what="the checkpoint after the last item")
     seconds = time.perf_counter() - t0
     if problems:

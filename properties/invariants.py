@@ -21,7 +21,7 @@ It returns a :class:`~sim.checker.LineageReport`; assert ``report.ok`` and print
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from properties.pipelines import PipelineConfig, build_pipeline, checkpoints_at_every_cut, item_view
@@ -34,6 +34,7 @@ from sim.invariants import (
     eviction_safety_problems,
     global_step_problems,
     inflight_bound,
+    inflight_growth,
     lane_stream_problems,
     per_lane,
     resume_problems,
@@ -43,20 +44,60 @@ from sim.invariants import (
 __all__ = [
     "LaneCut", "LaneLineage", "LineageReport", "admitted_from_source", "bounded_inflight_problems",
     "check_bounded_inflight", "check_checkpoint_bytes", "check_eviction_safety", "check_resume",
-    "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "encoding_problems", "eviction_safety_problems",
-    "global_step_problems", "inflight_bound", "inflight_observation", "lane_cut", "lane_stream_problems",
-    "needs_of", "no_skip_no_duplicate", "per_lane", "records_of", "resume_problems",
-    "reversed_dicts", "settings_invariance_problems",
+    "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "encoding_problems",
+    "adapter_feeding", "adapter_inflight_checker", "eviction_safety_problems", "exhausted_lanes", "global_step_problems", "inflight_bound", "inflight_checker",
+    "inflight_growth", "inflight_observation", "lane_cut", "lane_stream_problems", "needs_of",
+    "no_skip_no_duplicate", "per_lane", "records_of", "resume_problems", "reversed_dicts",
+    "settings_invariance_problems",
 ]
 
 
-def depth_samples(*, runner: str, n_stages: int, queue_size: int = 8, fetch_batch: int = 64) -> int:
-    """D of :func:`sim.invariants.inflight_bound` for a runner: the inline runner holds at most one
-    fetch micro-batch; the threads runner adds ``queue_size`` messages per queue (the source queue's
-    are single samples, the stage queues' hold up to a fetch micro-batch each)."""
-    if runner == "inline":
-        return fetch_batch
-    return fetch_batch + queue_size * (1 + n_stages * fetch_batch)
+def depth_samples(*, runner: str, n_stages: int = 0, queue_size: int = 8) -> int:
+    """W of :func:`sim.invariants.inflight_bound` for a runner under demand-paced feeding: the
+    source items it may admit for a lane past the one that produced the lane's next item (the
+    inline runner runs every stage dry after each admission: 0; the threads runner keeps at most
+    ``queue_size`` admitted messages in its queues).  ``n_stages`` is accepted and unused (the
+    queues between stages hold what those items became, not more items)."""
+    return 0 if runner == "inline" else queue_size
+
+
+def exhausted_lanes(cfg: PipelineConfig, state: Mapping[str, Any], *, source: Any = None) -> list[int]:
+    """The lanes of a zephon_ref checkpoint of ``cfg`` whose work source has no chunk left (their
+    next ``next_chunk()`` is None): from the first of them on, the run is in its end-of-data phase,
+    where :func:`inflight_bound` does not apply (see its docstring).  ``source``: the work source
+    of ``cfg`` if the caller has it (built otherwise)."""
+    if source is None:
+        source = build_pipeline("zephon_ref", cfg)._source
+    c = int(state["world"]["canonical_replicas"])
+    out = []
+    for lane, ws in sorted((int(k), v) for k, v in (state.get("lane_ws_state") or {}).items()):
+        clone = source.clone_for_lane(lane, c)
+        clone.load_state_dict(copy.deepcopy(ws))
+        if clone.next_chunk() is None:
+            out.append(lane)
+    return out
+
+
+def inflight_checker(cfg: PipelineConfig, *, window: int,
+                     feeding: str = "demand") -> Callable[[Mapping[str, Any]], list[str]]:
+    """Bounded inflight state, one checkpoint of ``cfg`` (a zephon_ref state) at a time: every
+    lane holds at most :func:`inflight_bound` chunks.  Nothing is checked under round-robin
+    feeding (it has no bound: report :func:`inflight_growth` instead), in the end-of-data phase
+    (:func:`exhausted_lanes`) or when no lane holds a chunk.  ``window``: :func:`depth_samples`."""
+    p = build_pipeline("zephon_ref", cfg)
+    k, monotone = int(p._resolve_k(warn=False)), bool(p.preserves_cursor_order)
+
+    def check(state: Mapping[str, Any]) -> list[str]:
+        counts, smallest = inflight_observation(state)
+        if feeding != "demand" or smallest is None:
+            return []
+        bound = inflight_bound(k=k, monotone=monotone, depth_samples=window, min_chunk=smallest)
+        problems = bounded_inflight_problems([counts], bound=bound)
+        if problems and exhausted_lanes(cfg, state, source=p._source):
+            return []  # end of data: the bound does not apply there
+        return problems
+
+    return check
 
 
 def inflight_observation(state: Mapping[str, Any]) -> tuple[dict[int, int], int | None]:
@@ -103,19 +144,38 @@ def check_settings_invariance(cfg: PipelineConfig, executions: Mapping[str, Mapp
     return settings_invariance_problems(runs)
 
 
-def check_bounded_inflight(cfg: PipelineConfig, *, runner: str = "inline", queue_size: int = 8) -> list[str]:
-    """Checkpoint after every item; each lane's inflight chunks stay within :func:`inflight_bound`."""
-    p = build_pipeline("zephon_ref", cfg, runner=runner, op_queue_capacity=queue_size)
-    k = int(p._resolve_k(warn=False))
-    monotone = bool(p.preserves_cursor_order)
-    depth = depth_samples(runner=runner, n_stages=len(cfg.chain) + 3, queue_size=queue_size)
+def adapter_feeding(adapter: Any, cfg: PipelineConfig) -> str:
+    """The feeding policy of the runs ``adapter`` builds for ``cfg``: the adapter's ``feeding``
+    attribute if it has one; zephon 0.2.0 feeds round robin; zephon_ref as its options say
+    (on demand by default)."""
+    options = {**dict(cfg.options), **dict(getattr(adapter, "execution", {}) or {})}
+    return str(getattr(adapter, "feeding", None)
+               or ("round_robin" if getattr(adapter, "impl", "") == "zephon" else options.get("feeding", "demand")))
+
+
+def adapter_inflight_checker(adapter: Any, cfg: PipelineConfig, *,
+                             window: int | None = None) -> Callable[[Mapping[str, Any]], list[str]]:
+    """:func:`inflight_checker` for the runs an adapter builds: its runner's window (or ``window``,
+    e.g. the loosest of the runners a machine switches between), and its feeding policy (an
+    adapter's ``feeding`` attribute if it has one; zephon 0.2.0 feeds round robin, so its rows
+    report no bound; zephon_ref feeds as the options say, on demand by default)."""
+    options = {**dict(cfg.options), **dict(getattr(adapter, "execution", {}) or {})}
+    feeding = adapter_feeding(adapter, cfg)
+    if window is None:
+        window = depth_samples(runner=str(options.get("runner", "inline")),
+                               queue_size=int(options.get("op_queue_capacity") or 8))
+    return inflight_checker(cfg, window=window, feeding=feeding)
+
+
+def check_bounded_inflight(cfg: PipelineConfig, *, runner: str = "inline", queue_size: int = 8,
+                           feeding: str = "demand") -> list[str]:
+    """Checkpoint after every item; each lane's inflight chunks stay within :func:`inflight_bound`
+    (see :func:`inflight_checker` for where it is not checked)."""
+    p = build_pipeline("zephon_ref", cfg, runner=runner, op_queue_capacity=queue_size, feeding=feeding)
+    check = inflight_checker(cfg, window=depth_samples(runner=runner, queue_size=queue_size), feeding=feeding)
     problems: list[str] = []
     for _ in p:
-        counts, smallest = inflight_observation(p.checkpoint())
-        if smallest is None:
-            continue
-        bound = inflight_bound(k=k, monotone=monotone, depth_samples=depth, min_chunk=smallest)
-        problems = bounded_inflight_problems([counts], bound=bound)
+        problems = check(p.checkpoint())
         if problems:
             break
     return problems

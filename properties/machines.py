@@ -251,14 +251,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 state = self.run.checkpoint()
-            counts, smallest = inv.inflight_observation(state)
-            if smallest is not None:
-                # the loosest bound any runner this machine uses allows (the threads runner's depth)
-                depth = inv.depth_samples(runner="threads", n_stages=len(self.cfg.chain) + 3)
-                k = int(self.cfg.options.get("flush_every_k_chunks") or 0)
-                bound = inv.inflight_bound(k=k, monotone=k == 0, depth_samples=depth, min_chunk=smallest)
-                problems = inv.bounded_inflight_problems([counts], bound=bound)
-                assert not problems, f"{adapter.name}: " + "; ".join(problems)
+            # the loosest window of the runners this machine switches between (queue sizes <= 8)
+            problems = inv.adapter_inflight_checker(adapter, self.cfg, window=8)(state)
+            assert not problems, f"{adapter.name}: " + "; ".join(problems)
             cursors = state.get("replay_cursors") or {}
             pinned = frozenset((int(lane), int(c[0])) for lane, c in cursors.items() if c is not None)
             problems = inv.eviction_safety_problems([(self.pos, inv.lane_cut(state))], self.needs, pinned=[pinned])

@@ -26,14 +26,14 @@ What it measures:
   deviation per window, replay cost, peak inflight and checkpoint bytes for one
   ``(flush_every_k_chunks, chunk_size)`` arm, same seed in every arm;
 * :func:`drift_run` -- a long run (repeat policy) that records the per-lane
-  inflight spread at doubling step counts, with or without back-pressure.
+  inflight spread at doubling step counts, under either feeding policy.
 
-Back-pressure (``AnalysisConfig.backpressure``) is the documented *option*: the
-driver admits only for the lane the tail multiplexer is waiting on (through
-``Engine.admit(lane=...)``), so a lane that is ahead is not fed.  Every operator
-keeps its state per lane, so the delivered stream is the same (checked by the
-tests); only how much is inflight changes.  The zephon-conformant behaviour
-(round-robin admission per sample) is the default.
+The feeding policy (``AnalysisConfig.feeding``) is the pipeline's execution setting
+``options(feeding=...)``: ``"demand"`` (zephon_ref's default) admits only for the lane
+the tail multiplexer is waiting on, so a lane that is ahead is not fed;
+``"round_robin"`` is zephon 0.2.0's per-sample round robin.  Every operator keeps its
+state per lane, so the delivered stream is the same (checked by the tests); only how
+much is inflight changes.
 
 Determinism: everything is a function of the config (no clock in any number
 except the explicitly timed restore seconds, which are reported, never
@@ -58,7 +58,8 @@ from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
 
 __all__ = [
     "AnalysisConfig", "ArmResult", "CheckpointSample", "DriftPoint", "FlushArmIllegal", "LaneSample",
-    "RestoreResult", "Trace", "build_pipeline", "drift_run", "flush_arm", "flush_sweep", "measure_restore",
+    "RestoreResult", "Trace", "build_pipeline", "drift_run", "flush_arm", "flush_sweep", "loglog_slope",
+    "measure_restore",
     "spearman", "trace",
 ]
 
@@ -85,7 +86,7 @@ class AnalysisConfig:
     mixture: Mixture = DEFAULT_MIXTURE
     mean_log_words: float = 3.5
     repeat: bool = True
-    backpressure: bool = False
+    feeding: str = "demand"  # the pipeline's feeding policy: "demand" or "round_robin"
     plan: str = "epoch"  # "epoch": pack + shuffle + ensure_mixture + batch; "monotone": tokens + batch
 
 
@@ -94,6 +95,8 @@ class AnalysisConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(expected(f"AnalysisConfig.{name}", "an int >= 1", v))
+        if self.feeding not in ("demand", "round_robin"):
+            raise ConfigError(expected("AnalysisConfig.feeding", "'demand' or 'round_robin'", self.feeding))
         if self.plan not in ("epoch", "monotone"):
             raise ConfigError(expected("AnalysisConfig.plan", "'epoch' or 'monotone'", self.plan))
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
@@ -114,27 +117,28 @@ def build_pipeline(cfg: AnalysisConfig) -> Pipeline:
                                      seed=cfg.seed, **kw)
     if cfg.plan == "monotone":  # every operator preserves cursor order: watermark eviction, K forced to 0
         return (Pipeline(source).map_transform(token_ids).batch(cfg.microbatch)
-                .options(runner="inline", canonical_replicas=cfg.lanes, flush_every_k_chunks=0))
+                .options(runner="inline", canonical_replicas=cfg.lanes, flush_every_k_chunks=0,
+                         feeding=cfg.feeding))
     return (Pipeline(source)
             .map_transform(token_ids)
             .pack_sequences(cfg.max_length, num_bins=cfg.num_bins)
             .shuffle(cfg.shuffle_buffer, seed=cfg.seed)
             .ensure_mixture()
             .batch(cfg.microbatch)
-            .options(runner="inline", canonical_replicas=cfg.lanes, flush_every_k_chunks=cfg.k))
+            .options(runner="inline", canonical_replicas=cfg.lanes, flush_every_k_chunks=cfg.k,
+                     feeding=cfg.feeding))
 
 
 # -- driving the engine ---------------------------------------------------------------------------
 
 
 class Driver:
-    """Steps one engine the way the inline runner does; with back-pressure, admits only for
-    the lane whose turn it is (the only lane delivery is waiting on)."""
+    """Steps one engine the way the inline runner does (the pipeline's feeding policy picks
+    the lane each admission feeds)."""
 
-    def __init__(self, pipeline: Pipeline, *, backpressure: bool = False) -> None:
+    def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self.engine: Engine = pipeline.engine()
-        self.backpressure = backpressure
         self.delivered = 0
         self.admitted = 0
 
@@ -148,8 +152,7 @@ class Driver:
                 return x
             if e.finished:
                 return None
-            lane = e.waiting_lane() if self.backpressure else None
-            if e.admit(lane=lane):
+            if e.admit():
                 self.admitted += 1
             for i in range(n):
                 while e.run_stage(i):
@@ -261,7 +264,7 @@ def trace(cfg: AnalysisConfig, steps: int, *, checkpoint_every: int = 0, keep_st
         raise ConfigError(expected("trace steps / sample_every / checkpoint_every", ">= 1, >= 1, >= 0",
                                    (steps, sample_every, checkpoint_every)))
     p = build_pipeline(cfg)
-    d = Driver(p, backpressure=cfg.backpressure)
+    d = Driver(p)
     e = d.engine
     lanes = tuple(sorted(e.streams))
     before = {lane: set(e.streams[lane].inflight) for lane in lanes}
@@ -335,7 +338,7 @@ def measure_restore(cfg: AnalysisConfig, state: Mapping[str, Any], step: int, *,
     next_cid = {int(k): int(v) for k, v in state["lane_next_cid"].items()}
     predicted_chunks = sum(len(state["inflight"][lane]) for lane in lanes)
     if want is None:
-        ref = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
+        ref = Driver(build_pipeline(cfg))
         for _ in range(step):
             ref.next_item()
         want = [_item_key(x) for x in (ref.next_item() for _ in range(compare)) if x is not None]
@@ -345,7 +348,7 @@ def measure_restore(cfg: AnalysisConfig, state: Mapping[str, Any], step: int, *,
     p = build_pipeline(cfg)
     t0 = time.perf_counter()  # clock-ok: reported restore time, never asserted
     p.restore(state)
-    d = Driver(p, backpressure=cfg.backpressure)
+    d = Driver(p)
     predicted_records = sum(len(ch) for lane in lanes for ch in d.engine.streams[lane].inflight.values())
     replayed: dict[tuple[int, int], int] = {}
     for lane in lanes:
@@ -443,7 +446,7 @@ def flush_arm(cfg: AnalysisConfig, items: int, *, window: int = 64, checkpoint_e
     """Run ``items`` delivered items of ``cfg`` and measure every trade-off of the flush knob."""
     try:
         p = build_pipeline(cfg)
-        d = Driver(p, backpressure=cfg.backpressure)
+        d = Driver(p)
     except ConfigError as exc:
         raise FlushArmIllegal(f"flush_every_k_chunks={cfg.k}: {exc}") from exc
     e = d.engine
@@ -538,6 +541,18 @@ def flush_sweep(base: AnalysisConfig, ks: Sequence[int], chunk_sizes: Sequence[i
     return out
 
 
+def loglog_slope(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of log(y) on log(x) over every point with x, y > 0 (0.0 when fewer than
+    two such points or no spread in x): about 0.5 for a square-root growth, 0 for a bounded one."""
+    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(pts) < 2:
+        return 0.0
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    vx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / vx if vx else 0.0
+
+
 # -- drift over a long run -------------------------------------------------------------------------
 
 
@@ -561,7 +576,7 @@ def drift_run(cfg: AnalysisConfig, steps: int, *, report_at: Sequence[int] = (),
     if sample_every > 0:
         chosen |= set(range(sample_every, steps + 1, sample_every))
     at = sorted(chosen)
-    d = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
+    d = Driver(build_pipeline(cfg))
     e = d.engine
     lanes = sorted(e.streams)
     streams = [e.streams[lane] for lane in lanes]

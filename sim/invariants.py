@@ -16,9 +16,11 @@ the item where the first difference is; an empty list means the invariant holds.
 * :func:`resume_problems`: a run restored at cut ``i`` delivers exactly ``reference[i:]``;
 * :func:`settings_invariance_problems`: runs that differ only in execution settings
   (runner, workers, queue sizes, placement) deliver identical streams;
-* :func:`inflight_bound` and :func:`bounded_inflight_problems`: the inflight chunks a
-  checkpoint keeps per lane stay within what ``flush_every_k_chunks`` and the pipeline's
-  depth allow (the formula and its derivation are in :func:`inflight_bound`);
+* :func:`inflight_bound` and :func:`bounded_inflight_problems`: under demand-paced feeding
+  (zephon_ref's default) the inflight chunks a checkpoint keeps per lane stay within what
+  ``flush_every_k_chunks``, the chunk size and the runner's admission window allow, however
+  long the run (the formula and its derivation are in :func:`inflight_bound`);
+  :func:`inflight_growth` summarizes how they grow instead (round-robin feeding has no bound);
 * :func:`eviction_safety_problems`: no chunk a checkpoint has evicted is needed by the
   records delivered after a restore from it;
 * :func:`checkpoint_bytes_problems`: checkpoints of the same delivered prefix encode to
@@ -34,6 +36,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from zephon_ref.engine.plan import FETCH_BATCH  # samples the fetch stage collects per lane
+
 __all__ = [
     "LaneCut",
     "Step",
@@ -42,6 +46,7 @@ __all__ = [
     "eviction_safety_problems",
     "global_step_problems",
     "inflight_bound",
+    "inflight_growth",
     "lane_stream_problems",
     "per_lane",
     "resume_problems",
@@ -140,38 +145,92 @@ def settings_invariance_problems(runs: Mapping[str, Sequence[Any]]) -> list[str]
     return problems
 
 
-def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int) -> int:
-    """The most inflight chunks one lane's checkpoint may hold.
+def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int,
+                   fetch_batch: int = FETCH_BATCH) -> int:
+    """The most inflight chunks one lane may hold at a checkpoint under demand-paced feeding.
 
-    ``k`` is the plan's ``flush_every_k_chunks``; ``depth_samples`` (D) is how many source
-    samples the runner can hold between admission and the first operator flush: the fetch
-    stage's micro-batch (``FETCH_BATCH`` = 64 samples, shared by the owned lanes) for the
-    inline runner, plus what its queues hold for the threads runner
-    (``queue_size * (1 + n_stages * FETCH_BATCH)``); ``min_chunk`` (c) is the smallest
-    chunk size among the chunks counted.
+    ``k`` is the plan's ``flush_every_k_chunks`` (K); ``depth_samples`` (W) is how many source
+    items the runner may admit for a lane past the item that produced that lane's next
+    delivered item (the admission window: 0 for the inline runner, which runs every stage dry
+    after each admission; ``queue_size`` for the threads runner, whose consumer keeps at most
+    that many admitted messages in its queues; the engine's ``window`` for a caller stepping it,
+    such as the simulator); ``min_chunk`` (c) is the smallest chunk size among the chunks
+    counted; ``fetch_batch`` (F) is how many samples the fetch stage collects per lane.
 
-    Derivation from the engine (zephon_ref/engine/completion.py, lanes.py, core.py):
+    Derivation (zephon_ref/engine: core.py feeding, stage.py, completion.py, mux.py).  A
+    lane's inflight chunks run from the first chunk of the lowest epoch that is unclosed or
+    pinned up to its admission frontier ``a`` (eviction is contiguous from the bottom).
+    Count what holds a lane's records between admission and delivery:
 
-    * monotone plan: delivering a record of chunk ``d`` evicts every chunk below ``d``, so
-      the inflight chunks are ``d`` and the chunks admitted after it, each of which has all
-      its samples still in the pipeline (at least c samples per chunk, at most D samples
-      in all):  **inflight <= 1 + ceil(D / c)**;
-    * non-monotone plan: eviction is per epoch of k chunks.  An epoch stays while (a) it
-      holds the last delivered record's chunk (cursor pinning: one epoch), (b) it is the
-      epoch being admitted (one epoch), or (c) some of its offsets are not closed yet;
-      operators are flushed at every boundary, so an unclosed offset of an earlier epoch
-      is a sample still waiting in the runner's depth, and those D samples span at most
-      ceil(D / (k * c)) epochs:  **inflight <= k * (2 + ceil(D / (k * c)))**.
+    * operator buffers (fetch, pack bins, shuffle reservoir, ensure_mixture, batch): every
+      flush sentinel flushes and resets them for the lane, so they hold records of the open
+      epoch only; the one allowed stall, ``batch(drop_last=True)``, holds older records only
+      until the batch it completes goes out, and a batch's cursor is its newest record;
+    * the tail multiplexer's queue of the lane: demand feeding admits for a lane only on its
+      round-robin turn with its queue empty (sentinels consumed) and the tail's outbox empty,
+      and stops once the lane's next item reaches the tail; the queue therefore holds only
+      what the items admitted in that one *session* produced;
+    * the runner's queues: at most W admitted items past the one that produced the output;
+    * DataLoader worker prefetch: nothing.  A worker stamps the state its engine had right
+      after it delivered an item, and the trainer records the stamp of the last item it
+      consumed; prefetched items come after that cut (zephon_ref/torch/stateful.py).
 
-    The bound is not tight (D is shared by the lanes), but it does not grow with the length
-    of the stream: an engine that stops evicting (a lost tombstone, a stuck pin) exceeds it.
+    At the tail a lane's items are in epoch order (each sentinel passes a stage only after
+    that stage emitted the lane's older records), so when a session's first item goes out,
+    every older epoch is closed (its records delivered, its tombstones consumed ahead of it)
+    and evicted, and the cursor's epoch e is the epoch whose records came out: mid-epoch (the
+    frontier is inside e) or at e's own flush (the frontier is e's end, the next chunk is
+    admitted only when the lane is fed again).  So ``a <= K * (e + 1)`` plus the chunks the W
+    extra items reach, and later deliveries of the session's output only move the cursor up:
+
+    * non-monotone plan:  **inflight <= K + ceil(W / c)**;
+    * monotone plan (K = 0, watermark eviction: a delivered item of top chunk d evicts every
+      chunk below d): the session's output appears when fetch emits its F samples, so the
+      frontier is at most F - 1 + W samples past the delivered item's top chunk:
+      **inflight <= 1 + ceil((F + W) / c)**.
+
+    Where it does not apply, on purpose (the checks skip these checkpoints and say why):
+
+    * *end of data*: once a lane of the engine has admitted all its input, the strict round
+      robin waits on that lane until the close flush, which needs every lane's remaining
+      input admitted; any feeding policy then holds each lane's remaining chunks (bounded by
+      the data left, not by the configuration);
+    * a checkpoint of one engine taken while another participant's lane is part-way through
+      a session (a simulator's mid-step cut): that lane may additionally hold its pinned epoch
+      and epochs whose records were all dropped, until its next item goes out;
+    * right after a restore of a state written under round-robin feeding: the restored
+      inflight chunks stay until delivery passes them.
+
+    The bound does not grow with the length of the stream, and an engine that stops evicting
+    (a lost tombstone, a stuck pin) exceeds it.  Under round-robin feeding (zephon 0.2.0's)
+    the lane that packs densely is fed while the tail waits on another, its queue in the
+    multiplexer grows, and nothing bounds its inflight set (:func:`inflight_growth`).
     """
-    if k < 0 or depth_samples < 0 or min_chunk < 1:
-        raise ValueError(f"inflight_bound: expected k >= 0, depth_samples >= 0, min_chunk >= 1, received "
-                         f"k={k}, depth_samples={depth_samples}, min_chunk={min_chunk}")
+    if k < 0 or depth_samples < 0 or min_chunk < 1 or fetch_batch < 1:
+        raise ValueError(f"inflight_bound: expected k >= 0, depth_samples >= 0, min_chunk >= 1, fetch_batch >= 1, "
+                         f"received k={k}, depth_samples={depth_samples}, min_chunk={min_chunk}, "
+                         f"fetch_batch={fetch_batch}")
     if monotone or k == 0:
-        return 1 + math.ceil(depth_samples / min_chunk)
-    return k * (2 + math.ceil(depth_samples / (k * min_chunk)))
+        return 1 + math.ceil((fetch_batch + depth_samples) / min_chunk)
+    return k + math.ceil(depth_samples / min_chunk)
+
+
+def inflight_growth(points: Sequence[tuple[int, int]]) -> str:
+    """How the worst lane's inflight chunks grew: ``points`` are ``(items delivered, worst inflight
+    chunks of any lane so far)``; the summary names the first and last point and the slope of a
+    least-squares fit of log(inflight) on log(items) over every point (about 0.5 for round-robin
+    feeding of a packing pipeline, 0 for a bounded one)."""
+    pts = [(n, v) for n, v in points if n > 0 and v > 0]
+    if len(pts) < 2:
+        return f"{len(pts)} point(s): no growth to report"
+    xs = [math.log(n) for n, _ in pts]
+    ys = [math.log(v) for _, v in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    vx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / vx if vx else 0.0
+    (n0, v0), (n1, v1) = pts[0], pts[-1]
+    return (f"worst lane inflight {v0} chunks after {n0} items, {v1} after {n1} "
+            f"(log-log slope {slope:.2f} over {len(pts)} points)")
 
 
 def bounded_inflight_problems(observations: Sequence[Mapping[int, int]], *, bound: int) -> list[str]:

@@ -24,7 +24,8 @@ offset closed by nothing, or twice (two records, two tombstones, or one of each)
 the run with a witness naming the offset and its closers.  With ``drop_last=True`` each lane's
 partial last batch is dropped by configuration, with no tombstone: exactly the offsets an
 uninterrupted run loses (:func:`reference_lost`) are excused, and only when the run lost exactly
-those.  ``mid_step`` (an int, 1 in N
+those.  Every cut's inflight chunks are checked against :func:`sim.invariants.inflight_bound`
+(:attr:`sim.world.World.inflight_problems`).  ``mid_step`` (an int, 1 in N
 deliveries; 0: never) sets ``mid_step_checkpoint``, the rate of checkpoint cuts inside a
 global step, which the seed otherwise draws (off in a quarter of the runs).  It returns
 a frozen :class:`RunResult`; its ``fingerprint`` is a sha256 of the kernel trace, the
@@ -314,6 +315,7 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
     world.run()
     report = check_run(world.history, reference_for(workload), seed=seed)
     problems = list(report.problems)
+    problems += [f"seed {seed}: bounded inflight: {p}" for p in world.inflight_problems]
     witnesses = list(report.witnesses)
     if not lineage_wanted:
         lineage = "n/a (off)"

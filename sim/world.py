@@ -61,8 +61,11 @@ public ``on_tombstone`` observer, the tombstones of the trainer's timeline
 (:attr:`World.tombstones`, rolled back with restores) for the lineage check.  :func:`check_run`
 (:func:`sim.history.check_history`) rebuilds the consumed stream and compares it with an
 uninterrupted single-rank run.  :attr:`World.probes` counts the named coverage probes.
-Nothing here re-implements pipeline, lane-mapping or protocol logic: it calls public
-methods of zephon_ref and drives its machines.
+At every cut the world checks each participant's inflight chunks against
+:func:`sim.invariants.inflight_bound` (the engines feed on demand, zephon_ref's default;
+:attr:`World.inflight_problems`).  Nothing here re-implements pipeline, lane-mapping or
+protocol logic: it calls public methods of zephon_ref and drives its machines (an admit step
+admits what the engine's feeding policy admits).
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ from sim.checker import records_of
 from sim.choices import BaseChoices, Choices
 from sim.cluster import Cluster, Participant
 from sim.history import Event, Problem, RunReport, check_history
-from sim.invariants import Step
+from sim.invariants import Step, bounded_inflight_problems, inflight_bound
 from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.storage import Fault, FaultyStorage, MemStorage
@@ -298,6 +301,8 @@ class World:
         self.refused = False  # unrecoverable mode: restore refused every generation
         self.expect_refusal = False  # unrecoverable mode: every generation was damaged at a crash
         self.probes: dict[str, int] = {}
+        #: cuts whose inflight chunks exceeded :func:`sim.invariants.inflight_bound` (the first five)
+        self.inflight_problems: list[str] = []
         self.consumed_raw: list[list[Any]] = []  # per consumed step, the raw items (keep_items only)
         self._raw_at: dict[Any, list[list[Any]]] = {}  # generation -> consumed_raw when it was saved
         # The tombstones of the trainer's timeline (keep_items only; see :attr:`tombstones`): settled
@@ -475,7 +480,7 @@ class World:
                             self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint):
                         # a cut between two deliveries of this global step (mid-window)
                         self._probe("mid_step_checkpoint")
-                        self._checkpoint(None)
+                        self._checkpoint(None, mid_step=True)
                     if not self.ended and incarnation == self.incarnation and not self._paused:
                         self._schedule(i, incarnation)
                     return
@@ -525,12 +530,13 @@ class World:
         return True
 
     # -- checkpoints --------------------------------------------------------------------------
-    def _checkpoint(self, resize_to: int | None) -> None:
+    def _checkpoint(self, resize_to: int | None, *, mid_step: bool = False) -> None:
         self._log("checkpoint", "invoke", "job", self.step, extra={"resize_to": resize_to})
         owners = [p for p in self.parts if p.lanes]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             states = [p.pipeline.local_state() for p in owners]
+        self._check_inflight(owners, states, mid_step=mid_step)
         self._cut = self._take_cut(states)
         if not self.cfg.aggregation:
             with warnings.catch_warnings():
@@ -554,6 +560,30 @@ class World:
                 cluster.add(p.name, machine_for(local, cfg, warn_mid_window=False))
         self._round = cluster
         self._schedule_round(self.incarnation, resize_to)
+
+    def _check_inflight(self, owners: Sequence[_Part], states: Sequence[Any], *, mid_step: bool) -> None:
+        """Bounded inflight state at this cut: every participant's lanes within
+        :func:`sim.invariants.inflight_bound` for its engine (its K, plan, admission window and the
+        smallest inflight chunk).  A mid-step cut may catch another participant's lane part-way
+        through being fed, holding its pinned epoch too: K more.  Not checked in the end-of-data
+        phase (an engine with a lane out of input) or under round-robin feeding (no bound; see the
+        docstring of inflight_bound).  Problems go to :attr:`inflight_problems`."""
+        for part, state in zip(owners, states, strict=True):
+            eng = part.engine
+            if eng.feeding != "demand" or any(s.exhausted for s in eng.streams.values()):
+                continue
+            counts = {int(lane): len(chunks) for lane, chunks in state["inflight"].items()}
+            sizes = [int(c["total_samples"]) for chunks in state["inflight"].values() for c in chunks.values()]
+            if not sizes:
+                continue
+            bound = inflight_bound(k=eng.k, monotone=eng.monotone, depth_samples=eng.window, min_chunk=min(sizes))
+            if mid_step and not eng.monotone:
+                bound += eng.k
+            problems = bounded_inflight_problems([counts], bound=bound)
+            if problems and len(self.inflight_problems) < 5:
+                where = "mid-step cut" if mid_step else "cut"
+                self.inflight_problems.append(f"{where} at step {self.step}, participant {part.name}: "
+                                              + problems[0].replace("checkpoint 0: ", ""))
 
     def _schedule_round(self, incarnation: int, resize_to: int | None, after: int = 1) -> None:
         self.kernel.schedule(lambda: self._round_event(incarnation, resize_to), after=after, label="round")

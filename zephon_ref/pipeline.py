@@ -10,8 +10,12 @@ data path:
   ``canonical_replicas``, the operator chain with its knobs, the batch shape
   and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
   carries and every restore checks;
-* **execution settings** — runner, parallelism, queue sizes, topology —
-  change speed, never output (with ``deterministic=True``).
+* **execution settings** — runner, parallelism, queue sizes, feeding policy,
+  topology — change speed and memory, never output (with ``deterministic=True``).
+  ``feeding="demand"`` (the default) feeds a lane only when delivery waits on it, so
+  inflight chunks and checkpoints stay bounded however long the run;
+  ``feeding="round_robin"`` is zephon 0.2.0's per-sample round robin
+  (:mod:`zephon_ref.engine.core`).
 
 ``iter(pipeline)`` builds an :class:`~zephon_ref.engine.core.Engine` (from a
 pending restore if there is one) and returns an iterator over delivered items.
@@ -47,7 +51,7 @@ from typing import Any
 
 from zephon_ref import state as schema
 from zephon_ref.checkpoint import store as ckpt_store
-from zephon_ref.engine.core import Engine
+from zephon_ref.engine.core import FEEDING, Engine
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
     ConfigError,
@@ -80,7 +84,7 @@ _EXEC_OPTIONS = {
     "runner": None, "max_workers": None, "deterministic": True, "op_queue_capacity": None,
     "prefetch_batches": None, "run_id": "default_run_id", "world_size": 1, "global_rank": 0,
     "dp_degree": None, "dp_group_id": None, "mapping_strategy": None, "aggregate_dir": None,
-    "aggregate_store": None, "aggregate_timeout_s": 180.0,
+    "aggregate_store": None, "aggregate_timeout_s": 180.0, "feeding": "demand",
 }
 _DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
 # Settings that decide which lanes this participant owns: fixed once a run has progress too.
@@ -241,6 +245,8 @@ class Pipeline:
         k = new["flush_every_k_chunks"]
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
             raise ConfigError(expected("flush_every_k_chunks", "None or an int >= 0", k))
+        if new["feeding"] not in FEEDING:
+            raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), new["feeding"]))
         if not isinstance(new["deterministic"], bool):
             raise ConfigTypeError(expected("deterministic", "a bool", new["deterministic"]))
         world = self._world_of(new)  # validates topology eagerly
@@ -352,8 +358,8 @@ class Pipeline:
             source=self._source, ops=self._ops, world=self._world_of(opts), k=self._resolve_k(),
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(),
             runner=opts["runner"] or "inline", workers=opts["max_workers"] or 4,
-            queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"], state=state,
-            on_tombstone=on_tombstone, walk=walk,
+            queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
+            feeding=opts["feeding"], state=state, on_tombstone=on_tombstone, walk=walk,
         )
 
     def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,

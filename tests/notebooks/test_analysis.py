@@ -27,7 +27,7 @@ CFG = AnalysisConfig()
 
 
 def _keys(cfg: AnalysisConfig, n: int) -> list[tuple[object, ...]]:
-    d = Driver(build_pipeline(cfg), backpressure=cfg.backpressure)
+    d = Driver(build_pipeline(cfg))
     out = []
     for _ in range(n):
         x = d.next_item()
@@ -42,9 +42,9 @@ def test_driver_delivers_what_iteration_delivers() -> None:
     assert _keys(CFG, 120) == want
 
 
-@pytest.mark.parametrize("backpressure", [False, True])
-def test_predicted_replay_equals_measured_replay(backpressure: bool) -> None:
-    cfg = replace(CFG, backpressure=backpressure)
+@pytest.mark.parametrize("feeding", ["demand", "round_robin"])
+def test_predicted_replay_equals_measured_replay(feeding: str) -> None:
+    cfg = replace(CFG, feeding=feeding)
     steps = (1, 37, 90, 211)
     tr = trace(cfg, 220, keep_states=steps)
     assert [s for s, _ in tr.states] == list(steps)
@@ -57,23 +57,24 @@ def test_predicted_replay_equals_measured_replay(backpressure: bool) -> None:
         assert r.next_items_equal, r
 
 
-def test_a_backpressure_checkpoint_resumes_in_the_default_mode() -> None:
-    bp = replace(CFG, backpressure=True)
-    tr = trace(bp, 150, keep_states=(150,))
+@pytest.mark.parametrize(("written", "read"), [("round_robin", "demand"), ("demand", "round_robin")])
+def test_a_checkpoint_of_either_policy_resumes_under_the_other(written: str, read: str) -> None:
+    tr = trace(replace(CFG, feeding=written), 150, keep_states=(150,))
     (step, state), = tr.states
-    r = measure_restore(CFG, state, step, want=dict(tr.followups)[step])
+    r = measure_restore(replace(CFG, feeding=read), state, step, want=dict(tr.followups)[step])
     assert r.next_items_equal and r.replayed_records == r.predicted_records
 
 
-def test_backpressure_keeps_the_stream_and_bounds_inflight() -> None:
+def test_demand_feeding_keeps_the_stream_and_bounds_inflight() -> None:
     cfg = replace(CFG, seed=0)
-    assert _keys(replace(cfg, backpressure=True), 400) == _keys(cfg, 400)
-    plain = drift_run(cfg, 3000, report_at=(3000,))[-1]
-    bp = drift_run(replace(cfg, backpressure=True), 3000, report_at=(3000,))[-1]
-    # the default lets one lane's inflight set grow past an epoch; back-pressure holds every
+    rr = replace(cfg, feeding="round_robin")
+    assert _keys(cfg, 400) == _keys(rr, 400)
+    plain = drift_run(rr, 3000, report_at=(3000,))[-1]
+    demand = drift_run(cfg, 3000, report_at=(3000,))[-1]
+    # round robin lets one lane's inflight set grow past an epoch; demand feeding holds every
     # lane to at most one open epoch plus the one being drained
     assert plain.max_inflight_so_far > 2 * cfg.k
-    assert bp.max_inflight_so_far <= 2 * cfg.k
+    assert demand.max_inflight_so_far <= 2 * cfg.k
     assert plain.max_spread_so_far == 0  # round-robin admission keeps admitted chunks level
 
 

@@ -59,8 +59,10 @@ def test_settings_never_change_data_on_the_real_engine() -> None:
 
 # -- bounded inflight --------------------------------------------------------------------------------
 def test_inflight_bound_formula() -> None:
-    assert inv.inflight_bound(k=2, monotone=False, depth_samples=64, min_chunk=4) == 2 * (2 + 8)
-    assert inv.inflight_bound(k=0, monotone=True, depth_samples=64, min_chunk=3) == 1 + 22
+    # demand feeding: K + ceil(W / c) (non-monotone), 1 + ceil((F + W) / c) (monotone, F = 64)
+    assert inv.inflight_bound(k=2, monotone=False, depth_samples=8, min_chunk=4) == 2 + 2
+    assert inv.inflight_bound(k=2, monotone=False, depth_samples=0, min_chunk=32) == 2
+    assert inv.inflight_bound(k=0, monotone=True, depth_samples=8, min_chunk=3) == 1 + 24
     with pytest.raises(ValueError, match="min_chunk"):
         inv.inflight_bound(k=1, monotone=False, depth_samples=64, min_chunk=0)
 

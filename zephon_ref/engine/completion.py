@@ -20,7 +20,8 @@ Two paths, fixed when the plan is compiled:
 
 ``LanePtr`` (chunk_id, offset) is diagnostic progress and the seed of the
 round-robin fallback.  Everything here is called on the consumer's thread;
-chunk removal goes through the lane stream (under the engine lock).
+chunk removal goes through the lane stream (under the engine's guard, a no-op unless a runner with
+threads installed a lock).
 """
 
 from __future__ import annotations

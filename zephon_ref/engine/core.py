@@ -7,10 +7,9 @@ rank).  For every lane it owns it keeps a :class:`~zephon_ref.engine.lanes.LaneS
 (input side) and a :class:`~zephon_ref.engine.completion.LaneTracker` (delivery
 side).  It is a state machine driven by three kinds of step:
 
-* :meth:`Engine.admit` pulls the next source item, round robin over the owned
-  lanes **per sample** (a finished lane drops out; a lane admits a chunk when it
-  needs one), into the first stage's inbox; once the source is done it queues
-  the close marker instead;
+* :meth:`Engine.admit` pulls the next source item under the *feeding policy*
+  (below) into the first stage's inbox; once the source is done it queues the
+  close marker instead;
 * :meth:`Engine.run_stage` runs one queued micro-batch through stage ``i``
   (:class:`~zephon_ref.engine.stage.OpStage`: the flush / end-of-data rules) and
   queues its output for stage ``i + 1``, or for the tail;
@@ -20,6 +19,33 @@ side).  It is a state machine driven by three kinds of step:
   eviction) and returns it; tombstones are notified and not delivered, flush
   and end-of-data sentinels are neither.  The round-robin pointer is written on
   delivery only, so running ahead is harmless.
+
+Feeding policy (``feeding=``, an execution setting: it never enters the fingerprint)
+-----------------------------------------------------------------------------------
+* ``"demand"`` (the default): admit only for the lane the tail multiplexer waits on
+  (its round-robin turn, its buffer empty, nothing in the tail's outbox), and only
+  while fewer than ``window`` (the queue size) admitted items are on their way: the
+  inline runner runs every stage dry after each admission (one item at a time); the
+  threads runner counts its queues' messages (every pump answers each message with
+  one); a caller stepping the engine may queue up to ``window`` items for stage 0 while
+  no later stage holds input (:meth:`_queued`).
+  A lane is fed exactly when the data delivery asks for next needs it, so no lane's
+  inflight set grows with the age of the run (the bound and its derivation:
+  :func:`sim.invariants.inflight_bound`).  When the waiting lane's source is
+  exhausted its remaining records sit in operator buffers until the close flush, which
+  needs every lane exhausted: admission then falls back to round robin over the lanes
+  that still have input.
+* ``"round_robin"`` (zephon 0.2.0's behaviour): one sample from each owned lane in
+  turn, skipping finished lanes, whatever delivery waits on.  Lanes that pack densely
+  run ahead of the tail and their inflight sets grow (about sqrt(items), notebooks/).
+
+Both deliver the same stream: every operator keeps its state per lane and sees each
+lane's elements in the same micro-batches under any interleaving of lanes (``fetch``
+batches per lane; :class:`~zephon_ref.engine.stage.OpStage` pushes a lane's elements
+at that lane's own sentinels only), and the tail multiplexer orders the output by lane
+in strict round robin.  Only which chunks are inflight at a given delivery differs, so
+a checkpoint of either policy restores under the other.
+``admit(lane=L)`` feeds one named lane whatever the policy (a caller's override).
 
 Observing tombstones (``on_tombstone=``, off by default): a callable the engine
 calls with every tombstone that reaches the tail, once, in tail order, right after
@@ -39,9 +65,12 @@ drives the steps lazily on the caller's thread; the threads runner drives the
 stages on pump threads and hands their output to :meth:`offer`; the simulator
 picks steps itself.
 
-``state_dict()`` reads the input side under the engine lock (admission happens
-under it too) and the delivery side on the consumer's thread, so it is
-consistent at any point between two delivered items.  With the inline runner
+The engine is sans-IO: it holds no lock and starts no thread.  A runner that admits on
+one thread and delivers or checkpoints on another installs a lock as
+:attr:`Engine.guard` (the threads runner does); the engine enters it around every
+read or change of the lanes' input side (admission, mixture look-ups, eviction,
+``state_dict()``), and by default it is a no-op.  ``state_dict()`` is consistent at
+any point between two delivered items.  With the inline runner
 it is the same bytes in every run that delivered the same items.
 
 Restore (``state=`` at construction) rebuilds every owned lane from a state that
@@ -53,8 +82,8 @@ chunk, and everything passes).
 
 from __future__ import annotations
 
+import contextlib
 import math
-import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -66,17 +95,29 @@ from zephon_ref.engine.lanes import LaneStream
 from zephon_ref.engine.mux import TailMux
 from zephon_ref.engine.plan import FETCH_BATCH, FetchOp, build_chain
 from zephon_ref.engine.stage import OpStage, apply_entries, is_sentinel
-from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
+from zephon_ref.errors import (
+    ConfigError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
 from zephon_ref.ops.base import BaseOp, lane_of
 from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
 from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
 from zephon_ref.work.base import WorkSource
 from zephon_ref.work.walk import ChunkWalk
 
-__all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FETCH_BATCH", "Engine", "FetchOp"]
+__all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FEEDING", "FETCH_BATCH", "Engine", "FetchOp"]
 
 ENGINE_SCHEMA = schema.SCHEMA
 ENGINE_VERSION = schema.VERSION
+
+#: The feeding policies (an execution setting); the first is the default.
+FEEDING = ("demand", "round_robin")
+
+_NOTHING = -1  # _wanted(): the policy admits nothing now
+_ANY = -2  # _wanted(): admit round robin (round-robin policy, or the waiting lane has no input left)
 
 
 class Engine:
@@ -95,23 +136,31 @@ class Engine:
         workers: int = 4,
         queue_size: int = 8,
         deterministic: bool = True,
+        feeding: str = "demand",
         state: Mapping[str, Any] | None = None,
         on_tombstone: Callable[[SampleRecord], None] | None = None,
         walk: ChunkWalk | None = None,
     ) -> None:
+        if feeding not in FEEDING:
+            raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), feeding))
+        self.feeding = feeding
+        #: admitted micro-batches that may be on their way through the stages at once (demand feeding)
+        self.window = max(1, queue_size)
+        #: entered around every read or change of the input side; a runner with threads installs a lock
+        self.guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         self.world = world
         self._tombstone_observer = on_tombstone
         self.k = k
         self.monotone = monotone
         self.fingerprint = fingerprint
-        self.lock = threading.RLock()
         self.lanes = world.owned_lanes
         C = world.canonical_replicas
         self._fresh_source = source
-        # the lanes share one walk of the global chunk order (the caller's, else this engine's own):
-        # their next_chunk calls are serialised by the engine lock, as a ChunkWalk requires
+        # the lanes share one walk of the global chunk order (the caller's, else this engine's own): a
+        # ChunkWalk is not thread-safe, and every next_chunk call happens inside self.guard (admission),
+        # which a runner with threads makes a lock
         clones = source.clone_lanes(self.lanes, C, walk=ChunkWalk() if walk is None else walk)
-        self.streams = {lane: LaneStream(lane, clones[lane], k=k, lock=self.lock) for lane in self.lanes}
+        self.streams = {lane: LaneStream(lane, clones[lane], k=k) for lane in self.lanes}
         self.trackers = {lane: LaneTracker(s, monotone=monotone) for lane, s in self.streams.items()}
         self.reload_count = 0
         self.last_round_id: Any = None
@@ -143,7 +192,8 @@ class Engine:
     # -- plan -------------------------------------------------------------------------------
     def _chunk_mixture(self, lane: int, cid: int) -> dict[int, float] | None:
         stream = self.streams.get(lane)
-        mix = None if stream is None else stream.mixture(cid)
+        with self.guard:
+            mix = None if stream is None else stream.mixture(cid)
         return None if mix is None else {self._ids[name]: w for name, w in mix.items()}
 
     def _stages(self) -> list[OpStage]:
@@ -207,31 +257,77 @@ class Engine:
     def admit(self, *, lane: int | None = None) -> bool:
         """Queue the next source item for the first stage (or, once, the close marker).
 
-        ``lane=None`` (the default, zephon's behaviour) admits round robin over the owned lanes,
-        one sample each.  ``lane=L`` is the back-pressure option (off by default; used by
-        ``sim.analysis``): admit L's next item only, so a lane that is ahead of the tail
-        multiplexer's turn is not fed; every operator keeps per-lane state, so the delivered
-        stream is the same and only the inflight sets differ.  Once L is exhausted it falls back
-        to round robin.
+        ``lane=None``: as the feeding policy decides (:meth:`feed`); False when it admits
+        nothing now.  ``lane=L``: admit L's next item whatever the policy (once L is
+        exhausted it falls back to the policy).  Every operator keeps per-lane state, so the
+        delivered stream is the same either way and only the inflight sets differ.
         """
         if self._source_done:
             return False
         if lane is not None and lane not in self._lanes_done:
             if lane not in self.streams:
                 raise ContractError(expected("admit(lane=...)", f"an owned lane {list(self.lanes)}", lane))
-            try:
-                self._inbox[0].append((False, [next(self._lane_items(lane))]))
+            item = self._next_of(lane)
+            if item is not None:
+                self._inbox[0].append((False, [item]))
                 return True
-            except StopIteration:
-                self._lanes_done.add(lane)
-        try:
-            item = next(self._src)
-        except StopIteration:
-            self._source_done = True
-            self._inbox[0].append((True, []))
-            return True
-        self._inbox[0].append((False, [item]))
+        msg = self.feed(in_flight=self._queued())
+        if msg is None:
+            return False
+        self._inbox[0].append(msg)
         return True
+
+    def feed(self, *, in_flight: int = 0) -> tuple[bool, list[Any]] | None:
+        """The next first-stage micro-batch under the feeding policy, admitted now: ``(False,
+        [item])``, or ``(True, [])`` once the source is done (the close marker, once); None
+        when the policy admits nothing now.  ``in_flight``: admitted micro-batches the caller
+        still has on their way through the stages (demand feeding admits below ``window``).
+        The caller queues the result for stage 0 (:meth:`admit` does; the threads runner puts
+        it on its first queue)."""
+        want = self._wanted(in_flight)
+        if want == _NOTHING:
+            return None
+        with self.guard:
+            if want != _ANY:
+                item = self._next_of(want)
+                if item is not None:
+                    return (False, [item])
+            try:
+                item = next(self._src)
+            except StopIteration:
+                self._source_done = True
+                return (True, [])
+        return (False, [item])
+
+    def _wanted(self, in_flight: int) -> int:
+        """The lane the policy feeds now, or _ANY (round robin) or _NOTHING."""
+        if self._source_done:
+            return _NOTHING
+        mux = self._mux
+        if self.feeding == "round_robin" or mux is None:
+            return _ANY
+        # demand: only the lane delivery is stuck on, and only when delivery is really stuck
+        if self._outbox or self._upstream_done or mux.ready() or in_flight >= self.window:
+            return _NOTHING
+        lane = mux.lanes[mux.p]
+        return _ANY if lane in self._lanes_done else lane
+
+    def _next_of(self, lane: int) -> Any | None:
+        """Lane ``lane``'s next source item, or None once it has none (it is then done)."""
+        try:
+            return next(self._lane_items(lane))
+        except StopIteration:
+            self._lanes_done.add(lane)
+            return None
+
+    def _queued(self) -> int:
+        """Admitted work still on its way, as demand feeding counts it for a caller stepping the
+        engine: the micro-batches waiting for stage 0, or the whole window while a later stage has
+        input (that input may be the waiting lane's next item; stage 0 may absorb many items into
+        its accumulator, so counting micro-batches there would not bound what is admitted)."""
+        if any(self._inbox[1:]):
+            return self.window
+        return len(self._inbox[0]) if self._inbox else 0
 
     def run_stage(self, i: int) -> bool:
         """Run stage ``i`` on its oldest queued micro-batch; False when it has none."""
@@ -261,7 +357,7 @@ class Engine:
 
     def runnable(self) -> list[str]:
         """The steps that can do something now: 'admit', 'stage:<i>', 'deliver'."""
-        steps = [] if self._source_done else ["admit"]
+        steps = ["admit"] if self._wanted(self._queued()) != _NOTHING else []
         steps += [f"stage:{i}" for i, q in enumerate(self._inbox) if q]
         if not self.finished and (self._outbox or self._upstream_done or (self._mux and self._mux.ready())):
             steps.append("deliver")
@@ -275,6 +371,10 @@ class Engine:
 
     def deliver(self) -> Any | None:
         """The next delivered item, notified; None when more input is needed or the run is over."""
+        with self.guard:
+            return self._deliver()
+
+    def _deliver(self) -> Any | None:
         while not self.finished:
             x = self._next_tail()
             if x is None:
@@ -364,7 +464,7 @@ class Engine:
     def _finish(self) -> None:
         for lane in self.lanes:
             self._check_replay_target(lane, None)
-        with self.lock:
+        with self.guard:
             for lane in self.lanes:
                 if not self.monotone:
                     self.trackers[lane].notify([], None)
@@ -381,21 +481,13 @@ class Engine:
             return
         from zephon_ref.engine.threads import ThreadsRunner
 
-        runner = ThreadsRunner(self.stages, workers=self._workers, queue_size=self._queue,
-                               deterministic=self._deterministic)
-        for x in runner.run(self._src):
-            self._outbox.append(x)
-            while (d := self.deliver()) is not None:
-                yield d
-        self._upstream_done = True
-        while (d := self.deliver()) is not None:
-            yield d
-        if not self.finished:  # pragma: no cover - deliver() drains to the end once upstream is done
-            raise AssertionError("engine: upstream done but the tail did not drain")
+        yield from ThreadsRunner(workers=self._workers, queue_size=self._queue,
+                                 deterministic=self._deterministic).run(self)
 
     def _run_inline(self) -> Iterator[Any]:
-        """Lazy: a source item is admitted only when delivery needs input, and it runs through
-        every stage before the next one is admitted (the grouping of the inline runner)."""
+        """Lazy: a source item is admitted only when delivery needs input (which lane: the
+        feeding policy), and it runs through every stage before the next one is admitted (the
+        grouping of the inline runner)."""
         n = len(self.stages)
         while True:
             x = self.deliver()
@@ -404,7 +496,8 @@ class Engine:
                 continue
             if self.finished:
                 return
-            self.admit()
+            if not self.admit():  # pragma: no cover - delivery is stuck and every stage ran dry
+                raise AssertionError(f"engine: delivery waits but the {self.feeding} policy admits nothing")
             for i in range(n):
                 while self.run_stage(i):
                     pass
@@ -412,7 +505,7 @@ class Engine:
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         w = self.world
-        with self.lock:
+        with self.guard:
             lane_states = {lane: self.streams[lane].state() for lane in self.lanes}
         slices: dict[int, dict[str, Any]] = {}
         for lane in self.lanes:

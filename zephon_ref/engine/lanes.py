@@ -15,9 +15,11 @@ source items in order:
   ``K`` admitted chunks append boundary ``cid + 1``; yield the chunk's samples,
   then that boundary's flush sentinel.
 
-Admission and boundary recording happen together under the engine lock, so a
-checkpoint never sees a chunk without its boundary, and the work-source state it
-captures matches the admitted chunks exactly.
+Admission and boundary recording happen together in one step of the generator, so
+a checkpoint never sees a chunk without its boundary, and the work-source state it
+captures matches the admitted chunks exactly.  Nothing here locks: a runner that
+admits on one thread and checkpoints on another serializes the two itself (the
+threads runner does, :mod:`zephon_ref.engine.threads`).
 
 A sample is the raw tuple ``(sample_id, lane, cid, offset, component_id)``;
 sentinels are records (:func:`~zephon_ref.types.flush_sentinel`,
@@ -27,7 +29,6 @@ sentinels are records (:func:`~zephon_ref.types.flush_sentinel`,
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -44,11 +45,10 @@ SourceItem = tuple[Any, int, int, int, int] | SampleRecord
 class LaneStream:
     """One lane's input side: admission, replay, sentinels."""
 
-    def __init__(self, lane: int, source: WorkSource, *, k: int, lock: threading.RLock) -> None:
+    def __init__(self, lane: int, source: WorkSource, *, k: int) -> None:
         self.lane = lane
         self.source = source
         self.k = k
-        self._lock = lock
         self.next_cid = 0
         self.inflight: dict[int, WorkChunk] = {}
         # chunk mixtures for ensure_mixture; pruned only when a flush sentinel reaches the
@@ -63,7 +63,7 @@ class LaneStream:
 
     # -- checkpoint ---------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        """This lane's input-side state (caller holds the engine lock)."""
+        """This lane's input-side state."""
         # invariant: next_cid == max(inflight) + 1 whenever inflight is non-empty
         assert not self.inflight or self.next_cid == max(self.inflight) + 1, (self.next_cid, sorted(self.inflight))
         return {
@@ -102,22 +102,19 @@ class LaneStream:
         return dict(chunk.target_mixture) if chunk.target_mixture is not None else chunk.mixture
 
     def mixture(self, cid: int) -> dict[str, float] | None:
-        with self._lock:
-            return self.mixtures.get(cid)
+        return self.mixtures.get(cid)
 
     def prune_mixtures(self, below: int) -> None:
-        with self._lock:
-            for cid in [c for c in self.mixtures if c < below]:
-                del self.mixtures[cid]
+        for cid in [c for c in self.mixtures if c < below]:
+            del self.mixtures[cid]
 
     # -- eviction -------------------------------------------------------------------------
     def evict(self, cids: list[int]) -> None:
-        with self._lock:
-            for cid in cids:
-                self.inflight.pop(cid, None)
-            if cids:
-                top = max(cids)
-                self.boundaries = [b for b in self.boundaries if b > top]
+        for cid in cids:
+            self.inflight.pop(cid, None)
+        if cids:
+            top = max(cids)
+            self.boundaries = [b for b in self.boundaries if b > top]
 
     # -- the item stream ----------------------------------------------------------------------
     def items(self) -> Iterator[SourceItem]:
@@ -133,21 +130,20 @@ class LaneStream:
             if b > last:
                 yield flush_sentinel(self.lane, b)
         while True:
-            with self._lock:
-                chunk = self.source.next_chunk()
-                if chunk is None:
-                    self.exhausted = True
-                    return
-                cid = self.next_cid
-                self.next_cid += 1
-                self.inflight[cid] = chunk
-                self.mixtures[cid] = self._mixture_of(chunk)
-                self.chunks_in_epoch += 1
-                boundary = None
-                if self.k > 0 and self.chunks_in_epoch >= self.k:
-                    boundary = cid + 1
-                    self.boundaries.append(boundary)
-                    self.chunks_in_epoch = 0
+            chunk = self.source.next_chunk()
+            if chunk is None:
+                self.exhausted = True
+                return
+            cid = self.next_cid
+            self.next_cid += 1
+            self.inflight[cid] = chunk
+            self.mixtures[cid] = self._mixture_of(chunk)
+            self.chunks_in_epoch += 1
+            boundary = None
+            if self.k > 0 and self.chunks_in_epoch >= self.k:
+                boundary = cid + 1
+                self.boundaries.append(boundary)
+                self.chunks_in_epoch = 0
             yield from self._chunk_items(cid, chunk, announced)
             if boundary is not None:
                 yield flush_sentinel(self.lane, boundary)

@@ -7,21 +7,42 @@ Each operator's accumulator stays serial on its own pump thread (the rules are
 shared pool and results are released in sequence order, so with
 ``deterministic=True`` the output equals the inline runner's, micro-batch for
 micro-batch.  ``deterministic=False`` releases in completion order: faster, but
-ordering and elastic resume are given up.  The feeder pulls the engine's source
-(admission happens under the engine lock); the consumer hands every output to
-the engine's tail on its own thread.  Threads, queues and the pool live here and
-nowhere else in the engine.
+ordering and elastic resume are given up.  Every pump turns one input message
+into exactly one output message, so the consumer knows how many admitted
+micro-batches are still on their way (``in_flight``).
+
+Feeding (the engine's policy, :meth:`Engine.feed <zephon_ref.engine.core.Engine.feed>`):
+
+* ``demand``: the consumer thread admits, when delivery is stuck, for the lane the
+  tail waits on, while fewer than ``queue_size`` admitted messages are on their way;
+  the first queue holds at most that many, so the put never blocks, and a lane is
+  never fed more than ``queue_size`` items past the point where its next item
+  appeared (the bound counts them: :func:`sim.invariants.inflight_bound`).  Every
+  message it admitted comes back (one per pump), so the consumer never waits on a
+  queue that nothing will fill: no deadlock at a lane that needs more input than the
+  queues hold, at a finished lane (the engine falls back to round robin), at end of
+  data (the close marker is one more message) or while a restored lane replays;
+* ``round_robin`` (zephon's): a feeder thread admits round robin as fast as the first
+  queue takes items.
+
+The engine is sans-IO; the lock lives here: the runner installs an ``RLock`` as the
+engine's :attr:`~zephon_ref.engine.core.Engine.guard`, which the engine enters around
+admission (feeder or consumer), mixture look-ups (pumps), eviction and ``state_dict``
+(consumer).  Threads, queues, the lock and the pool live here and nowhere else.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zephon_ref.engine.stage import Entries, OpStage
+
+if TYPE_CHECKING:
+    from zephon_ref.engine.core import Engine
 
 __all__ = ["ThreadsRunner"]
 
@@ -34,15 +55,17 @@ class ThreadsRunner:
 
     name = "threads"
 
-    def __init__(self, stages: list[OpStage], *, workers: int = 4, queue_size: int = 8,
-                 deterministic: bool = True) -> None:
-        self.stages = stages
+    def __init__(self, *, workers: int = 4, queue_size: int = 8, deterministic: bool = True) -> None:
         self.workers = max(1, workers)
         self.queue_size = max(1, queue_size)
         self.deterministic = deterministic
 
-    def run(self, upstream: Iterable[Any]) -> Iterator[Any]:
-        qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(self.stages) + 1)]
+    def run(self, engine: Engine) -> Iterator[Any]:
+        """Drive a started engine to the end; yield its delivered items."""
+        stages = engine.stages
+        lock = threading.RLock()
+        engine.guard = lock
+        qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(stages) + 1)]
         stop = threading.Event()
         errors: list[BaseException] = []
         pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="zephon-ref-worker")
@@ -78,14 +101,17 @@ class ThreadsRunner:
         # Messages are (final, elements).  The final message of a stage carries the output
         # of its last input *and* of its close(), as one micro-batch: exactly the grouping
         # the inline runner produces at upstream close.
-        def feeder() -> None:
+        def feeder() -> None:  # round-robin feeding only
             try:
-                for item in upstream:
-                    if not put(qs[0], (False, [item])):
+                while True:
+                    msg = engine.feed()
+                    if msg is None:  # pragma: no cover - round robin admits until the close marker
+                        raise AssertionError("threads runner: round-robin feeding admitted nothing")
+                    if not put(qs[0], msg) or msg[0]:
                         return
             except BaseException as exc:  # noqa: BLE001 (handed to the consumer)
                 errors.append(exc)
-            put(qs[0], (True, []))
+                put(qs[0], (True, []))
 
         def pump(i: int, st: OpStage) -> None:
             try:
@@ -103,24 +129,39 @@ class ThreadsRunner:
                 errors.append(exc)
                 put(qs[i + 1], (True, []))
 
-        threads = [threading.Thread(target=feeder, name="zephon-ref-source", daemon=True)]
+        demand = engine.feeding == "demand"
+        threads = [] if demand else [threading.Thread(target=feeder, name="zephon-ref-source", daemon=True)]
         threads += [threading.Thread(target=pump, args=(i, st), name=f"zephon-ref-pump-{st.name}", daemon=True)
-                    for i, st in enumerate(self.stages)]
+                    for i, st in enumerate(stages)]
         for t in threads:
             t.start()
+        in_flight = 0  # demand feeding: messages admitted here and not yet back from the last pump
         try:
             while True:
-                msg = get(qs[-1])
-                if msg is _DONE:
+                x = engine.deliver()
+                if x is not None:
+                    yield x
+                    continue
+                if engine.finished or errors:
                     break
-                final, batch = msg
+                if demand:
+                    while (msg := engine.feed(in_flight=in_flight)) is not None:
+                        qs[0].put(msg)  # never blocks: the queue holds at most in_flight < queue_size
+                        in_flight += 1
+                    # invariant: delivery is stuck, so either something is on its way or the policy fed
+                    assert in_flight > 0, "threads runner: delivery waits, nothing in flight, nothing admitted"
+                got = get(qs[-1])
+                if got is _DONE:
+                    break
+                in_flight -= 1
+                final, batch = got
                 if errors:
                     break
-                yield from batch
-                if final:
-                    break
+                engine.offer(batch, final=final)
             if errors:
                 raise errors[0]
+            if not engine.finished:  # pragma: no cover - deliver() drains to the end once upstream is done
+                raise AssertionError("engine: upstream done but the tail did not drain")
         finally:
             stop.set()
             for t in threads:

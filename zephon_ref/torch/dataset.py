@@ -31,7 +31,7 @@ from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 if TYPE_CHECKING:
     from zephon_ref.pipeline import Pipeline
 
-__all__ = ["dataset_class", "device_collate", "to_torch_dataset"]
+__all__ = ["check_pipeline", "dataset_class", "device_collate", "publish_class", "to_torch_dataset"]
 
 _DATASET_CLASS: type[Any] | None = None
 
@@ -68,13 +68,26 @@ def dataset_class() -> type[Any]:
             return {"pipeline": self.pipeline, "collate": self.collate}
 
         def __setstate__(self, state: dict[str, Any]) -> None:
-            self.pipeline = state["pipeline"]
-            self.collate = state["collate"]
+            self.__init__(state["pipeline"], state["collate"])  # type: ignore[misc]
 
-    TorchPipelineDataset.__module__ = "zephon_ref.torch"  # pickled by reference to the package name
-    TorchPipelineDataset.__qualname__ = "TorchPipelineDataset"
-    _DATASET_CLASS = TorchPipelineDataset
-    return TorchPipelineDataset
+    _DATASET_CLASS = publish_class(TorchPipelineDataset, "TorchPipelineDataset")
+    return _DATASET_CLASS
+
+
+def publish_class(cls: type[Any], name: str) -> type[Any]:
+    """Name a dataset class built at first use as ``zephon_ref.torch.<name>`` (pickled by reference to
+    the package, which resolves it lazily, so a dataset pickled for a spawned worker unpickles)."""
+    cls.__module__ = "zephon_ref.torch"
+    cls.__qualname__ = name
+    return cls
+
+
+def check_pipeline(pipeline: Any) -> None:
+    """Refuse anything but a zephon_ref Pipeline (looked up in ``sys.modules``: an object can only be a
+    Pipeline if that module is loaded, and this module must not import it)."""
+    pipeline_module = sys.modules.get("zephon_ref.pipeline")
+    if pipeline_module is None or not isinstance(pipeline, pipeline_module.Pipeline):
+        raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
 
 
 def to_torch_dataset(
@@ -91,9 +104,7 @@ def to_torch_dataset(
     items are yielded as delivered (SampleBatch / SampleRecord).  Use it with
     ``DataLoader(dataset, batch_size=None)``: the pipeline batches already.
     """
-    pipeline_module = sys.modules.get("zephon_ref.pipeline")
-    if pipeline_module is None or not isinstance(pipeline, pipeline_module.Pipeline):
-        raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
+    check_pipeline(pipeline)
     return dataset_class()(pipeline, device_collate(collate, device))
 
 

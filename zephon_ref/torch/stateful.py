@@ -34,6 +34,15 @@ This module keeps the two apart without patching torch:
    count every lane continues exactly (a lane's stream depends only on the
    lane) and only the interleaving of lanes is the new loader's.
 
+Feeding and prefetch.  Each worker's engine feeds its lanes under the pipeline's
+feeding policy (``options(feeding=...)``; the default ``"demand"`` feeds a lane only
+when the worker's delivery waits on it), and the stamped state is read right after
+the worker delivered the item.  Items the DataLoader prefetched past the consumed
+one are not in the state the trainer records (they come after its cut and are
+produced again after a restore), so prefetch adds nothing to a checkpoint's inflight
+chunks: each role's shard is a state its engine had between two deliveries
+(:func:`sim.invariants.inflight_bound`).
+
 Each :meth:`track` pass starts where the consumed state stands (the loaded
 state, or the end of the previous pass), so consecutive passes continue the
 stream rather than replaying it.  With several ranks that needs the ranks'
@@ -55,7 +64,6 @@ engine), merge rules (:mod:`zephon_ref.coordination.merge`), torch patches.
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -70,6 +78,7 @@ from zephon_ref.errors import (
     StateFormatError,
     expected,
 )
+from zephon_ref.torch.dataset import check_pipeline, dataset_class, device_collate, publish_class
 from zephon_ref.torch.device import require_torch, worker_slot
 
 if TYPE_CHECKING:
@@ -148,17 +157,16 @@ def stateful_dataset_class() -> type[Any]:
         return _STATE_CLASS
     torch = require_torch()
 
-    class StatefulPipelineDataset(torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
+    class StatefulPipelineDataset(dataset_class()):  # type: ignore[misc]
         """An IterableDataset over a Pipeline with ``state_dict()`` / ``load_state_dict()``.
 
         See :mod:`zephon_ref.torch.stateful`.  Iterate a DataLoader over it through
-        :meth:`track`; iterated bare, it yields :class:`StampedItem` objects.
+        :meth:`track`; iterated bare, it yields :class:`StampedItem` objects.  It shares the
+        plain dataset's construction and pickling (``resume`` travels too).
         """
 
         def __init__(self, pipeline: Pipeline, collate: Callable[[Any], Any] | None) -> None:
-            super().__init__()
-            self.pipeline = pipeline
-            self.collate = collate
+            super().__init__(pipeline, collate)
             self._resume: tuple[dict[str, Any], int, int] | None = None  # (engine, n, next_role)
             self._n = 1  # worker count of the current pass (0 counts as 1: one stream, the pipeline's own order)
             self._seen: dict[int, dict[str, Any]] = {}  # role -> local state after its last consumed item
@@ -168,7 +176,7 @@ def stateful_dataset_class() -> type[Any]:
 
         # -- worker side --------------------------------------------------------------------
         def _role_pipeline(self, role: int, n: int) -> Pipeline:
-            work = self.pipeline.for_worker(role, n)
+            work: Pipeline = self.pipeline.for_worker(role, n)
             if self._resume is not None:
                 work.restore(self._resume[0])
             return work
@@ -189,10 +197,10 @@ def stateful_dataset_class() -> type[Any]:
                 yield StampedItem(item if collate is None else collate(item), role, n, state)
 
         def __getstate__(self) -> dict[str, Any]:
-            return {"pipeline": self.pipeline, "collate": self.collate, "resume": self._resume}
+            return {**super().__getstate__(), "resume": self._resume}
 
         def __setstate__(self, state: dict[str, Any]) -> None:
-            self.__init__(state["pipeline"], state["collate"])  # type: ignore[misc]
+            super().__setstate__(state)
             self._resume = state["resume"]
 
         # -- trainer side -------------------------------------------------------------------
@@ -342,10 +350,8 @@ def stateful_dataset_class() -> type[Any]:
             self._starts = {}
             self._last_state = None
 
-    StatefulPipelineDataset.__module__ = "zephon_ref.torch"
-    StatefulPipelineDataset.__qualname__ = "StatefulPipelineDataset"
-    _STATE_CLASS = StatefulPipelineDataset
-    return StatefulPipelineDataset
+    _STATE_CLASS = publish_class(StatefulPipelineDataset, "StatefulPipelineDataset")
+    return _STATE_CLASS
 
 
 def to_stateful_dataset(
@@ -360,9 +366,5 @@ def to_stateful_dataset(
     (collation runs in the worker).  Use it as
     ``for batch in ds.track(DataLoader(ds, batch_size=None, num_workers=n))``.
     """
-    from zephon_ref.torch.dataset import device_collate
-
-    pipeline_module = sys.modules.get("zephon_ref.pipeline")
-    if pipeline_module is None or not isinstance(pipeline, pipeline_module.Pipeline):
-        raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
+    check_pipeline(pipeline)
     return stateful_dataset_class()(pipeline, device_collate(collate, device))
