@@ -19,7 +19,7 @@ $PY -m pip install --quiet --no-deps "litdata==0.2.76" "mosaicml-streaming==0.13
 $PY -m pip install --quiet "lightning-utilities==0.15.3" "obstore==0.12.1" filelock requests
 # what streaming imports at module level (compression codecs, the catalogue registry, transformers' BatchFeature)
 $PY -m pip install --quiet "brotli==1.2.0" "python-snappy==0.7.3" "zstd==1.5.7.2" "catalogue==2.0.10" \
-    "transformers==5.24.0" "xxhash>=3"
+    "transformers==5.24.0" "xxhash>=3,<4"
 after=$($PY -c "import torch; print(torch.__version__)" 2>/dev/null || echo none)
 echo "== peers: torch after: $after"
 if [ "$before" != "$after" ]; then
