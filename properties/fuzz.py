@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import copy
 import os
-import signal
 import sys
 import tempfile
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -49,6 +48,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from sim.executor import alarm
 from zephon_ref.errors import ZephonRefError
 
 __all__ = [
@@ -93,22 +93,9 @@ class HangError(BaseException):
     """Raised by :func:`time_limit`; a BaseException so no ``except Exception`` swallows it."""
 
 
-@contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    if seconds <= 0 or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise HangError(f"no result within {seconds:g} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+def time_limit(seconds: float) -> AbstractContextManager[None]:
+    """Raise :class:`HangError` after ``seconds`` (:func:`sim.executor.alarm`)."""
+    return alarm(seconds, lambda: HangError(f"no result within {seconds:g} s"))
 
 
 # ---------------------------------------------------------------------------------------------

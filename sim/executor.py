@@ -88,26 +88,34 @@ class Task:
 # -- the worker side: one attempt of one task, the same in every backend ------------------------
 
 @contextlib.contextmanager
-def _alarm(budget_s: float | None) -> Iterator[None]:
-    """Raise :class:`TaskTimeout` in this thread after ``budget_s`` seconds (main thread only; elsewhere the
-    driver's hard kill is the only budget)."""
-    usable = budget_s is not None and budget_s > 0 and hasattr(signal, "setitimer") and \
+def alarm(seconds: float | None, error: Callable[[], BaseException]) -> Iterator[None]:
+    """Raise ``error()`` in this thread once ``seconds`` of wall time have passed inside the block (a SIGALRM
+    timer; a no-op off the main thread, where no signal can be delivered, or for ``seconds`` None or <= 0).
+    The one watchdog of the project's long runs: the executor's task budgets, the bad-value fuzzer's hang
+    limit and the loader suite's move limit."""
+    usable = seconds is not None and seconds > 0 and hasattr(signal, "setitimer") and \
         threading.current_thread() is threading.main_thread()
     if not usable:
         yield
         return
-    assert budget_s is not None
+    assert seconds is not None
 
     def fire(signum: int, frame: FrameType | None) -> None:
-        raise TaskTimeout(budget_s)
+        raise error()
 
     before = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, budget_s)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
+
+
+def _alarm(budget_s: float | None) -> contextlib.AbstractContextManager[None]:
+    """:func:`alarm` raising :class:`TaskTimeout` after a task's budget (the driver's hard kill is the only
+    budget off the main thread)."""
+    return alarm(budget_s, lambda: TaskTimeout(budget_s or 0.0))
 
 
 def execute(fn: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], budget_s: float | None) -> Record:
@@ -316,10 +324,11 @@ class RayBackend:
                  object_store_memory: int = 300 * 2**20, inflight_per_cpu: int = 4,
                  code_roots: tuple[str, ...] = ("zephon_ref", "sim"), task_memory_mb: int | None = None) -> None:
         try:
-            import ray
+            import ray as ray_module
         except ImportError as exc:  # the optional extra
             raise ExecutorError("--ray needs Ray: pip install 'zephon_ref[cluster]' (or pip install ray); "
                                 f"received ImportError: {exc}") from None
+        ray: Any = ray_module  # Ray's API is partly untyped (mypy --strict with the extra installed)
         self.ray = ray
         self.address = address
         self.code_roots = code_roots

@@ -45,11 +45,9 @@ import dataclasses
 import io
 import os
 import pickle
-import signal
-import threading
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +71,7 @@ from properties.loaders.core import (
     Refused,
     dataset_ids,
 )
+from sim.executor import alarm
 
 __all__ = ["PROPERTIES", "LoaderPropertyFailure", "PropertyResult", "check_property", "config_strategy",
            "machine_for", "reference_stream"]
@@ -97,23 +96,9 @@ class MoveTimeout(Exception):
     """A move did not return within MOVE_TIMEOUT seconds."""
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0)."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def ring(signum: int, frame: Any) -> None:
-        raise MoveTimeout(f"no answer within {seconds:.0f} s")
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+def _deadline(seconds: float) -> contextlib.AbstractContextManager[None]:
+    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0; :func:`sim.executor.alarm`)."""
+    return alarm(seconds, lambda: MoveTimeout(f"no answer within {seconds:.0f} s"))
 
 
 class LoaderPropertyFailure(AssertionError):

@@ -63,7 +63,7 @@ class ThreadsRunner:
     def run(self, engine: Engine) -> Iterator[Any]:
         """Drive a started engine to the end; yield its delivered items."""
         stages = engine.stages
-        lock = threading.RLock()
+        lock = threading.RLock()  # plain-ok: the runner's lock (owned here, per run), installed as Engine.guard
         engine.guard = lock
         qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(stages) + 1)]
         stop = threading.Event()
