@@ -109,6 +109,19 @@ def default_epoch_spec(cfg: LoaderConfig) -> EpochSpec:
     return EpochSpec(cfg.size)
 
 
+def unavailable(*modules: str, hint: str) -> str | None:
+    """Why a loader cannot run here (the first of ``modules`` that does not import, and ``hint`` on how to
+    install it), or None when every one imports: what an adapter's ``available()`` returns."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"{module} is not importable ({exc}); {hint}"
+    return None
+
+
 class Refused(Exception):
     """Raised by an adapter when the library refused an operation on purpose (a documented,
     loud refusal, e.g. restoring under another worker count)."""

@@ -21,7 +21,6 @@ iterator that already produced an element is documented too (``primed``).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +31,7 @@ from properties.loaders.core import (
     dataset_ids,
     default_epoch_spec,
     shard_ids,
+    unavailable,
 )
 
 __all__ = ["GRAIN", "GrainAdapter"]
@@ -132,11 +132,7 @@ class GrainAdapter:
     }}
 
     def available(self) -> str | None:
-        try:
-            importlib.import_module("grain")
-        except ImportError as exc:
-            return f"grain is not importable ({exc}); pip install -e '.[peers]' (see README)"
-        return None
+        return unavailable("grain", hint="pip install -e '.[peers]' (see README)")
 
     def version(self) -> str:
         from importlib.metadata import version

@@ -21,13 +21,12 @@ shuffled configurations are not drawn; the library has no delivered-item counter
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from properties.loaders.adapters.torchdata import _EpochLoop, _ints
-from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, shard_ids
+from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, shard_ids, unavailable
 
 __all__ = ["DATASETS", "DatasetsAdapter"]
 
@@ -142,12 +141,7 @@ class DatasetsAdapter:
     }}
 
     def available(self) -> str | None:
-        try:
-            importlib.import_module("datasets")
-            importlib.import_module("torchdata.stateful_dataloader")
-        except ImportError as exc:
-            return f"datasets or torchdata is not importable ({exc}); pip install -e '.[peers]' (see README)"
-        return None
+        return unavailable("datasets", "torchdata.stateful_dataloader", hint="pip install -e '.[peers]' (see README)")
 
     def version(self) -> str:
         from importlib.metadata import version

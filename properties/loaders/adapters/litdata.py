@@ -15,7 +15,6 @@ epoch (LitData's choice; the suite accepts it), so this adapter's loop counts th
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import os
 import tempfile
@@ -23,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from properties.loaders.adapters.torchdata import _EpochLoop, _ints
-from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids
+from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, unavailable
 
 __all__ = ["LITDATA", "LitDataAdapter", "optimized_dir"]
 
@@ -85,11 +84,7 @@ class LitDataAdapter:
              "data_seed": (0, 1)}
 
     def available(self) -> str | None:
-        try:
-            importlib.import_module("litdata")
-        except ImportError as exc:
-            return f"litdata is not importable ({exc}); scripts/install_peers.sh installs it without torchvision"
-        return None
+        return unavailable("litdata", hint="scripts/install_peers.sh installs it without torchvision")
 
     def version(self) -> str:
         from importlib.metadata import version

@@ -21,11 +21,16 @@ loop over ``iter(loader)``; the state is ``loader.state_dict()`` plus the user's
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, default_epoch_spec
+from properties.loaders.core import (
+    EpochSpec,
+    LoaderConfig,
+    dataset_ids,
+    default_epoch_spec,
+    unavailable,
+)
 
 __all__ = ["NODES", "STATEFUL_DATALOADER", "NodesAdapter", "StatefulDataLoaderAdapter"]
 
@@ -224,11 +229,7 @@ class StatefulDataLoaderAdapter:
     }}
 
     def available(self) -> str | None:
-        try:
-            importlib.import_module("torchdata.stateful_dataloader")
-        except ImportError as exc:
-            return f"torchdata is not importable ({exc}); pip install -e '.[peers]' (see README)"
-        return None
+        return unavailable("torchdata.stateful_dataloader", hint="pip install -e '.[peers]' (see README)")
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -303,11 +304,7 @@ class NodesAdapter:
              "workers": (1, 2), "buffer": (0, 2), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
 
     def available(self) -> str | None:
-        try:
-            importlib.import_module("torchdata.nodes")
-        except ImportError as exc:
-            return f"torchdata is not importable ({exc}); pip install -e '.[peers]' (see README)"
-        return None
+        return unavailable("torchdata.nodes", hint="pip install -e '.[peers]' (see README)")
 
     def version(self) -> str:
         from importlib.metadata import version
