@@ -14,8 +14,10 @@ on any backend of :mod:`sim.executor` (this process, ``--jobs N`` local processe
   each one reruns exactly: a failing shard's record carries the command that does so;
 * ``checkpoints``: ``--cuts C`` zephon checkpoints judged (:func:`properties.zephon_checkpoints.survey`)
   in shards of independent seeds; the tallies add up;
-* ``mutation``: one shard per path given (a module, or a package's directory), each running
-  ``scripts/mutation.sh PATH`` (mutmut on a throwaway copy) and counting its results by status.
+* ``mutation``: the mutation score (:mod:`properties.mutation_score`): a seeded sample of source
+  mutants of the core, one task per (mutant, checker), each a checker run in a mutated copy of the
+  repository; the summary counts verdicts per checker (the same tasks and records as
+  ``python -m properties.mutation_score run``, here with the executor's cluster options).
 
 The summary adds the shards up; a shard that raised or ran past its budget (``--budget``) is
 a failing shard with its traceback, never a lost one.  A task is a module-level function of
@@ -33,11 +35,8 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import shlex
-import subprocess
 import sys
-import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,7 +46,7 @@ from sim.executor import Backend, Record, Task, make_backend, run_tasks
 from zephon_ref.errors import ConfigError
 from zephon_ref.seeding import derive_seed
 
-__all__ = ["checkpoint_shard", "conformance_shard", "conformance_tasks", "main", "mutation_shard", "run_campaign",
+__all__ = ["checkpoint_shard", "conformance_shard", "conformance_tasks", "main", "mutation_tasks", "run_campaign",
            "summarise_checkpoints", "summarise_conformance", "summarise_mutation"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,51 +171,35 @@ def summarise_checkpoints(records: Sequence[Record]) -> dict[str, Any]:
 
 # -- mutation scores --------------------------------------------------------------------------
 
-def mutation_shard(path: str, script: str = "scripts/mutation.sh", root: str = str(ROOT)) -> dict[str, Any]:
-    """``script PATH`` (scripts/mutation.sh: mutmut on a throwaway copy) into a fresh results folder; the
-    mutants counted by status (killed, survived, timeout, ...) from its ``results.txt``."""
-    with tempfile.TemporaryDirectory(prefix="zephon-ref-mutation-shard.") as out:
-        proc = subprocess.run(["bash", str(Path(root, script)), path], cwd=root, capture_output=True, text=True,
-                              env={**os.environ, "OUT": out, "ROOT": root}, check=False)
-        results = Path(out, "results.txt")
-        lines = results.read_text().splitlines() if results.exists() else []
-    counts: dict[str, int] = {}
-    survivors = []
-    for line in lines:
-        if ":" not in line:
-            continue
-        name, status = (x.strip() for x in line.rsplit(":", 1))
-        counts[status] = counts.get(status, 0) + 1
-        if status == "survived":
-            survivors.append(name)
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{script} {path}: exit {proc.returncode}, {len(lines)} result lines; stderr: "
-                           f"{proc.stderr[-1500:]}")
-    return {"path": path, "counts": counts, "survivors": survivors, "ok": True}
+def mutation_tasks(*, sample: int = 200, seed: int = 0, first: int | None = None,
+                   checkers: Sequence[str] = ("conformance", "sim", "ci"), timeout: float = 900.0,
+                   examples: int = 20, seeds: str = "0..39") -> list[Task]:
+    """The mutation score's tasks (:func:`properties.mutation_score.tasks_for` on a seeded sample) for
+    the executor."""
+    from properties import mutation_score as ms
 
-
-def mutation_tasks(paths: Sequence[str], script: str = "scripts/mutation.sh", root: str = str(ROOT)) -> list[Task]:
-    if not paths:
-        raise ConfigError("mutation: expected at least one path to mutate, received none")
-    return [Task(f"path:{p}", mutation_shard, (p, script, root),
-                 {"shard": i, "reproduce": f"bash {script} {shlex.quote(p)}"}) for i, p in enumerate(paths)]
+    bad = [c for c in checkers if c not in ms.CHECKERS]
+    if bad or not checkers:
+        raise ConfigError(f"mutation: expected checkers among {sorted(ms.CHECKERS)}, received {list(checkers)}")
+    chosen = ms.sample(ms.generate(), sample, seed)[:first]
+    return ms.executor_tasks(ms.tasks_for(chosen, list(checkers), timeout=timeout, examples=examples, seeds=seeds))
 
 
 def summarise_mutation(records: Sequence[Record]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    bad = []
-    per_path = {}
-    for r in sorted(records, key=lambda r: int(r["shard"])):
-        if r.get("status") != "done":
-            bad.append({"path": r["task"], "status": r.get("status"), "error": r.get("error"),
-                        "reproduce": r.get("reproduce")})
-            continue
-        per_path[r["path"]] = r["counts"]
-        for k, v in r["counts"].items():
-            counts[k] = counts.get(k, 0) + v
-    judged = counts.get("killed", 0) + counts.get("survived", 0)
-    return {"paths": per_path, "counts": counts, "failed_shards": bad,
-            "score": round(counts.get("killed", 0) / judged, 4) if judged else None, "ok": not bad}
+    """Verdicts per checker (killed, survived, timeout, error) and the kill share of each."""
+    from properties.mutation_score import verdict_of
+
+    per: dict[str, dict[str, int]] = {}
+    for r in records:
+        v = per.setdefault(str(r.get("checker", "?")), {})
+        verdict = verdict_of(dict(r))
+        v[verdict] = v.get(verdict, 0) + 1
+    score = {c: (round(v.get("killed", 0) / (sum(v.values()) - v.get("error", 0)), 4)
+                 if sum(v.values()) > v.get("error", 0) else None) for c, v in sorted(per.items())}
+    failed = [{"shard": r["task"], "status": r.get("status"), "error": r.get("error"),
+               "reproduce": r.get("reproduce")} for r in records if r.get("status") != "done"]
+    return {"checkers": {c: per[c] for c in sorted(per)}, "score": score, "failed_shards": failed,
+            "ok": not failed}
 
 
 # -- driver -----------------------------------------------------------------------------------
@@ -258,7 +241,8 @@ def _print(kind: str, summary: Mapping[str, Any]) -> None:
         for line in (t.get("ref_failures") or [])[:10]:
             print("REF  " + line)
     else:
-        print(f"mutation score {summary['score']}: {json.dumps(summary['counts'], sort_keys=True)}")
+        print(f"mutation score (killed share per checker) {json.dumps(summary['score'], sort_keys=True)}: "
+              f"{json.dumps(summary['checkers'], sort_keys=True)}")
     for b in summary["failed_shards"]:
         print(f"FAILED shard {b.get('shard', b.get('path'))} ({b['status']}): {b['error']}\n  reproduce: {b['reproduce']}")
 
@@ -274,8 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     k = sub.add_parser("checkpoints", help="judge zephon checkpoints at random cuts (needs zephon)")
     k.add_argument("--cuts", type=int, default=400)
     k.add_argument("--shards", type=int, default=8)
-    m = sub.add_parser("mutation", help="mutation scores, one shard per path (needs mutmut)")
-    m.add_argument("paths", nargs="+", help="modules or package directories to mutate")
+    m = sub.add_parser("mutation", help="the mutation score: a seeded sample of mutants x checkers "
+                                        "(properties.mutation_score)")
+    m.add_argument("--sample", type=int, default=200, help="mutants in the seeded sample")
+    m.add_argument("--first", type=int, default=None, help="only the first N of the sample")
+    m.add_argument("--checkers", default="conformance,sim,ci", help="comma list: conformance, sim, ci")
+    m.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant and checker")
     sh = sub.add_parser("shard", help="run one conformance shard here (what a failing shard's reproduce line runs)")
     sh.add_argument("--impl", default="inline")
     sh.add_argument("--examples", type=int, required=True)
@@ -305,8 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         tasks = checkpoint_tasks(a.cuts, a.shards, a.seed)
         header = {"cuts": a.cuts, "shards": a.shards, "seed": a.seed}
     else:
-        tasks = mutation_tasks(a.paths)
-        header = {"paths": a.paths}
+        checkers = [c.strip() for c in a.checkers.split(",") if c.strip()]
+        tasks = mutation_tasks(sample=a.sample, seed=a.seed, first=a.first, checkers=checkers, timeout=a.timeout)
+        header = {"kind": "mutation_score", "sample": a.sample, "seed": a.seed, "first": a.first,
+                  "checkers": checkers, "timeout": a.timeout}
     summary, _ = run_campaign(a.kind, tasks, header, jobs=a.jobs, ray=a.ray, jsonl=a.resume or a.jsonl,
                               resume=a.resume is not None, budget_s=a.budget, progress=not a.quiet)
     _print(a.kind, summary)

@@ -14,11 +14,13 @@ a raise a refusal message).  :func:`sample` takes a seeded sample.
 
 A *task* is one (mutant, checker) pair as plain data (a dict), and :func:`run_task` (top level,
 picklable) runs the checker in a mutated copy of the repository with a time limit and returns a
-result dict: ``killed`` (the checker failed), ``survived`` (it passed), ``timeout`` (the clock
-ended it: detected, but not by an assertion) or ``error`` (the mutant could not be applied).
-:func:`run_tasks` runs a list of independent tasks (one process, or a pool) and appends each
-result to a JSONL file as it finishes; tasks already in the file are skipped, so a run resumes
-where it stopped.  Any executor that maps :func:`run_task` over the task list can replace it.
+result dict whose ``verdict`` is ``killed`` (the checker failed), ``survived`` (it passed),
+``timeout`` (the clock ended it: detected, but not by an assertion) or ``error`` (the mutant could
+not be applied).  :func:`run_tasks` runs a list of independent tasks on the project's one
+executor (:mod:`sim.executor`: this process, local processes or a Ray cluster) and appends each
+record to a JSONL file as it finishes; tasks already in the file are skipped, so a run resumes
+where it stopped.  ``python -m properties.campaigns mutation`` runs the same tasks with the
+executor's cluster options.
 
 Checkers (each a command in the mutated copy; exit status 0 = the mutant survived):
 
@@ -52,8 +54,11 @@ from pathlib import Path
 from typing import Any
 
 from properties.mutation import ROOT, Mutant, StaleMutant, run_mutated
+from sim.executor import Backend, Task, make_backend, read_records
+from sim.executor import run_tasks as execute_tasks
 
-__all__ = ["CHECKERS", "CI_TESTS", "generate", "report", "run_task", "run_tasks", "sample", "tasks_for"]
+__all__ = ["CHECKERS", "CI_TESTS", "executor_tasks", "generate", "report", "run_task", "run_tasks", "sample", "tasks_for",
+           "verdict_of"]
 
 TARGETS = ("zephon_ref/engine", "zephon_ref/ops", "zephon_ref/work", "zephon_ref/state.py")
 
@@ -221,60 +226,62 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     try:
         out = run_mutated([m], argv, timeout=float(task["timeout"]), env={"HYPOTHESIS_PROFILE": "ci"})
     except StaleMutant as exc:
-        return {**base, "status": "error", "seconds": 0.0, "detail": str(exc)}
-    status = "timeout" if out.timed_out else ("survived" if out.returncode == 0 else "killed")
+        return {**base, "verdict": "error", "checker_seconds": 0.0, "detail": str(exc)}
+    verdict = "timeout" if out.timed_out else ("survived" if out.returncode == 0 else "killed")
     lines = [x for x in out.tail.strip().splitlines() if x.strip()]
-    return {**base, "status": status, "seconds": round(out.seconds, 1), "returncode": out.returncode,
+    return {**base, "verdict": verdict, "checker_seconds": round(out.seconds, 1), "returncode": out.returncode,
             "detail": "\n".join(lines[-3:])[-600:]}
 
 
-def run_tasks(tasks: Sequence[dict[str, Any]], results: Path, *, jobs: int = 1, progress: bool = True) -> int:
-    """Run every task not yet in ``results`` (JSONL), appending each result as it finishes."""
-    done: set[str] = set()
-    if results.exists():
-        for line in results.read_text().splitlines():
-            if line.strip():
-                done.add(json.loads(line)["id"])
-    todo = [t for t in tasks if t["id"] not in done]
-    results.parent.mkdir(parents=True, exist_ok=True)
-    if jobs > 1:
-        import multiprocessing
+def executor_tasks(tasks: Sequence[dict[str, Any]]) -> list[Task]:
+    """The tasks as :class:`sim.executor.Task` s (key: the task's id; :func:`run_task` runs each)."""
+    return [Task(t["id"], run_task, (t,), {"reproduce": "python -m properties.mutation_score run ... (task "
+                                                          f"{t['id']})"}) for t in tasks]
 
-        pool = multiprocessing.get_context("spawn").Pool(jobs)
-        it: Iterator[dict[str, Any]] = pool.imap_unordered(run_task, todo)
-    else:
-        pool = None
-        it = map(run_task, todo)
-    n = 0
+
+def verdict_of(record: dict[str, Any]) -> str:
+    """A record's verdict: the checker's (killed, survived, timeout, error), or the executor's ``error`` /
+    ``timeout`` when the task itself failed."""
+    return str(record.get("verdict") if record.get("status", "done") == "done" else record.get("status"))
+
+
+def run_tasks(tasks: Sequence[dict[str, Any]], results: Path, *, jobs: int = 1, progress: bool = True,
+              backend: Backend | None = None) -> int:
+    """Run every task not yet in ``results`` (JSONL) on the executor (``jobs`` local processes, or
+    ``backend``), appending each record as it finishes; returns how many ran now."""
+    results.parent.mkdir(parents=True, exist_ok=True)
+    resume = results.exists() and results.stat().st_size > 0
+    before = len(read_records(results)[1]) if resume else 0
+    own = backend is None
+    be = make_backend(jobs=jobs) if backend is None else backend
+
+    def say(rec: dict[str, Any]) -> None:
+        if progress:
+            print(f"{verdict_of(rec):<8} {rec.get('checker_seconds', rec.get('seconds'))!s:>7}s "
+                  f"{rec.get('checker', '?'):<11} {rec.get('mutant', rec['task'])}", file=sys.stderr, flush=True)
+
     try:
-        with results.open("a") as f:
-            for res in it:
-                f.write(json.dumps(res, sort_keys=True) + "\n")
-                f.flush()
-                n += 1
-                if progress:
-                    print(f"[{len(done) + n}/{len(tasks)}] {res['status']:<8} {res['seconds']:>7}s "
-                          f"{res['checker']:<11} {res['mutant']}", file=sys.stderr, flush=True)
+        records = execute_tasks(executor_tasks(tasks), be, jsonl=results, header={"kind": "mutation_score"},
+                                resume=resume, retries=1, progress=False, on_record=say)
     finally:
-        if pool is not None:
-            pool.close()
-            pool.join()
-    return n
+        if own:
+            be.close()
+    return len(records) - before
 
 
 def report(results: Path) -> dict[str, Any]:
     """Per checker: mutants run, killed, timed out, survived, the kill share, seconds per mutant;
     and the mutants every checker that ran them let survive."""
-    rows = [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
+    rows = read_records(results)[1]
     by: dict[str, dict[str, Any]] = {}
     status: dict[str, dict[str, str]] = {}
     for r in rows:
         s = by.setdefault(r["checker"], {"run": 0, "killed": 0, "timeout": 0, "survived": 0, "error": 0,
                                          "seconds": 0.0})
         s["run"] += 1
-        s[r["status"]] += 1
-        s["seconds"] += float(r["seconds"])
-        status.setdefault(r["mutant"], {})[r["checker"]] = r["status"]
+        s[verdict_of(r)] += 1
+        s["seconds"] += float(r.get("checker_seconds", r.get("seconds", 0.0)))
+        status.setdefault(r["mutant"], {})[r["checker"]] = verdict_of(r)
     for s in by.values():
         valid = s["run"] - s["error"]
         s["killed_share"] = round(s["killed"] / valid, 3) if valid else None

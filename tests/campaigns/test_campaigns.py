@@ -12,6 +12,7 @@ import pytest
 
 from properties import adapters, campaigns
 from sim.executor import InlineBackend, ProcessBackend
+from zephon_ref.errors import ConfigError
 
 INLINE = adapters.load_adapter("inline")
 
@@ -91,17 +92,26 @@ def test_the_checkpoint_survey_adds_its_shards_up() -> None:
     assert summary["ok"] == (not summary["tally"]["ref_failures"])
 
 
-def test_mutation_shards_count_results_by_status(tmp_path: Path) -> None:
-    fake = tmp_path / "mutation.sh"  # stands in for scripts/mutation.sh: writes $OUT/results.txt as mutmut does
-    fake.write_text('#!/usr/bin/env bash\nmkdir -p "$OUT"\n'
-                    'printf "m.x__mutmut_1: killed\\nm.x__mutmut_2: survived\\nm.x__mutmut_3: killed\\n" '
-                    '> "$OUT/results.txt"\n')
-    tasks = campaigns.mutation_tasks(["a.py", "b.py"], script=str(fake), root=str(tmp_path))
+def test_the_mutation_campaign_runs_the_score_tasks_and_counts_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The campaign runs properties.mutation_score's tasks on the executor (one task per mutant and
+    checker, in a mutated copy) and counts verdicts per checker; a task that raises is a failed shard."""
+    from properties import mutation_score as ms
+    from properties.mutation import ROOT, Mutant
+
+    probe = ["python", "-c", "import pathlib, sys, zephon_ref; "
+             "sys.exit(1 if 'MUTATED' in pathlib.Path(zephon_ref.__file__).read_text() else 0)"]
+    monkeypatch.setitem(ms.CHECKERS, "probe", probe)
+    first = (ROOT / "zephon_ref/__init__.py").read_text().splitlines(keepends=True)[0]
+    seen = Mutant("seen", "zephon_ref/__init__.py", first, first + "# MUTATED\n", line=1, col=0)
+    unseen = Mutant("unseen", "zephon_ref/__init__.py", first, first + "# harmless\n", line=1, col=0)
+    tasks = ms.executor_tasks(ms.tasks_for([seen, unseen], ["probe"], timeout=120))
     summary, _ = campaigns.run_campaign("mutation", tasks, {}, backend=InlineBackend())
-    assert summary["counts"] == {"killed": 4, "survived": 2} and summary["score"] == pytest.approx(4 / 6, abs=1e-3)
-    broken = tmp_path / "broken.sh"
-    broken.write_text("#!/usr/bin/env bash\nexit 3\n")
-    summary, _ = campaigns.run_campaign("mutation", campaigns.mutation_tasks(["a.py"], script=str(broken),
-                                                                             root=str(tmp_path)), {},
-                                        backend=InlineBackend())
-    assert not summary["ok"] and "exit 3" in summary["failed_shards"][0]["error"]
+    assert summary["checkers"] == {"probe": {"killed": 1, "survived": 1}} and summary["score"] == {"probe": 0.5}
+    assert summary["ok"]
+    broken = ms.executor_tasks([{"id": "broken|probe", "mutant": {"bad": 1}, "checker": "probe", "timeout": 1}])
+    summary, _ = campaigns.run_campaign("mutation", broken, {}, backend=InlineBackend())
+    assert not summary["ok"] and "TypeError" in summary["failed_shards"][0]["error"]
+    with pytest.raises(ConfigError):
+        campaigns.mutation_tasks(checkers=["nosuch"])
+
+

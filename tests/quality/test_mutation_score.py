@@ -5,13 +5,13 @@ checkout) and a results file resumes.  The score itself is opt-in (docs/mutation
 from __future__ import annotations
 
 import ast
-import json
 from pathlib import Path
 
 import pytest
 
 from properties import mutation_score as ms
 from properties.mutation import ROOT, Mutant
+from sim.executor import read_records
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkey
     tasks = ms.tasks_for([seen, unseen, stale], ["probe"], timeout=120)
     out = tmp_path / "r.jsonl"
     assert ms.run_tasks(tasks, out, progress=False) == 3
-    got = {json.loads(x)["mutant"]: json.loads(x)["status"] for x in out.read_text().splitlines()}
+    got = {r["mutant"]: ms.verdict_of(r) for r in read_records(out)[1]}
     assert got == {"seen": "killed", "unseen": "survived", "stale": "error"}
     assert ms.run_tasks(tasks, out, progress=False) == 0  # resumed: nothing left to run
     rep = ms.report(out)
