@@ -233,32 +233,35 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
                 m = r.marks
                 worst = " / ".join(f"{r.worst_at[k]}" for k in m)
                 rows.append(_row(f"{n} lanes {r.label}: worst inflight chunks at {m[0]:,} / {m[1]:,} / {m[2]:,} items",
-                                 r.worst_at[m[-1]], None, "chunks", None,
+                                 r.worst_at[m[-1]], None, "chunks", None, None,
                                  f"{worst}; stream {'identical to demand' if key == 'demand' or (same if key != 'zephon' else zsame) else 'DIFFERS from demand'}"))
                 b0, b1 = r.bytes_at.get(m[0]), r.bytes_at.get(m[-1])
                 rows.append(_row(f"{n} lanes {r.label}: checkpoint bytes at {m[-1]:,} over at {m[0]:,} items",
                                  b1, b0, "bytes", None if not b0 or b1 is None else b1 / b0,
+                                 f"the same run's checkpoint at {m[0]:,} items",
                                  "goal <= 1.1 (demand)" if key == "demand" else "no bound"))
                 if key in POLICIES:
                     t0, ok0 = restore_seconds(tmp, r, m[0], reps=reps)
                     t1, ok1 = restore_seconds(tmp, r, m[-1], reps=reps)
                     rows.append(_row(f"{n} lanes {r.label}: fresh-process restore-to-first-item at {m[-1]:,} over "
                                      f"at {m[0]:,} items", t1, t0, "s", t1 / t0,
+                                     f"the same run's restore at {m[0]:,} items",
                                      ("goal <= 1.1; " if key == "demand" else "")
                                      + f"median of {reps}; first item {'checked equal' if ok0 and ok1 else 'DIFFERS'}"))
             d, rr = statistics.median(tp["demand"]), statistics.median(tp["round_robin"])
             docs = runs["demand"].docs
             rows.append(_row(f"{n} lanes: docs/s, demand over round-robin feeding", docs / d, docs / rr, "docs/CPU-s",
-                             rr / d, f"goal >= 0.95; median of {len(tp['demand'])} runs each (the long run, then "
+                             rr / d, "the same pipeline fed round robin", f"goal >= 0.95; median of {len(tp['demand'])} runs each (the long run, then "
                              f"{min(items, 20_000):,} items, round robin first); "
                              f"streams {'identical' if same else 'DIFFER'}"))
-    rows.append(_row("load average during the run", os.getloadavg()[0], None, "", None,
+    rows.append(_row("load average during the run", os.getloadavg()[0], None, "", None, None,
                      "1-minute load average at the end (2 shared cores)"))
     return rows
 
 
-def _row(name: str, ours: Any, theirs: Any, unit: str, ratio: Any, note: str) -> dict[str, Any]:
-    return {"name": name, "ours": ours, "theirs": theirs, "unit": unit, "ratio": ratio, "note": note}
+def _row(name: str, ours: Any, theirs: Any, unit: str, ratio: Any, vs: str | None, note: str) -> dict[str, Any]:
+    """One bench row; ``vs`` says what ``theirs`` is (None when there is no ``theirs``)."""
+    return {"name": name, "ours": ours, "theirs": theirs, "vs": vs, "unit": unit, "ratio": ratio, "note": note}
 
 
 def results(*, quick: bool = True) -> list[dict[str, Any]]:
