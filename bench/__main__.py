@@ -22,7 +22,6 @@ CPU model) and the date.  Nothing here asserts a speed.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib
 import json
@@ -161,14 +160,6 @@ def rewrite_readme(path: Path, block: str) -> None:
     os.replace(tmp, path)
 
 
-def _json_path(text: str) -> str:
-    """``--json``: a file path in an existing directory (checked before any benchmark runs)."""
-    d = os.path.dirname(os.path.abspath(text))
-    if not text or os.path.isdir(text) or not os.path.isdir(d):
-        raise argparse.ArgumentTypeError(f"expected a file path in an existing directory, received {text!r}")
-    return text
-
-
 def json_document(rows: Sequence[Row], *, quick: bool, modules: Sequence[str]) -> dict[str, Any]:
     """The rows as one JSON-able document: what ran, where, when, and every row with KEYS."""
     return {
@@ -188,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         DefaultsHelpFormatter,
         OneLineArgumentParser,
         refuse,
+        writable_path,
     )
 
     ap = OneLineArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
@@ -196,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default=None,
                     help="comma-separated names, e.g. source,pipeline (default: every bench/bench_*.py)")
     ap.add_argument("--report", action="store_true", help="rewrite the results table in README.md")
-    ap.add_argument("--json", type=_json_path, default=None, metavar="FILE",
+    ap.add_argument("--json", type=writable_path, default=None, metavar="FILE",
                     help="also write the rows, the machine and the date here as JSON")
     args = ap.parse_args(argv)
     if args.only is not None and not [x for x in args.only.split(",") if x.strip()]:

@@ -30,7 +30,6 @@ machinery (sim.executor).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
@@ -44,6 +43,15 @@ from typing import Any
 
 from sim.executor import Backend, Record, Task, make_backend, run_tasks
 from zephon_ref.errors import ConfigError
+from zephon_ref.exits import (
+    EXIT_USAGE,
+    OneLineArgumentParser,
+    existing_file,
+    int_at_least,
+    number_above,
+    refuse,
+    writable_path,
+)
 from zephon_ref.seeding import derive_seed
 
 __all__ = ["checkpoint_shard", "conformance_shard", "conformance_tasks", "main", "mutation_tasks", "run_campaign",
@@ -248,36 +256,36 @@ def _print(kind: str, summary: Mapping[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m properties.campaigns", description=__doc__.split("\n")[0])
+    ap = OneLineArgumentParser(prog="python -m properties.campaigns", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="kind", required=True)
     c = sub.add_parser("conformance", help="the property suite, a budget of examples split into seeded shards")
     c.add_argument("--impl", default="inline", help="inline, threads, zephon, tensor, or module:attr")
-    c.add_argument("--examples", type=int, default=200, help="examples per property, all shards together")
-    c.add_argument("--shards", type=int, default=8)
+    c.add_argument("--examples", type=int_at_least(1), default=200, help="examples per property, all shards together")
+    c.add_argument("--shards", type=int_at_least(1), default=8)
     c.add_argument("--property", action="append", default=[], help="only this property (repeatable)")
     k = sub.add_parser("checkpoints", help="judge zephon checkpoints at random cuts (needs zephon)")
-    k.add_argument("--cuts", type=int, default=400)
-    k.add_argument("--shards", type=int, default=8)
+    k.add_argument("--cuts", type=int_at_least(1), default=400)
+    k.add_argument("--shards", type=int_at_least(1), default=8)
     m = sub.add_parser("mutation", help="the mutation score: a seeded sample of mutants x checkers "
                                         "(properties.mutation_score)")
-    m.add_argument("--sample", type=int, default=200, help="mutants in the seeded sample")
-    m.add_argument("--first", type=int, default=None, help="only the first N of the sample")
+    m.add_argument("--sample", type=int_at_least(1), default=200, help="mutants in the seeded sample")
+    m.add_argument("--first", type=int_at_least(1), default=None, help="only the first N of the sample")
     m.add_argument("--checkers", default="conformance,sim,ci", help="comma list: conformance, sim, ci")
-    m.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant and checker")
+    m.add_argument("--timeout", type=number_above(0), default=900.0, help="seconds per mutant and checker")
     sh = sub.add_parser("shard", help="run one conformance shard here (what a failing shard's reproduce line runs)")
     sh.add_argument("--impl", default="inline")
-    sh.add_argument("--examples", type=int, required=True)
+    sh.add_argument("--examples", type=int_at_least(1), required=True)
     sh.add_argument("--shard-seed", type=int, required=True)
     sh.add_argument("--property", action="append", default=[])
     for p in (c, k, m):
-        p.add_argument("--seed", type=int, default=0, help="the campaign's seed (shard seeds derive from it)")
-        p.add_argument("--jobs", type=int, default=None, help="local processes (default: every core)")
+        p.add_argument("--seed", type=int_at_least(0), default=0, help="the campaign's seed (shard seeds derive from it)")
+        p.add_argument("--jobs", type=int_at_least(1), default=None, help="local processes (default: every core)")
         p.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
                        help="run the shards on a Ray cluster (no ADDRESS: a local instance); needs the cluster extra")
-        p.add_argument("--jsonl", default=None, metavar="FILE", help="stream one record per shard here")
-        p.add_argument("--resume", default=None, metavar="FILE", help="continue a campaign from its JSONL")
-        p.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="per shard")
-        p.add_argument("--out", default=None, help="write the JSON summary here")
+        p.add_argument("--jsonl", type=writable_path, default=None, metavar="FILE", help="stream one record per shard here")
+        p.add_argument("--resume", type=existing_file, default=None, metavar="FILE", help="continue a campaign from its JSONL")
+        p.add_argument("--budget", type=number_above(0), default=None, metavar="SECONDS", help="per shard")
+        p.add_argument("--out", type=writable_path, default=None, help="write the JSON summary here")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
     a = ap.parse_args(argv)
     if a.kind == "shard":
@@ -294,6 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         header = {"cuts": a.cuts, "shards": a.shards, "seed": a.seed}
     else:
         checkers = [c.strip() for c in a.checkers.split(",") if c.strip()]
+        from properties.mutation_score import CHECKERS
+
+        if not checkers or any(c not in CHECKERS for c in checkers):
+            return refuse(ap.prog, "usage error", f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, "
+                          f"received {a.checkers!r}", EXIT_USAGE)
         tasks = mutation_tasks(sample=a.sample, seed=a.seed, first=a.first, checkers=checkers, timeout=a.timeout)
         header = {"kind": "mutation_score", "sample": a.sample, "seed": a.seed, "first": a.first,
                   "checkers": checkers, "timeout": a.timeout}

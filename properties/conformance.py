@@ -100,7 +100,7 @@ from properties.machines import machine_configs, resume_machine
 from properties.normal_form import lanes_of
 from properties.pipelines import PipelineConfig
 from properties.strategies import Topology, cut_schedules, execution_settings, topologies
-from zephon_ref.exits import OneLineArgumentParser, int_at_least
+from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
 
 __all__ = ["LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main", "results_json",
            "run_suite"]
@@ -880,7 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--property", action="append", default=[],
                     help=f"run only this property (repeatable; one of: {', '.join(ORDER)})")
     ap.add_argument("--random", action="store_true", help="random examples (default: derandomized)")
-    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    ap.add_argument("--json", metavar="FILE", type=writable_path, help="also write the results as JSON to FILE")
     ap.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     ap.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
                     help=f"stop shrinking a failing row after this many seconds (default: {SHRINK_SECONDS:g})")
@@ -888,9 +888,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="items of the long-run row (default: 2,000; 100,000 under HYPOTHESIS_PROFILE=nightly)")
     args = ap.parse_args(argv)
     prog = ap.prog
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        print(f"{prog}: --json: expected a file in an existing directory, received {args.json!r}", file=sys.stderr)
-        return 2
     if not args.shrink_seconds >= 0:
         print(f"{prog}: --shrink-seconds: expected a number >= 0, received {args.shrink_seconds}", file=sys.stderr)
         return 2

@@ -43,7 +43,6 @@ mutant's effects live only in its child process).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import random
@@ -56,6 +55,14 @@ from typing import Any
 from properties.mutation import ROOT, Mutant, StaleMutant, run_mutated
 from sim.executor import Backend, Task, make_backend, read_records
 from sim.executor import run_tasks as execute_tasks
+from zephon_ref.exits import (
+    EXIT_USAGE,
+    OneLineArgumentParser,
+    existing_file,
+    int_at_least,
+    number_above,
+    refuse,
+)
 
 __all__ = ["CHECKERS", "CI_TESTS", "executor_tasks", "generate", "report", "run_task", "run_tasks", "sample", "tasks_for",
            "verdict_of"]
@@ -311,23 +318,23 @@ def _sim_seeds(spec: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m properties.mutation_score", description=__doc__.split("\n")[0])
+    ap = OneLineArgumentParser(prog="python -m properties.mutation_score", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run a seeded sample of mutants against the checkers (resumable)")
-    r.add_argument("--sample", type=int, default=200)
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--sample", type=int_at_least(1), default=200)
+    r.add_argument("--seed", type=int_at_least(0), default=0)
     r.add_argument("--checkers", default="conformance,sim,ci", help=f"comma list of {sorted(CHECKERS)}")
-    r.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant and checker")
-    r.add_argument("--examples", type=int, default=20, help="conformance: examples per property")
+    r.add_argument("--timeout", type=number_above(0), default=900.0, help="seconds per mutant and checker")
+    r.add_argument("--examples", type=int_at_least(1), default=20, help="conformance: examples per property")
     r.add_argument("--seeds", default="0..39", help="sim: the seed range")
-    r.add_argument("--jobs", type=int, default=1)
-    r.add_argument("--first", type=int, default=None, help="only the first N mutants of the sample")
+    r.add_argument("--jobs", type=int_at_least(1), default=1)
+    r.add_argument("--first", type=int_at_least(1), default=None, help="only the first N mutants of the sample")
     r.add_argument("--out", default="mutation-results/score.jsonl")
     rep = sub.add_parser("report", help="summarise a results file")
-    rep.add_argument("results")
+    rep.add_argument("results", type=existing_file)
     ls = sub.add_parser("list", help="print the sample's mutants")
-    ls.add_argument("--sample", type=int, default=200)
-    ls.add_argument("--seed", type=int, default=0)
+    ls.add_argument("--sample", type=int_at_least(1), default=200)
+    ls.add_argument("--seed", type=int_at_least(0), default=0)
     ss = sub.add_parser("sim-seeds", help="(the sim checker's child) run seeds until the first failure")
     ss.add_argument("seeds")
     ns = ap.parse_args(argv)
@@ -343,10 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(chosen)} mutants (of {len(generate())} proposed)")
         return 0
     checkers = [c.strip() for c in ns.checkers.split(",") if c.strip()]
-    bad = [c for c in checkers if c not in CHECKERS]
-    if bad:
-        print(f"checkers: expected a comma list of {sorted(CHECKERS)}, received {bad}", file=sys.stderr)
-        return 2
+    if not checkers or any(c not in CHECKERS for c in checkers):
+        return refuse(ap.prog, "usage error", f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, "
+                      f"received {ns.checkers!r}", EXIT_USAGE)
     tasks = tasks_for(chosen[: ns.first] if ns.first else chosen, checkers, timeout=ns.timeout,
                       examples=ns.examples, seeds=ns.seeds)
     run_tasks(tasks, Path(ns.out), jobs=ns.jobs)

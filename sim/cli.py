@@ -47,8 +47,11 @@ from zephon_ref.exits import (
     EXIT_USAGE,
     DefaultsHelpFormatter,
     OneLineArgumentParser,
+    existing_file,
     int_at_least,
+    number_above,
     refuse,
+    writable_path,
 )
 
 __all__ = ["CONFIG_FIELDS", "describe_config", "main", "parse_seeds"]
@@ -139,14 +142,6 @@ def _faults(text: str) -> str:
     bad = [f for f in names if f not in FAULTS] or [text]
     raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(FAULTS)}, 'all' or 'none', "
                                      f"received {', '.join(map(repr, bad))}")
-
-
-def _writable(text: str) -> str:
-    """A path whose directory exists (checked before the run, so a typo costs nothing)."""
-    d = os.path.dirname(os.path.abspath(text))
-    if not text or os.path.isdir(text) or not os.path.isdir(d):
-        raise argparse.ArgumentTypeError(f"expected a file path in an existing directory, received {text!r}")
-    return text
 
 
 def parse_seeds(text: str) -> range:
@@ -319,10 +314,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     r = sub.add_parser("run", help="run and check one seed", description=_RUN_DESCRIPTION,
                        formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
     r.add_argument("--seed", type=int_at_least(0), required=True, help="the run's seed, an int >= 0")
-    r.add_argument("--json", type=_writable, default=None, metavar="FILE",
+    r.add_argument("--json", type=writable_path, default=None, metavar="FILE",
                    help="also write the configuration (with each field's unit and meaning) and the result here "
                         "(default: none)")
-    r.add_argument("--timeline", default=None, metavar="FILE.png",
+    r.add_argument("--timeline", type=writable_path, default=None, metavar="FILE.png",
                    help="draw the run's timeline (ranks against virtual time, the checker's witness marked) "
                         "(default: none)")
     _add_overrides(r)
@@ -333,21 +328,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "bar on stderr.", formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
     s.add_argument("--seeds", type=parse_seeds, required=True, help="A..B (inclusive) or N, seeds >= 0")
     s.add_argument("--jobs", type=int_at_least(1), default=None, help="processes (default: every core)")
-    s.add_argument("--out", type=_writable, default=None, metavar="FILE", help="write the JSON summary here")
+    s.add_argument("--out", type=writable_path, default=None, metavar="FILE", help="write the JSON summary here")
     s.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when stderr is not "
                                                         "a terminal)")
     s.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
                    help="run the seeds on a Ray cluster at ADDRESS (no ADDRESS: a local Ray instance); "
                         "needs the cluster extra (default: off)")
-    s.add_argument("--jsonl", default=None, metavar="FILE", help="stream one JSON record per seed here as it ends (default: none)")
-    s.add_argument("--resume", default=None, metavar="FILE",
+    s.add_argument("--jsonl", type=writable_path, default=None, metavar="FILE", help="stream one JSON record per seed here as it ends (default: none)")
+    s.add_argument("--resume", type=existing_file, default=None, metavar="FILE",
                    help="continue the sweep whose JSONL is FILE: seeds it has are not run again (default: none)")
-    s.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--budget", type=number_above(0), default=None, metavar="SECONDS",
                    help="a seed running longer is reported as a timeout (not retried) (default: no budget)")
     s.add_argument("--batch", type=int_at_least(1), default=1, metavar="K", help="seeds per task")
     s.add_argument("--task-memory", type=int_at_least(1), default=None, metavar="MB",
                    help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds (default: none)")
-    s.add_argument("--report", default=None, metavar="FILE.html",
+    s.add_argument("--report", type=writable_path, default=None, metavar="FILE.html",
                    help="write the report page (probe coverage, failures by kind, a timeline per failing seed) (default: none)")
     _add_overrides(s)
     sub.add_parser("scale", help="one aggregation round, star or manifest tree, at up to 200,000 ranks "

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 Every entry point (``zephon-ref`` and its subcommands, ``python -m sim`` and
-``python -m sim.scale``, ``python -m properties.conformance``, ``python -m bench``)
+``python -m sim.scale``, ``python -m properties.conformance``, ``properties.loaders``,
+``properties.campaigns``, ``properties.mutation_score``, ``python -m bench``)
 ends with one of the codes in :data:`EXIT_CODES`; docs/cli.md has the table per
 command and tests/surface/test_cli_bad_input.py runs each command over bad input.
 A code means the same thing under every command:
@@ -38,6 +39,8 @@ What may not live here: any command's logic.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -54,10 +57,13 @@ __all__ = [
     "EPILOG",
     "DefaultsHelpFormatter",
     "OneLineArgumentParser",
+    "existing_file",
     "int_at_least",
+    "number_above",
     "one_line",
     "refuse",
     "usage_message",
+    "writable_path",
 ]
 
 EXIT_OK = 0
@@ -158,3 +164,35 @@ def int_at_least(low: int, what: str = "an int") -> Callable[[str], int]:
 
     parse.__name__ = f"int>={low}"
     return parse
+
+
+def number_above(low: float, what: str = "a number") -> Callable[[str], float]:
+    """An argparse ``type=`` that accepts a finite number > ``low`` (seconds, budgets) in one line."""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what} > {low:g}, received {text!r}") from None
+        if not (math.isfinite(x) and x > low):
+            raise argparse.ArgumentTypeError(f"expected {what} > {low:g}, received {text}")
+        return x
+
+    parse.__name__ = f"number>{low:g}"
+    return parse
+
+
+def writable_path(text: str) -> str:
+    """An argparse ``type=`` for an output file: a path whose directory exists and that is not a
+    directory itself, checked before the command runs (a typo costs nothing and writes nothing)."""
+    d = os.path.dirname(os.path.abspath(text)) if text else ""
+    if not text or os.path.isdir(text) or not os.path.isdir(d):
+        raise argparse.ArgumentTypeError(f"expected a file path in an existing directory, received {text!r}")
+    return text
+
+
+def existing_file(text: str) -> str:
+    """An argparse ``type=`` for an input file that must already exist (``--resume FILE``)."""
+    if not text or not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"expected an existing file, received {text!r}")
+    return text

@@ -15,30 +15,27 @@ import time
 import warnings
 from typing import Any
 
+from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
+
 __all__ = ["main"]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one line, exit 2
-        sys.stderr.write(f"python -m properties.loaders: {message}\n")
-        raise SystemExit(2)
 
 
 def _parser() -> argparse.ArgumentParser:
     from properties.loaders.machine import PROPERTIES
     from properties.loaders.registry import LOADERS
 
-    p = _Parser(prog="python -m properties.loaders",
-                description="Generic stateful-loader properties (resume equivalence, no skip / no duplicate, ...) "
-                            "against one loader; prints a table, exits 1 when a property fails.")
+    p = OneLineArgumentParser(prog="python -m properties.loaders",
+                              description="Generic stateful-loader properties (resume equivalence, no skip / "
+                                          "no duplicate, ...) against one loader; prints a table, exits 1 when "
+                                          "a property fails.")
     p.add_argument("--loader", required=True, help=f"one of {', '.join(LOADERS)}, or module:attr")
-    p.add_argument("--examples", type=int, default=30, help="Hypothesis examples per property (default 30)")
-    p.add_argument("--steps", type=int, default=10, help="moves per example (default 10)")
+    p.add_argument("--examples", type=int_at_least(1), default=30, help="Hypothesis examples per property (default 30)")
+    p.add_argument("--steps", type=int_at_least(1), default=10, help="moves per example (default 10)")
     p.add_argument("--property", action="append", dest="properties", metavar="NAME",
                    help=f"only these properties (repeatable): {', '.join(PROPERTIES)}")
     p.add_argument("--set", action="append", dest="knobs", default=[], metavar="KNOB=VALUE",
                    help="pin a knob of the drawn configurations (repeatable), e.g. --set workers=0")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--json", metavar="FILE", type=writable_path, help="also write the results as JSON")
     p.add_argument("--random", action="store_true", help="random examples (default: derandomized, reproducible)")
     return p
 
@@ -53,10 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     from properties.loaders.machine import PROPERTIES, check_property
     from properties.loaders.registry import UnknownLoader, resolve
 
-    if args.examples < 1 or args.steps < 1:
-        sys.stderr.write("python -m properties.loaders: --examples and --steps: expected an int >= 1, "
-                         f"received {args.examples} and {args.steps}\n")
-        return 2
     props = args.properties or list(PROPERTIES)
     bad = [p for p in props if p not in PROPERTIES]
     if bad:

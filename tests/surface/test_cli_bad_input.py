@@ -26,6 +26,9 @@ SIM = ("-m", "sim")
 SCALE = ("-m", "sim.scale")
 BENCH = ("-m", "bench")
 CONF = ("-m", "properties.conformance")
+LOADERS = ("-m", "properties.loaders")
+CAMPAIGNS = ("-m", "properties.campaigns")
+MUTATION = ("-m", "properties.mutation_score")
 
 #: files a row needs in its working directory (created before the run, checked unchanged after)
 GARBAGE = {"garbage.pkl": b"this is not a pickle\n"}
@@ -79,6 +82,12 @@ ROWS: list[Row | object] = [
     Row((*SIM, "sweep", "--seeds", ""), EXIT_USAGE, "''"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--jobs", "0"), EXIT_USAGE, "0"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--out", "no/such/dir/s.json"), EXIT_USAGE, "no/such/dir/s.json"),
+    Row((*SIM, "sweep", "--seeds", "1..3", "--jsonl", "no/such/dir/s.jsonl"), EXIT_USAGE, "no/such/dir/s.jsonl"),
+    Row((*SIM, "sweep", "--seeds", "1..3", "--resume", "missing.jsonl"), EXIT_USAGE, "missing.jsonl"),
+    Row((*SIM, "sweep", "--seeds", "1..3", "--budget", "-1"), EXIT_USAGE, "-1"),
+    Row((*SIM, "sweep", "--seeds", "1..3", "--budget", "nan"), EXIT_USAGE, "nan"),
+    Row((*SIM, "sweep", "--seeds", "1..3", "--report", "no/such/dir/r.html"), EXIT_USAGE, "no/such/dir/r.html"),
+    Row((*SIM, "run", "--seed", "7", "--timeline", "no/such/dir/t.png"), EXIT_USAGE, "no/such/dir/t.png"),
     Row((*SIM, "scale", "--ranks", "0"), EXIT_USAGE, "0"),
     # python -m sim.scale
     Row((*SCALE,), EXIT_USAGE, "none"),
@@ -97,6 +106,30 @@ ROWS: list[Row | object] = [
     Row((*CONF, "--property", "nosuchprop"), EXIT_USAGE, "nosuchprop"),
     Row((*CONF, "--impl", "os:path"), EXIT_USAGE, "os:path"),
     Row((*CONF, "--examples", "x"), EXIT_USAGE, "'x'"),
+    Row((*CONF, "--json", "no/such/dir/c.json"), EXIT_USAGE, "no/such/dir/c.json"),
+    # python -m properties.loaders
+    Row((*LOADERS, "--loader", "nosuch"), EXIT_USAGE, "nosuch"),
+    Row((*LOADERS, "--loader", "zephon_ref", "--examples", "0"), EXIT_USAGE, "0"),
+    Row((*LOADERS, "--loader", "zephon_ref", "--steps", "x"), EXIT_USAGE, "'x'"),
+    Row((*LOADERS, "--loader", "os:path"), EXIT_USAGE, "os:path"),
+    Row((*LOADERS, "--loader", "zephon_ref", "--property", "nosuch"), EXIT_USAGE, "nosuch"),
+    Row((*LOADERS, "--loader", "zephon_ref", "--set", "workers"), EXIT_USAGE, "workers"),
+    Row((*LOADERS, "--loader", "zephon_ref", "--json", "no/such/dir/l.json"), EXIT_USAGE, "no/such/dir/l.json"),
+    # python -m properties.campaigns
+    Row((*CAMPAIGNS,), EXIT_USAGE, ""),
+    Row((*CAMPAIGNS, "conformance", "--examples", "0"), EXIT_USAGE, "0"),
+    Row((*CAMPAIGNS, "conformance", "--shards", "-2"), EXIT_USAGE, "-2"),
+    Row((*CAMPAIGNS, "conformance", "--jsonl", "no/such/dir/c.jsonl"), EXIT_USAGE, "no/such/dir/c.jsonl"),
+    Row((*CAMPAIGNS, "conformance", "--resume", "missing.jsonl"), EXIT_USAGE, "missing.jsonl"),
+    Row((*CAMPAIGNS, "checkpoints", "--budget", "0"), EXIT_USAGE, "0"),
+    Row((*CAMPAIGNS, "checkpoints", "--out", "no/such/dir/k.json"), EXIT_USAGE, "no/such/dir/k.json"),
+    Row((*CAMPAIGNS, "mutation", "--sample", "0"), EXIT_USAGE, "0"),
+    Row((*CAMPAIGNS, "mutation", "--checkers", "bogus"), EXIT_USAGE, "bogus"),
+    # python -m properties.mutation_score
+    Row((*MUTATION, "run", "--checkers", "nope"), EXIT_USAGE, "nope"),
+    Row((*MUTATION, "run", "--timeout", "0"), EXIT_USAGE, "0"),
+    Row((*MUTATION, "report", "missing.jsonl"), EXIT_USAGE, "missing.jsonl"),
+    Row((*MUTATION, "list", "--sample", "-1"), EXIT_USAGE, "-1"),
 ]
 
 
