@@ -206,10 +206,7 @@ class PipelineAdapter:
                 continue
             if engine.finished:
                 break
-            engine.admit()
-            for i in range(len(engine.stages)):
-                while engine.run_stage(i):
-                    pass
+            engine.step()
         return items, [as_record(v) for t in tombs for v in record_view(t)]
 
     def build(self, cfg: PipelineConfig, *, state: Any = None, **execution: Any) -> IteratorRun:

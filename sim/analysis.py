@@ -144,7 +144,6 @@ class Driver:
 
     def next_item(self) -> Any | None:
         e = self.engine
-        n = len(e.stages)
         while True:
             x = e.deliver()
             if x is not None:
@@ -152,11 +151,8 @@ class Driver:
                 return x
             if e.finished:
                 return None
-            if e.admit():
+            if e.step():
                 self.admitted += 1
-            for i in range(n):
-                while e.run_stage(i):
-                    pass
 
 
 # -- one trace: inflight, boundaries, pinning, checkpoints, drift ------------------------------------

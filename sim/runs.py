@@ -223,10 +223,7 @@ def _reference_lost(key: str) -> dict[int, tuple[tuple[int, int], ...]]:
         if x is not None:
             items.append(x)
             continue
-        engine.admit()
-        for i in range(len(engine.stages)):
-            while engine.run_stage(i):
-                pass
+        engine.step()
     lanes = range(workload.canonical_replicas)
     lin = check_lineage(admitted_from_source(workload.source(), lanes, workload.canonical_replicas), items, tombs)
     assert all(not (v.duplicated or v.unexpected) for v in lin.lanes.values()), lin.describe(limit=3)

@@ -938,10 +938,7 @@ def reference_steps(build: Callable[..., Any], *, view: View = repr) -> list[Ste
                 out.append(tuple(items))
                 items = []
             continue
-        engine.admit()
-        for i in range(len(engine.stages)):
-            while engine.run_stage(i):
-                pass
+        engine.step()
     if items:
         out.append(tuple(items))
     return out

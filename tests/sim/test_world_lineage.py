@@ -45,10 +45,7 @@ def clean_run() -> tuple[dict[int, dict[int, range]], list[SampleRecord], list[S
             if x is not None:
                 items.append(x)
                 continue
-            engine.admit()
-            for i in range(len(engine.stages)):
-                while engine.run_stage(i):
-                    pass
+            engine.step()
     admitted = admitted_from_source(p._source, range(2), 2)
     recs = records_of(items)
     assert check_lineage(admitted, recs, tombs).ok and tombs

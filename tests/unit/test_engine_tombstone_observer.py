@@ -37,10 +37,7 @@ def drive(engine: Engine) -> list[Any]:
         if x is not None:
             out.append(x)
             continue
-        engine.admit()
-        for i in range(len(engine.stages)):
-            while engine.run_stage(i):
-                pass
+        engine.step()
     return out
 
 

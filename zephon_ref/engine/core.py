@@ -348,6 +348,16 @@ class Engine:
             self._upstream_done = final
         return True
 
+    def step(self) -> bool:
+        """Admit one source item as the feeding policy decides and run every stage dry (the inline
+        runner's unit of work); False when nothing was admitted.  A caller that steps the engine
+        itself loops ``deliver()`` until it returns None, then ``step()``, until ``finished``."""
+        admitted = self.admit()
+        for i in range(len(self.stages)):
+            while self.run_stage(i):
+                pass
+        return admitted
+
     def waiting_lane(self) -> int | None:
         """The lane whose round-robin turn delivery is waiting on (None: nothing is waiting)."""
         mux = self._mux
@@ -488,7 +498,6 @@ class Engine:
         """Lazy: a source item is admitted only when delivery needs input (which lane: the
         feeding policy), and it runs through every stage before the next one is admitted (the
         grouping of the inline runner)."""
-        n = len(self.stages)
         while True:
             x = self.deliver()
             if x is not None:
@@ -496,11 +505,8 @@ class Engine:
                 continue
             if self.finished:
                 return
-            if not self.admit():  # pragma: no cover - delivery is stuck and every stage ran dry
+            if not self.step():  # pragma: no cover - delivery is stuck and every stage ran dry
                 raise AssertionError(f"engine: delivery waits but the {self.feeding} policy admits nothing")
-            for i in range(n):
-                while self.run_stage(i):
-                    pass
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
