@@ -64,8 +64,8 @@ from zephon_ref.exits import (
     refuse,
 )
 
-__all__ = ["CHECKERS", "CI_TESTS", "executor_tasks", "generate", "report", "run_task", "run_tasks", "sample", "tasks_for",
-           "verdict_of"]
+__all__ = ["CHECKERS", "CI_TESTS", "executor_tasks", "generate", "mutants_from", "report", "run_task", "run_tasks",
+           "sample", "tasks_for", "verdict_of"]
 
 TARGETS = ("zephon_ref/engine", "zephon_ref/ops", "zephon_ref/work", "zephon_ref/state.py")
 
@@ -216,6 +216,26 @@ def sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
     return [mutants[i] for i in picked]
 
 
+def mutants_from(results: Path) -> list[Mutant]:
+    """The mutants an earlier results file ran, in the order they first appear.
+
+    The seeded sample is drawn from :func:`generate` over the source as it is, so an edit to the
+    core between two runs draws another sample; a checker added to an earlier run (``run
+    --mutants-from FILE``) must take that run's mutants instead.  A mutant whose line moved since
+    is refused as stale when it runs (``verdict: error``), never applied elsewhere.
+    """
+    out: dict[str, Mutant] = {}
+    for r in read_records(results)[1]:
+        name = r.get("mutant")
+        if not isinstance(name, str) or name in out or r.get("line") is None:
+            continue
+        col = r.get("col")  # records written before "col" was recorded: the generated name carries it
+        col = int(name.split(":")[2]) if col is None else int(col)
+        out[name] = Mutant(name=name, file=r["file"], original=r["original"], replacement=r["replacement"],
+                           line=int(r["line"]), col=col)
+    return list(out.values())
+
+
 def tasks_for(mutants: Iterable[Mutant], checkers: Sequence[str], *, timeout: float, examples: int = 20,
               seeds: str = "0..39") -> list[dict[str, Any]]:
     """Independent tasks (plain, JSON-able dicts), one per (mutant, checker)."""
@@ -229,7 +249,7 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     argv = [a.format(examples=task.get("examples", 20), seeds=task.get("seeds", "0..39"))
             for a in CHECKERS[task["checker"]]]
     base = {"id": task["id"], "mutant": m.name, "checker": task["checker"], "file": m.file, "line": m.line,
-            "original": m.original, "replacement": m.replacement}
+            "col": m.col, "original": m.original, "replacement": m.replacement}
     try:
         out = run_mutated([m], argv, timeout=float(task["timeout"]), env={"HYPOTHESIS_PROFILE": "ci"})
     except StaleMutant as exc:
@@ -330,6 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--jobs", type=int_at_least(1), default=1)
     r.add_argument("--first", type=int_at_least(1), default=None, help="only the first N mutants of the sample")
     r.add_argument("--out", default="mutation-results/score.jsonl")
+    r.add_argument("--mutants-from", type=existing_file, default=None, metavar="FILE",
+                   help="run the mutants of this earlier results file instead of drawing the sample again "
+                        "(the sample depends on the source, so an edit to the core draws another)")
     rep = sub.add_parser("report", help="summarise a results file")
     rep.add_argument("results", type=existing_file)
     ls = sub.add_parser("list", help="print the sample's mutants")
@@ -343,7 +366,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.cmd == "report":
         print(json.dumps(report(Path(ns.results)), indent=1))
         return 0
-    chosen = sample(generate(), ns.sample, ns.seed)
+    if ns.cmd == "run" and ns.mutants_from:
+        chosen = mutants_from(Path(ns.mutants_from))
+    else:
+        chosen = sample(generate(), ns.sample, ns.seed)
     if ns.cmd == "list":
         for m in chosen:
             print(f"{m.name}: {m.original!r} -> {m.replacement!r}")

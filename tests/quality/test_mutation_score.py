@@ -49,5 +49,6 @@ def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkey
     got = {r["mutant"]: ms.verdict_of(r) for r in read_records(out)[1]}
     assert got == {"seen": "killed", "unseen": "survived", "stale": "error"}
     assert ms.run_tasks(tasks, out, progress=False) == 0  # resumed: nothing left to run
+    assert ms.mutants_from(out) == [seen, unseen, stale]  # a later checker runs these, not a new sample
     rep = ms.report(out)
     assert rep["checkers"]["probe"]["killed_share"] == 0.5 and rep["survived_everything"] == ["unseen"]
