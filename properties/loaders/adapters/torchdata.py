@@ -196,7 +196,10 @@ class _EpochLoop:
 
 
 class _SDLRun(_EpochLoop):
-    def __init__(self, a: StatefulDataLoaderAdapter, cfg: LoaderConfig, state: Any) -> None:
+    """A run of a loader whose whole state is ``state_dict()`` / ``load_state_dict()`` (``a``: an
+    adapter with ``loader(cfg)`` and ``epoch_spec(cfg)``: StatefulDataLoader or torchdata.nodes)."""
+
+    def __init__(self, a: Any, cfg: LoaderConfig, state: Any) -> None:
         self.cfg = cfg
         super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
@@ -279,19 +282,10 @@ class StatefulDataLoaderAdapter:
         return _SDLRun(self, cfg, state)
 
 
-class _NodesRun(_EpochLoop):
+class _NodesRun(_SDLRun):
     # Loader(restart_on_stop_iteration=True) documents that an end-of-epoch state restarts with the
     # next epoch (meta-pytorch/data PR #1358)
     straight_on = True
-
-    def __init__(self, a: NodesAdapter, cfg: LoaderConfig, state: Any) -> None:
-        self.cfg = cfg
-        super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
-        if state is not None:
-            self.loader.load_state_dict(state["loader"])
-
-    def state(self) -> Any:
-        return {**self.loop_state(), "loader": self.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
         return None
