@@ -64,7 +64,7 @@ from zephon_ref.exits import (
     refuse,
 )
 
-__all__ = ["CHECKERS", "CI_TESTS", "executor_tasks", "generate", "mutants_from", "report", "run_task", "run_tasks",
+__all__ = ["CHECKERS", "CI_TESTS", "KILL_CODES", "executor_tasks", "generate", "mutants_from", "report", "run_task", "run_tasks",
            "sample", "tasks_for", "verdict_of"]
 
 TARGETS = ("zephon_ref/engine", "zephon_ref/ops", "zephon_ref/work", "zephon_ref/state.py")
@@ -80,9 +80,14 @@ CI_TESTS = ("tests/unit", "tests/conformance", "tests/elastic", "tests/regressio
 CHECKERS: dict[str, list[str]] = {
     "conformance": ["python", "-m", "properties.conformance", "--impl", "inline", "--examples", "{examples}"],
     "sim": ["python", "-m", "properties.mutation_score", "sim-seeds", "{seeds}"],
-    "ci": ["python", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly",
+    # -n 0, not -p no:xdist: pyproject's addopts carry xdist's --dist, which pytest refuses without the plugin
+    "ci": ["python", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", "-p", "no:randomly",
            *CI_TESTS],
 }
+#: exit codes that mean "the checker found the mutant" where not every non-zero code does: pytest
+#: exits 1 when a test failed and 2-5 when it could not run the tests (interrupted, internal error,
+#: usage error, nothing collected), which is the checker's failure, not the mutant's kill
+KILL_CODES: dict[str, frozenset[int]] = {"ci": frozenset({1})}
 
 _CMP_SWAP = {ast.Eq: "!=", ast.NotEq: "==", ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">",
              ast.In: "not in", ast.NotIn: "in", ast.Is: "is not", ast.IsNot: "is"}
@@ -254,7 +259,13 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
         out = run_mutated([m], argv, timeout=float(task["timeout"]), env={"HYPOTHESIS_PROFILE": "ci"})
     except StaleMutant as exc:
         return {**base, "verdict": "error", "checker_seconds": 0.0, "detail": str(exc)}
-    verdict = "timeout" if out.timed_out else ("survived" if out.returncode == 0 else "killed")
+    kills = KILL_CODES.get(task["checker"])
+    if out.timed_out:
+        verdict = "timeout"
+    elif out.returncode == 0:
+        verdict = "survived"
+    else:
+        verdict = "killed" if kills is None or out.returncode in kills else "error"
     lines = [x for x in out.tail.strip().splitlines() if x.strip()]
     return {**base, "verdict": verdict, "checker_seconds": round(out.seconds, 1), "returncode": out.returncode,
             "detail": "\n".join(lines[-3:])[-600:]}

@@ -52,3 +52,28 @@ def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkey
     assert ms.mutants_from(out) == [seen, unseen, stale]  # a later checker runs these, not a new sample
     rep = ms.report(out)
     assert rep["checkers"]["probe"]["killed_share"] == 0.5 and rep["survived_everything"] == ["unseen"]
+
+
+def test_a_checker_that_cannot_run_is_an_error_not_a_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest's exit 4 (usage error) under the ci checker once counted every mutant as killed."""
+    monkeypatch.setitem(ms.CHECKERS, "usage", ["python", "-c", "import sys; sys.exit(4)"])
+    monkeypatch.setitem(ms.CHECKERS, "fails", ["python", "-c", "import sys; sys.exit(1)"])
+    monkeypatch.setitem(ms.KILL_CODES, "usage", frozenset({1}))
+    monkeypatch.setitem(ms.KILL_CODES, "fails", frozenset({1}))
+    first = (ROOT / "zephon_ref/__init__.py").read_text().splitlines(keepends=True)[0]
+    m = Mutant("m", "zephon_ref/__init__.py", first, first + "# MUTATED\n", line=1, col=0)
+    out = tmp_path / "r.jsonl"
+    ms.run_tasks(ms.tasks_for([m], ["usage", "fails"], timeout=120), out, progress=False)
+    got = {r["checker"]: ms.verdict_of(r) for r in read_records(out)[1]}
+    assert got == {"usage": "error", "fails": "killed"}
+
+
+def test_the_ci_checker_runs_under_the_projects_pytest_options() -> None:
+    """The ci checker's pytest command line is accepted with pyproject's addopts (no usage error)."""
+    import subprocess
+    import sys
+
+    argv = [a for a in ms.CHECKERS["ci"] if a not in ms.CI_TESTS]
+    proc = subprocess.run([sys.executable, *argv[1:], "--collect-only", "-q", "tests/unit/test_data_dropped.py"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-800:] + proc.stderr[-800:]
