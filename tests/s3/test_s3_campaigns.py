@@ -256,7 +256,11 @@ def test_two_concurrent_writers(bucket: str) -> None:
         outs.extend(json.loads(out.splitlines()[-1]))
     gens = [g for g, _ in outs]
     assert all(isinstance(g, int) for g in gens), outs  # every save published, none failed
-    assert sorted(gens) == list(range(1, 13))  # distinct generations, no gap
+    # Distinct generations.  Gaps are allowed: a save that finds a newer manifest before linking its own
+    # retries above it and leaves its number unused (zephon_ref/checkpoint/store.py, 'Concurrent savers'),
+    # so 12 saves under contention may publish e.g. 1-3, 5-13 (seen in CI).
+    assert len(set(gens)) == 12 and min(gens) >= 1, sorted(gens)
+    assert max(gens) <= 12 * store.DEFAULT_MAX_ATTEMPTS, sorted(gens)  # each save skips at most its lost attempts
     for g, seed in outs:
         assert store.load(url, g) == crash_state(seed)  # each generation is its own saver's state
     assert all(isinstance(r, Manifest) for _, r in store.iter_verify(url))
