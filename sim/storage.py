@@ -46,13 +46,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.storage import Storage, Writer
 from zephon_ref.storage.posix import PosixStorage
 
-__all__ = ["OPS", "FailingBackend", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis"]
+__all__ = ["OPS", "FailingBackend", "Fault", "FaultyStorage", "MemStorage", "StorageNemesis", "stale_loads"]
 
 OPS: tuple[str, ...] = (
     "create",
@@ -442,3 +442,19 @@ class FailingBackend(MemoryBackend):
     def delete(self, key: str) -> None:
         self._injected("delete", key)
         super().delete(key)
+
+
+def stale_loads(load_checkpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """A planted store bug for checker tests: ``load_checkpoint`` that answers a load of generation
+    g > 1 with generation g-1's state under g's manifest (patch it over
+    ``zephon_ref.checkpoint.store.load_checkpoint``; the checker must catch the stale restore)."""
+    from zephon_ref.checkpoint.store import LoadedCheckpoint
+
+    def stale(directory: Any, generation: Any = None, **kw: Any) -> Any:
+        got = load_checkpoint(directory, generation, **kw)
+        if generation is not None and generation > 1:
+            older = load_checkpoint(directory, generation - 1, **kw)
+            return LoadedCheckpoint(generation=got.generation, manifest=got.manifest, state=older.state)
+        return got
+
+    return stale

@@ -13,6 +13,7 @@ import pytest
 from sim.cli import main
 from sim.executor import InlineBackend
 from sim.history import Event, Problem
+from sim.storage import stale_loads
 from sim.sweep import run_sweep
 from sim.timeline import _witness_at, figure
 from zephon_ref.checkpoint import store
@@ -23,16 +24,7 @@ CRASHY: dict[str, Any] = {"storage": True, "faults": "crash", "crash": [1, 300],
 
 def _plant_stale_restore(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted bug: the store answers a load of generation g with generation g-1's state."""
-    real = store.load_checkpoint
-
-    def stale(directory: Any, generation: Any = None, **kw: Any) -> Any:
-        got = real(directory, generation, **kw)
-        if generation is not None and generation > 1:
-            older = real(directory, generation - 1, **kw)
-            return store.LoadedCheckpoint(generation=got.generation, manifest=got.manifest, state=older.state)
-        return got
-
-    monkeypatch.setattr(store, "load_checkpoint", stale)
+    monkeypatch.setattr(store, "load_checkpoint", stale_loads(store.load_checkpoint))
 
 
 def test_the_report_shows_a_planted_bug_with_its_timeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

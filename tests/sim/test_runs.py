@@ -15,6 +15,7 @@ import pytest
 
 from sim.cli import main, parse_seeds, sweep
 from sim.runs import FIXED_KNOBS, derive_config, run_seed
+from sim.storage import stale_loads
 from zephon_ref.checkpoint import store
 from zephon_ref.seeding import derive_seed
 
@@ -141,16 +142,7 @@ def test_the_cli_prints_config_first_and_fingerprint_last(capsys: pytest.Capture
 def test_a_restore_served_an_older_generation_is_caught(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Planted bug: the store answers a load of generation g with generation g-1's state."""
-    real = store.load_checkpoint
-
-    def stale(directory: Any, generation: Any = None, **kw: Any) -> Any:
-        got = real(directory, generation, **kw)
-        if generation is not None and generation > 1:
-            older = real(directory, generation - 1, **kw)
-            return store.LoadedCheckpoint(generation=got.generation, manifest=got.manifest, state=older.state)
-        return got
-
-    monkeypatch.setattr(store, "load_checkpoint", stale)
+    monkeypatch.setattr(store, "load_checkpoint", stale_loads(store.load_checkpoint))
     caught = []
     for seed in range(12):
         r = run_seed(seed, storage=True, faults="crash", crash=[1, 300], max_crashes=3)
