@@ -85,14 +85,32 @@ def run_module(name: str, *, quick: bool) -> list[Row]:
                  "ratio": None, "note": f"could not import ({type(exc).__name__}: {exc})"}]
     fn = getattr(mod, "results", None)
     if fn is None:
-        return [{"name": f"{name}: not measured", "ours": None, "theirs": None, "vs": None, "unit": "",
-                 "ratio": None, "note": "the module has no results() yet (run it as a script for its own tables)"}]
+        return [
+            {
+                "name": f"{name}: not measured",
+                "ours": None,
+                "theirs": None,
+                "vs": None,
+                "unit": "",
+                "ratio": None,
+                "note": "the module has no results() yet (run it as a script for its own tables)",
+            }
+        ]
     try:
         rows = fn(quick=quick)
     except Exception as exc:  # a benchmark failing must not hide the others
         tb = traceback.format_exc(limit=2).strip().splitlines()[-1]
-        return [{"name": f"{name}: failed", "ours": None, "theirs": None, "vs": None, "unit": "", "ratio": None,
-                 "note": f"{type(exc).__name__}: {exc}"[:300] + f" ({tb[:120]})"}]
+        return [
+            {
+                "name": f"{name}: failed",
+                "ours": None,
+                "theirs": None,
+                "vs": None,
+                "unit": "",
+                "ratio": None,
+                "note": f"{type(exc).__name__}: {exc}"[:300] + f" ({tb[:120]})",
+            }
+        ]
     return [check_row(name, r) for r in rows]
 
 
@@ -114,9 +132,19 @@ def markdown(rows: Sequence[Row]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         ratio = r["ratio"]
-        cells = [fmt(r["name"]), fmt(r["ours"]), fmt(r["theirs"]), fmt(r.get("vs")), fmt(r["unit"]),
-                 "-" if ratio is None else f"{float(ratio):.2f}x" if isinstance(ratio, (int, float)) else fmt(ratio),
-                 fmt(r["note"])]
+        cells = [
+            fmt(r["name"]),
+            fmt(r["ours"]),
+            fmt(r["theirs"]),
+            fmt(r.get("vs")),
+            fmt(r["unit"]),
+            "-"
+            if ratio is None
+            else f"{float(ratio):.2f}x"
+            if isinstance(ratio, (int, float))
+            else fmt(ratio),
+            fmt(r["note"]),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -154,7 +182,9 @@ def rewrite_readme(path: Path, block: str) -> None:
         tail = text[text.index(END) + len(END):]
         new = head + block + tail
     else:
-        raise SystemExit(f"{path}: no '{START.split(' (')[0]}' ... '{END}' markers; add them where the table goes")
+        raise SystemExit(
+            f"{path}: no '{START.split(' (')[0]}' ... '{END}' markers; add them where the table goes"
+        )
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(new)
     os.replace(tmp, path)
@@ -214,7 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                indent=1, default=str) + "\n")
         os.replace(tmp, args.json)
     if args.report:
-        rewrite_readme(ROOT / "README.md", report_block(rows, quick=args.quick, modules=[_short(n) for n in names]))
+        rewrite_readme(
+            ROOT / "README.md", report_block(rows, quick=args.quick, modules=[_short(n) for n in names])
+        )
         print("README.md results table rewritten", file=sys.stderr)
     return 0
 

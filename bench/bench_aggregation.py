@@ -137,22 +137,42 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     for n in procs:
         med = {kind: statistics.median(round_times(kind, n, rounds)) * 1e3 for kind in kinds}
         for kind in kinds:
-            rows.append({"name": f"aggregation round, {kind} backend, {n} processes (C = {2 * n}), leader median",
-                         "ours": round(med[kind], 1), "theirs": round(med["directory"], 1) if kind != "directory" else None,
-                         "vs": "directory backend" if kind != "directory" else None,
-                         "unit": "ms", "ratio": round(med[kind] / med["directory"], 2) if kind != "directory" else None,
-                         "note": f"{rounds} rounds, real processes, poll 10 ms"})
+            rows.append(
+                {
+                    "name": f"aggregation round, {kind} backend, {n} processes (C = {2 * n}), leader median",
+                    "ours": round(med[kind], 1),
+                    "theirs": round(med["directory"], 1) if kind != "directory" else None,
+                    "vs": "directory backend" if kind != "directory" else None,
+                    "unit": "ms",
+                    "ratio": round(med[kind] / med["directory"], 2) if kind != "directory" else None,
+                    "note": f"{rounds} rounds, real processes, poll 10 ms",
+                }
+            )
     if "tcpstore" not in kinds:
-        rows.append({"name": "aggregation round, tcpstore backend", "ours": None, "theirs": None, "unit": "ms",
-                     "ratio": None, "note": "not measured: torch is not importable (the torch extra)"})
+        rows.append(
+            {
+                "name": "aggregation round, tcpstore backend",
+                "ours": None,
+                "theirs": None,
+                "unit": "ms",
+                "ratio": None,
+                "note": "not measured: torch is not importable (the torch extra)",
+            }
+        )
     small, _ = _merged_size(8)
     for lanes in ((512,) if quick else (512, 4096)):
         size, dt = _merged_size(lanes)
-        rows.append({"name": f"merged state, 8 ranks, {lanes} lanes, bytes per lane (vs 8 lanes)",
-                     "ours": round(size / lanes), "theirs": round(small / 8), "vs": "the same merge at 8 lanes",
-                     "unit": "B/lane",
-                     "ratio": round((size / lanes) / (small / 8), 2),
-                     "note": f"msgpack+zstd of merge(); merge {dt * 1e3:.0f} ms; 3 inflight chunks/lane"})
+        rows.append(
+            {
+                "name": f"merged state, 8 ranks, {lanes} lanes, bytes per lane (vs 8 lanes)",
+                "ours": round(size / lanes),
+                "theirs": round(small / 8),
+                "vs": "the same merge at 8 lanes",
+                "unit": "B/lane",
+                "ratio": round((size / lanes) / (small / 8), 2),
+                "note": f"msgpack+zstd of merge(); merge {dt * 1e3:.0f} ms; 3 inflight chunks/lane",
+            }
+        )
     return rows
 
 

@@ -67,13 +67,29 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 shutil.rmtree(d)
             measured.append((lanes, items, nbytes, statistics.median(saves), statistics.median(loads)))
         for lanes, items, nbytes, s, ld in measured:
-            rows.append({"name": f"checkpoint store: save / load, {lanes} lanes after {items} items",
-                         "ours": ld * 1e3, "theirs": s * 1e3, "vs": "the same store's save time", "unit": "ms (load / save)", "ratio": ld / s,
-                         "note": f"{nbytes:,} B on disk; load validates fully and equals the saved state"})
+            rows.append(
+                {
+                    "name": f"checkpoint store: save / load, {lanes} lanes after {items} items",
+                    "ours": ld * 1e3,
+                    "theirs": s * 1e3,
+                    "vs": "the same store's save time",
+                    "unit": "ms (load / save)",
+                    "ratio": ld / s,
+                    "note": f"{nbytes:,} B on disk; load validates fully and equals the saved state",
+                }
+            )
         (l0, _, b0, _, ld0), (l1, _, b1, _, ld1) = measured[0], measured[-1]
-        rows.append({"name": f"checkpoint store: load time, {l1} lanes vs {l0} lanes",
-                     "ours": ld1 * 1e3, "theirs": ld0 * 1e3, "vs": f"the same load at {l0} lanes", "unit": "ms", "ratio": ld1 / ld0,
-                     "note": f"bytes grow {b1 / b0:.1f}x ({b0:,} -> {b1:,} B); zephon_ref only"})
+        rows.append(
+            {
+                "name": f"checkpoint store: load time, {l1} lanes vs {l0} lanes",
+                "ours": ld1 * 1e3,
+                "theirs": ld0 * 1e3,
+                "vs": f"the same load at {l0} lanes",
+                "unit": "ms",
+                "ratio": ld1 / ld0,
+                "note": f"bytes grow {b1 / b0:.1f}x ({b0:,} -> {b1:,} B); zephon_ref only",
+            }
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return rows
@@ -85,7 +101,9 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     args = ap.parse_args()
     base = Path(args.dir or tempfile.mkdtemp(prefix="zref-bench-"))
-    print(f"{'lanes':>6} {'items':>6} {'files':>5} {'bytes':>11} {'save ms':>9} {'load ms':>9} {'MB/s load':>9}")
+    print(
+        f"{'lanes':>6} {'items':>6} {'files':>5} {'bytes':>11} {'save ms':>9} {'load ms':>9} {'MB/s load':>9}"
+    )
     for lanes, items in SIZES:
         state = engine_state(lanes, items)
         saves, loads = [], []
@@ -104,7 +122,9 @@ def main() -> None:
             nfiles, nbytes = len(files), sum(p.stat().st_size for p in files)
             shutil.rmtree(d)
         s_ms, l_ms = statistics.median(saves) * 1e3, statistics.median(loads) * 1e3
-        print(f"{lanes:>6} {items:>6} {nfiles:>5} {nbytes:>11,} {s_ms:>9.1f} {l_ms:>9.1f} {nbytes / 1e6 / (l_ms / 1e3):>9.1f}")
+        print(
+            f"{lanes:>6} {items:>6} {nfiles:>5} {nbytes:>11,} {s_ms:>9.1f} {l_ms:>9.1f} {nbytes / 1e6 / (l_ms / 1e3):>9.1f}"
+        )
     if args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -152,39 +152,86 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     spm = {m: 60 * n / t for m, t in times.items()}
     base_note = (f"seeds 0..{n - 1} in {blocks} blocks, the three ways alternating per block; {check}; "
                  f"{failed} failing seeds; load average {load0} before, {load1} after (2 cores, shared)")
-    rows.append(_row(f"sim sweep of {n} seeds, one process, seeds/min", round(spm["one process"], 1), "seeds/min",
-                     None, base_note))
-    rows.append(_row(f"sim sweep of {n} seeds, --jobs 2 (local processes), seeds/min", round(spm["--jobs 2"], 1),
-                     "seeds/min", round(spm["--jobs 2"] / spm["one process"], 3), "ratio: --jobs 2 / one process; "
-                     + base_note))
+    rows.append(
+        _row(
+            f"sim sweep of {n} seeds, one process, seeds/min",
+            round(spm["one process"], 1),
+            "seeds/min",
+            None,
+            base_note,
+        )
+    )
+    rows.append(
+        _row(
+            f"sim sweep of {n} seeds, --jobs 2 (local processes), seeds/min",
+            round(spm["--jobs 2"], 1),
+            "seeds/min",
+            round(spm["--jobs 2"] / spm["one process"], 3),
+            "ratio: --jobs 2 / one process; " + base_note,
+        )
+    )
     if ray_be is not None:
         r = [a / b for a, b in zip(per_block["--jobs 2"], per_block["Ray, 2 CPUs"], strict=True)]
-        rows.append(_row(f"sim sweep of {n} seeds, --ray (local instance, 2 CPUs), seeds/min",
-                         round(spm["Ray, 2 CPUs"], 1), "seeds/min", round(spm["Ray, 2 CPUs"] / spm["--jobs 2"], 3),
-                         f"ratio: Ray / --jobs 2 (goal >= 0.9); per-block ratio {min(r):.2f}..{max(r):.2f} (the "
-                         f"noise); Ray start {ray_init:.1f} s, not in the sweep times; " + base_note))
+        rows.append(
+            _row(
+                f"sim sweep of {n} seeds, --ray (local instance, 2 CPUs), seeds/min",
+                round(spm["Ray, 2 CPUs"], 1),
+                "seeds/min",
+                round(spm["Ray, 2 CPUs"] / spm["--jobs 2"], 3),
+                f"ratio: Ray / --jobs 2 (goal >= 0.9); per-block ratio {min(r):.2f}..{max(r):.2f} (the "
+                f"noise); Ray start {ray_init:.1f} s, not in the sweep times; " + base_note,
+            )
+        )
         extra = 1000 * (times["Ray, 2 CPUs"] - times["--jobs 2"]) * 2 / n
-        rows.append(_row("Ray's extra time per seed against --jobs 2 (worker-ms per seed)", round(extra, 1), "ms",
-                         None, f"(Ray sweep wall - jobs-2 sweep wall) x 2 workers / {n} seeds; a seed took "
-                         f"{1000 * times['--jobs 2'] * 2 / n:.0f} worker-ms of wall time here; negative = within "
-                         "the noise"))
+        rows.append(
+            _row(
+                "Ray's extra time per seed against --jobs 2 (worker-ms per seed)",
+                round(extra, 1),
+                "ms",
+                None,
+                f"(Ray sweep wall - jobs-2 sweep wall) x 2 workers / {n} seeds; a seed took "
+                f"{1000 * times['--jobs 2'] * 2 / n:.0f} worker-ms of wall time here; negative = within "
+                "the noise",
+            )
+        )
     else:
         rows.append(_row("sim sweep on Ray: not measured", None, "", None, f"no Ray here ({ray_err})"))
     cs = sorted(cpu)
-    rows.append(_row(f"CPU time per default seed (mean of seeds 0..{n - 1})", round(sum(cs) / len(cs), 3), "s", None,
-                     f"one process, CPU time (the load shows in wall time only): median {cs[len(cs) // 2]:.3f} s, "
-                     f"p99 {cs[min(len(cs) - 1, int(0.99 * len(cs)))]:.3f} s, max {cs[-1]:.3f} s; "
-                     "docs/scale-out.md plans with these"))
+    rows.append(
+        _row(
+            f"CPU time per default seed (mean of seeds 0..{n - 1})",
+            round(sum(cs) / len(cs), 3),
+            "s",
+            None,
+            f"one process, CPU time (the load shows in wall time only): median {cs[len(cs) // 2]:.3f} s, "
+            f"p99 {cs[min(len(cs) - 1, int(0.99 * len(cs)))]:.3f} s, max {cs[-1]:.3f} s; "
+            "docs/scale-out.md plans with these",
+        )
+    )
     for m, ms in noop.items():
-        rows.append(_row(f"per-task overhead, {m}, no-op task pipelined (ms per task)", round(ms, 2), "ms", None,
-                         "400 tasks that return at once, wall / 400 (2 workers): scheduling, pickling, the pipe or "
-                         "Ray's object store, the JSON record"))
+        rows.append(
+            _row(
+                f"per-task overhead, {m}, no-op task pipelined (ms per task)",
+                round(ms, 2),
+                "ms",
+                None,
+                "400 tasks that return at once, wall / 400 (2 workers): scheduling, pickling, the pipe or "
+                "Ray's object store, the JSON record",
+            )
+        )
     (s0, m0, ok0), (s1, m1, ok1) = mem
     per_step = (m1 - m0) / (s1 - s0)
-    rows.append(_row(f"memory per worker, 64 ranks x 512 lanes seed, {s1} global steps (peak RSS)", round(m1, 1),
-                     "MiB", None, f"fresh worker process (VmHWM); {s0} steps: {m0:.0f} MiB, so {per_step:.1f} MiB per "
-                     f"step over the first steps (the corpus is sized to the steps; the history and the "
-                     f"reference grow with them); idle worker {idle:.0f} MiB; checker {'ok' if ok0 and ok1 else 'FOUND problems'}"))
+    rows.append(
+        _row(
+            f"memory per worker, 64 ranks x 512 lanes seed, {s1} global steps (peak RSS)",
+            round(m1, 1),
+            "MiB",
+            None,
+            f"fresh worker process (VmHWM); {s0} steps: {m0:.0f} MiB, so {per_step:.1f} MiB per "
+            f"step over the first steps (the corpus is sized to the steps; the history and the "
+            f"reference grow with them); idle worker {idle:.0f} MiB; checker {'ok' if ok0 and ok1 else 'FOUND problems'}",
+        )
+    )
     return rows
 
 

@@ -59,11 +59,17 @@ POLICIES = ("demand", "round_robin")
 def config(lanes: int) -> PipelineConfig:
     """The notebooks' pipeline at ``lanes`` lanes (one definition for both libraries)."""
     return PipelineConfig(
-        chain=[("pack_sequences", {"max_length": 256, "num_bins": 4}), ("shuffle", {"buffer_size": 64, "seed": 0}),
-               ("ensure_mixture", {}), ("batch", {"microbatch_size": 4})],
-        layout=dict(DEFAULT_LAYOUT), weights=dict(DEFAULT_MIXTURE),
+        chain=[
+            ("pack_sequences", {"max_length": 256, "num_bins": 4}),
+            ("shuffle", {"buffer_size": 64, "seed": 0}),
+            ("ensure_mixture", {}),
+            ("batch", {"microbatch_size": 4}),
+        ],
+        layout=dict(DEFAULT_LAYOUT),
+        weights=dict(DEFAULT_MIXTURE),
         source_kwargs={"chunk_size": 32, "seed": 0, "exhausted_policy": "repeat"},
-        options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": 2})
+        options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": 2},
+    )
 
 
 def build(impl: str, lanes: int, feeding: str | None) -> Any:
@@ -215,7 +221,9 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
             runs: dict[str, Run] = {}
             for feeding in POLICIES:
                 if progress:
-                    print(f"  {n} lanes, zephon_ref {feeding}, {items:,} items ...", file=sys.stderr, flush=True)
+                    print(
+                        f"  {n} lanes, zephon_ref {feeding}, {items:,} items ...", file=sys.stderr, flush=True
+                    )
                 runs[feeding] = run("zephon_ref", feeding, n, items)
             if zephon:
                 if progress:
@@ -232,9 +240,17 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
             for key, r in runs.items():
                 m = r.marks
                 worst = " / ".join(f"{r.worst_at[k]}" for k in m)
-                rows.append(_row(f"{n} lanes {r.label}: worst inflight chunks at {m[0]:,} / {m[1]:,} / {m[2]:,} items",
-                                 r.worst_at[m[-1]], None, "chunks", None, None,
-                                 f"{worst}; stream {'identical to demand' if key == 'demand' or (same if key != 'zephon' else zsame) else 'DIFFERS from demand'}"))
+                rows.append(
+                    _row(
+                        f"{n} lanes {r.label}: worst inflight chunks at {m[0]:,} / {m[1]:,} / {m[2]:,} items",
+                        r.worst_at[m[-1]],
+                        None,
+                        "chunks",
+                        None,
+                        None,
+                        f"{worst}; stream {'identical to demand' if key == 'demand' or (same if key != 'zephon' else zsame) else 'DIFFERS from demand'}",
+                    )
+                )
                 b0, b1 = r.bytes_at.get(m[0]), r.bytes_at.get(m[-1])
                 rows.append(_row(f"{n} lanes {r.label}: checkpoint bytes at {m[-1]:,} over at {m[0]:,} items",
                                  b1, b0, "bytes", None if not b0 or b1 is None else b1 / b0,
@@ -243,25 +259,52 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
                 if key in POLICIES:
                     t0, ok0 = restore_seconds(tmp, r, m[0], reps=reps)
                     t1, ok1 = restore_seconds(tmp, r, m[-1], reps=reps)
-                    rows.append(_row(f"{n} lanes {r.label}: fresh-process restore-to-first-item at {m[-1]:,} over "
-                                     f"at {m[0]:,} items", t1, t0, "s", t1 / t0,
-                                     f"the same run's restore at {m[0]:,} items",
-                                     ("goal <= 1.1; " if key == "demand" else "")
-                                     + f"median of {reps}; first item {'checked equal' if ok0 and ok1 else 'DIFFERS'}"))
+                    rows.append(
+                        _row(
+                            f"{n} lanes {r.label}: fresh-process restore-to-first-item at {m[-1]:,} over "
+                            f"at {m[0]:,} items",
+                            t1,
+                            t0,
+                            "s",
+                            t1 / t0,
+                            f"the same run's restore at {m[0]:,} items",
+                            ("goal <= 1.1; " if key == "demand" else "")
+                            + f"median of {reps}; first item {'checked equal' if ok0 and ok1 else 'DIFFERS'}",
+                        )
+                    )
             d, rr = statistics.median(tp["demand"]), statistics.median(tp["round_robin"])
             docs = runs["demand"].docs
-            rows.append(_row(f"{n} lanes: docs/s, demand over round-robin feeding", docs / d, docs / rr, "docs/CPU-s",
-                             rr / d, "the same pipeline fed round robin", f"goal >= 0.95; median of {len(tp['demand'])} runs each (the long run, then "
-                             f"{min(items, 20_000):,} items, round robin first); "
-                             f"streams {'identical' if same else 'DIFFER'}"))
+            rows.append(
+                _row(
+                    f"{n} lanes: docs/s, demand over round-robin feeding",
+                    docs / d,
+                    docs / rr,
+                    "docs/CPU-s",
+                    rr / d,
+                    "the same pipeline fed round robin",
+                    f"goal >= 0.95; median of {len(tp['demand'])} runs each (the long run, then "
+                    f"{min(items, 20_000):,} items, round robin first); "
+                    f"streams {'identical' if same else 'DIFFER'}",
+                )
+            )
     rows.append(_row("load average during the run", os.getloadavg()[0], None, "", None, None,
                      "1-minute load average at the end (2 shared cores)"))
     return rows
 
 
-def _row(name: str, ours: Any, theirs: Any, unit: str, ratio: Any, vs: str | None, note: str) -> dict[str, Any]:
+def _row(
+    name: str, ours: Any, theirs: Any, unit: str, ratio: Any, vs: str | None, note: str
+) -> dict[str, Any]:
     """One bench row; ``vs`` says what ``theirs`` is (None when there is no ``theirs``)."""
-    return {"name": name, "ours": ours, "theirs": theirs, "vs": vs, "unit": unit, "ratio": ratio, "note": note}
+    return {
+        "name": name,
+        "ours": ours,
+        "theirs": theirs,
+        "vs": vs,
+        "unit": unit,
+        "ratio": ratio,
+        "note": note,
+    }
 
 
 def results(*, quick: bool = True) -> list[dict[str, Any]]:
@@ -275,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--lanes", default=None, help="comma-separated lane counts (default: 2,8,64; quick: 2,8)")
     ap.add_argument("--items", type=int, default=None, help="items per run (default: 100,000; quick: 2,000)")
-    ap.add_argument("--zephon-items", type=int, default=None, help="cap zephon 0.2.0's run at this many items")
+    ap.add_argument(
+        "--zephon-items", type=int, default=None, help="cap zephon 0.2.0's run at this many items"
+    )
     args = ap.parse_args(argv)
     from bench.__main__ import markdown
 

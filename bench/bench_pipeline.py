@@ -374,11 +374,19 @@ def child_restore(a: dict[str, Any]) -> dict[str, Any]:
             if extra > 100_000:
                 break
         replayed = {key: v for key, v in counts.items() if key[1] < nxt[key[0]]}
-        out.update(replayed=sum(replayed.values()), inflight_records=sum(want.values()),
-                   replay_exact=replayed == want, replay_lanes_done=all(
-                       any(ln == lane and cid >= c for ln, cid in counts) for lane, c in nxt.items()),
-                   replay_diff=sorted(f"{k}:{replayed.get(k)}vs{want.get(k)}" for k in set(replayed) | set(want)
-                                      if replayed.get(k) != want.get(k))[:6])
+        out.update(
+            replayed=sum(replayed.values()),
+            inflight_records=sum(want.values()),
+            replay_exact=replayed == want,
+            replay_lanes_done=all(
+                any(ln == lane and cid >= c for ln, cid in counts) for lane, c in nxt.items()
+            ),
+            replay_diff=sorted(
+                f"{k}:{replayed.get(k)}vs{want.get(k)}"
+                for k in set(replayed) | set(want)
+                if replayed.get(k) != want.get(k)
+            )[:6],
+        )
     return out
 
 
@@ -413,13 +421,24 @@ def build_sbs(impl: str, which: str) -> Any:
         tok: dict[str, Any] = {"max_length": 96, "split_long_samples": True}
         pack, shuf, micro, seed = (256, 4), 64, 4, 0
     else:
-        corpus, lanes, chunk = synthetic_corpus(layout=LAYOUT_SBS, **CORPUS_KW), CANONICAL_REPLICAS, CHUNK_SIZE
+        corpus, lanes, chunk = (
+            synthetic_corpus(layout=LAYOUT_SBS, **CORPUS_KW),
+            CANONICAL_REPLICAS,
+            CHUNK_SIZE,
+        )
         tok = {"max_length": 512, "truncation": True}
         pack, shuf, micro, seed = (512, 8), 1024, 8, 1
     mod = lib(impl)
-    datasets = [mod.Dataset.from_dict(d.name, {int(sid): mod.InMemoryShard([d.get(int(sid), i) for i in range(int(n))])
-                                               for sid, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)})
-                for d in corpus.datasets]
+    datasets = [
+        mod.Dataset.from_dict(
+            d.name,
+            {
+                int(sid): mod.InMemoryShard([d.get(int(sid), i) for i in range(int(n))])
+                for sid, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)
+            },
+        )
+        for d in corpus.datasets
+    ]
     source = mod.StaticMixtureWorkSource(datasets, dict(MIXTURE), chunk_size=chunk, seed=seed)
     if impl == "zephon":
         import zephon
@@ -470,19 +489,44 @@ def side_by_side(tmp: str, pairs: int) -> None:
         streams = {x["stream"] for x in r + z}
         wall_ratio = [(a["docs"] / a["wall"]) / (b["docs"] / b["wall"]) for a, b in zip(r, z, strict=True)]
         cpu_ratio = [(a["docs"] / a["cpu"]) / (b["docs"] / b["cpu"]) for a, b in zip(r, z, strict=True)]
-        rows.append([which, f"{r[0]['docs']:,}", med([x["docs"] / x["wall"] for x in r], "{:,.0f}"),
-                     med([x["docs"] / x["wall"] for x in z], "{:,.0f}"), f"**{statistics.median(wall_ratio):.2f}x** "
-                     f"[{min(wall_ratio):.2f}-{max(wall_ratio):.2f}]",
-                     med([x["docs"] / x["cpu"] for x in r], "{:,.0f}"), med([x["docs"] / x["cpu"] for x in z], "{:,.0f}"),
-                     f"{statistics.median(cpu_ratio):.2f}x [{min(cpu_ratio):.2f}-{max(cpu_ratio):.2f}]",
-                     "identical" if len(streams) == 1 else f"DIFFER ({len(streams)} digests)"])
-    table(["pipeline", "docs", "zephon_ref docs/s (wall)", "zephon docs/s (wall)", "ratio (wall, median of pairs)",
-           "zephon_ref docs/s (CPU)", "zephon docs/s (CPU)", "ratio (CPU)", "output, all runs"], rows)
+        rows.append(
+            [
+                which,
+                f"{r[0]['docs']:,}",
+                med([x["docs"] / x["wall"] for x in r], "{:,.0f}"),
+                med([x["docs"] / x["wall"] for x in z], "{:,.0f}"),
+                f"**{statistics.median(wall_ratio):.2f}x** [{min(wall_ratio):.2f}-{max(wall_ratio):.2f}]",
+                med([x["docs"] / x["cpu"] for x in r], "{:,.0f}"),
+                med([x["docs"] / x["cpu"] for x in z], "{:,.0f}"),
+                f"{statistics.median(cpu_ratio):.2f}x [{min(cpu_ratio):.2f}-{max(cpu_ratio):.2f}]",
+                "identical" if len(streams) == 1 else f"DIFFER ({len(streams)} digests)",
+            ]
+        )
+    table(
+        [
+            "pipeline",
+            "docs",
+            "zephon_ref docs/s (wall)",
+            "zephon docs/s (wall)",
+            "ratio (wall, median of pairs)",
+            "zephon_ref docs/s (CPU)",
+            "zephon docs/s (CPU)",
+            "ratio (CPU)",
+            "output, all runs",
+        ],
+        rows,
+    )
     print("issue goal: zephon_ref / zephon >= 1.5x with identical output\n")
 
 
-CHILDREN = {"lanes": child_lanes, "sbs": child_sbs, "throughput": child_throughput, "make": child_make, "restore": child_restore,
-            "inflight": child_inflight}
+CHILDREN = {
+    "lanes": child_lanes,
+    "sbs": child_sbs,
+    "throughput": child_throughput,
+    "make": child_make,
+    "restore": child_restore,
+    "inflight": child_inflight,
+}
 
 
 def child_main(spec: str, out_path: str) -> None:
@@ -529,8 +573,13 @@ def write_corpus(tmp: str, layout: dict[str, tuple[int, ...]]) -> int:
     from zephon_ref.work import synthetic_corpus
 
     corpus = synthetic_corpus(layout=layout, **CORPUS_KW)
-    rows = {d.name: {int(sid): [d.get(int(sid), i) for i in range(int(n))]
-                     for sid, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)} for d in corpus.datasets}
+    rows = {
+        d.name: {
+            int(sid): [d.get(int(sid), i) for i in range(int(n))]
+            for sid, n in zip(d.ids().tolist(), d.counts().tolist(), strict=True)
+        }
+        for d in corpus.datasets
+    }
     with open(os.path.join(tmp, "corpus.pkl"), "wb") as fh:
         pickle.dump(rows, fh, protocol=pickle.HIGHEST_PROTOCOL)
     return sum(len(v) for s in rows.values() for v in s.values())
@@ -560,21 +609,39 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                     ref_inline[lanes] = runs["zephon_ref"][0]["stream"]
                 base = ref_inline[lanes]
                 zs = {r["stream"] for r in runs["zephon"]}
-                same = (f"zephon_ref stream {'=' if own == {base} else '!='} zephon_ref inline; zephon {runner} "
-                        f"stream {'=' if zs == {base} else '!='} zephon_ref inline")
-                note = (f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); {same}"
-                        if have_z else "zephon not installed (the conformance extra): no comparison")
-                rows.append({"name": f"pipeline {runner}, {lanes} lane(s): zephon_ref vs zephon 0.2.0 {runner}",
-                             "ours": ours, "theirs": theirs, "vs": f"zephon 0.2.0 {runner}" if have_z else None,
-                             "unit": "docs/s",
-                             "ratio": None if theirs is None else ours / theirs, "note": note})
+                same = (
+                    f"zephon_ref stream {'=' if own == {base} else '!='} zephon_ref inline; zephon {runner} "
+                    f"stream {'=' if zs == {base} else '!='} zephon_ref inline"
+                )
+                note = (
+                    f"{ndocs:,} docs, pack+shuffle+ensure_mixture+batch(8), K=8, {rounds} round(s); {same}"
+                    if have_z
+                    else "zephon not installed (the conformance extra): no comparison"
+                )
+                rows.append(
+                    {
+                        "name": f"pipeline {runner}, {lanes} lane(s): zephon_ref vs zephon 0.2.0 {runner}",
+                        "ours": ours,
+                        "theirs": theirs,
+                        "vs": f"zephon 0.2.0 {runner}" if have_z else None,
+                        "unit": "docs/s",
+                        "ratio": None if theirs is None else ours / theirs,
+                        "note": note,
+                    }
+                )
         mem = {impl: run_child(tmp, mode="throughput", impl=impl, cfg="T")
                for impl in (("zephon_ref", "zephon") if have_z else ("zephon_ref",))}
-        rows.append({"name": "peak RSS, pipeline inline, 2 lanes, one pass", "ours": mem["zephon_ref"]["rss_mb"],
-                     "theirs": mem["zephon"]["rss_mb"] if have_z else None,
-                     "vs": "zephon 0.2.0" if have_z else None, "unit": "MiB",
-                     "ratio": mem["zephon_ref"]["rss_mb"] / mem["zephon"]["rss_mb"] if have_z else None,
-                     "note": "ru_maxrss of a fresh process, includes the interpreter and the corpus"})
+        rows.append(
+            {
+                "name": "peak RSS, pipeline inline, 2 lanes, one pass",
+                "ours": mem["zephon_ref"]["rss_mb"],
+                "theirs": mem["zephon"]["rss_mb"] if have_z else None,
+                "vs": "zephon 0.2.0" if have_z else None,
+                "unit": "MiB",
+                "ratio": mem["zephon_ref"]["rss_mb"] / mem["zephon"]["rss_mb"] if have_z else None,
+                "note": "ru_maxrss of a fresh process, includes the interpreter and the corpus",
+            }
+        )
         k = CONFIGS["R"]["k"]
         epochs = [S_EPOCH + o for o in offsets]
         make = {"zephon_ref": run_child(tmp, mode="make", impl="zephon_ref", epochs=epochs)}
@@ -603,16 +670,31 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             exact = all(x["replay_exact"] for x in res["zephon_ref"])
             rr = res["zephon_ref"][0]
             tz = firsts["zephon"][-1] if have_z else None
-            rows.append({"name": f"restore to first batch at epoch {label}", "ours": firsts["zephon_ref"][-1],
-                         "theirs": tz, "vs": "zephon 0.2.0" if tz else None, "unit": "s",
-                         "ratio": firsts["zephon_ref"][-1] / tz if tz else None,
-                         "note": f"fresh process; next 20 batches {'identical' if ok else 'DIFFER'}; replayed "
-                                 f"{rr['replayed']} records = inflight {rr['inflight_records']}: "
-                                 f"{'exact' if exact else 'NOT exact'}"})
+            rows.append(
+                {
+                    "name": f"restore to first batch at epoch {label}",
+                    "ours": firsts["zephon_ref"][-1],
+                    "theirs": tz,
+                    "vs": "zephon 0.2.0" if tz else None,
+                    "unit": "s",
+                    "ratio": firsts["zephon_ref"][-1] / tz if tz else None,
+                    "note": f"fresh process; next 20 batches {'identical' if ok else 'DIFFER'}; replayed "
+                    f"{rr['replayed']} records = inflight {rr['inflight_records']}: "
+                    f"{'exact' if exact else 'NOT exact'}",
+                }
+            )
         f = firsts["zephon_ref"]
-        rows.append({"name": f"restore at s+{offsets[-1]} vs s epochs (zephon_ref)", "ours": f[-1], "theirs": f[0],
-                     "vs": f"the same restore at epoch s+{offsets[0]}", "unit": "s", "ratio": f[-1] / f[0],
-                     "note": "goal <= 1.2 (restore must not grow with position); noisy VM"})
+        rows.append(
+            {
+                "name": f"restore at s+{offsets[-1]} vs s epochs (zephon_ref)",
+                "ours": f[-1],
+                "theirs": f[0],
+                "vs": f"the same restore at epoch s+{offsets[0]}",
+                "unit": "s",
+                "ratio": f[-1] / f[0],
+                "note": "goal <= 1.2 (restore must not grow with position); noisy VM",
+            }
+        )
     return rows
 
 
@@ -620,12 +702,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small corpus and positions (smoke run)")
     ap.add_argument("--keep", default=None, help="keep checkpoints and the corpus in this directory")
-    ap.add_argument("--side-by-side", action="store_true", help="only section 0 (tokenizing pipelines, both libs)")
-    ap.add_argument("--pairs", type=int, default=None, help="pairs of runs for section 0 (default 7; 3 in a full run)")
+    ap.add_argument(
+        "--side-by-side", action="store_true", help="only section 0 (tokenizing pipelines, both libs)"
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=None, help="pairs of runs for section 0 (default 7; 3 in a full run)"
+    )
     args = ap.parse_args()
     if args.side_by_side:
         with tempfile.TemporaryDirectory(prefix="bench_pipeline_") as tmp:
-            print(f"# bench_pipeline --side-by-side: python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
+            print(
+                f"# bench_pipeline --side-by-side: python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n"
+            )
             side_by_side(tmp, args.pairs or 7)
         return
     quick = args.quick
@@ -662,9 +750,18 @@ def main() -> None:
         for impl in impls:
             rs = tp[impl]
             same = len({(r["batches"], r["docs"], r["tokens"], r["stream"]) for r in rs}) == 1
-            rows.append([impl, med([r["docs"] / r["wall"] for r in rs], "{:,.0f}"), med([r["wall"] for r in rs], "{:.1f}"),
-                         med([r["first"] for r in rs]), rs[0]["batches"], f"{rs[0]['docs']:,}", f"{rs[0]['tokens']:,}",
-                         f"`{rs[0]['stream']}`" + ("" if same else " (DIFFERS between rounds)")])
+            rows.append(
+                [
+                    impl,
+                    med([r["docs"] / r["wall"] for r in rs], "{:,.0f}"),
+                    med([r["wall"] for r in rs], "{:.1f}"),
+                    med([r["first"] for r in rs]),
+                    rs[0]["batches"],
+                    f"{rs[0]['docs']:,}",
+                    f"{rs[0]['tokens']:,}",
+                    f"`{rs[0]['stream']}`" + ("" if same else " (DIFFERS between rounds)"),
+                ]
+            )
         table(["impl", "docs/s median [min-max]", "wall s", "1st batch s", "batches", "docs", "tokens",
                "stream digest"], rows)
         if "zephon" in tp:
@@ -680,7 +777,9 @@ def main() -> None:
         make = {"zephon_ref": run_child(tmp, mode="make", impl="zephon_ref", epochs=epochs)}
         ref_cuts = make["zephon_ref"]["cuts"]
         if "zephon" in impls:
-            make["zephon"] = run_child(tmp, mode="make", impl="zephon", batches=[c["batches"] for c in ref_cuts])
+            make["zephon"] = run_child(
+                tmp, mode="make", impl="zephon", batches=[c["batches"] for c in ref_cuts]
+            )
         by_impl = {impl: {c["batches"]: c for c in make[impl]["cuts"]} for impl in make}
         restores: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for _ in range(restore_rounds):
@@ -708,28 +807,50 @@ def main() -> None:
             n = cut["batches"]
             r = restores[("zephon_ref", n)]
             ok = sum(x["identical"] for x in r)
-            rows.append([f"s+{cut['label'] - S_EPOCH}", cut["label"], f"{n:,}", cut["next_cid"],
-                         cut["inflight"], cut["inflight_records"], f"{cut['bytes']:,}", f"{cut['call_ms']:.2f}",
-                         med([x["first"] for x in r]), f"{ok}/{len(r)} identical"])
+            rows.append(
+                [
+                    f"s+{cut['label'] - S_EPOCH}",
+                    cut["label"],
+                    f"{n:,}",
+                    cut["next_cid"],
+                    cut["inflight"],
+                    cut["inflight_records"],
+                    f"{cut['bytes']:,}",
+                    f"{cut['call_ms']:.2f}",
+                    med([x["first"] for x in r]),
+                    f"{ok}/{len(r)} identical",
+                ]
+            )
         cold = restores[("zephon_ref", 0)]
         table(["position", "epoch E", "after batches", "lane next cid", "inflight chunks/lane",
                "inflight records", "ckpt bytes (codec)", "checkpoint() ms", "restore to 1st batch s",
                "next 20 batches"], rows)
-        meds = [statistics.median(x["first"] for x in restores[("zephon_ref", c["batches"])]) for c in ref_cuts]
+        meds = [
+            statistics.median(x["first"] for x in restores[("zephon_ref", c["batches"])]) for c in ref_cuts
+        ]
         sizes = [c["bytes"] for c in ref_cuts]
         print(f"cold start (no checkpoint): {med([x['first'] for x in cold])} s")
-        print(f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** (issue goal <= 1.2); "
-              f"checkpoint bytes largest / smallest = {max(sizes) / min(sizes):.2f}x\n")
+        print(
+            f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** (issue goal <= 1.2); "
+            f"checkpoint bytes largest / smallest = {max(sizes) / min(sizes):.2f}x\n"
+        )
 
         if "zephon" in make:
             print("## 3. Restore to first batch, zephon_ref vs zephon 0.2.0, config R, same cuts "
                   "(same delivered prefix)\n")
             pz = make["zephon"]
-            print(f"uninterrupted prefixes: zephon_ref {make['zephon_ref']['prefix_batches']:,} batches "
-                  f"`{make['zephon_ref']['prefix_digest']}`, zephon {pz['prefix_batches']:,} batches "
-                  f"`{pz['prefix_digest']}` ("
-                  + ("identical" if (make["zephon_ref"]["prefix_digest"], make["zephon_ref"]["prefix_batches"])
-                     == (pz["prefix_digest"], pz["prefix_batches"]) else "DIFFER") + ")\n")
+            print(
+                f"uninterrupted prefixes: zephon_ref {make['zephon_ref']['prefix_batches']:,} batches "
+                f"`{make['zephon_ref']['prefix_digest']}`, zephon {pz['prefix_batches']:,} batches "
+                f"`{pz['prefix_digest']}` ("
+                + (
+                    "identical"
+                    if (make["zephon_ref"]["prefix_digest"], make["zephon_ref"]["prefix_batches"])
+                    == (pz["prefix_digest"], pz["prefix_batches"])
+                    else "DIFFER"
+                )
+                + ")\n"
+            )
             rows = []
             for cut in [None, *ref_cuts]:
                 n = cut["batches"] if cut else 0
@@ -742,13 +863,22 @@ def main() -> None:
                     same_next = cut["next"] == (zc["next"] if zc else None)
                     ok = sum(x["identical"] for x in rr + rz)
                     cross = sum(x["identical_other"] for x in rr + rz)
-                    ident = (f"{ok}/{len(rr) + len(rz)} identical to own run; {cross}/{len(rr) + len(rz)} to the "
-                             f"other library's run ({'identical' if same_next else 'DIFFER'})")
-                rows.append(["cold start" if cut is None else f"s+{cut['label'] - S_EPOCH} ({n:,} batches)",
-                             "-" if cut is None else f"{cut['bytes']:,}",
-                             "-" if zc is None else f"{zc['bytes']:,}",
-                             "-" if zc is None else zc["inflight"],
-                             med([x["first"] for x in rr]), med([x["first"] for x in rz]), f"{ratio:.2f}x", ident])
+                    ident = (
+                        f"{ok}/{len(rr) + len(rz)} identical to own run; {cross}/{len(rr) + len(rz)} to the "
+                        f"other library's run ({'identical' if same_next else 'DIFFER'})"
+                    )
+                rows.append(
+                    [
+                        "cold start" if cut is None else f"s+{cut['label'] - S_EPOCH} ({n:,} batches)",
+                        "-" if cut is None else f"{cut['bytes']:,}",
+                        "-" if zc is None else f"{zc['bytes']:,}",
+                        "-" if zc is None else zc["inflight"],
+                        med([x["first"] for x in rr]),
+                        med([x["first"] for x in rz]),
+                        f"{ratio:.2f}x",
+                        ident,
+                    ]
+                )
             table(["cut", "zephon_ref bytes", "zephon bytes (msgpack)", "zephon inflight chunks/lane",
                    "zephon_ref restore s", "zephon restore s", "ref / zephon", "next 20 batches"], rows)
             print("issue goal: ref / zephon <= 1.0x\n")
@@ -780,9 +910,18 @@ def main() -> None:
         for impl in make:
             r = make[impl]
             worst = max(r["worst"].values())
-            rows.append([f"{impl} (config R, repeat, up to epoch {epochs[-1]})", k, r["prefix_batches"],
-                         ", ".join(f"lane {ln}: {n}" for ln, n in sorted(r["worst"].items(), key=lambda x: int(x[0]))),
-                         worst, f"{worst / k:.2f}"])
+            rows.append(
+                [
+                    f"{impl} (config R, repeat, up to epoch {epochs[-1]})",
+                    k,
+                    r["prefix_batches"],
+                    ", ".join(
+                        f"lane {ln}: {n}" for ln, n in sorted(r["worst"].items(), key=lambda x: int(x[0]))
+                    ),
+                    worst,
+                    f"{worst / k:.2f}",
+                ]
+            )
         table(["impl", "flush_every_k_chunks K", "batches", "largest inflight per lane (first at)",
                "max", "max / K"], rows)
         print(f"total wall time {time.perf_counter() - t_start:.0f} s")

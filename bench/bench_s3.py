@@ -75,8 +75,12 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
         return [{"name": "s3 benchmarks", "ours": 0, "theirs": None, "unit": "-", "ratio": None,
                  "note": "skipped: boto3/moto not installed (pip install zephon-ref[dev])"}]
     server, endpoint = _server()
-    saved_env = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
+    saved_env = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+    )
     rows: list[dict[str, object]] = []
     try:
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="zr-bench")
@@ -97,11 +101,18 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             load_ops = count.take()
             assert loaded == state
             goal_puts = lanes + 2  # universal shard + one per lane + manifest
-            rows.append({"name": f"requests per save, {lanes} lanes", "ours": sum(save_ops.values()),
-                         "theirs": goal_puts, "vs": "the goal (fewest requests)", "unit": "requests",
-                         "ratio": sum(save_ops.values()) / goal_puts,
-                         "note": f"{_fmt(save_ops)}; goal: PUT={goal_puts}; the two LISTs pick the generation "
-                                 "and check for a newer manifest before publishing"})
+            rows.append(
+                {
+                    "name": f"requests per save, {lanes} lanes",
+                    "ours": sum(save_ops.values()),
+                    "theirs": goal_puts,
+                    "vs": "the goal (fewest requests)",
+                    "unit": "requests",
+                    "ratio": sum(save_ops.values()) / goal_puts,
+                    "note": f"{_fmt(save_ops)}; goal: PUT={goal_puts}; the two LISTs pick the generation "
+                    "and check for a newer manifest before publishing",
+                }
+            )
             rows.append({"name": f"requests per load, {lanes} lanes", "ours": sum(load_ops.values()),
                          "theirs": 1 + 1 + lanes + 1, "vs": "the goal (fewest requests)", "unit": "requests",
                          "ratio": sum(load_ops.values()) / (lanes + 3),
@@ -134,12 +145,19 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 for kind in ("save", "load"):
                     ours = statistics.median(times[f"s3 {kind}"]) * 1e3
                     theirs = statistics.median(times[f"fs {kind}"]) * 1e3
-                    rows.append({"name": f"{kind} ms, s3 (loopback moto) vs local files, {lanes} lanes, "
-                                         f"{nbytes:,} bytes", "ours": round(ours, 2), "theirs": round(theirs, 2),
-                                 "vs": "local files (POSIX store)",
-                                 "unit": "ms", "ratio": ours / theirs,
-                                 "note": f"median of {repeat}; both loads == the saved state; 2-core shared VM, "
-                                         "moto is Python on loopback, not a cloud endpoint"})
+                    rows.append(
+                        {
+                            "name": f"{kind} ms, s3 (loopback moto) vs local files, {lanes} lanes, "
+                            f"{nbytes:,} bytes",
+                            "ours": round(ours, 2),
+                            "theirs": round(theirs, 2),
+                            "vs": "local files (POSIX store)",
+                            "unit": "ms",
+                            "ratio": ours / theirs,
+                            "note": f"median of {repeat}; both loads == the saved state; 2-core shared VM, "
+                            "moto is Python on loopback, not a cloud endpoint",
+                        }
+                    )
     finally:
         server.stop()
         for k, v in saved_env.items():

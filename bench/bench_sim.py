@@ -43,10 +43,15 @@ def _sweep_row(n: int) -> dict[str, object]:
     dt = time.perf_counter() - t0  # clock-ok: measurement only
     events = sum(r.events for r in results)
     ok = sum(r.ok for r in results)
-    return {"name": f"sim sweep, seed-derived configs (seeds 0..{n - 1}), seeds/min", "ours": round(n * 60 / dt, 1),
-            "theirs": None, "unit": "seeds/min", "ratio": None,
-            "note": f"{ok}/{n} seeds checked ok; {events} events, {events / dt:.0f} events/s, one process; "
-                    f"shared 2-core machine"}
+    return {
+        "name": f"sim sweep, seed-derived configs (seeds 0..{n - 1}), seeds/min",
+        "ours": round(n * 60 / dt, 1),
+        "theirs": None,
+        "unit": "seeds/min",
+        "ratio": None,
+        "note": f"{ok}/{n} seeds checked ok; {events} events, {events / dt:.0f} events/s, one process; "
+        f"shared 2-core machine",
+    }
 
 
 def _big_options(steps: int) -> dict[str, Any]:
@@ -69,12 +74,17 @@ def seed_2000_row(steps: int = 2000) -> dict[str, object]:
     r = run_seed(1, **_big_options(steps))
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0  # clock-ok: measurement only
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-    return {"name": f"sim 64 ranks x 512 lanes, one whole {steps:,}-step seed with crash+resize, seeds/min",
-            "ours": round(60 / dt, 4), "theirs": None, "unit": "seeds/min", "ratio": None,
-            "note": f"run end to end: {dt:.0f} s wall, {cpu:.0f} s CPU (reference run and checker included), "
-                    f"{r.steps} steps, {r.events} events, {r.crashes} crashes, {r.restores} restores, peak RSS "
-                    f"{rss} MiB; checker {'ok' if r.ok else 'FOUND: ' + r.problems[0][:160]}; fingerprint "
-                    f"{r.fingerprint[:16]}; shared 2-core machine"}
+    return {
+        "name": f"sim 64 ranks x 512 lanes, one whole {steps:,}-step seed with crash+resize, seeds/min",
+        "ours": round(60 / dt, 4),
+        "theirs": None,
+        "unit": "seeds/min",
+        "ratio": None,
+        "note": f"run end to end: {dt:.0f} s wall, {cpu:.0f} s CPU (reference run and checker included), "
+        f"{r.steps} steps, {r.events} events, {r.crashes} crashes, {r.restores} restores, peak RSS "
+        f"{rss} MiB; checker {'ok' if r.ok else 'FOUND: ' + r.problems[0][:160]}; fingerprint "
+        f"{r.fingerprint[:16]}; shared 2-core machine",
+    }
 
 
 def _big_rows(steps: int) -> list[dict[str, object]]:
@@ -99,29 +109,56 @@ def _big_rows(steps: int) -> list[dict[str, object]]:
             f"reference run {t_ref:.0f} s apart; CPU {cpu:.1f} s (this process: the shared 2-core machine's "
             f"load shows in wall time only)")
     return [
-        {"name": "sim 64 ranks x 512 lanes with crash+resize, events/s", "ours": round(r.events / dt, 1),
-         "theirs": None, "unit": "events/s", "ratio": None, "note": note},
-        {"name": f"sim 64 ranks x 512 lanes, wall time of {r.steps} steps", "ours": round(dt, 1), "theirs": None,
-         "unit": "s", "ratio": None, "note": note},
-        {"name": "sim 64 ranks x 512 lanes, 2,000 steps extrapolated (seconds per seed)",
-         "ours": round(per_step * 2000), "theirs": None, "unit": "s", "ratio": None,
-         "note": f"linear extrapolation from {r.steps} measured steps ({per_step:.1f} s/step, restarts "
-                 f"included); not run: {60 / (per_step * 2000):.4f} seeds/min; perhaps optimistic for a long run: "
-                 "inflight chunks (checkpoint size) rise after the first steps as the shuffle and mixture buffers "
-                 "fill; --seed-2000 runs one whole seed"},
-        {"name": "sim 64 ranks x 512 lanes, steady state without faults, s/step", "ours": round(steady, 2),
-         "theirs": None, "unit": "s/step", "ratio": None,
-         "note": f"{c.steps} steps, {c.events} events ({c.events / dt_calm:.0f} events/s), checkpoint every "
-                 f"{c.config['checkpoint_every']} step(s): {(c.steps - 1) // c.config['checkpoint_every']} taken "
-                 "and included (none at the last step: the run ends there), as is building 64 engines (a few "
-                 f"steps over-weight it); CPU {cpu_calm / max(c.steps, 1):.2f} s/step; checker "
-                 f"{'ok' if c.ok else 'FOUND problems'}; shared 2-core machine"},
-        {"name": "sim 64 ranks x 512 lanes, 2,000 steps from the steady state (seconds per seed)",
-         "ours": round(steady * 2000 + restarts), "theirs": None, "unit": "s", "ratio": None,
-         "note": f"2000 x {steady:.2f} s/step + {restarts:.0f} s of restarts measured in the faulty run "
-                 f"({r.crashes} crashes, {r.restores} restores; a run has at most max_crashes + max_resizes); "
-                 f"not run: {60 / (steady * 2000 + restarts):.4f} seeds/min; perhaps optimistic likewise "
-                 "(inflight chunks rise after the first steps; --seed-2000 runs one whole seed)"},
+        {
+            "name": "sim 64 ranks x 512 lanes with crash+resize, events/s",
+            "ours": round(r.events / dt, 1),
+            "theirs": None,
+            "unit": "events/s",
+            "ratio": None,
+            "note": note,
+        },
+        {
+            "name": f"sim 64 ranks x 512 lanes, wall time of {r.steps} steps",
+            "ours": round(dt, 1),
+            "theirs": None,
+            "unit": "s",
+            "ratio": None,
+            "note": note,
+        },
+        {
+            "name": "sim 64 ranks x 512 lanes, 2,000 steps extrapolated (seconds per seed)",
+            "ours": round(per_step * 2000),
+            "theirs": None,
+            "unit": "s",
+            "ratio": None,
+            "note": f"linear extrapolation from {r.steps} measured steps ({per_step:.1f} s/step, restarts "
+            f"included); not run: {60 / (per_step * 2000):.4f} seeds/min; perhaps optimistic for a long run: "
+            "inflight chunks (checkpoint size) rise after the first steps as the shuffle and mixture buffers "
+            "fill; --seed-2000 runs one whole seed",
+        },
+        {
+            "name": "sim 64 ranks x 512 lanes, steady state without faults, s/step",
+            "ours": round(steady, 2),
+            "theirs": None,
+            "unit": "s/step",
+            "ratio": None,
+            "note": f"{c.steps} steps, {c.events} events ({c.events / dt_calm:.0f} events/s), checkpoint every "
+            f"{c.config['checkpoint_every']} step(s): {(c.steps - 1) // c.config['checkpoint_every']} taken "
+            "and included (none at the last step: the run ends there), as is building 64 engines (a few "
+            f"steps over-weight it); CPU {cpu_calm / max(c.steps, 1):.2f} s/step; checker "
+            f"{'ok' if c.ok else 'FOUND problems'}; shared 2-core machine",
+        },
+        {
+            "name": "sim 64 ranks x 512 lanes, 2,000 steps from the steady state (seconds per seed)",
+            "ours": round(steady * 2000 + restarts),
+            "theirs": None,
+            "unit": "s",
+            "ratio": None,
+            "note": f"2000 x {steady:.2f} s/step + {restarts:.0f} s of restarts measured in the faulty run "
+            f"({r.crashes} crashes, {r.restores} restores; a run has at most max_crashes + max_resizes); "
+            f"not run: {60 / (steady * 2000 + restarts):.4f} seeds/min; perhaps optimistic likewise "
+            "(inflight chunks rise after the first steps; --seed-2000 runs one whole seed)",
+        },
     ]
 
 

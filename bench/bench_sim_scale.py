@@ -56,14 +56,23 @@ def _checked(n: int) -> tuple[RoundStats, RoundStats, str]:
             warnings.simplefilter("ignore")
             direct = codec.encode(codec.decode(codec.encode(merge(states, warn_mid_window=False))))
         if sha256_hex(direct) != star.merged_digest:
-            raise AssertionError(f"star round at {n} ranks: merged state differs from merge() computed directly")
+            raise AssertionError(
+                f"star round at {n} ranks: merged state differs from merge() computed directly"
+            )
         checked += "; star merged == merge() directly"
     return star, tree, checked
 
 
 def _row(name: str, ours: float, theirs: float, unit: str, note: str) -> dict[str, object]:
-    return {"name": name, "ours": ours, "theirs": theirs, "vs": "star topology (leader/followers)", "unit": unit,
-            "ratio": (ours / theirs) if theirs else None, "note": note}
+    return {
+        "name": name,
+        "ours": ours,
+        "theirs": theirs,
+        "vs": "star topology (leader/followers)",
+        "unit": unit,
+        "ratio": (ours / theirs) if theirs else None,
+        "note": note,
+    }
 
 
 def results(*, quick: bool = True) -> list[dict[str, object]]:
@@ -75,12 +84,26 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                          round(star.wall_s, 3), "s", note))
         rows.append(_row(f"tree vs star, one round at {n} ranks, leader/root messages", tree.leader_messages,
                          star.leader_messages, "messages", note + "; star: the leader's storage ops"))
-        rows.append(_row(f"tree vs star, one round at {n} ranks, leader/root bytes held", tree.leader_bytes_held,
-                         star.leader_bytes_held, "bytes", note))
+        rows.append(
+            _row(
+                f"tree vs star, one round at {n} ranks, leader/root bytes held",
+                tree.leader_bytes_held,
+                star.leader_bytes_held,
+                "bytes",
+                note,
+            )
+        )
         rows.append(_row(f"tree vs star, one round at {n} ranks, virtual time", tree.virtual_time,
                          star.virtual_time, "ticks", note + "; 1 tick per storage op or message"))
-        rows.append(_row(f"tree vs star, one round at {n} ranks, storage ops", tree.storage_ops,
-                         star.storage_ops, "ops", note + f"; star polls elided by parking: {star.storage_ops_elided}"))
+        rows.append(
+            _row(
+                f"tree vs star, one round at {n} ranks, storage ops",
+                tree.storage_ops,
+                star.storage_ops,
+                "ops",
+                note + f"; star polls elided by parking: {star.storage_ops_elided}",
+            )
+        )
     return rows
 
 

@@ -94,9 +94,15 @@ LANES = {
 
 
 LANES_BIG_CHUNK = SourceConfig(  # zephon's default chunk_size
-    {"web": (400_000, 250_000, 350_000), "code": (180_000, 120_000), "books": (60_000, 40_000, 20_000, 30_000)},
-    {"web": 0.6, "code": 0.3, "books": 0.1}, 1,
-    {"chunk_size": 16384, "seed": 1, "shuffle_within_shard": True, "exhausted_policy": "repeat"})
+    {
+        "web": (400_000, 250_000, 350_000),
+        "code": (180_000, 120_000),
+        "books": (60_000, 40_000, 20_000, 30_000),
+    },
+    {"web": 0.6, "code": 0.3, "books": 0.1},
+    1,
+    {"chunk_size": 16384, "seed": 1, "shuffle_within_shard": True, "exhausted_policy": "repeat"},
+)
 
 
 def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
@@ -139,7 +145,9 @@ def lane_scaling(quick: bool) -> None:
             one.append(docs_per_second(cfg, 1, total))
             many.append(docs_per_second(cfg, 64, total))
         r1, r64 = statistics.median(one), statistics.median(many)
-        print(f"  {name:7s} 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   ratio 64/1 = {r64 / r1:.2f}")
+        print(
+            f"  {name:7s} 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   ratio 64/1 = {r64 / r1:.2f}"
+        )
     big = 64 if quick else 128
     one, many = [], []
     for _ in range(3):  # alternate, median of 3
@@ -204,10 +212,16 @@ def pipeline_lane_scaling(quick: bool) -> dict[str, object]:
     r1 = statistics.median(r["docs"] / r["cpu"] for r in one)
     r64 = statistics.median(r["docs"] / r["cpu"] for r in many)
     rss1, rss64 = max(r["rss_mb"] for r in one), max(r["rss_mb"] for r in many)
-    return {"name": f"pipeline lane scaling: tokenize->pack->shuffle->batch, {ndocs:,} docs, inline, 64 lanes vs 1",
-            "ours": r64, "theirs": r1, "vs": "the same pipeline on 1 lane", "unit": "docs/CPU-s", "ratio": r64 / r1,
-            "note": f"zephon_ref only; fresh process per run, median of 3 alternating pairs; peak RSS "
-                    f"{rss1:.0f} MiB (1 lane) vs {rss64:.0f} MiB (64 lanes); goal >= 0.8"}
+    return {
+        "name": f"pipeline lane scaling: tokenize->pack->shuffle->batch, {ndocs:,} docs, inline, 64 lanes vs 1",
+        "ours": r64,
+        "theirs": r1,
+        "vs": "the same pipeline on 1 lane",
+        "unit": "docs/CPU-s",
+        "ratio": r64 / r1,
+        "note": f"zephon_ref only; fresh process per run, median of 3 alternating pairs; peak RSS "
+        f"{rss1:.0f} MiB (1 lane) vs {rss64:.0f} MiB (64 lanes); goal >= 0.8",
+    }
 
 
 def results(*, quick: bool = True) -> list[dict[str, object]]:
@@ -221,10 +235,18 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             ours.append(chunks_per_second("zephon_ref", n))
             theirs.append(chunks_per_second("zephon", n))
         a, b = statistics.median(ours), statistics.median(theirs)
-        rows.append({"name": "source: one lane of 4, chunk_size 1024, zephon_ref vs zephon 0.2.0",
-                     "ours": a, "theirs": b, "vs": "zephon 0.2.0", "unit": "chunks/s", "ratio": a / b,
-                     "note": f"{n} chunks, median of {rounds} alternating rounds; chunk-for-chunk equality is "
-                             "tested in tests/conformance"})
+        rows.append(
+            {
+                "name": "source: one lane of 4, chunk_size 1024, zephon_ref vs zephon 0.2.0",
+                "ours": a,
+                "theirs": b,
+                "vs": "zephon 0.2.0",
+                "unit": "chunks/s",
+                "ratio": a / b,
+                "note": f"{n} chunks, median of {rounds} alternating rounds; chunk-for-chunk equality is "
+                "tested in tests/conformance",
+            }
+        )
     else:
         rows.append({"name": "source: zephon_ref vs zephon 0.2.0", "ours": chunks_per_second("zephon_ref", n),
                      "theirs": None, "unit": "chunks/s", "ratio": None,
@@ -239,9 +261,17 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     total = 320 if quick else 960
     one = statistics.median(docs_per_second(LANES["plain"], 1, total) for _ in range(3))
     many = statistics.median(docs_per_second(LANES["plain"], 64, total) for _ in range(3))
-    rows.append({"name": "source lane scaling: 64 lanes vs 1 lane, same documents", "ours": many, "theirs": one,
-                 "vs": "the same documents on 1 lane", "unit": "docs/s", "ratio": many / one,
-                 "note": f"zephon_ref only, {total} chunks of 1024 in total (goal >= 0.8)"})
+    rows.append(
+        {
+            "name": "source lane scaling: 64 lanes vs 1 lane, same documents",
+            "ours": many,
+            "theirs": one,
+            "vs": "the same documents on 1 lane",
+            "unit": "docs/s",
+            "ratio": many / one,
+            "note": f"zephon_ref only, {total} chunks of 1024 in total (goal >= 0.8)",
+        }
+    )
     rows.append(pipeline_lane_scaling(quick))
     return rows
 
@@ -256,8 +286,10 @@ def main() -> None:
         return
     if args.only == "pipeline":
         row = pipeline_lane_scaling(args.quick)
-        print(f"== {row['name']}\n  1 lane {row['theirs']:.0f} docs/CPU-s   64 lanes {row['ours']:.0f} docs/CPU-s   "
-              f"ratio 64/1 = {row['ratio']:.2f}   ({row['note']})")
+        print(
+            f"== {row['name']}\n  1 lane {row['theirs']:.0f} docs/CPU-s   64 lanes {row['ours']:.0f} docs/CPU-s   "
+            f"ratio 64/1 = {row['ratio']:.2f}   ({row['note']})"
+        )
         return
     n = 150 if args.quick else 600
     print(f"== source throughput: one lane of {THROUGHPUT.canonical_replicas}, chunk_size 1024, {n} chunks")
@@ -270,13 +302,17 @@ def main() -> None:
         print(f"  {impl:10s} {statistics.median(res[impl]):9.1f} chunks/s  (rounds: "
               + ", ".join(f"{x:.1f}" for x in res[impl]) + ")")
     if "zephon" in res:
-        print(f"  ratio zephon_ref / zephon = {statistics.median(res['zephon_ref']) / statistics.median(res['zephon']):.2f}x")
+        print(
+            f"  ratio zephon_ref / zephon = {statistics.median(res['zephon_ref']) / statistics.median(res['zephon']):.2f}x"
+        )
     print("== state restore to first chunk (zephon_ref), median of 5")
     far = 100_000 if args.quick else 1_000_000
     for at in (10, far):
         t0 = time.perf_counter()
         secs, g = restore_seconds(at)
-        print(f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   (reaching it took {time.perf_counter() - t0:.1f} s)")
+        print(
+            f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   (reaching it took {time.perf_counter() - t0:.1f} s)"
+        )
     lane_scaling(args.quick)
     row = pipeline_lane_scaling(args.quick)
     print(f"== {row['name']}\n  ratio 64/1 = {row['ratio']:.2f}   ({row['note']})")

@@ -68,7 +68,9 @@ def _reference(corpus: Any, seed: int, lanes: int) -> Any:
 def _tensor(corpus: Any, seed: int, lanes: int) -> Any:
     from zephon_ref.torch.tensor import TensorPipeline
 
-    return TensorPipeline(_source(corpus, seed), DEMO_CHAIN, {"runner": "inline", "canonical_replicas": lanes})
+    return TensorPipeline(
+        _source(corpus, seed), DEMO_CHAIN, {"runner": "inline", "canonical_replicas": lanes}
+    )
 
 
 def _docs(batches: list[Any]) -> int:
@@ -90,7 +92,10 @@ def check_equal(corpus: Any, seed: int, lanes: int, device: Any) -> tuple[bool, 
             got = t["input_ids"][row].cpu().tolist()
             if got[:len(toks)] != toks or any(got[len(toks):]):
                 return False, "tensors differ"
-    return True, f"{len(ref)} batches, {_docs(ref)} docs equal (records field for field, tensors token for token)"
+    return (
+        True,
+        f"{len(ref)} batches, {_docs(ref)} docs equal (records field for field, tensors token for token)",
+    )
 
 
 def _time_ref(corpus: Any, seed: int, lanes: int) -> float:
@@ -169,9 +174,18 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
     rounds = 3 if quick else 7
     cases = [("demo pipeline (synthetic corpus, 4 lanes)", synthetic_corpus(seed=0), 0, 4)]
     if full:
-        cases.append(("demo pipeline shape, 6,000 longer documents (mean ~84 words), 4 lanes",
-                      synthetic_corpus(seed=0, mean_log_words=4.0,
-                                       layout={"web": (2000, 1600), "code": (1200, 600), "books": (600,)}), 0, 4))
+        cases.append(
+            (
+                "demo pipeline shape, 6,000 longer documents (mean ~84 words), 4 lanes",
+                synthetic_corpus(
+                    seed=0,
+                    mean_log_words=4.0,
+                    layout={"web": (2000, 1600), "code": (1200, 600), "books": (600,)},
+                ),
+                0,
+                4,
+            )
+        )
     devices: list[tuple[str, Any]] = [("CPU", None)]
     if torch.cuda.is_available():
         devices.append(("CUDA", "cuda"))
@@ -181,8 +195,16 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
         for dev_name, device in devices:
             ok, note = check_equal(corpus, seed, lanes, device)
             if not ok:
-                rows.append({"name": f"tensor vs reference, {label}, {dev_name}, docs/s", "ours": float("nan"),
-                             "theirs": None, "unit": "docs/s", "ratio": None, "note": f"NOT EQUAL: {note}"})
+                rows.append(
+                    {
+                        "name": f"tensor vs reference, {label}, {dev_name}, docs/s",
+                        "ours": float("nan"),
+                        "theirs": None,
+                        "unit": "docs/s",
+                        "ratio": None,
+                        "note": f"NOT EQUAL: {note}",
+                    }
+                )
                 continue
             ref_t: list[float] = []
             ref_c: list[float] = []
@@ -225,22 +247,39 @@ def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]
                     r, t = _time_resume(corpus, seed, lanes, ref_state, ten_state)
                     res_r.append(r)
                     res_t.append(t)
-                rows.append({"name": f"resume 5 items before the end (restore + the rest), {label}, resumes/s",
-                             "ours": 1 / min(res_t), "theirs": 1 / min(res_r),
-                             "vs": "zephon_ref (records)", "unit": "resumes/s",
-                             "ratio": min(res_r) / min(res_t) if same else None,
-                             "note": (f"restored after {cut} items, both sides deliver the same last 5 batches "
-                                      "(records field for field)" if same else "NOT EQUAL: resumed tails differ")
-                                     + f"; {common}; each side restores its own checkpoint (the tensor side "
-                                     "re-runs each lane's current flush epoch, the reference replays its "
-                                     "inflight chunks)"})
+                rows.append(
+                    {
+                        "name": f"resume 5 items before the end (restore + the rest), {label}, resumes/s",
+                        "ours": 1 / min(res_t),
+                        "theirs": 1 / min(res_r),
+                        "vs": "zephon_ref (records)",
+                        "unit": "resumes/s",
+                        "ratio": min(res_r) / min(res_t) if same else None,
+                        "note": (
+                            f"restored after {cut} items, both sides deliver the same last 5 batches "
+                            "(records field for field)"
+                            if same
+                            else "NOT EQUAL: resumed tails differ"
+                        )
+                        + f"; {common}; each side restores its own checkpoint (the tensor side "
+                        "re-runs each lane's current flush epoch, the reference replays its "
+                        "inflight chunks)",
+                    }
+                )
             if ref_c:
                 theirs_c = docs / min(ref_c)
-                rows.append({"name": f"tensor vs reference, both to CPU tensors, {label}, docs/s", "ours": ours,
-                             "theirs": theirs_c, "vs": "zephon_ref + collate_batch (CPU tensors)",
-                             "unit": "docs/s", "ratio": ours / theirs_c,
-                             "note": f"{note}; {common}; reference batches collated by "
-                                     "zephon_ref.torch.collate_batch (the torch path's collation)"})
+                rows.append(
+                    {
+                        "name": f"tensor vs reference, both to CPU tensors, {label}, docs/s",
+                        "ours": ours,
+                        "theirs": theirs_c,
+                        "vs": "zephon_ref + collate_batch (CPU tensors)",
+                        "unit": "docs/s",
+                        "ratio": ours / theirs_c,
+                        "note": f"{note}; {common}; reference batches collated by "
+                        "zephon_ref.torch.collate_batch (the torch path's collation)",
+                    }
+                )
     return rows
 
 

@@ -110,10 +110,17 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                         + ("equal to the direct run per lane" + (" and in order" if n == 0 else "")
                            if same else "DIFFERS from the direct run")
                         + f"; median of {rounds} round(s) incl. worker start-up; shared 2-core VM, noisy")
-                rows.append({"name": f"{kind} DataLoader(num_workers={n}) vs pipeline direct, demo, batches/s",
-                             "ours": round(ours, 1), "theirs": round(theirs, 1),
-                             "vs": "the same pipeline iterated directly", "unit": "batches/s",
-                             "ratio": round(ours / theirs, 3) if same else None, "note": note})
+                rows.append(
+                    {
+                        "name": f"{kind} DataLoader(num_workers={n}) vs pipeline direct, demo, batches/s",
+                        "ours": round(ours, 1),
+                        "theirs": round(theirs, 1),
+                        "vs": "the same pipeline iterated directly",
+                        "unit": "batches/s",
+                        "ratio": round(ours / theirs, 3) if same else None,
+                        "note": note,
+                    }
+                )
     return rows
 
 

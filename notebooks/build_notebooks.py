@@ -97,7 +97,7 @@ def eviction_timing() -> nbformat.NotebookNode:
         new_markdown_cell(
             "# Eviction timing: inflight sets, checkpoint size and replay under both feeding policies\n\n"
             "Pipeline (`sim.analysis.AnalysisConfig()`): synthetic corpus (web 0.6 / code 0.3 / books 0.1, "
-            "`exhausted_policy=\"repeat\"`) -> crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` -> "
+            '`exhausted_policy="repeat"`) -> crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` -> '
             "`shuffle(64)` -> `ensure_mixture()` -> `batch(4)`, 2 lanes, `chunk_size=32`, "
             "`flush_every_k_chunks=2`, inline runner.  Two feeding policies (an execution setting, "
             "`Pipeline.options(feeding=...)`): **demand** (zephon_ref's default: a lane is fed only when the "
@@ -105,18 +105,21 @@ def eviction_timing() -> nbformat.NotebookNode:
             "Both deliver the same stream.  Every number comes from `sim.analysis`, which drives the real "
             "engine and only reads its state; a *step* is one delivered batch.  The conclusions are printed "
             "by the code cells from the numbers above them (and copied into `conclusions.md`).\n\n"
-            "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs)."),
+            "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs)."
+        ),
         code(SETUP_EVICTION),
-        code('''
+        code("""
 CFG = an.AnalysisConfig()
 BOUND = inflight_bound(k=CFG.k, monotone=False, depth_samples=0, min_chunk=CFG.chunk_size)
 N = {"ci": dict(trace=200, long=600, ckpt_every=100, drift=1024, drift_every=64, seeds=tuple(range(10))),
      "full": dict(trace=600, long=10_000, ckpt_every=250, drift=16_384, drift_every=256,
                   seeds=tuple(range(10)))}[SIZE]
-print(N, "| inflight bound under demand feeding (sim.invariants.inflight_bound):", BOUND, "chunks")'''),
-        new_markdown_cell("## 1. The inflight set per lane over time\n\n"
-                          "Chunks admitted and not yet evicted, per lane, after every delivered batch (seed 0)."),
-        code('''
+print(N, "| inflight bound under demand feeding (sim.invariants.inflight_bound):", BOUND, "chunks")"""),
+        new_markdown_cell(
+            "## 1. The inflight set per lane over time\n\n"
+            "Chunks admitted and not yet evicted, per lane, after every delivered batch (seed 0)."
+        ),
+        code("""
 tr = {f: an.trace(replace(CFG, feeding=f), N["trace"]) for f in POLICIES}
 fig, axes = plt.subplots(1, 2, sharey=True)
 for ax, f in zip(axes, POLICIES, strict=True):
@@ -137,14 +140,16 @@ for f in POLICIES:
     print(f"{f:12s}: largest inflight set of a lane in {N['trace']:,} steps: {peak1[f]} chunks; "
           f"chunks per eviction event {sizes[f]}")
 assert peak1["demand"] <= BOUND
-assert all(n % CFG.k == 0 for f in POLICIES for n in sizes[f])  # epochs leave whole'''),
-        new_markdown_cell("## 2. Checkpoint size and restore cost against steps\n\n"
-                          "A checkpoint every `ckpt_every` steps: encoded bytes and the replay it implies (records "
-                          "of the inflight chunks: *predicted*).  At three steps the state is restored into a fresh "
-                          "pipeline **of the other policy**, the records that re-enter the pipeline before each lane "
-                          "reaches a new chunk are counted (*measured*), and the next 8 batches must equal the "
-                          "uninterrupted run's."),
-        code('''
+assert all(n % CFG.k == 0 for f in POLICIES for n in sizes[f])  # epochs leave whole"""),
+        new_markdown_cell(
+            "## 2. Checkpoint size and restore cost against steps\n\n"
+            "A checkpoint every `ckpt_every` steps: encoded bytes and the replay it implies (records "
+            "of the inflight chunks: *predicted*).  At three steps the state is restored into a fresh "
+            "pipeline **of the other policy**, the records that re-enter the pipeline before each lane "
+            "reaches a new chunk are counted (*measured*), and the next 8 batches must equal the "
+            "uninterrupted run's."
+        ),
+        code("""
 keep = sorted({N["long"] // 4, N["long"] // 2, N["long"]})
 other = {"demand": "round_robin", "round_robin": "demand"}
 long, restores = {}, {}
@@ -181,13 +186,15 @@ for f in POLICIES:
     rec = [c.records for c in long[f].checkpoints]
     first_last[f] = (b[0], b[-1], max(b), rec[0], rec[-1], max(rec))
     print(f"{f:12s}: checkpoint bytes first {b[0]:,}, last {b[-1]:,}, max {max(b):,}; "
-          f"predicted replay first {rec[0]:,}, last {rec[-1]:,}, max {max(rec):,} records")'''),
-        new_markdown_cell("## 3. Inflight growth over a long run, 10 seeds\n\n"
-                          "Each seed is a fresh corpus and source seed.  After every `drift_every` steps: the "
-                          "inflight chunks of the lane holding the most at that step.  Lines: the median over "
-                          "seeds; bands: the range over seeds.  The slope is fitted (least squares on log-log "
-                          "axes) over every measured point of each seed."),
-        code('''
+          f"predicted replay first {rec[0]:,}, last {rec[-1]:,}, max {max(rec):,} records")"""),
+        new_markdown_cell(
+            "## 3. Inflight growth over a long run, 10 seeds\n\n"
+            "Each seed is a fresh corpus and source seed.  After every `drift_every` steps: the "
+            "inflight chunks of the lane holding the most at that step.  Lines: the median over "
+            "seeds; bands: the range over seeds.  The slope is fitted (least squares on log-log "
+            "axes) over every measured point of each seed."
+        ),
+        code("""
 drift = {}
 for f in POLICIES:
     for seed in N["seeds"]:
@@ -225,11 +232,13 @@ for f in POLICIES:
     m, sd, lo, md, hi = stats[f]
     print(f"{f:12s}: log-log slope {m:.2f} +- {sd:.2f} (mean +- sd over seeds); worst inflight of any lane over the "
           f"run: min {lo}, median {md}, max {hi} chunks")
-assert max(worst["demand"]) <= BOUND < min(worst["round_robin"])'''),
-        new_markdown_cell("## 4. Where a checkpoint lands inside an epoch\n\n"
-                          "For every checkpoint of section 2: the replay it implies against the phase of lane 0's "
-                          "delivery inside its flush epoch (0 = just after a flush, 1 = just before the next)."),
-        code('''
+assert max(worst["demand"]) <= BOUND < min(worst["round_robin"])"""),
+        new_markdown_cell(
+            "## 4. Where a checkpoint lands inside an epoch\n\n"
+            "For every checkpoint of section 2: the replay it implies against the phase of lane 0's "
+            "delivery inside its flush epoch (0 = just after a flush, 1 = just before the next)."
+        ),
+        code("""
 fig, ax = plt.subplots(figsize=(8, 3.6))
 phase = {}
 for f in POLICIES:
@@ -245,8 +254,8 @@ ax.set_xlabel("phase of lane 0 inside its epoch (fraction of K chunks)")
 ax.set_ylabel("replay (records, all lanes)")
 legend_out(ax)
 plt.tight_layout()
-plt.show()'''),
-        code('''
+plt.show()"""),
+        code("""
 d_m, d_sd, d_lo, d_md, d_hi = stats["demand"]
 r_m, r_sd, r_lo, r_md, r_hi = stats["round_robin"]
 fb, fr = first_last["demand"], first_last["round_robin"]
@@ -275,15 +284,15 @@ conclusion("DRIFT_CONCLUSION", [
     f"*Phase* (section 4): under demand feeding a checkpoint in the first half of an epoch replays "
     f"{phase['demand'][0]:,.0f} records on average, in the second half {phase['demand'][1]:,.0f}; under round "
     f"robin {phase['round_robin'][0]:,.0f} and {phase['round_robin'][1]:,.0f}.",
-])'''),
-        code('''
+])"""),
+        code("""
 conclusion("RECOMMEND_EVICTION", [
     f"**Recommendation.**  Keep the default, `feeding=\\"demand\\"`: it bounds each lane's inflight set at "
     f"{BOUND} chunks here (K = {CFG.k}) however long the run, which is what keeps checkpoints and restore "
     f"replay flat (seed 000's bounded recovery), and it delivers the same stream as round robin.  Choose "
     f"K with `flush_tradeoffs.ipynb`.  Use `feeding=\\"round_robin\\"` only to reproduce zephon 0.2.0's "
     f"inflight sets (its worst lane here reached {r_hi} chunks in {N['drift']:,} steps).",
-])'''),
+])"""),
     ]
     return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                               "language": "python"}})
@@ -302,9 +311,10 @@ def flush_tradeoffs() -> nbformat.NotebookNode:
             "the inflight chunks at a checkpoint every 8 steps), peak inflight and checkpoint bytes.  Points are "
             "means over seeds, error bars one standard deviation.  The conclusions are printed by the code "
             "cells from these numbers (and copied into `conclusions.md`).\n\n"
-            "Size: `ZEPHON_NB_SIZE=ci` (default, CI) or `full` (stored outputs)."),
+            "Size: `ZEPHON_NB_SIZE=ci` (default, CI) or `full` (stored outputs)."
+        ),
         code(SETUP_FLUSH),
-        code('''
+        code("""
 CFG = an.AnalysisConfig()
 KS = [0, 1, 2, 4, 8, 16, 32, 64]
 SEEDS = tuple(range(5))
@@ -334,8 +344,8 @@ print(f"{'K':>3} {'chunk':>5} " + " ".join(f"{f:>22s}" for f in FIELDS))
 for cs in N["chunk_sizes"]:
     for k in ks:
         print(f"{k:>3} {cs:>5} " + " ".join(f"{mean_sd(cs, k, f)[0]:>12.4g} +-{mean_sd(cs, k, f)[1]:>8.2g}" for f in FIELDS))
-assert len(refused) == len(N["chunk_sizes"]) * len(SEEDS) and all("k=0" in r for r in refused)'''),
-        code('''
+assert len(refused) == len(N["chunk_sizes"]) * len(SEEDS) and all("k=0" in r for r in refused)"""),
+        code("""
 TITLES = {"padding": "padding (fraction of capacity)", "displacement": "mean displacement (records)",
           "spearman": "rank correlation vs source order", "mixture_dev": "mixture deviation (TV distance)",
           "replay_max": "worst replay (records)", "peak_inflight_records": "peak inflight (records, one lane)",
@@ -354,11 +364,13 @@ handles, labels = axes.flat[0].get_legend_handles_labels()
 axes.flat[-1].axis("off")
 axes.flat[-1].legend(handles, labels, loc="center", title=f"mean +- sd over {len(SEEDS)} seeds")
 plt.tight_layout()
-plt.show()'''),
-        new_markdown_cell("### Does a finding hold across seeds and run length?\n\n"
-                          "Each direction K = 1 -> 64 is counted per seed; the earlier finding \"mixture deviation "
-                          "gets worse at K >= 32\" is tested per seed at the full run length and at a quarter of "
-                          "it (larger chunk size)."),
+plt.show()"""),
+        new_markdown_cell(
+            "### Does a finding hold across seeds and run length?\n\n"
+            'Each direction K = 1 -> 64 is counted per seed; the earlier finding "mixture deviation '
+            'gets worse at K >= 32" is tested per seed at the full run length and at a quarter of '
+            "it (larger chunk size)."
+        ),
         code('''
 def holds(cs, field, up):
     """Seeds in which field moved in the stated direction from K=1 to K=64."""
@@ -386,7 +398,7 @@ for length in (N["items"], short):
     mix[length] = worse
     print(f"{length:,} items, chunk_size {big}: mixture deviation at K=32 and 64 above K=8 and 16 in {worse} of "
           f"{len(SEEDS)} seeds")'''),
-        code('''
+        code("""
 def gain(field, k, better):
     vals = [mean_sd(big, j, field)[0] for j in ks]
     best, base = better(vals), mean_sd(big, 1, field)[0]
@@ -401,8 +413,8 @@ rec = {}
 for name, cs, k in (("A", big, A), ("B", big, B), ("C", small, C)):
     rec[name] = (cs, k, *(mean_sd(cs, k, f)[0] for f in FIELDS))
     print(f"{name}: chunk_size={cs}, flush_every_k_chunks={k}: " + ", ".join(
-        f"{f} {mean_sd(cs, k, f)[0]:.4g}" for f in FIELDS))'''),
-        code('''
+        f"{f} {mean_sd(cs, k, f)[0]:.4g}" for f in FIELDS))"""),
+        code("""
 def m(cs, k, f):
     return mean_sd(cs, k, f)[0]
 
@@ -434,7 +446,7 @@ names = {"A": "Preemptible pretraining fleet (the largest K whose worst replay i
 conclusion("RECOMMEND_FLUSH", [
     f"* **{names[n]}:** `chunk_size={rec[n][0]}, flush_every_k_chunks={rec[n][1]}`: padding {rec[n][2]:.3f}, "
     f"displacement {rec[n][3]:.1f}, worst replay {rec[n][6]:,.0f} records, peak inflight {rec[n][7]:,.0f} records, "
-    f"largest checkpoint {rec[n][8]:,.0f} bytes (means over {len(SEEDS)} seeds)." for n in ("A", "B", "C")])'''),
+    f"largest checkpoint {rec[n][8]:,.0f} bytes (means over {len(SEEDS)} seeds)." for n in ("A", "B", "C")])"""),
     ]
     return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                               "language": "python"}})
@@ -471,13 +483,19 @@ def printed(nb: nbformat.NotebookNode) -> str:
 
 def conclusions_from(notebooks: dict[str, nbformat.NotebookNode]) -> str:
     """conclusions.md: the ``## KEY`` ... ``## END`` blocks the executed notebooks printed."""
-    out = ["# Conclusions of the notebooks (generated)", "",
-           "Generated by `python3 notebooks/build_notebooks.py --conclusions` from the printed outputs of the "
-           "executed notebooks (each block below is printed by a notebook cell from the numbers it measured; do "
-           "not edit by hand).", ""]
+    out = [
+        "# Conclusions of the notebooks (generated)",
+        "",
+        "Generated by `python3 notebooks/build_notebooks.py --conclusions` from the printed outputs of the "
+        "executed notebooks (each block below is printed by a notebook cell from the numbers it measured; do "
+        "not edit by hand).",
+        "",
+    ]
     for name in NAMES:
         text = printed(notebooks[name])
-        size = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("size:")), "?")
+        size = next(
+            (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("size:")), "?"
+        )
         out += [f"<!-- {name}.ipynb, size {size} -->", ""]
         block: list[str] | None = None
         for line in text.splitlines():

@@ -54,8 +54,18 @@ from typing import Any, Protocol, runtime_checkable
 from properties.normal_form import Item
 from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 
-__all__ = ["ADAPTERS", "FEATURES", "Adapter", "IteratorRun", "PipelineAdapter", "Run", "adapter", "load_adapter",
-           "not_an_adapter", "skipped_rules"]
+__all__ = [
+    "ADAPTERS",
+    "FEATURES",
+    "Adapter",
+    "IteratorRun",
+    "PipelineAdapter",
+    "Run",
+    "adapter",
+    "load_adapter",
+    "not_an_adapter",
+    "skipped_rules",
+]
 
 #: every optional feature, and the rules it turns on
 FEATURES = {
@@ -66,7 +76,7 @@ FEATURES = {
     "deterministic_checkpoints": "checkpoint bytes: the same delivered prefix gives the same checkpoint in every run",
     "tombstones": "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
-                   "(zephon_ref's own shortcut; no other implementation has it)",
+    "(zephon_ref's own shortcut; no other implementation has it)",
 }
 
 
@@ -108,7 +118,11 @@ REQUIRED = ("name", "features", "unsupported", "build")
 def not_an_adapter(obj: Any) -> str | None:
     """Why ``obj`` cannot be driven by the suite (the attributes it lacks), or None."""
     missing = [a for a in REQUIRED if not hasattr(obj, a)]
-    missing += [f"{a} (callable)" for a in ("unsupported", "build") if hasattr(obj, a) and not callable(getattr(obj, a))]
+    missing += [
+        f"{a} (callable)"
+        for a in ("unsupported", "build")
+        if hasattr(obj, a) and not callable(getattr(obj, a))
+    ]
     if missing:
         return f"expected an adapter with {', '.join(REQUIRED)}, received {type(obj).__name__} lacking {', '.join(missing)}"
     return None
@@ -176,9 +190,11 @@ class PipelineAdapter:
                 # e.g. wrap packing, shuffle(2), ensure_mixture() on 3 lanes of a small token-aware source
                 # (corpus_seed=2, chunk_size=6, flush_every_k_chunks=2): the stream differs from zephon_ref's,
                 # and equals it on 1 or 2 lanes
-                return ("zephon 0.2.0's ensure_mixture sees a lane's records split by other lanes' sentinels in a "
-                        "mixed micro-batch (docs/divergences.md, Engine): with several lanes its stream and its "
-                        "resume can differ")
+                return (
+                    "zephon 0.2.0's ensure_mixture sees a lane's records split by other lanes' sentinels in a "
+                    "mixed micro-batch (docs/divergences.md, Engine): with several lanes its stream and its "
+                    "resume can differ"
+                )
         return None
 
     def participants(self, cfg: PipelineConfig, topology: Any, state: Any) -> list[IteratorRun]:
@@ -233,20 +249,35 @@ ADAPTERS: dict[str, PipelineAdapter] = {
     # never from timing), so the checkpoint after n items is the same bytes in every run; under
     # round-robin feeding the threads runner's feeder thread runs ahead, and its checkpoints are valid
     # but timing-dependent
-    "inline": PipelineAdapter("inline", "zephon_ref", {"runner": "inline"},
-                              _REF_FEATURES | {"deterministic_checkpoints"}),
-    "threads": PipelineAdapter("threads", "zephon_ref", {"runner": "threads", "max_workers": 2},
-                               _REF_FEATURES | {"deterministic_checkpoints"}),
+    "inline": PipelineAdapter(
+        "inline", "zephon_ref", {"runner": "inline"}, _REF_FEATURES | {"deterministic_checkpoints"}
+    ),
+    "threads": PipelineAdapter(
+        "threads",
+        "zephon_ref",
+        {"runner": "threads", "max_workers": 2},
+        _REF_FEATURES | {"deterministic_checkpoints"},
+    ),
     # zephon 0.2.0 takes the same execution options, but its threads runner changes the data
     # (docs/divergences.md), so the plain adapter leaves "runners" out and the machine checks
     # what zephon gets right; "zephon_runners" turns it on to show the difference.
     # (deterministic_checkpoints is claimed for zephon's inline path so that the table shows where
     # it falls short: its inline path prefetches on a thread, see docs/divergences.md)
-    "zephon": PipelineAdapter("zephon", "zephon", {"runner": "inline"},
-                              frozenset({"engine_state", "deterministic_checkpoints"}), skip_known_bugs=True,
-                              refusal_errors=(ValueError, RuntimeError)),
-    "zephon_runners": PipelineAdapter("zephon_runners", "zephon", {"runner": "inline"},
-                                      frozenset({"engine_state", "runners"}), refusal_errors=(ValueError, RuntimeError)),
+    "zephon": PipelineAdapter(
+        "zephon",
+        "zephon",
+        {"runner": "inline"},
+        frozenset({"engine_state", "deterministic_checkpoints"}),
+        skip_known_bugs=True,
+        refusal_errors=(ValueError, RuntimeError),
+    ),
+    "zephon_runners": PipelineAdapter(
+        "zephon_runners",
+        "zephon",
+        {"runner": "inline"},
+        frozenset({"engine_state", "runners"}),
+        refusal_errors=(ValueError, RuntimeError),
+    ),
 }
 #: names that resolve to an adapter living in another module (imported only when asked for)
 LAZY = {"tensor": "properties.tensor_adapter:ADAPTER"}
@@ -277,8 +308,10 @@ def load_adapter(name: str) -> Any:
                           f"importable ({exc})") from exc
     obj = getattr(mod, attr, None)
     if obj is None:
-        raise ImportError(f"adapter {name!r}: expected module {module} to have an attribute {attr!r}, received "
-                          f"a module without it")
+        raise ImportError(
+            f"adapter {name!r}: expected module {module} to have an attribute {attr!r}, received "
+            f"a module without it"
+        )
     return obj() if isinstance(obj, type) else obj
 
 

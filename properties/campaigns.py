@@ -54,8 +54,17 @@ from zephon_ref.exits import (
 )
 from zephon_ref.seeding import derive_seed
 
-__all__ = ["checkpoint_shard", "conformance_shard", "conformance_tasks", "main", "mutation_tasks", "run_campaign",
-           "summarise_checkpoints", "summarise_conformance", "summarise_mutation"]
+__all__ = [
+    "checkpoint_shard",
+    "conformance_shard",
+    "conformance_tasks",
+    "main",
+    "mutation_tasks",
+    "run_campaign",
+    "summarise_checkpoints",
+    "summarise_conformance",
+    "summarise_mutation",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_ROOTS = ("zephon_ref", "sim", "properties")
@@ -102,10 +111,13 @@ def _shard_command(impl: str, examples: int, seed: int, only: Sequence[str]) -> 
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def conformance_tasks(impl: str, examples: int, shards: int, seed: int, only: Sequence[str] = ()) -> list[Task]:
+def conformance_tasks(
+    impl: str, examples: int, shards: int, seed: int, only: Sequence[str] = ()
+) -> list[Task]:
     if examples < 1 or shards < 1:
-        raise ConfigError(f"conformance campaign: expected examples >= 1 and shards >= 1, received {examples}, "
-                          f"{shards}")
+        raise ConfigError(
+            f"conformance campaign: expected examples >= 1 and shards >= 1, received {examples}, {shards}"
+        )
     per = math.ceil(examples / shards)
     out = []
     for i in range(shards):
@@ -129,7 +141,9 @@ def summarise_conformance(records: Sequence[Record]) -> dict[str, Any]:
             p["passed"] += row["passed"]
             p["skipped"] = p["skipped"] or row["skipped"]
             if row["failure"]:
-                p["failures"].append({"shard": r["shard"], "failure": row["failure"], "reproduce": r["reproduce"]})
+                p["failures"].append(
+                    {"shard": r["shard"], "failure": row["failure"], "reproduce": r["reproduce"]}
+                )
     return {"shards": len(records), "failed_shards": bad_shards, "properties": props,
             "ok": not bad_shards and not any(p["failures"] for p in props.values())}
 
@@ -188,9 +202,13 @@ def mutation_tasks(*, sample: int = 200, seed: int = 0, first: int | None = None
 
     bad = [c for c in checkers if c not in ms.CHECKERS]
     if bad or not checkers:
-        raise ConfigError(f"mutation: expected checkers among {sorted(ms.CHECKERS)}, received {list(checkers)}")
+        raise ConfigError(
+            f"mutation: expected checkers among {sorted(ms.CHECKERS)}, received {list(checkers)}"
+        )
     chosen = ms.sample(ms.generate(), sample, seed)[:first]
-    return ms.executor_tasks(ms.tasks_for(chosen, list(checkers), timeout=timeout, examples=examples, seeds=seeds))
+    return ms.executor_tasks(
+        ms.tasks_for(chosen, list(checkers), timeout=timeout, examples=examples, seeds=seeds)
+    )
 
 
 def summarise_mutation(records: Sequence[Record]) -> dict[str, Any]:
@@ -216,17 +234,34 @@ SUMMARISE = {"conformance": summarise_conformance, "checkpoints": summarise_chec
              "mutation": summarise_mutation}
 
 
-def run_campaign(kind: str, tasks: Sequence[Task], header: Mapping[str, Any], *, backend: Backend | None = None,
-                 jobs: int | None = None, ray: str | bool | None = False, jsonl: str | Path | None = None,
-                 resume: bool = False, budget_s: float | None = None, progress: bool = False
-                 ) -> tuple[dict[str, Any], list[Record]]:
+def run_campaign(
+    kind: str,
+    tasks: Sequence[Task],
+    header: Mapping[str, Any],
+    *,
+    backend: Backend | None = None,
+    jobs: int | None = None,
+    ray: str | bool | None = False,
+    jsonl: str | Path | None = None,
+    resume: bool = False,
+    budget_s: float | None = None,
+    progress: bool = False,
+) -> tuple[dict[str, Any], list[Record]]:
     """Run a campaign's shards on the executor and add them up (``kind``: conformance, checkpoints, mutation)."""
     own = backend is None
     be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s,
                                                           code_roots=CODE_ROOTS)
     try:
-        records = run_tasks(tasks, be, jsonl=jsonl, header={"run": f"campaign {kind}", **header}, resume=resume,
-                            budget_s=budget_s, progress=progress, what="shard")
+        records = run_tasks(
+            tasks,
+            be,
+            jsonl=jsonl,
+            header={"run": f"campaign {kind}", **header},
+            resume=resume,
+            budget_s=budget_s,
+            progress=progress,
+            what="shard",
+        )
     finally:
         if own:
             be.close()
@@ -243,24 +278,32 @@ def _print(kind: str, summary: Mapping[str, Any]) -> None:
             print(f"{name:<22} {p['examples']:>8} {p['passed']:>7}  {tail}")
     elif kind == "checkpoints":
         t = summary["tally"]
-        print(f"cuts {t.get('cuts', 0)}: zephon_ref exact {t.get('ref_exact', 0)}, refused {t.get('ref_refused', 0)}, "
-              f"differs {t.get('ref_differs', 0)}; zephon's own resume exact {t.get('zephon_exact', 0)}, "
-              f"wrong {t.get('zephon_wrong', 0)}")
+        print(
+            f"cuts {t.get('cuts', 0)}: zephon_ref exact {t.get('ref_exact', 0)}, refused {t.get('ref_refused', 0)}, "
+            f"differs {t.get('ref_differs', 0)}; zephon's own resume exact {t.get('zephon_exact', 0)}, "
+            f"wrong {t.get('zephon_wrong', 0)}"
+        )
         for line in (t.get("ref_failures") or [])[:10]:
             print("REF  " + line)
     else:
         print(f"mutation score (killed share per checker) {json.dumps(summary['score'], sort_keys=True)}: "
               f"{json.dumps(summary['checkers'], sort_keys=True)}")
     for b in summary["failed_shards"]:
-        print(f"FAILED shard {b.get('shard', b.get('path'))} ({b['status']}): {b['error']}\n  reproduce: {b['reproduce']}")
+        print(
+            f"FAILED shard {b.get('shard', b.get('path'))} ({b['status']}): {b['error']}\n  reproduce: {b['reproduce']}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = OneLineArgumentParser(prog="python -m properties.campaigns", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="kind", required=True)
-    c = sub.add_parser("conformance", help="the property suite, a budget of examples split into seeded shards")
+    c = sub.add_parser(
+        "conformance", help="the property suite, a budget of examples split into seeded shards"
+    )
     c.add_argument("--impl", default="inline", help="inline, threads, zephon, tensor, or module:attr")
-    c.add_argument("--examples", type=int_at_least(1), default=200, help="examples per property, all shards together")
+    c.add_argument(
+        "--examples", type=int_at_least(1), default=200, help="examples per property, all shards together"
+    )
     c.add_argument("--shards", type=int_at_least(1), default=8)
     c.add_argument("--property", action="append", default=[], help="only this property (repeatable)")
     k = sub.add_parser("checkpoints", help="judge zephon checkpoints at random cuts (needs zephon)")
@@ -272,18 +315,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     m.add_argument("--first", type=int_at_least(1), default=None, help="only the first N of the sample")
     m.add_argument("--checkers", default="conformance,sim,ci", help="comma list: conformance, sim, ci")
     m.add_argument("--timeout", type=number_above(0), default=900.0, help="seconds per mutant and checker")
-    sh = sub.add_parser("shard", help="run one conformance shard here (what a failing shard's reproduce line runs)")
+    sh = sub.add_parser(
+        "shard", help="run one conformance shard here (what a failing shard's reproduce line runs)"
+    )
     sh.add_argument("--impl", default="inline")
     sh.add_argument("--examples", type=int_at_least(1), required=True)
     sh.add_argument("--shard-seed", type=int, required=True)
     sh.add_argument("--property", action="append", default=[])
     for p in (c, k, m):
-        p.add_argument("--seed", type=int_at_least(0), default=0, help="the campaign's seed (shard seeds derive from it)")
-        p.add_argument("--jobs", type=int_at_least(1), default=None, help="local processes (default: every core)")
-        p.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
-                       help="run the shards on a Ray cluster (no ADDRESS: a local instance); needs the cluster extra")
-        p.add_argument("--jsonl", type=writable_path, default=None, metavar="FILE", help="stream one record per shard here")
-        p.add_argument("--resume", type=existing_file, default=None, metavar="FILE", help="continue a campaign from its JSONL")
+        p.add_argument(
+            "--seed", type=int_at_least(0), default=0, help="the campaign's seed (shard seeds derive from it)"
+        )
+        p.add_argument(
+            "--jobs", type=int_at_least(1), default=None, help="local processes (default: every core)"
+        )
+        p.add_argument(
+            "--ray",
+            nargs="?",
+            const=True,
+            default=False,
+            metavar="ADDRESS",
+            help="run the shards on a Ray cluster (no ADDRESS: a local instance); needs the cluster extra",
+        )
+        p.add_argument(
+            "--jsonl",
+            type=writable_path,
+            default=None,
+            metavar="FILE",
+            help="stream one record per shard here",
+        )
+        p.add_argument(
+            "--resume",
+            type=existing_file,
+            default=None,
+            metavar="FILE",
+            help="continue a campaign from its JSONL",
+        )
         p.add_argument("--budget", type=number_above(0), default=None, metavar="SECONDS", help="per shard")
         p.add_argument("--out", type=writable_path, default=None, help="write the JSON summary here")
         p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -291,7 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.kind == "shard":
         res = conformance_shard(a.impl, a.examples, a.shard_seed, a.property)
         for row in res["rows"]:
-            print(f"{row['prop']:<22} {row['examples']:>8} {row['passed']:>7}  {row['failure'] or row['skipped'] or '-'}")
+            print(
+                f"{row['prop']:<22} {row['examples']:>8} {row['passed']:>7}  {row['failure'] or row['skipped'] or '-'}"
+            )
         return 0 if res["ok"] else 1
     if a.kind == "conformance":
         tasks = conformance_tasks(a.impl, a.examples, a.shards, a.seed, a.property)
@@ -305,9 +374,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from properties.mutation_score import CHECKERS
 
         if not checkers or any(c not in CHECKERS for c in checkers):
-            return refuse(ap.prog, "usage error", f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, "
-                          f"received {a.checkers!r}", EXIT_USAGE)
-        tasks = mutation_tasks(sample=a.sample, seed=a.seed, first=a.first, checkers=checkers, timeout=a.timeout)
+            return refuse(
+                ap.prog,
+                "usage error",
+                f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, "
+                f"received {a.checkers!r}",
+                EXIT_USAGE,
+            )
+        tasks = mutation_tasks(
+            sample=a.sample, seed=a.seed, first=a.first, checkers=checkers, timeout=a.timeout
+        )
         header = {"kind": "mutation_score", "sample": a.sample, "seed": a.seed, "first": a.first,
                   "checkers": checkers, "timeout": a.timeout}
     summary, _ = run_campaign(a.kind, tasks, header, jobs=a.jobs, ray=a.ray, jsonl=a.resume or a.jsonl,

@@ -53,7 +53,11 @@ def _m(name: str, file: str, original: str, replacement: str) -> Mutant:
     return Mutant(name, file, original, replacement)
 
 
-_RF, _CORE, _LANES = "zephon_ref/ops/replay_filter.py", "zephon_ref/engine/core.py", "zephon_ref/engine/lanes.py"
+_RF, _CORE, _LANES = (
+    "zephon_ref/ops/replay_filter.py",
+    "zephon_ref/engine/core.py",
+    "zephon_ref/engine/lanes.py",
+)
 _STAGE, _COMPL = "zephon_ref/engine/stage.py", "zephon_ref/engine/completion.py"
 
 _FILTER_LE = _m("replay filter matches <=", _RF, "            if rec.meta.cursor == target:\n",
@@ -67,88 +71,215 @@ _RR_ZERO = _m("start index 0", _CORE, "    def _start_index(self) -> int:\n     
 CANARIES: tuple[Canary, ...] = (
     # -- against the suite's targeted checks (was tests/quality/test_canaries.py's monkeypatches)
     Canary("replay filter matches <= instead of ==", "resume", (_FILTER_LE,)),
-    Canary("delivery ignores tombstones", "bounded", (_m(
-        "tombstones ignored", _CORE,
-        "        if not self.monotone:\n            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())\n",
-        "        pass\n"),)),
-    Canary("restore drops the trailing boundary", "resume", (_m(
-        "trailing boundary dropped", _LANES,
-        "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n",
-        "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n"
-        "        if self.boundaries and self.inflight and self.boundaries[-1] > max(self.inflight):\n"
-        "            self.boundaries = self.boundaries[:-1]\n"),)),
-    Canary("work-source state one chunk stale", "resume", (_m(
-        "stale ws state", _LANES, '            "lane_ws_state": self.source.state_dict(),\n',
-        '            "lane_ws_state": {**self.source.state_dict(), "global_chunk_index": '
-        'max(0, self.source.state_dict()["global_chunk_index"] - 1)},\n'),)),
+    Canary(
+        "delivery ignores tombstones",
+        "bounded",
+        (
+            _m(
+                "tombstones ignored",
+                _CORE,
+                "        if not self.monotone:\n            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())\n",
+                "        pass\n",
+            ),
+        ),
+    ),
+    Canary(
+        "restore drops the trailing boundary",
+        "resume",
+        (
+            _m(
+                "trailing boundary dropped",
+                _LANES,
+                "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n",
+                "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n"
+                "        if self.boundaries and self.inflight and self.boundaries[-1] > max(self.inflight):\n"
+                "            self.boundaries = self.boundaries[:-1]\n",
+            ),
+        ),
+    ),
+    Canary(
+        "work-source state one chunk stale",
+        "resume",
+        (
+            _m(
+                "stale ws state",
+                _LANES,
+                '            "lane_ws_state": self.source.state_dict(),\n',
+                '            "lane_ws_state": {**self.source.state_dict(), "global_chunk_index": '
+                'max(0, self.source.state_dict()["global_chunk_index"] - 1)},\n',
+            ),
+        ),
+    ),
     Canary("round robin restarts at lane 0 after remap", "elastic", (_RR_ZERO,)),
-    Canary("flush sentinel does not reset operators", "resume", (_m(
-        "flush without reset", _STAGE, "        # flush sentinel\n",
-        "        # flush sentinel\n        out.append((True, [s]))\n        return\n"),)),
-    Canary("lane routing ignores the block number", "routing", (_m(
-        "same permutation every block", "zephon_ref/work/static_mixture.py",
-        '        if self._lane_assignment == "modulo":\n            return g % canon\n'
-        "        block, slot = divmod(g, canon)\n",
-        '        if self._lane_assignment == "modulo":\n            return g % canon\n'
-        "        block, slot = 0, g % canon\n"),)),
+    Canary(
+        "flush sentinel does not reset operators",
+        "resume",
+        (
+            _m(
+                "flush without reset",
+                _STAGE,
+                "        # flush sentinel\n",
+                "        # flush sentinel\n        out.append((True, [s]))\n        return\n",
+            ),
+        ),
+    ),
+    Canary(
+        "lane routing ignores the block number",
+        "routing",
+        (
+            _m(
+                "same permutation every block",
+                "zephon_ref/work/static_mixture.py",
+                '        if self._lane_assignment == "modulo":\n            return g % canon\n'
+                "        block, slot = divmod(g, canon)\n",
+                '        if self._lane_assignment == "modulo":\n            return g % canon\n'
+                "        block, slot = 0, g % canon\n",
+            ),
+        ),
+    ),
     # -- against the simulator (was tests/quality/test_sim_canaries.py's engine canaries)
     Canary("a: replay filter matches <= instead of ==", "sim", (_FILTER_LE,)),
-    Canary("b: epoch evicted one step early", "sim", (_m(
-        "boundary chunk evicted with its epoch", _COMPL,
-        "            queued.extend(epoch)\n        if queued:\n",
-        "            queued.extend(epoch)\n            if b in stream.inflight and b not in queued:\n"
-        "                queued.append(b)\n        if queued:\n"),)),
+    Canary(
+        "b: epoch evicted one step early",
+        "sim",
+        (
+            _m(
+                "boundary chunk evicted with its epoch",
+                _COMPL,
+                "            queued.extend(epoch)\n        if queued:\n",
+                "            queued.extend(epoch)\n            if b in stream.inflight and b not in queued:\n"
+                "                queued.append(b)\n        if queued:\n",
+            ),
+        ),
+    ),
     # (c) must also show the finer check: a participant's lanes out of the reference's round-robin order
-    Canary("c: round-robin pointer not restored", "interleaving", (_m(
-        "rr pointer dropped on restore", _CORE,
-        "        self.rr_next_idx = {k: v for k, v in rr.items() if k == self._rr_key}\n",
-        "        self.rr_next_idx = {self._rr_key: 0}\n"),)),
+    Canary(
+        "c: round-robin pointer not restored",
+        "interleaving",
+        (
+            _m(
+                "rr pointer dropped on restore",
+                _CORE,
+                "        self.rr_next_idx = {k: v for k, v in rr.items() if k == self._rr_key}\n",
+                "        self.rr_next_idx = {self._rr_key: 0}\n",
+            ),
+        ),
+    ),
     Canary("d: trailing boundary sentinel not re-injected", "sim", (_NO_TRAILING,)),
-    Canary("e: checkpoint counts produced, not delivered, items", "sim", (
-        _m("no notify at delivery", _CORE, "            self._notify(x)\n            return x\n",
-           "            return x\n"),
-        _m("notify when produced", _CORE, "            self._outbox.extend(out)\n            self._upstream_done = final\n",
-           "            self._outbox.extend(out)\n            for y in out:\n                if not is_sentinel(y):\n"
-           "                    self._notify(y)\n            self._upstream_done = final\n"))),
+    Canary(
+        "e: checkpoint counts produced, not delivered, items",
+        "sim",
+        (
+            _m(
+                "no notify at delivery",
+                _CORE,
+                "            self._notify(x)\n            return x\n",
+                "            return x\n",
+            ),
+            _m(
+                "notify when produced",
+                _CORE,
+                "            self._outbox.extend(out)\n            self._upstream_done = final\n",
+                "            self._outbox.extend(out)\n            for y in out:\n                if not is_sentinel(y):\n"
+                "                    self._notify(y)\n            self._upstream_done = final\n",
+            ),
+        ),
+    ),
     # -- against the resume machine and the suite's properties (was tests/quality/test_mutants.py)
-    Canary("replay filter drops one record too many", "suite", (
-        _m("remember the target's lane", _RF,
-           "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n",
-           "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n"
-           "                self.__dict__.setdefault('_mutant_extra', set()).add(rec.meta.lane_id)\n"
-           "                out.extend(tombstones_for_record(rec))\n                continue\n"),
-        _m("drop the next record too", _RF,
-           "            if target is None or rec.meta.tombstone:\n",
-           "            if target is None and not rec.meta.tombstone and rec.meta.lane_id in "
-           "self.__dict__.get('_mutant_extra', ()):\n"
-           "                self.__dict__['_mutant_extra'].discard(rec.meta.lane_id)\n"
-           "                out.extend(tombstones_for_record(rec))\n                continue\n"
-           "            if target is None or rec.meta.tombstone:\n"))),
-    Canary("eviction ignores cursor pinning", "suite", (_m(
-        "pinning ignored", _COMPL,
-        "            if pinned_cid is not None and pinned_cid in epoch:\n                break\n", ""),)),
-    Canary("shuffle reseeded on restore", "suite", (_m(
-        "reseed on restore", "zephon_ref/ops/shuffle.py",
-        "            return StreamingShuffleAccumulator(self.buffer_size, self.seed)\n",
-        "            return StreamingShuffleAccumulator(self.buffer_size, "
-        "self.seed + (1 if ctx.get('replay_targets') else 0))\n"),)),
-    Canary("tail multiplexer restarts at lane 0 after restore", "suite", (_m(
-        "start index 0 after restore", _CORE, "    def _start_index(self) -> int:\n        n = len(self.lanes)\n",
-        "    def _start_index(self) -> int:\n        if self._targets:\n            return 0\n"
-        "        n = len(self.lanes)\n"),)),
-    Canary("checkpoint bytes depend on dict insertion order", "suite", (
-        _m("unsorted keys", "zephon_ref/checkpoint/codec.py",
-           "def _key_sort(key: Any) -> tuple[int, Any]:\n", "def _key_sort(key: Any) -> tuple[int, Any]:\n"
-           "    return (0, 0)\n"),
-        _m("unsorted fast path", "zephon_ref/checkpoint/codec.py",
-           "def _first(kv: tuple[Any, Any]) -> Any:\n    return kv[0]\n",
-           "def _first(kv: tuple[Any, Any]) -> Any:\n    return 0\n"))),
-    Canary("a sentinel splits every lane's push", "suite", (_m(
-        "zephon's grouping", _STAGE,
-        "                if any(lane_of(r) == lane for r in regular):\n"
-        "                    self._push([r for r in regular if lane_of(r) == lane], out)\n"
-        "                    regular = [r for r in regular if lane_of(r) != lane]\n",
-        "                if regular:\n                    self._push(regular, out)\n                    regular = []\n"),)),
+    Canary(
+        "replay filter drops one record too many",
+        "suite",
+        (
+            _m(
+                "remember the target's lane",
+                _RF,
+                "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n",
+                "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n"
+                "                self.__dict__.setdefault('_mutant_extra', set()).add(rec.meta.lane_id)\n"
+                "                out.extend(tombstones_for_record(rec))\n                continue\n",
+            ),
+            _m(
+                "drop the next record too",
+                _RF,
+                "            if target is None or rec.meta.tombstone:\n",
+                "            if target is None and not rec.meta.tombstone and rec.meta.lane_id in "
+                "self.__dict__.get('_mutant_extra', ()):\n"
+                "                self.__dict__['_mutant_extra'].discard(rec.meta.lane_id)\n"
+                "                out.extend(tombstones_for_record(rec))\n                continue\n"
+                "            if target is None or rec.meta.tombstone:\n",
+            ),
+        ),
+    ),
+    Canary(
+        "eviction ignores cursor pinning",
+        "suite",
+        (
+            _m(
+                "pinning ignored",
+                _COMPL,
+                "            if pinned_cid is not None and pinned_cid in epoch:\n                break\n",
+                "",
+            ),
+        ),
+    ),
+    Canary(
+        "shuffle reseeded on restore",
+        "suite",
+        (
+            _m(
+                "reseed on restore",
+                "zephon_ref/ops/shuffle.py",
+                "            return StreamingShuffleAccumulator(self.buffer_size, self.seed)\n",
+                "            return StreamingShuffleAccumulator(self.buffer_size, "
+                "self.seed + (1 if ctx.get('replay_targets') else 0))\n",
+            ),
+        ),
+    ),
+    Canary(
+        "tail multiplexer restarts at lane 0 after restore",
+        "suite",
+        (
+            _m(
+                "start index 0 after restore",
+                _CORE,
+                "    def _start_index(self) -> int:\n        n = len(self.lanes)\n",
+                "    def _start_index(self) -> int:\n        if self._targets:\n            return 0\n"
+                "        n = len(self.lanes)\n",
+            ),
+        ),
+    ),
+    Canary(
+        "checkpoint bytes depend on dict insertion order",
+        "suite",
+        (
+            _m(
+                "unsorted keys",
+                "zephon_ref/checkpoint/codec.py",
+                "def _key_sort(key: Any) -> tuple[int, Any]:\n",
+                "def _key_sort(key: Any) -> tuple[int, Any]:\n    return (0, 0)\n",
+            ),
+            _m(
+                "unsorted fast path",
+                "zephon_ref/checkpoint/codec.py",
+                "def _first(kv: tuple[Any, Any]) -> Any:\n    return kv[0]\n",
+                "def _first(kv: tuple[Any, Any]) -> Any:\n    return 0\n",
+            ),
+        ),
+    ),
+    Canary(
+        "a sentinel splits every lane's push",
+        "suite",
+        (
+            _m(
+                "zephon's grouping",
+                _STAGE,
+                "                if any(lane_of(r) == lane for r in regular):\n"
+                "                    self._push([r for r in regular if lane_of(r) == lane], out)\n"
+                "                    regular = [r for r in regular if lane_of(r) != lane]\n",
+                "                if regular:\n                    self._push(regular, out)\n                    regular = []\n",
+            ),
+        ),
+    ),
 )
 
 
@@ -187,16 +318,24 @@ def _elastic() -> str | None:
     from properties.pipelines import PipelineConfig, build_pipeline, item_view
     from properties.topology import merged_checkpoint, participants, run_lockstep
 
-    cfg = PipelineConfig([("pack_sequences", {"max_length": 160, "num_bins": 2}),
-                          ("shuffle", {"buffer_size": 4, "seed": 2}), ("batch", {"microbatch_size": 2})],
-                         layout={"web": (14, 9), "code": (8,), "books": (5,)}, source_kwargs={"chunk_size": 4, "seed": 3},
-                         options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2})
+    cfg = PipelineConfig(
+        [
+            ("pack_sequences", {"max_length": 160, "num_bins": 2}),
+            ("shuffle", {"buffer_size": 4, "seed": 2}),
+            ("batch", {"microbatch_size": 2}),
+        ],
+        layout={"web": (14, 9), "code": (8,), "books": (5,)},
+        source_kwargs={"chunk_size": 4, "seed": 3},
+        options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2},
+    )
     flat = [item_view(x) for x in build_pipeline("zephon_ref", cfg)]
     first = participants(cfg, 3)
     its = [iter(p) for p in first]
     head = [item_view(next(its[r])) for r in (0, 1, 2, 0, 1)]
     rest = [v for s in run_lockstep(participants(cfg, 1, state=merged_checkpoint(first)))[0] for _, v in s]
-    return None if head + rest == flat else "3 ranks cut mid-window and resumed on 1 differ from the 1-rank run"
+    return (
+        None if head + rest == flat else "3 ranks cut mid-window and resumed on 1 differ from the 1-rank run"
+    )
 
 
 def _drop_some(payload: Any) -> Any:
@@ -221,8 +360,9 @@ def _routing() -> str | None:
 
     cfg = SourceConfig({"a": (40,), "b": (30,)}, {"a": 1, "b": 1}, 4, {"chunk_size": 3, "seed": 9})
     for lane in range(4):
-        if lane_chunks(build_source("zephon_ref", cfg), lane, 4, 12) != lane_chunks(build_source("zephon", cfg),
-                                                                                      lane, 4, 12):
+        if lane_chunks(build_source("zephon_ref", cfg), lane, 4, 12) != lane_chunks(
+            build_source("zephon", cfg), lane, 4, 12
+        ):
             return f"lane {lane}'s chunks differ from zephon 0.2.0's"
     return None
 
@@ -273,9 +413,17 @@ def _suite(budget: int) -> str | None:
     from properties.machines import resume_machine
 
     # no shrinking: catching is what counts, and shrinking a stateful failure costs minutes
-    cfg = settings(max_examples=budget, stateful_step_count=15, deadline=None, database=None, derandomize=True,
-                   print_blob=False, report_multiple_bugs=False, phases=[Phase.explicit, Phase.generate],
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    cfg = settings(
+        max_examples=budget,
+        stateful_step_count=15,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        print_blob=False,
+        report_multiple_bugs=False,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     machine = resume_machine(adapter("inline"))
     try:
         run_state_machine_as_test(machine, settings=cfg)
@@ -301,13 +449,19 @@ CHECKS: dict[str, str] = {
 
 def run_check(name: str, *, budget: int, reference: list[Any] | None) -> str | None:
     """The check's failure (None: it passed)."""
-    simple: dict[str, Callable[[], str | None]] = {"resume": _resume, "elastic": _elastic, "bounded": _bounded,
-                                                   "routing": _routing}
+    simple: dict[str, Callable[[], str | None]] = {
+        "resume": _resume,
+        "elastic": _elastic,
+        "bounded": _bounded,
+        "routing": _routing,
+    }
     if name in simple:
         return simple[name]()
     if name in ("sim", "interleaving"):
         if reference is None:
-            raise ValueError(f"check {name!r}: expected --reference FILE (the real engine's run), received none")
+            raise ValueError(
+                f"check {name!r}: expected --reference FILE (the real engine's run), received none"
+            )
         return _sim(budget, reference, interleaving=name == "interleaving")
     if name == "suite":
         return _suite(budget)
@@ -319,8 +473,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  description="run one canary check (exit 0 CLEAN, 1 CAUGHT, 2 bad usage)")
     ap.add_argument("check", choices=sorted(CHECKS))
     ap.add_argument("--budget", type=int, default=6, help="seeds (sim) or examples (suite)")
-    ap.add_argument("--reference", default=None, help="JSON file: the real engine's reference run (sim checks)")
-    ap.add_argument("--write-reference", default=None, help="write the canary world's reference run here and exit")
+    ap.add_argument(
+        "--reference", default=None, help="JSON file: the real engine's reference run (sim checks)"
+    )
+    ap.add_argument(
+        "--write-reference", default=None, help="write the canary world's reference run here and exit"
+    )
     ns = ap.parse_args(argv)
     if ns.write_reference:
         with open(ns.write_reference, "w") as f:

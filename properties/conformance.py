@@ -209,7 +209,9 @@ def _first_difference(ours: Sequence[Any], theirs: Sequence[Any], what: str, *, 
     """Raise a :class:`Mismatch` at the first item where ``ours`` and ``theirs`` differ."""
     if list(ours) == list(theirs):
         return
-    at = next((i for i in range(min(len(ours), len(theirs))) if ours[i] != theirs[i]), min(len(ours), len(theirs)))
+    at = next(
+        (i for i in range(min(len(ours), len(theirs))) if ours[i] != theirs[i]), min(len(ours), len(theirs))
+    )
     a = ours[at] if at < len(ours) else "<the stream ended>"
     b = theirs[at] if at < len(theirs) else "<the stream ended>"
     raise Mismatch(f"{what}: item {offset + at} differs ({ours_name} delivered {len(ours)}, {theirs_name} "
@@ -226,14 +228,21 @@ def _oracle(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     _first_difference(_full(adapter, cfg), _oracle_stream(cfg), "the stream", ours_name=adapter.name,
                       theirs_name="zephon_ref")
     if "remap" in frozenset(adapter.features):
-        topology: Topology = data.draw(topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology")
+        topology: Topology = data.draw(
+            topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology"
+        )
         cut = data.draw(st.integers(0, len(_oracle_stream(cfg))), label="cut")
         got = _participant_streams(adapter, cfg, topology, cut)
         want = _participant_streams(ORACLE, cfg, topology, cut)
         assert len(got) == len(want), f"{topology}: {len(got)} participants, zephon_ref has {len(want)}"
         for i, (a, b) in enumerate(zip(got, want, strict=True)):
-            _first_difference(a, b, f"participant {i} of {topology} restored at {cut}", ours_name=adapter.name,
-                              theirs_name="zephon_ref")
+            _first_difference(
+                a,
+                b,
+                f"participant {i} of {topology} restored at {cut}",
+                ours_name=adapter.name,
+                theirs_name="zephon_ref",
+            )
 
 
 @dataclass(frozen=True)
@@ -254,8 +263,10 @@ def _second_opinion() -> str | None:
     try:
         import zephon  # noqa: F401
     except ImportError:
-        return ("the implementation is the oracle (zephon_ref inline), and zephon 0.2.0, its second opinion, is "
-                "not installed (pip install -e '.[conformance]')")
+        return (
+            "the implementation is the oracle (zephon_ref inline), and zephon 0.2.0, its second opinion, is "
+            "not installed (pip install -e '.[conformance]')"
+        )
     return None
 
 
@@ -277,7 +288,9 @@ def _lineage(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     features = frozenset(adapter.features)
     exp = expected_lanes(cfg)
     total = sum(len(ch) for chunks in exp.lanes.values() for ch in chunks)  # >= the items delivered
-    cuts = data.draw(st.lists(st.integers(0, max(total, 1)), max_size=3, unique=True).map(sorted), label="cuts")
+    cuts = data.draw(
+        st.lists(st.integers(0, max(total, 1)), max_size=3, unique=True).map(sorted), label="cuts"
+    )
     remap = "remap" in features and bool(cuts) and data.draw(st.booleans(), label="remap at the last cut")
     items: list[Any] = []
     run = adapter.build(cfg)
@@ -289,7 +302,9 @@ def _lineage(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
             state = copy.deepcopy(run.checkpoint())
             run.close()
             if remap and i == len(cuts) - 1:
-                topology = data.draw(topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology")
+                topology = data.draw(
+                    topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology"
+                )
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     parts = adapter.participants(cfg, topology, state)
@@ -314,7 +329,9 @@ def _lineage(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
                      for p in closure_problems(cfg, observed, tombstones, expected=exp)]
     for state in final_states:
         problems += final_state_problems(state, what="the checkpoint after the last item")
-    assert not problems, f"{where}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+    assert not problems, f"{where}: {problems[0]}" + (
+        f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    )
 
 
 def _tamper_candidates(state: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], bool]]]:
@@ -429,7 +446,9 @@ def _tamper_refused(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> N
                                  f"not a {' or '.join(t.__name__ for t in typed)}: {exc}") from exc
         else:
             raise AssertionError(f"checkpoint after {cut} items, {what}: restored without a refusal")
-        assert tampered == before, f"checkpoint after {cut} items, {what}: the refused restore changed the dict"
+        assert tampered == before, (
+            f"checkpoint after {cut} items, {what}: the refused restore changed the dict"
+        )
     run = adapter.build(cfg, state=copy.deepcopy(state))
     rest = run.deliver(1_000_000)
     run.close()
@@ -452,7 +471,9 @@ def _resume_at_cuts(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> N
 
 
 def _settings_invariance(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
-    own = _runner(adapter, cfg)  # a drawn setting that is the adapter's own default would compare a run with itself
+    own = _runner(
+        adapter, cfg
+    )  # a drawn setting that is the adapter's own default would compare a run with itself
     execution = data.draw(execution_settings().filter(lambda e: e != {"runner": own}), label="execution")
     problems = inv.settings_invariance_problems({"a: default": _reference(adapter, cfg),
                                                  f"b: {execution}": _full(adapter, cfg, **execution)})
@@ -462,7 +483,9 @@ def _settings_invariance(adapter: Any, cfg: PipelineConfig, data: st.DataObject)
 def _lane_remap(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     ref = _reference(adapter, cfg)
     cut = data.draw(st.integers(0, len(ref)), label="cut")
-    topology: Topology = data.draw(topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology")
+    topology: Topology = data.draw(
+        topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology"
+    )
     items, cks = _checkpoints(adapter, cfg, [cut])
     rest: list[Any] = []
     with warnings.catch_warnings():
@@ -490,7 +513,9 @@ def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1) -> tuple[list[
 
 def _runner(adapter: Any, cfg: PipelineConfig) -> str:
     """The runner the adapter runs ``cfg`` with (its execution settings win over the configuration's)."""
-    return str({**dict(cfg.options), **dict(getattr(adapter, "execution", None) or {})}.get("runner") or "inline")
+    return str(
+        {**dict(cfg.options), **dict(getattr(adapter, "execution", None) or {})}.get("runner") or "inline"
+    )
 
 
 def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1) -> list[str]:
@@ -545,7 +570,9 @@ def _corrupt_refused(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> 
             # positions in fixed ranges: what is drawn must not depend on the (timing-dependent) files
             victim = files[data.draw(st.integers(0, 10_000), label="file") % len(files)]
             blob = bytearray(victim.read_bytes())
-            blob[data.draw(st.integers(0, 1 << 20), label="byte") % len(blob)] ^= 1 << data.draw(st.integers(0, 7))
+            blob[data.draw(st.integers(0, 1 << 20), label="byte") % len(blob)] ^= 1 << data.draw(
+                st.integers(0, 7)
+            )
             victim.write_bytes(bytes(blob))
             try:
                 adapter.load(cfg, Path(tmp)).close()
@@ -603,7 +630,9 @@ def _long_run(adapter: Any, items: int) -> Row:
     problems = [] if len(got) >= items else [f"expected at least {items} items, the run delivered {len(got)}"]
     problems += _inflight_problems(adapter, cfg, cks, every=every)
     note = None
-    if inv.adapter_feeding(adapter, cfg) != "demand":  # round robin has no bound (issue 21): report how it grew
+    if (
+        inv.adapter_feeding(adapter, cfg) != "demand"
+    ):  # round robin has no bound (issue 21): report how it grew
         worst = 0
         points = []
         for i, ck in enumerate(cks):
@@ -611,7 +640,9 @@ def _long_run(adapter: Any, items: int) -> Row:
             worst = max([worst, *counts.values()])
             points.append((i * every, worst))
         note = f"{len(got)} items, round-robin feeding (no bound): {inv.inflight_growth(points)}"
-    problems += lineage_problems(cfg, got) + final_state_problems(cks[-1], what="the checkpoint after the last item")
+    problems += lineage_problems(cfg, got) + final_state_problems(
+        cks[-1], what="the checkpoint after the last item"
+    )
     seconds = time.perf_counter() - t0
     if problems:
         return Row("long run", 1, 0, failure=f"{len(got)} items of {cfg.describe()} :: {problems[0]}",
@@ -635,9 +666,21 @@ PROPERTIES: dict[str, tuple[str | None, Check]] = {
     "corrupt refused": ("durable", _corrupt_refused),
 }
 #: the order of the table: cheap, high-yield rows first
-ORDER = ("oracle", "lineage", "tamper refused", "resume at cuts", "resume machine", "settings invariance",
-         "lane remap", "bounded inflight", "eviction safety", "checkpoint bytes", "corrupt refused", "shared walk",
-         "long run")
+ORDER = (
+    "oracle",
+    "lineage",
+    "tamper refused",
+    "resume at cuts",
+    "resume machine",
+    "settings invariance",
+    "lane remap",
+    "bounded inflight",
+    "eviction safety",
+    "checkpoint bytes",
+    "corrupt refused",
+    "shared walk",
+    "long run",
+)
 
 
 def _settings(examples: int, seed_free: bool) -> settings:
@@ -816,8 +859,11 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                 if name == "resume machine":
                     row = _run_machine(adapter, examples, derandomize, bar.tick)
                 elif name == "long run":
-                    row = (Row(name, 0, 0, skipped="the adapter lacks the 'engine_state' feature")
-                           if "engine_state" not in features else _long_run(adapter, long_items or long_run_items()))
+                    row = (
+                        Row(name, 0, 0, skipped="the adapter lacks the 'engine_state' feature")
+                        if "engine_state" not in features
+                        else _long_run(adapter, long_items or long_run_items())
+                    )
                 elif name == "shared walk":
                     row = (_run_shared_walk(examples, derandomize, bar.tick) if "shared_walk" in features
                            else Row(name, 0, 0, skipped="the adapter lacks the 'shared_walk' feature "
@@ -857,11 +903,15 @@ def format_table(rows: Sequence[Row]) -> str:
                          (f"; {len(r.unsupported) - 3} more reasons" if len(r.unsupported) > 3 else ""))
         if r.ours is not None:
             lines.append(f"{'':<22} first differing item: implementation {r.ours[:400]}")
-            lines.append(f"{'':<22}                       reference      {r.theirs[:400] if r.theirs else ''}")
+            lines.append(
+                f"{'':<22}                       reference      {r.theirs[:400] if r.theirs else ''}"
+            )
     return "\n".join(lines)
 
 
-def results_json(adapter: Any, rows: Sequence[Row], *, examples: int, impl: str, seconds: float) -> dict[str, Any]:
+def results_json(
+    adapter: Any, rows: Sequence[Row], *, examples: int, impl: str, seconds: float
+) -> dict[str, Any]:
     """The results for a machine: the implementation, its features, library versions, the examples
     setting, and per row: property, examples, passed, skipped (the reason), failure (minimal
     configuration and first problem), config (the minimal configuration alone), ours / theirs (the
@@ -885,22 +935,43 @@ def results_json(adapter: Any, rows: Sequence[Row], *, examples: int, impl: str,
 def main(argv: Sequence[str] | None = None) -> int:
     ap = OneLineArgumentParser(prog="python -m properties.conformance",
                               description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--impl", default="inline",
-                    help="inline, threads, zephon, tensor, or module:attr naming an adapter (default: inline)")
-    ap.add_argument("--examples", type=int_at_least(1), default=20, help="Hypothesis examples per property, >= 1 (default: 20)")
+    ap.add_argument(
+        "--impl",
+        default="inline",
+        help="inline, threads, zephon, tensor, or module:attr naming an adapter (default: inline)",
+    )
+    ap.add_argument(
+        "--examples",
+        type=int_at_least(1),
+        default=20,
+        help="Hypothesis examples per property, >= 1 (default: 20)",
+    )
     ap.add_argument("--property", action="append", default=[],
                     help=f"run only this property (repeatable; one of: {', '.join(ORDER)})")
     ap.add_argument("--random", action="store_true", help="random examples (default: derandomized)")
-    ap.add_argument("--json", metavar="FILE", type=writable_path, help="also write the results as JSON to FILE")
+    ap.add_argument(
+        "--json", metavar="FILE", type=writable_path, help="also write the results as JSON to FILE"
+    )
     ap.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
-    ap.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
-                    help=f"stop shrinking a failing row after this many seconds (default: {SHRINK_SECONDS:g})")
-    ap.add_argument("--long-items", type=int_at_least(1), default=None,
-                    help="items of the long-run row (default: 2,000; 100,000 under HYPOTHESIS_PROFILE=nightly)")
+    ap.add_argument(
+        "--shrink-seconds",
+        type=float,
+        default=SHRINK_SECONDS,
+        help=f"stop shrinking a failing row after this many seconds (default: {SHRINK_SECONDS:g})",
+    )
+    ap.add_argument(
+        "--long-items",
+        type=int_at_least(1),
+        default=None,
+        help="items of the long-run row (default: 2,000; 100,000 under HYPOTHESIS_PROFILE=nightly)",
+    )
     args = ap.parse_args(argv)
     prog = ap.prog
     if not args.shrink_seconds >= 0:
-        print(f"{prog}: --shrink-seconds: expected a number >= 0, received {args.shrink_seconds}", file=sys.stderr)
+        print(
+            f"{prog}: --shrink-seconds: expected a number >= 0, received {args.shrink_seconds}",
+            file=sys.stderr,
+        )
         return 2
     unknown = [p for p in args.property if p not in ORDER]
     if unknown:
@@ -925,7 +996,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      long_items=args.long_items)
     print(format_table(rows))
     if args.json:
-        doc = results_json(adapter, rows, examples=args.examples, impl=args.impl, seconds=time.perf_counter() - t0)
+        doc = results_json(
+            adapter, rows, examples=args.examples, impl=args.impl, seconds=time.perf_counter() - t0
+        )
         Path(args.json).write_text(json.dumps(doc, indent=2, default=repr) + "\n")
     return 1 if any(r.failure for r in rows) else 0
 

@@ -125,12 +125,73 @@ _SCALARS = st.one_of(
     st.text(max_size=6), st.binary(max_size=4),
 )
 SPECIAL_VALUES: list[Any] = [
-    -1, 0, 1, 2, 3, 2**31, 2**63, -(2**63), 0.0, -0.0, 0.5, 1.0, 1.5, float("nan"), float("inf"), float("-inf"),
-    "", "0", "1", "True", "False", "false", "no", "none", "None", "auto", "global", "inline", "threads",
-    "repeat", "stop", "redistribute", "permute", "modulo", "first_fit", "best_fit", "streaming", "block",
-    "contiguous", "interleaved", "text", "web", "accumulator", "legacy_fixed", "__fallback__", " ",
-    b"", b"x", bytearray(b"ab"), (), [], {}, set(), frozenset(), range(3), [1, 2], (1, 2), {"web": 1},
-    {0: 1}, [None], 1j, Ellipsis, _Odd(), _any_callable, int, str, object,
+    -1,
+    0,
+    1,
+    2,
+    3,
+    2**31,
+    2**63,
+    -(2**63),
+    0.0,
+    -0.0,
+    0.5,
+    1.0,
+    1.5,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "",
+    "0",
+    "1",
+    "True",
+    "False",
+    "false",
+    "no",
+    "none",
+    "None",
+    "auto",
+    "global",
+    "inline",
+    "threads",
+    "repeat",
+    "stop",
+    "redistribute",
+    "permute",
+    "modulo",
+    "first_fit",
+    "best_fit",
+    "streaming",
+    "block",
+    "contiguous",
+    "interleaved",
+    "text",
+    "web",
+    "accumulator",
+    "legacy_fixed",
+    "__fallback__",
+    " ",
+    b"",
+    b"x",
+    bytearray(b"ab"),
+    (),
+    [],
+    {},
+    set(),
+    frozenset(),
+    range(3),
+    [1, 2],
+    (1, 2),
+    {"web": 1},
+    {0: 1},
+    [None],
+    1j,
+    Ellipsis,
+    _Odd(),
+    _any_callable,
+    int,
+    str,
+    object,
 ]
 _SPECIAL = st.sampled_from(SPECIAL_VALUES)
 
@@ -142,8 +203,19 @@ def _returns(value: Any) -> Callable[..., Any]:
     return wrong
 
 
-WRONG_CALLABLE_VALUES = [_any_callable, str, int, object, _returns(5), _returns([1, 2]), _returns("x"),
-                         _returns((None, None)), _returns({"input_ids": "x"}), _returns(float("nan")), _returns(-1)]
+WRONG_CALLABLE_VALUES = [
+    _any_callable,
+    str,
+    int,
+    object,
+    _returns(5),
+    _returns([1, 2]),
+    _returns("x"),
+    _returns((None, None)),
+    _returns({"input_ids": "x"}),
+    _returns(float("nan")),
+    _returns(-1),
+]
 WRONG_CALLABLES = st.sampled_from(WRONG_CALLABLE_VALUES)
 
 CALLABLE_ARGS = frozenset({"fn", "init_state", "push", "flush", "should_flush", "transform", "tokenizer",
@@ -202,7 +274,9 @@ def base_source(**over: Any) -> Any:
     from zephon_ref.work import StaticMixtureWorkSource
 
     datasets = over.pop("datasets", None) or base_datasets()
-    mixture = over.pop("mixture", None) or {d.name: w for d, w in zip(datasets, (0.7, 0.3, 0.2), strict=False)}
+    mixture = over.pop("mixture", None) or {
+        d.name: w for d, w in zip(datasets, (0.7, 0.3, 0.2), strict=False)
+    }
     return StaticMixtureWorkSource(datasets, mixture, **{**BASE_SOURCE_KW, **over})
 
 
@@ -353,9 +427,15 @@ def _build_entry_points() -> list[EntryPoint]:
     # -- datasets ---------------------------------------------------------------------------
     eps.append(EntryPoint("Dataset.from_dict", "name", lambda c, v: Dataset.from_dict(v, base_shards("web")),
                           _use_dataset, valid="web"))
-    eps.append(EntryPoint("Dataset.from_dict", "shards", lambda c, v: Dataset.from_dict("web", base_shards("web")
-                                                                                       if v is OMIT else v),
-                          _use_dataset, valid=OMIT))
+    eps.append(
+        EntryPoint(
+            "Dataset.from_dict",
+            "shards",
+            lambda c, v: Dataset.from_dict("web", base_shards("web") if v is OMIT else v),
+            _use_dataset,
+            valid=OMIT,
+        )
+    )
     eps.append(EntryPoint("Dataset.from_dict", "shards[0]",
                           lambda c, v: Dataset.from_dict("web", {**base_shards("web"), 0: v}), _use_dataset,
                           valid=InMemoryShard(_rows("web", 0, 5))))
@@ -364,13 +444,27 @@ def _build_entry_points() -> list[EntryPoint]:
     eps.append(EntryPoint("Dataset.from_path", "path", lambda c, v: Dataset.from_path("js", jsonl_dir()
                                                                                       if v is OMIT else v),
                           _use_dataset, setup=_scratch, path_like=True, valid=OMIT))
-    eps.append(EntryPoint("Dataset.from_path", "fmt", lambda c, v: Dataset.from_path("js", jsonl_dir(), fmt=v),
-                          _use_dataset, valid="jsonl"))
+    eps.append(
+        EntryPoint(
+            "Dataset.from_path",
+            "fmt",
+            lambda c, v: Dataset.from_path("js", jsonl_dir(), fmt=v),
+            _use_dataset,
+            valid="jsonl",
+        )
+    )
     eps.append(EntryPoint("InMemoryShard", "rows",
                           lambda c, v: Dataset.from_dict("web", {**base_shards("web"), 0: InMemoryShard(v)}),
                           _use_dataset, valid=_rows("web", 0, 4)))
-    eps.append(EntryPoint("MixtureSpec", "weights", lambda c, v: base_source(mixture=MixtureSpec(v)), _use_source,
-                          valid={"web": 2, "code": 1}))
+    eps.append(
+        EntryPoint(
+            "MixtureSpec",
+            "weights",
+            lambda c, v: base_source(mixture=MixtureSpec(v)),
+            _use_source,
+            valid={"web": 2, "code": 1},
+        )
+    )
     # -- the work source: every keyword ----------------------------------------------------------
     src_valid: dict[str, Any] = {"chunk_size": 4, "seed": 1}
     for a in ("datasets", "mixture", "chunk_size", "seed", "shuffle_shards", "shuffle_within_shard",
@@ -382,8 +476,15 @@ def _build_entry_points() -> list[EntryPoint]:
                 kw[a] = v
             return StaticMixtureWorkSource(kw.pop("datasets"), kw.pop("mixture"), **kw)
         eps.append(EntryPoint("StaticMixtureWorkSource", a, call_src, _use_source, valid=OMIT))
-    eps.append(EntryPoint("Pipeline", "work_source", lambda c, v: finish(Pipeline(base_source() if v is OMIT else v)),
-                          _use_pipeline, valid=OMIT))
+    eps.append(
+        EntryPoint(
+            "Pipeline",
+            "work_source",
+            lambda c, v: finish(Pipeline(base_source() if v is OMIT else v)),
+            _use_pipeline,
+            valid=OMIT,
+        )
+    )
 
     # -- builder methods: every keyword ------------------------------------------------------------
     def then_finish(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -408,11 +509,32 @@ def _build_entry_points() -> list[EntryPoint]:
                        ["name", "init_state", "push", "flush", "should_flush", "transform", "placement",
                         "parallelism", "indexable", "preserves_cursor_order"], base_pipeline, _use_pipeline,
                        positional=("name",))
-    eps += _kw_entries("Pipeline.tokenize", then_finish(Pipeline.tokenize), {"field": "text"},
-                       ["tokenizer", "tokenizer_id", "field", "placement", "parallelism", "missing_field",
-                        "add_attention_mask", "max_length", "padding", "truncation", "split_long_samples",
-                        "preserve_upstream_payload", "special_tokens", "bos_token_id", "eos_token_id",
-                        "max_batch"], base_pipeline, _use_pipeline, caps={"max_length": 4096, "max_batch": 4096})
+    eps += _kw_entries(
+        "Pipeline.tokenize",
+        then_finish(Pipeline.tokenize),
+        {"field": "text"},
+        [
+            "tokenizer",
+            "tokenizer_id",
+            "field",
+            "placement",
+            "parallelism",
+            "missing_field",
+            "add_attention_mask",
+            "max_length",
+            "padding",
+            "truncation",
+            "split_long_samples",
+            "preserve_upstream_payload",
+            "special_tokens",
+            "bos_token_id",
+            "eos_token_id",
+            "max_batch",
+        ],
+        base_pipeline,
+        _use_pipeline,
+        caps={"max_length": 4096, "max_batch": 4096},
+    )
     eps += _kw_entries("Pipeline.pack_sequences", then_finish(Pipeline.pack_sequences),
                        {"max_length": 64, "num_bins": 2},
                        ["max_length", "placement", "parallelism", "num_bins", "max_sequences_per_bin",
@@ -458,8 +580,17 @@ def _build_entry_points() -> list[EntryPoint]:
         _scratch()
         return fresh()
 
-    eps.append(EntryPoint("Pipeline.restore", "state", lambda p, v: p.restore(p.checkpoint() if v is OMIT else v),
-                          _use_pipeline, fresh, lambda p: p, valid=OMIT))
+    eps.append(
+        EntryPoint(
+            "Pipeline.restore",
+            "state",
+            lambda p, v: p.restore(p.checkpoint() if v is OMIT else v),
+            _use_pipeline,
+            fresh,
+            lambda p: p,
+            valid=OMIT,
+        )
+    )
     eps.append(EntryPoint("Pipeline.save_checkpoint", "directory", lambda p, v: (p, p.save_checkpoint(v), v),
                           lambda r: _use_saved(*r), fresh_in_scratch, lambda p: p, path_like=True,
                           valid="ckdir"))
@@ -476,8 +607,18 @@ def _build_entry_points() -> list[EntryPoint]:
                           lambda p: p, valid=None))
     eps.append(EntryPoint("Pipeline.for_worker", "worker_id", lambda p, v: p.for_worker(v, 2), _use_pipeline,
                           fresh, lambda p: p, int_cap=64, valid=1))
-    eps.append(EntryPoint("Pipeline.for_worker", "num_workers", lambda p, v: p.for_worker(0, v), _use_pipeline,
-                          fresh, lambda p: p, int_cap=64, valid=2))
+    eps.append(
+        EntryPoint(
+            "Pipeline.for_worker",
+            "num_workers",
+            lambda p, v: p.for_worker(0, v),
+            _use_pipeline,
+            fresh,
+            lambda p: p,
+            int_cap=64,
+            valid=2,
+        )
+    )
     return eps
 
 
@@ -628,20 +769,28 @@ FULL = [("pack_sequences", {"max_length": 160, "num_bins": 3}), ("shuffle", {"bu
 
 
 def _cfg(chain: list[Any], lanes: int, k: int | None, **src: Any) -> PipelineConfig:
-    return PipelineConfig(chain, layout=SMALL, source_kwargs={**SRC, **src},
-                          options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k})
+    return PipelineConfig(
+        chain,
+        layout=SMALL,
+        source_kwargs={**SRC, **src},
+        options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k},
+    )
 
 
 RESTORE_CONFIGS: dict[str, Callable[[], Any]] = {
     "map/3": lambda: build_pipeline("zephon_ref", _cfg([], 3, None)),
     "batch/1": lambda: build_pipeline("zephon_ref", _cfg([("batch", {"microbatch_size": 3})], 1, None)),
-    "pack/1": lambda: build_pipeline("zephon_ref", _cfg([("pack_sequences", {"max_length": 160, "num_bins": 3})],
-                                                        1, 2)),
-    "shuffle-blocks/3": lambda: build_pipeline("zephon_ref", _cfg(
-        [("shuffle", {"buffer_size": 5, "seed": 5})], 3, 2, shuffle_block_size=4)),
+    "pack/1": lambda: build_pipeline(
+        "zephon_ref", _cfg([("pack_sequences", {"max_length": 160, "num_bins": 3})], 1, 2)
+    ),
+    "shuffle-blocks/3": lambda: build_pipeline(
+        "zephon_ref", _cfg([("shuffle", {"buffer_size": 5, "seed": 5})], 3, 2, shuffle_block_size=4)
+    ),
     "full/3": lambda: build_pipeline("zephon_ref", _cfg(FULL, 3, 2)),
-    "mixture-redistribute/1": lambda: build_pipeline("zephon_ref", _cfg(
-        [("ensure_mixture", {"max_buffer_size": 12})], 1, 2, exhausted_policy="redistribute")),
+    "mixture-redistribute/1": lambda: build_pipeline(
+        "zephon_ref",
+        _cfg([("ensure_mixture", {"max_buffer_size": 12})], 1, 2, exhausted_policy="redistribute"),
+    ),
     "demo/3": lambda: _demo(3),
 }
 
@@ -830,8 +979,12 @@ def _lane_swaps(ck: dict[str, Any]) -> list[Mutation]:
 
 def _semantic(ck: dict[str, Any]) -> list[Mutation]:
     """Mutations of meaning: wrong sample ids, block sizes, seeds, weights, policies, top-level types."""
-    out = [Mutation("semantic", ("rr_next_idx",), 5), Mutation("semantic", ("checkpoint_reload_count",), None),
-           Mutation("semantic", ("epoch_boundaries",), 7), Mutation("semantic", ("replay_cursors",), {})]
+    out = [
+        Mutation("semantic", ("rr_next_idx",), 5),
+        Mutation("semantic", ("checkpoint_reload_count",), None),
+        Mutation("semantic", ("epoch_boundaries",), 7),
+        Mutation("semantic", ("replay_cursors",), {}),
+    ]
     for lane, chunks in (ck.get("inflight") or {}).items():
         for cid, chunk in chunks.items():
             comps = chunk["components"]
@@ -979,11 +1132,18 @@ EDITS: dict[str, Callable[[Any], None]] = {
     "scramble": scramble,
     "clear_deep": clear_deep,
     "clear replay_cursors": lambda ck: ck["replay_cursors"].clear(),
-    "edit block_rng_snapshot": lambda ck: [scramble(cs["block_rng_snapshot"])
-                                            for ws in ck["lane_ws_state"].values()
-                                            for cs in ws["cursor_states"].values() if "block_rng_snapshot" in cs],
-    "clear inflight lists": lambda ck: [comp[1].clear() for chunks in ck["inflight"].values()
-                                         for ch in chunks.values() for comp in ch["components"]],
+    "edit block_rng_snapshot": lambda ck: [
+        scramble(cs["block_rng_snapshot"])
+        for ws in ck["lane_ws_state"].values()
+        for cs in ws["cursor_states"].values()
+        if "block_rng_snapshot" in cs
+    ],
+    "clear inflight lists": lambda ck: [
+        comp[1].clear()
+        for chunks in ck["inflight"].values()
+        for ch in chunks.values()
+        for comp in ch["components"]
+    ],
 }
 
 
@@ -1050,7 +1210,9 @@ def report_bad_values(n_per_arg: int, out: Callable[[str], None] = print) -> Tal
                 accepted[ep.label][type(v).__name__] += 1
             if o.failed:
                 key = (ep.name, ep.arg, o.kind, o.where, o.exc)
-                tally.add(row, o.kind, key, f"{ep.name}({ep.arg}={_short(v)}) -> {o.line()}", type(v).__name__)
+                tally.add(
+                    row, o.kind, key, f"{ep.name}({ep.arg}={_short(v)}) -> {o.line()}", type(v).__name__
+                )
             else:
                 tally.add(row, o.kind)
     out("\n== bad values: outcomes per entry point ==")
@@ -1102,8 +1264,13 @@ def report_restore(configs: list[str], cuts_per_config: int, out: Callable[[str]
                 o = restore_outcome(name, cut, m.apply(cks[cut]))
                 if o.failed:
                     fkey = (m.kind, norm_path(m.path), o.kind, o.detail.split(":")[0])
-                    tally.add(m.kind, o.kind, fkey, f"[{name} cut {cut}] {m.describe()} -> {o.kind}: {o.detail}",
-                              m.group())
+                    tally.add(
+                        m.kind,
+                        o.kind,
+                        fkey,
+                        f"[{name} cut {cut}] {m.describe()} -> {o.kind}: {o.detail}",
+                        m.group(),
+                    )
                 else:
                     tally.add(m.kind, o.kind)
     out("\n== restore fuzzer: outcomes per mutation kind ==")

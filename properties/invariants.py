@@ -42,12 +42,36 @@ from sim.invariants import (
 )
 
 __all__ = [
-    "LaneCut", "LaneLineage", "LineageReport", "admitted_from_source", "bounded_inflight_problems",
-    "check_bounded_inflight", "check_checkpoint_bytes", "check_eviction_safety", "check_resume",
-    "check_settings_invariance", "checkpoint_bytes_problems", "depth_samples", "encoding_problems",
-    "adapter_feeding", "adapter_inflight_checker", "eviction_safety_problems", "exhausted_lanes", "global_step_problems", "inflight_bound", "inflight_checker",
-    "inflight_growth", "inflight_observation", "lane_cut", "lane_stream_problems", "needs_of",
-    "no_skip_no_duplicate", "per_lane", "records_of", "resume_problems", "reversed_dicts",
+    "LaneCut",
+    "LaneLineage",
+    "LineageReport",
+    "admitted_from_source",
+    "bounded_inflight_problems",
+    "check_bounded_inflight",
+    "check_checkpoint_bytes",
+    "check_eviction_safety",
+    "check_resume",
+    "check_settings_invariance",
+    "checkpoint_bytes_problems",
+    "depth_samples",
+    "encoding_problems",
+    "adapter_feeding",
+    "adapter_inflight_checker",
+    "eviction_safety_problems",
+    "exhausted_lanes",
+    "global_step_problems",
+    "inflight_bound",
+    "inflight_checker",
+    "inflight_growth",
+    "inflight_observation",
+    "lane_cut",
+    "lane_stream_problems",
+    "needs_of",
+    "no_skip_no_duplicate",
+    "per_lane",
+    "records_of",
+    "resume_problems",
+    "reversed_dicts",
     "settings_invariance_problems",
 ]
 
@@ -149,8 +173,10 @@ def adapter_feeding(adapter: Any, cfg: PipelineConfig) -> str:
     attribute if it has one; zephon 0.2.0 feeds round robin; zephon_ref as its options say
     (on demand by default)."""
     options = {**dict(cfg.options), **dict(getattr(adapter, "execution", {}) or {})}
-    return str(getattr(adapter, "feeding", None)
-               or ("round_robin" if getattr(adapter, "impl", "") == "zephon" else options.get("feeding", "demand")))
+    return str(
+        getattr(adapter, "feeding", None)
+        or ("round_robin" if getattr(adapter, "impl", "") == "zephon" else options.get("feeding", "demand"))
+    )
 
 
 def adapter_inflight_checker(adapter: Any, cfg: PipelineConfig, *,

@@ -68,8 +68,16 @@ from typing import Any
 from properties.pipelines import PipelineConfig, crc_tokens, work_source
 from sim.checker import check_lineage_views
 
-__all__ = ["GOLDEN", "Expected", "closure_problems", "discard_reason", "expected_lanes", "final_state_problems",
-           "lineage_problems", "owner"]
+__all__ = [
+    "GOLDEN",
+    "Expected",
+    "closure_problems",
+    "discard_reason",
+    "expected_lanes",
+    "final_state_problems",
+    "lineage_problems",
+    "owner",
+]
 
 #: the routing constant of the spec (zephon 0.2.0's notes, "lane assignment")
 GOLDEN = 0x9E3779B97F4A7C15
@@ -140,16 +148,20 @@ def _coverage_problems(cfg: PipelineConfig, corpus: Any, uses: Mapping[SampleKey
         for i, samples in sizes.items():
             short = sorted(s for s in samples if uses.get(s, 0) < passes)
             if len(short) >= passes * chunk:
-                return [f"global chunk sequence: {len(short)} samples of {names[i]!r} (first {short[0]}) appear fewer "
-                        f"than {passes} times, but the stream ends only after every dataset finished {passes} "
-                        f"pass(es)"]
+                return [
+                    f"global chunk sequence: {len(short)} samples of {names[i]!r} (first {short[0]}) appear fewer "
+                    f"than {passes} times, but the stream ends only after every dataset finished {passes} "
+                    f"pass(es)"
+                ]
         return []
     if policy == "redistribute" or (isinstance(policy, Mapping) and set(policy.values()) == {"redistribute"}):
         for i, samples in sizes.items():
             short = sorted(s for s in samples if uses.get(s, 0) != 1)
             if short:
-                return [f"global chunk sequence: sample {short[0]} of {names[i]!r} appears {uses.get(short[0], 0)} "
-                        f"times, 'redistribute' everywhere delivers each sample exactly once"]
+                return [
+                    f"global chunk sequence: sample {short[0]} of {names[i]!r} appears {uses.get(short[0], 0)} "
+                    f"times, 'redistribute' everywhere delivers each sample exactly once"
+                ]
         return []
     if token_aware or isinstance(policy, Mapping):
         return []
@@ -157,15 +169,19 @@ def _coverage_problems(cfg: PipelineConfig, corpus: Any, uses: Mapping[SampleKey
     if policy == "stop":
         left = {i: sum(1 for s in samples if s not in uses) for i, samples in sizes.items()}
         if all(n >= chunk for n in left.values()):
-            return [f"global chunk sequence: every dataset has at least a chunk ({chunk}) of samples left unused "
-                    f"({ {names[i]: n for i, n in left.items()} }), but 'stop' ends at the first quota a dataset "
-                    f"cannot fill"]
+            return [
+                f"global chunk sequence: every dataset has at least a chunk ({chunk}) of samples left unused "
+                f"({ {names[i]: n for i, n in left.items()} }), but 'stop' ends at the first quota a dataset "
+                f"cannot fill"
+            ]
     elif policy == "repeat" and isinstance(cap, int):
         drawn = {i: sum(uses.get(s, 0) for s in samples) for i, samples in sizes.items()}
         if all(drawn[i] < (cap + 1) * (len(samples) - chunk + 1) for i, samples in sizes.items()):
-            return [f"global chunk sequence: no dataset drew (max_repeats + 1) * (size - chunk_size + 1) samples "
-                    f"({ {names[i]: n for i, n in drawn.items()} }), but the stream ends only when one ran out "
-                    f"of repeats"]
+            return [
+                f"global chunk sequence: no dataset drew (max_repeats + 1) * (size - chunk_size + 1) samples "
+                f"({ {names[i]: n for i, n in drawn.items()} }), but the stream ends only when one ran out "
+                f"of repeats"
+            ]
     return []
 
 
@@ -215,8 +231,11 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     if pack is not None:
         if not tokens:
             return "empty record (a tombstone under packing)"
-        if pack.get("algorithm", "first_fit") in ("first_fit", "best_fit") and len(tokens) > pack["max_length"] \
-                and pack.get("drop_oversized", True):
+        if (
+            pack.get("algorithm", "first_fit") in ("first_fit", "best_fit")
+            and len(tokens) > pack["max_length"]
+            and pack.get("drop_oversized", True)
+        ):
             return "oversized record (dropped with a tombstone)"
         if pack.get("algorithm") == "wrap":
             return "wrap's trailing tokens at a flush"
@@ -256,7 +275,9 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     ops = _ops(cfg)
     packed = "pack_sequences" in ops
     records = [(i, r) for i, item in enumerate(items) for r in item]
-    admitted = {lane: {cid: range(len(ch)) for cid, ch in enumerate(chunks)} for lane, chunks in exp.lanes.items()}
+    admitted = {
+        lane: {cid: range(len(ch)) for cid, ch in enumerate(chunks)} for lane, chunks in exp.lanes.items()
+    }
 
     # 1. contributors name admitted offsets with their sample pointers; 2. cursors unique per lane
     bad: list[str] = []
@@ -266,8 +287,9 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     for i, rec in records:
         lane, cursor = int(rec[0]), rec[1]
         if (lane, cursor) in seen and len(dup_cursor) < limit:
-            dup_cursor.append(f"lane {lane}: cursor {tuple(cursor)} delivered twice (items {seen[(lane, cursor)]} "
-                              f"and {i})")
+            dup_cursor.append(
+                f"lane {lane}: cursor {tuple(cursor)} delivered twice (items {seen[(lane, cursor)]} and {i})"
+            )
         seen.setdefault((lane, cursor), i)
         try:
             segs = _segments(rec, packed)
@@ -279,13 +301,17 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
             chunks = exp.lanes.get(lane)
             if chunks is None or cid >= len(chunks) or off >= len(chunks[cid]):
                 if len(bad) < limit:
-                    bad.append(f"lane {lane}, offset ({cid}, {off}), item {i}: delivered but the lane admits no such "
-                               f"offset ({0 if chunks is None else len(chunks)} chunks)")
+                    bad.append(
+                        f"lane {lane}, offset ({cid}, {off}), item {i}: delivered but the lane admits no such "
+                        f"offset ({0 if chunks is None else len(chunks)} chunks)"
+                    )
                 continue
             if chunks[cid][off] != sid:
                 if len(bad) < limit:
-                    bad.append(f"lane {lane}, offset ({cid}, {off}), item {i}: carries sample {sid}, the lane's "
-                               f"chunk {cid} holds {chunks[cid][off]} there")
+                    bad.append(
+                        f"lane {lane}, offset ({cid}, {off}), item {i}: carries sample {sid}, the lane's "
+                        f"chunk {cid} holds {chunks[cid][off]} there"
+                    )
                 continue
             frags.setdefault((lane, cid, off), []).append((start, toks, i))
     problems += bad + dup_cursor
@@ -323,9 +349,11 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
         if not trouble:
             continue
         if shown < limit:
-            problems.append(f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}, items "
-                            f"{[i for _s, _t, i in fs]}: fragments at {[s for s, _t, _i in sorted(fs)]}: {trouble} "
-                            f"({'closed' if closed else 'not closed'})")
+            problems.append(
+                f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}, items "
+                f"{[i for _s, _t, i in fs]}: fragments at {[s for s, _t, _i in sorted(fs)]}: {trouble} "
+                f"({'closed' if closed else 'not closed'})"
+            )
         shown += 1
 
     # 5. what never closed is documented as discarded, within its bound
@@ -342,9 +370,11 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
             reason = discard_reason(cfg, want)
             if reason is None:
                 if shown < limit:
-                    problems.append(f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: never "
-                                    f"closed (no delivered record or fragment closes it, and the configuration "
-                                    f"discards nothing of it)")
+                    problems.append(
+                        f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: never "
+                        f"closed (no delivered record or fragment closes it, and the configuration "
+                        f"discards nothing of it)"
+                    )
                 shown += 1
             elif reason.startswith("wrap"):
                 budget_tokens += len(want) - sum(len(t) for _s, t, _i in frags.get((lane, cid, off), ()))
@@ -364,8 +394,10 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                                 f"{flushes} flushes' partial batches hold")
         elif pack is not None and pack.get("algorithm") == "wrap" and budget_tokens > flushes * (
                 int(pack["max_length"]) - 1):
-            problems.append(f"lane {lane}: {budget_tokens} tokens never delivered, more than wrap's trailing tokens "
-                            f"at {flushes} flushes allow ({int(pack['max_length']) - 1} each)")
+            problems.append(
+                f"lane {lane}: {budget_tokens} tokens never delivered, more than wrap's trailing tokens "
+                f"at {flushes} flushes allow ({int(pack['max_length']) - 1} each)"
+            )
     return problems
 
 
@@ -374,7 +406,9 @@ def closure_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], tombst
     """Problem 7 of the module docstring: delivered records and tombstones (normal form) close
     every admitted offset exactly once."""
     exp = expected if expected is not None else expected_lanes(cfg)
-    admitted = {lane: {cid: range(len(ch)) for cid, ch in enumerate(chunks)} for lane, chunks in exp.lanes.items()}
+    admitted = {
+        lane: {cid: range(len(ch)) for cid, ch in enumerate(chunks)} for lane, chunks in exp.lanes.items()
+    }
     records = [r for item in items for r in item]
     report = check_lineage_views(admitted, [*records, *tombstones])
     out: list[str] = []
@@ -389,14 +423,20 @@ def closure_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], tombst
         if len(v.lost) <= excused:
             continue
         for cid, off in v.lost[:limit]:
-            out.append(f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: closed by no delivered "
-                       f"record and no tombstone (dropped without its tombstone?)")
+            out.append(
+                f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: closed by no delivered "
+                f"record and no tombstone (dropped without its tombstone?)"
+            )
         for where, closers in v.closers[:limit]:
-            out.append(f"lane {lane}, offset {where}: closed {len(closers)} times, by "
-                       f"{[('record' if int(idx) < len(records) else 'tombstone', idx) for _k, idx, _key in closers]}")
+            out.append(
+                f"lane {lane}, offset {where}: closed {len(closers)} times, by "
+                f"{[('record' if int(idx) < len(records) else 'tombstone', idx) for _k, idx, _key in closers]}"
+            )
         for _kind, idx, key in v.unexpected[:limit]:
-            out.append(f"lane {lane}: {'record' if int(idx) < len(records) else 'tombstone'} {idx} ({key!r:.80}) "
-                       f"closes an offset the lane does not admit")
+            out.append(
+                f"lane {lane}: {'record' if int(idx) < len(records) else 'tombstone'} {idx} ({key!r:.80}) "
+                f"closes an offset the lane does not admit"
+            )
     return out
 
 
@@ -406,6 +446,8 @@ def final_state_problems(state: Mapping[str, Any], *, what: str = "the final che
     out = []
     for lane, chunks in sorted((state.get("inflight") or {}).items()):
         if chunks:
-            out.append(f"{what}: lane {lane} still holds chunks {sorted(chunks)} inflight after the end of data "
-                       f"(an offset never closed: a record dropped without its tombstone?)")
+            out.append(
+                f"{what}: lane {lane} still holds chunks {sorted(chunks)} inflight after the end of data "
+                f"(an offset never closed: a record dropped without its tombstone?)"
+            )
     return out

@@ -110,8 +110,13 @@ def _lanes_of(items: list[Any]) -> dict[int, list[Any]]:
     return lanes
 
 
-def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] | None = None,
-                   oracle: Any = None, on_start: Callable[[], None] | None = None) -> type[RuleBasedStateMachine]:
+def resume_machine(
+    adapter: Any,
+    *,
+    configs: st.SearchStrategy[PipelineConfig] | None = None,
+    oracle: Any = None,
+    on_start: Callable[[], None] | None = None,
+) -> type[RuleBasedStateMachine]:
     """A machine class checking ``adapter`` (one class per adapter); ``oracle``: the adapter whose
     uninterrupted stream is the reference (None: ``adapter``'s own); ``on_start``: called as each
     example starts (progress)."""
@@ -180,7 +185,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             state = self.run.checkpoint()
             if engine_state:  # determinism of checkpoint bytes: insertion order must not matter
                 problems = inv.encoding_problems(state)
-                assert not problems, f"{adapter.name}: checkpoint after {self.pos} items: " + "; ".join(problems)
+                assert not problems, f"{adapter.name}: checkpoint after {self.pos} items: " + "; ".join(
+                    problems
+                )
             return (self.key, self.pos, copy.deepcopy(state))
 
         @rule(ck=checkpoints)
@@ -191,7 +198,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
 
         @precondition(lambda self: runners)
         @rule(ck=checkpoints, execution=execution_settings())
-        def restore_under_other_execution_settings(self, ck: tuple[str, int, Any], execution: dict[str, Any]) -> None:
+        def restore_under_other_execution_settings(
+            self, ck: tuple[str, int, Any], execution: dict[str, Any]
+        ) -> None:
             key, pos, state = ck
             if key == self.key:
                 self._replace(adapter.build(self.cfg, state=copy.deepcopy(state), **execution), pos)
@@ -210,7 +219,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             for run in runs:
                 rest += run.deliver(1_000_000)
                 run.close()
-            problems = inv.lane_stream_problems(_lanes_of(self.ref[:pos] + rest), _lanes_of(self.ref), exact=True)
+            problems = inv.lane_stream_problems(
+                _lanes_of(self.ref[:pos] + rest), _lanes_of(self.ref), exact=True
+            )
             assert not problems, f"{adapter.name}: remapped at {pos} to {topology}: " + "; ".join(problems)
 
         @precondition(lambda self: durable)
@@ -239,7 +250,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             except ZephonRefError:
                 pass  # refused, typed: the live run must be unaffected (the next advance checks it)
             else:
-                raise AssertionError(f"{adapter.name}: a checkpoint with a flipped bit in {victim.name} loaded")
+                raise AssertionError(
+                    f"{adapter.name}: a checkpoint with a flipped bit in {victim.name} loaded"
+                )
 
         @invariant()
         def delivered_is_a_prefix(self) -> None:
@@ -256,7 +269,9 @@ def resume_machine(adapter: Any, *, configs: st.SearchStrategy[PipelineConfig] |
             assert not problems, f"{adapter.name}: " + "; ".join(problems)
             cursors = state.get("replay_cursors") or {}
             pinned = frozenset((int(lane), int(c[0])) for lane, c in cursors.items() if c is not None)
-            problems = inv.eviction_safety_problems([(self.pos, inv.lane_cut(state))], self.needs, pinned=[pinned])
+            problems = inv.eviction_safety_problems(
+                [(self.pos, inv.lane_cut(state))], self.needs, pinned=[pinned]
+            )
             assert not problems, f"{adapter.name}: " + "; ".join(problems)
 
         def teardown(self) -> None:

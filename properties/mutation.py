@@ -59,7 +59,9 @@ class Mutant:
 
     def apply(self, text: str) -> str:
         if not self.original or self.original == self.replacement:
-            raise StaleMutant(f"mutant {self.name!r}: expected a non-empty snippet and a different replacement")
+            raise StaleMutant(
+                f"mutant {self.name!r}: expected a non-empty snippet and a different replacement"
+            )
         if self.line is None:
             n = text.count(self.original)
             if n != 1:
@@ -68,7 +70,9 @@ class Mutant:
             return text.replace(self.original, self.replacement, 1)
         lines = text.splitlines(keepends=True)
         if not 1 <= self.line <= len(lines):
-            raise StaleMutant(f"mutant {self.name!r}: {self.file} has {len(lines)} lines, expected line {self.line}")
+            raise StaleMutant(
+                f"mutant {self.name!r}: {self.file} has {len(lines)} lines, expected line {self.line}"
+            )
         start = sum(len(x) for x in lines[: self.line - 1]) + int(self.col or 0)
         if text[start:start + len(self.original)] != self.original:
             raise StaleMutant(f"mutant {self.name!r}: expected {self.original!r} at {self.file}:{self.line}:"
@@ -83,7 +87,13 @@ class Mutant:
 def tracked_files(root: Path = ROOT) -> list[str]:
     """The repository's tracked files (git), else every file under the source folders."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True, check=True, timeout=60)
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
         files = [f for f in out.stdout.decode().split("\0") if f]
         if files:
             return [f for f in files if (root / f).is_file()]
@@ -137,8 +147,14 @@ def run_mutated(mutants: Sequence[Mutant], argv: Sequence[str], *, timeout: floa
         start = time.monotonic()  # clock-ok: a time limit on a child process, outside the data path
         try:
             # start_new_session: a time limit ends the whole process group (pytest -n, pools)
-            proc = subprocess.Popen(cmd, cwd=tree, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=tree,
+                env=full_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             out, _ = proc.communicate(timeout=timeout)
             rc: int | None = proc.returncode
         except subprocess.TimeoutExpired:

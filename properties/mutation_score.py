@@ -64,8 +64,20 @@ from zephon_ref.exits import (
     refuse,
 )
 
-__all__ = ["CHECKERS", "CI_TESTS", "KILL_CODES", "executor_tasks", "generate", "mutants_from", "report", "run_task", "run_tasks",
-           "sample", "tasks_for", "verdict_of"]
+__all__ = [
+    "CHECKERS",
+    "CI_TESTS",
+    "KILL_CODES",
+    "executor_tasks",
+    "generate",
+    "mutants_from",
+    "report",
+    "run_task",
+    "run_tasks",
+    "sample",
+    "tasks_for",
+    "verdict_of",
+]
 
 TARGETS = ("zephon_ref/engine", "zephon_ref/ops", "zephon_ref/work", "zephon_ref/state.py")
 
@@ -175,8 +187,9 @@ def _mutants_of(path: Path, root: Path) -> Iterator[Mutant]:
             for op, right in zip(node.ops, node.comparators, strict=True):
                 t = _CMP_TEXT[type(op)]
                 where = between(left, right, t)
-                if where is not None and not (t == "in" and text[_offset(lines, *where) - 4:_offset(lines, *where)]
-                                              .endswith("not ")):
+                if where is not None and not (
+                    t == "in" and text[_offset(lines, *where) - 4 : _offset(lines, *where)].endswith("not ")
+                ):
                     yield at(node, t, _CMP_SWAP[type(op)], f"cmp {t}", *where)
                 left = right
         elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
@@ -244,8 +257,18 @@ def mutants_from(results: Path) -> list[Mutant]:
 def tasks_for(mutants: Iterable[Mutant], checkers: Sequence[str], *, timeout: float, examples: int = 20,
               seeds: str = "0..39") -> list[dict[str, Any]]:
     """Independent tasks (plain, JSON-able dicts), one per (mutant, checker)."""
-    return [{"id": f"{m.name}|{c}", "mutant": asdict(m), "checker": c, "timeout": timeout, "examples": examples,
-             "seeds": seeds} for m in mutants for c in checkers]
+    return [
+        {
+            "id": f"{m.name}|{c}",
+            "mutant": asdict(m),
+            "checker": c,
+            "timeout": timeout,
+            "examples": examples,
+            "seeds": seeds,
+        }
+        for m in mutants
+        for c in checkers
+    ]
 
 
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
@@ -267,8 +290,13 @@ def run_task(task: dict[str, Any]) -> dict[str, Any]:
     else:
         verdict = "killed" if kills is None or out.returncode in kills else "error"
     lines = [x for x in out.tail.strip().splitlines() if x.strip()]
-    return {**base, "verdict": verdict, "checker_seconds": round(out.seconds, 1), "returncode": out.returncode,
-            "detail": "\n".join(lines[-3:])[-600:]}
+    return {
+        **base,
+        "verdict": verdict,
+        "checker_seconds": round(out.seconds, 1),
+        "returncode": out.returncode,
+        "detail": "\n".join(lines[-3:])[-600:],
+    }
 
 
 def executor_tasks(tasks: Sequence[dict[str, Any]]) -> list[Task]:
@@ -295,8 +323,12 @@ def run_tasks(tasks: Sequence[dict[str, Any]], results: Path, *, jobs: int = 1, 
 
     def say(rec: dict[str, Any]) -> None:
         if progress:
-            print(f"{verdict_of(rec):<8} {rec.get('checker_seconds', rec.get('seconds'))!s:>7}s "
-                  f"{rec.get('checker', '?'):<11} {rec.get('mutant', rec['task'])}", file=sys.stderr, flush=True)
+            print(
+                f"{verdict_of(rec):<8} {rec.get('checker_seconds', rec.get('seconds'))!s:>7}s "
+                f"{rec.get('checker', '?'):<11} {rec.get('mutant', rec['task'])}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     try:
         records = execute_tasks(executor_tasks(tasks), be, jsonl=results, header={"kind": "mutation_score"},
@@ -359,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--examples", type=int_at_least(1), default=20, help="conformance: examples per property")
     r.add_argument("--seeds", default="0..39", help="sim: the seed range")
     r.add_argument("--jobs", type=int_at_least(1), default=1)
-    r.add_argument("--first", type=int_at_least(1), default=None, help="only the first N mutants of the sample")
+    r.add_argument(
+        "--first", type=int_at_least(1), default=None, help="only the first N mutants of the sample"
+    )
     r.add_argument("--out", default="mutation-results/score.jsonl")
     r.add_argument("--mutants-from", type=existing_file, default=None, metavar="FILE",
                    help="run the mutants of this earlier results file instead of drawing the sample again "
@@ -388,8 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     checkers = [c.strip() for c in ns.checkers.split(",") if c.strip()]
     if not checkers or any(c not in CHECKERS for c in checkers):
-        return refuse(ap.prog, "usage error", f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, "
-                      f"received {ns.checkers!r}", EXIT_USAGE)
+        return refuse(
+            ap.prog,
+            "usage error",
+            f"--checkers: expected a comma list of {', '.join(sorted(CHECKERS))}, received {ns.checkers!r}",
+            EXIT_USAGE,
+        )
     tasks = tasks_for(chosen[: ns.first] if ns.first else chosen, checkers, timeout=ns.timeout,
                       examples=ns.examples, seeds=ns.seeds)
     run_tasks(tasks, Path(ns.out), jobs=ns.jobs)

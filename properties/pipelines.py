@@ -104,7 +104,12 @@ def per_lane(items: Sequence[Any]) -> dict[int, list[list[tuple[Any, ...]]]]:
 #: depends on the other lanes of a micro-batch: zephon's own resume fails at cuts 2-5 of 7 items,
 #: and its per-lane streams differ between 1 and 2 ranks (docs/divergences.md, Operators (session 7)).
 RANDOM_PACK_MINIMAL = PipelineConfig(
-    [("pack_sequences", {"max_length": 32, "algorithm": "first_fit", "num_bins": 1, "shuffle_strategy": "random"})],
+    [
+        (
+            "pack_sequences",
+            {"max_length": 32, "algorithm": "first_fit", "num_bins": 1, "shuffle_strategy": "random"},
+        )
+    ],
     layout={"web": (12,)},
     weights={"web": 1.0},
     source_kwargs={"chunk_size": 2, "seed": 0},
@@ -131,8 +136,12 @@ def real_state(source_seed: int, *, canonical_replicas: int, items: int, chunk_s
                corpus_seed: int = 0) -> dict[str, Any]:
     """A real engine state: an operator-free zephon_ref pipeline of ``canonical_replicas``
     lanes (source seed ``source_seed``) iterated ``items`` items, then ``checkpoint()``."""
-    cfg = PipelineConfig(chain=[], options={"runner": "inline", "canonical_replicas": canonical_replicas},
-                         source_kwargs={"chunk_size": chunk_size, "seed": source_seed}, corpus_seed=corpus_seed)
+    cfg = PipelineConfig(
+        chain=[],
+        options={"runner": "inline", "canonical_replicas": canonical_replicas},
+        source_kwargs={"chunk_size": chunk_size, "seed": source_seed},
+        corpus_seed=corpus_seed,
+    )
     p = build_pipeline("zephon_ref", cfg)
     it = iter(p)
     for _ in range(items):

@@ -30,7 +30,9 @@ __all__ = ["Fault", "FaultProxy"]
 class Fault:
     """Answer ``action`` to the next ``count`` requests (None: all) whose method is ``method`` (None: any)."""
 
-    action: str  # "throttle" | "server" | "denied" | "reset" | "drop" (forward, then reset: the answer is lost)
+    action: (
+        str  # "throttle" | "server" | "denied" | "reset" | "drop" (forward, then reset: the answer is lost)
+    )
     method: str | None = None
     count: int | None = None
     path_contains: str = ""
@@ -92,13 +94,21 @@ class FaultProxy:
                     resp = conn.getresponse()
                     data = resp.read()
                     if fault is not None:  # "drop": the server acted, the client never hears
-                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.connection.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
                         self.close_connection = True
                         self.connection.close()
                         return
                     self.send_response(resp.status)
                     for k, v in resp.getheaders():
-                        if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                        if k.lower() not in (
+                            "transfer-encoding",
+                            "connection",
+                            "content-length",
+                            "server",
+                            "date",
+                        ):
                             self.send_header(k, v)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()

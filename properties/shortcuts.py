@@ -59,8 +59,10 @@ class WalkReport:
 def _source(case: WalkCase) -> Any:
     from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
 
-    datasets = [Dataset.from_dict(n, {i: InMemoryShard([{"i": j} for j in range(k)]) for i, k in enumerate(sizes)})
-                for n, sizes in case.layout.items()]
+    datasets = [
+        Dataset.from_dict(n, {i: InMemoryShard([{"i": j} for j in range(k)]) for i, k in enumerate(sizes)})
+        for n, sizes in case.layout.items()
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return StaticMixtureWorkSource(datasets, dict(case.weights), **dict(case.kwargs))
@@ -123,7 +125,9 @@ def run_walk_case(case: WalkCase, *, max_chunks: int = 1000) -> WalkReport:
         return src.clone_for_lane(lane, C, walk=walk), src.clone_for_lane(lane, C)
 
     pairs = [fresh(lane) for lane in range(C)]
-    saved: list[list[dict[str, Any]]] = [[] for _ in range(C)]  # saved[l][k]: lane l's state after its chunk k
+    saved: list[list[dict[str, Any]]] = [
+        [] for _ in range(C)
+    ]  # saved[l][k]: lane l's state after its chunk k
     plain_chunks: list[list[Any]] = [[] for _ in range(C)]
     done = [False] * C
     tampered = False
@@ -133,8 +137,10 @@ def run_walk_case(case: WalkCase, *, max_chunks: int = 1000) -> WalkReport:
         g0 = shared.global_chunk_index
         got_s, got_p = _next(shared), _next(plain)
         if got_s != got_p:
-            report.problems.append(f"lane {lane}: shared walk gave {got_s!r}, the plain walk {got_p!r} "
-                                   f"(global chunk {g0} -> {shared.global_chunk_index} vs {plain.global_chunk_index})")
+            report.problems.append(
+                f"lane {lane}: shared walk gave {got_s!r}, the plain walk {got_p!r} "
+                f"(global chunk {g0} -> {shared.global_chunk_index} vs {plain.global_chunk_index})"
+            )
         st_s, st_p = shared.state_dict(), plain.state_dict()
         if st_s != st_p:
             diff = sorted(k for k in st_p if st_s.get(k) != st_p[k])
@@ -200,8 +206,12 @@ def _union_problems(src: Any, lanes: int, got: list[list[Any]], pairs: list[tupl
                             f"plain routing {owner}")
         expected[owner].append(c)
         g += 1
-    problems.extend(f"lane {lane}: read {len(got[lane])} chunks, the global sequence routes {len(expected[lane])} "
-                    "to it (or they differ)" for lane in range(lanes) if got[lane] != expected[lane])
+    problems.extend(
+        f"lane {lane}: read {len(got[lane])} chunks, the global sequence routes {len(expected[lane])} "
+        "to it (or they differ)"
+        for lane in range(lanes)
+        if got[lane] != expected[lane]
+    )
     return problems[:5]
 
 
@@ -228,7 +238,11 @@ def walk_cases(draw: st.DrawFn) -> WalkCase:
     if policy == "sap":
         kw["exhausted_policy"], kw["stop_after_passes"] = "repeat", draw(st.integers(1, 3))
     elif policy == "repeat_cap":
-        kw["exhausted_policy"], kw["stop_after_passes"], kw["max_repeats"] = "repeat", None, draw(st.integers(0, 3))
+        kw["exhausted_policy"], kw["stop_after_passes"], kw["max_repeats"] = (
+            "repeat",
+            None,
+            draw(st.integers(0, 3)),
+        )
     elif policy == "stop":
         kw["exhausted_policy"], kw["stop_after_passes"] = "stop", None
     elif policy == "mixed":

@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["IMPLEMENTATIONS", "SourceConfig", "build_source", "chunk_view", "lane_chunks", "read_chunks", "zephon_available"]
+__all__ = [
+    "IMPLEMENTATIONS",
+    "SourceConfig",
+    "build_source",
+    "chunk_view",
+    "lane_chunks",
+    "read_chunks",
+    "zephon_available",
+]
 
 IMPLEMENTATIONS = ("zephon_ref", "zephon")
 
@@ -40,7 +48,9 @@ class SourceConfig:
 
 def _rows(name: str, sid: int, n: int) -> list[dict[str, Any]]:
     # text lengths vary by shard and row, so token-aware costs differ between shards
-    return [{"id": f"{name}/{sid}/{i}", "text": "x" * ((7 * sid + 3 * len(name) + i % 5) % 29)} for i in range(n)]
+    return [
+        {"id": f"{name}/{sid}/{i}", "text": "x" * ((7 * sid + 3 * len(name) + i % 5) % 29)} for i in range(n)
+    ]
 
 
 def build_source(impl: str, cfg: SourceConfig) -> Any:
@@ -72,7 +82,9 @@ def build_source(impl: str, cfg: SourceConfig) -> Any:
 def chunk_view(chunk: Any) -> dict[str, Any]:
     """An implementation-neutral view of a chunk: what conformance compares."""
     return {
-        "components": [(name, [tuple(int(x) for x in sid) for sid in ids]) for name, ids in chunk.components.items()],
+        "components": [
+            (name, [tuple(int(x) for x in sid) for sid in ids]) for name, ids in chunk.components.items()
+        ],
         "order": [(tuple(int(x) for x in sid), name) for sid, name in chunk],
         "seed": chunk.seed,
         "source_exhausted": tuple(chunk.source_exhausted),

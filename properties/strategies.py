@@ -15,8 +15,18 @@ from hypothesis import strategies as st
 from properties.pipelines import PipelineConfig
 from properties.sources import SourceConfig
 
-__all__ = ["TIERS", "Topology", "any_source_configs", "cut_schedules", "execution_settings", "pipeline_configs",
-           "source_configs", "token_primers", "topologies", "topology_sequences"]
+__all__ = [
+    "TIERS",
+    "Topology",
+    "any_source_configs",
+    "cut_schedules",
+    "execution_settings",
+    "pipeline_configs",
+    "source_configs",
+    "token_primers",
+    "topologies",
+    "topology_sequences",
+]
 
 
 @st.composite
@@ -40,14 +50,18 @@ def source_configs(draw: Any, *, max_datasets: int = 4, max_shard: int = 40, max
         "seed": draw(st.integers(0, 2**32)),
         "shuffle_shards": draw(st.booleans()),
         "shuffle_within_shard": draw(st.booleans()),
-        "shuffle_block_size": draw(st.one_of(st.none(), st.integers(1, 50), st.sampled_from(["auto", "global"]))),
+        "shuffle_block_size": draw(
+            st.one_of(st.none(), st.integers(1, 50), st.sampled_from(["auto", "global"]))
+        ),
         "lane_assignment": draw(st.sampled_from(["permute", "modulo"])),
     }
     mode = draw(st.sampled_from(["default", "policy", "policy_map", "max_repeats", "passes"]))
     if mode == "policy":
         kwargs["exhausted_policy"] = draw(st.sampled_from(["stop", "repeat", "redistribute"]))
     elif mode == "policy_map":
-        kwargs["exhausted_policy"] = {nm: draw(st.sampled_from(["stop", "repeat", "redistribute"])) for nm in names}
+        kwargs["exhausted_policy"] = {
+            nm: draw(st.sampled_from(["stop", "repeat", "redistribute"])) for nm in names
+        }
     elif mode == "max_repeats":
         kwargs["exhausted_policy"] = "repeat"
         kwargs["max_repeats"] = draw(st.integers(0, 3))
@@ -153,8 +167,9 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
         ratio = st.sampled_from([0.3, 1.0, 2.5])  # moderate: extreme ratios repeat small datasets for long
         from zephon_ref.work import TokenEstimation  # build_pipeline converts it for zephon
 
-        source_kwargs["token_estimation"] = TokenEstimation(primer=draw(st.one_of(ratio, st.fixed_dictionaries(
-            {name: ratio for name in names}))))
+        source_kwargs["token_estimation"] = TokenEstimation(
+            primer=draw(st.one_of(ratio, st.fixed_dictionaries({name: ratio for name in names})))
+        )
     chain: list[tuple[str, dict[str, Any]]] = []
     if draw(st.booleans()):
         pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64, 96])),
@@ -209,8 +224,12 @@ class Topology:
 
 def topologies(canonical_replicas: int, *, max_workers: int = 3) -> st.SearchStrategy[Topology]:
     """A valid topology for ``canonical_replicas`` lanes (dp_degree <= canonical_replicas)."""
-    return st.builds(Topology, dp_degree=st.integers(1, canonical_replicas), workers=st.integers(1, max_workers),
-                     mapping=st.sampled_from(["contiguous", "interleaved"]))
+    return st.builds(
+        Topology,
+        dp_degree=st.integers(1, canonical_replicas),
+        workers=st.integers(1, max_workers),
+        mapping=st.sampled_from(["contiguous", "interleaved"]),
+    )
 
 
 def topology_sequences(canonical_replicas: int, *, max_size: int = 4) -> st.SearchStrategy[list[Topology]]:

@@ -39,17 +39,29 @@ def random_config(rng: Random) -> PipelineConfig:
     chain: list[tuple[str, dict[str, Any]]] = []
     r = rng.random()
     if r < 0.25:
-        chain.append(("pack_sequences", {"max_length": rng.choice([96, 160, 256]), "num_bins": rng.randint(1, 6)}))
+        chain.append(
+            ("pack_sequences", {"max_length": rng.choice([96, 160, 256]), "num_bins": rng.randint(1, 6)})
+        )
     elif r < 0.4:
-        chain.append(("pack_sequences", {"max_length": rng.choice([96, 160, 256]), "num_bins": rng.randint(1, 6),
-                                         "algorithm": "best_fit"}))
+        chain.append(
+            (
+                "pack_sequences",
+                {
+                    "max_length": rng.choice([96, 160, 256]),
+                    "num_bins": rng.randint(1, 6),
+                    "algorithm": "best_fit",
+                },
+            )
+        )
     elif r < 0.55:
         chain.append(("pack_sequences", {"max_length": rng.choice([48, 128]), "algorithm": "wrap"}))
     r = rng.random()
     if r < 0.3:
         chain.append(("shuffle", {"buffer_size": rng.randint(1, 40), "seed": rng.randint(0, 99)}))
     elif r < 0.45:
-        chain.append(("shuffle", {"buffer_size": rng.randint(1, 20), "seed": rng.randint(0, 99), "algorithm": "block"}))
+        chain.append(
+            ("shuffle", {"buffer_size": rng.randint(1, 20), "seed": rng.randint(0, 99), "algorithm": "block"})
+        )
     r = rng.random()
     if r < 0.2:
         chain.append(("ensure_mixture", {}))

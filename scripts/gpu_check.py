@@ -91,7 +91,10 @@ def run(device_name: str, seed: int, lanes: int) -> tuple[bool, str]:
         worker_collated = list(loader)
     # check 1: the worker split
     if _per_lane([_cursor_view(b) for b in raw]) != _per_lane(reference):
-        return False, f"per-lane streams through DataLoader(num_workers={NUM_WORKERS}) differ from the single-process run"
+        return (
+            False,
+            f"per-lane streams through DataLoader(num_workers={NUM_WORKERS}) differ from the single-process run",
+        )
     # check 2: collation on the device equals the CPU collation of the same batches
     on_device: list[dict[str, Any]] = []
     tokens = 0
@@ -100,7 +103,10 @@ def run(device_name: str, seed: int, lanes: int) -> tuple[bool, str]:
         dev = collate_batch(batch, device=device)
         for name in COLLATED_FIELDS:
             if dev[name].device.type != device.type:
-                return False, f"batch {i} {name}: expected a tensor on {device}, received one on {dev[name].device}"
+                return (
+                    False,
+                    f"batch {i} {name}: expected a tensor on {device}, received one on {dev[name].device}",
+                )
             if not _same(dev[name], cpu[name], torch):
                 return False, f"batch {i} {name}: the {device} collation differs from the CPU collation"
         tokens += int(dev["attention_mask"].sum().item())  # a reduction that runs on the device
@@ -116,9 +122,11 @@ def run(device_name: str, seed: int, lanes: int) -> tuple[bool, str]:
             if not _same(a[name], b[name], torch):
                 return False, f"batch {i} {name}: worker-collated tensors copied to {device} differ"
     where = str(device) if device.type != "cuda" else f"{device} ({torch.cuda.get_device_name(device)})"
-    return True, (f"{len(raw)} batches ({tokens} tokens, {lanes} lanes) via DataLoader(num_workers={NUM_WORKERS}) "
-                  f"on {where}: per-lane streams identical to the single-process run, device tensors equal "
-                  f"the CPU collation, worker-collated copies equal too ({time.monotonic() - t0:.1f} s)")
+    return True, (
+        f"{len(raw)} batches ({tokens} tokens, {lanes} lanes) via DataLoader(num_workers={NUM_WORKERS}) "
+        f"on {where}: per-lane streams identical to the single-process run, device tensors equal "
+        f"the CPU collation, worker-collated copies equal too ({time.monotonic() - t0:.1f} s)"
+    )
 
 
 def _tail(text: str) -> str:
@@ -133,7 +141,9 @@ def _run_part(cmd: list[str], budget_end: float) -> tuple[bool, str]:
         return False, "budget exhausted before it started"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
-        res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=left, check=False, env=env)
+        res = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=left, check=False, env=env
+        )
     except subprocess.TimeoutExpired:
         return False, f"stopped by the time budget after {left:.0f} s"
     return res.returncode == 0, _tail(res.stdout + "\n" + res.stderr if res.returncode else res.stdout)
@@ -174,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: {'PASS' if ok else 'FAIL'}: {detail}")
         return 0 if ok else 1
     parts = [f"checks {'ok' if ok else 'FAILED: ' + detail}"]
-    tests_ok, tests_line = _run_part([sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider",
-                                      args.tests], budget_end)
+    tests_ok, tests_line = _run_part(
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", args.tests], budget_end
+    )
     parts.append(f"{args.tests}: {tests_line}")
     bench = ROOT / "bench" / "bench_tensor.py"
     bench_ok = True

@@ -240,7 +240,9 @@ def _phase(engine: Engine, lane: int) -> float:
     return ((cur.chunk_id % k) + min(cur.chunk_offset + 1, size) / size) / k % 1.0
 
 
-def checkpoint_sample(pipeline: Pipeline, engine: Engine, step: int) -> tuple[CheckpointSample, dict[str, Any]]:
+def checkpoint_sample(
+    pipeline: Pipeline, engine: Engine, step: int
+) -> tuple[CheckpointSample, dict[str, Any]]:
     state = pipeline.checkpoint()
     nbytes = len(codec.encode(state))
     lanes = sorted(engine.streams)
@@ -408,7 +410,9 @@ class FlushArmIllegal(ConfigError):
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman rank correlation of two equally long sequences (average ranks for ties)."""
     if len(xs) != len(ys) or len(xs) < 2:
-        raise ConfigError(expected("spearman inputs", "two sequences of equal length >= 2", (len(xs), len(ys))))
+        raise ConfigError(
+            expected("spearman inputs", "two sequences of equal length >= 2", (len(xs), len(ys)))
+        )
     rx, ry = _ranks(xs), _ranks(ys)
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))

@@ -32,7 +32,9 @@ __all__ = ["announced", "dies_once", "sleeps", "sleeps_deaf"]
 TaskFn = Callable[..., Mapping[str, Any]]
 
 
-def announced(trace_dir: str, key: str, delay_s: float, fn: TaskFn, args: tuple[Any, ...]) -> Mapping[str, Any]:
+def announced(
+    trace_dir: str, key: str, delay_s: float, fn: TaskFn, args: tuple[Any, ...]
+) -> Mapping[str, Any]:
     Path(trace_dir, f"{key}.{os.getpid()}").write_text(str(os.getpid()))
     time.sleep(delay_s)  # clock-ok: a window for the test to kill this worker
     return fn(*args)

@@ -43,8 +43,16 @@ import networkx as nx
 from zephon_ref.types import SampleBatch, SampleRecord
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["LaneLineage", "LineageReport", "Sink", "admitted_from_source", "check_lineage", "check_lineage_views",
-           "lineage_report", "records_of"]
+__all__ = [
+    "LaneLineage",
+    "LineageReport",
+    "Sink",
+    "admitted_from_source",
+    "check_lineage",
+    "check_lineage_views",
+    "lineage_report",
+    "records_of",
+]
 
 Offset = tuple[int, int]  # (chunk_id, chunk_offset)
 Node = tuple[Any, ...]
@@ -108,7 +116,9 @@ def records_of(items: Iterable[Any]) -> list[SampleRecord]:
         elif isinstance(x, SampleRecord):
             out.append(x)
         else:
-            raise TypeError(f"delivered item: expected a SampleBatch or SampleRecord, received {type(x).__name__}")
+            raise TypeError(
+                f"delivered item: expected a SampleBatch or SampleRecord, received {type(x).__name__}"
+            )
     return out
 
 
@@ -176,7 +186,9 @@ def check_lineage_views(
 Sink = tuple[Node, int, Any, tuple[tuple[int, int, bool], ...]]
 
 
-def lineage_report(admitted: Mapping[int, Mapping[int, Iterable[int]]], sinks: Iterable[Sink]) -> LineageReport:
+def lineage_report(
+    admitted: Mapping[int, Mapping[int, Iterable[int]]], sinks: Iterable[Sink]
+) -> LineageReport:
     """The verdicts of :func:`check_lineage` from plain sinks (the shared core)."""
     g = nx.MultiDiGraph()
     for lane, chunks in admitted.items():

@@ -110,7 +110,9 @@ class ReplayDivergence(ContractError):
     found there (None past the end); ``label`` and ``n`` are what the run asked.
     """
 
-    def __init__(self, message: str, *, position: int, recorded: Decision | None, label: str | None, n: int | None) -> None:
+    def __init__(
+        self, message: str, *, position: int, recorded: Decision | None, label: str | None, n: int | None
+    ) -> None:
         super().__init__(message)
         self.position = position
         self.recorded = recorded
@@ -199,7 +201,11 @@ class BaseChoices:
         _check_int(f"chance({label!r}) denominator", denominator)
         if denominator < 1 or not 0 <= numerator <= denominator:
             raise ConfigError(
-                expected(f"chance({label!r})", "0 <= numerator <= denominator, denominator >= 1", (numerator, denominator))
+                expected(
+                    f"chance({label!r})",
+                    "0 <= numerator <= denominator, denominator >= 1",
+                    (numerator, denominator),
+                )
             )
         if numerator == 0:
             return False
@@ -277,7 +283,9 @@ class _PackedRecord:
         yield b"]"
 
     def decisions(self) -> tuple[Decision, ...]:
-        return tuple(Decision(label, n, index) for label, n, index in json.loads(b"".join(self.json_pieces())))
+        return tuple(
+            Decision(label, n, index) for label, n, index in json.loads(b"".join(self.json_pieces()))
+        )
 
 
 class SeededChoices(BaseChoices):
@@ -394,7 +402,9 @@ class ReplayChoices(BaseChoices):
             decisions = decode_decisions(decisions)
         for decision in decisions:
             if not isinstance(decision, Decision):
-                raise ConfigTypeError(expected("ReplayChoices decisions", "Decision values or a decision string", decision))
+                raise ConfigTypeError(
+                    expected("ReplayChoices decisions", "Decision values or a decision string", decision)
+                )
         self._recorded: tuple[Decision, ...] = tuple(decisions)
         self._position = 0
         self._fallback = fallback
@@ -520,7 +530,9 @@ def encode_decisions(decisions: Sequence[Decision]) -> str:
     previous: tuple[int, int] | None = None
     for decision in decisions:
         if not isinstance(decision, Decision) or decision.n < 2 or not 0 <= decision.index < decision.n:
-            raise ConfigError(expected("encode_decisions", "Decision values with n >= 2 and 0 <= index < n", decision))
+            raise ConfigError(
+                expected("encode_decisions", "Decision values with n >= 2 and 0 <= index < n", decision)
+            )
         number = labels.setdefault(decision.label, len(labels))
         kind = (number, decision.n)
         if kind == previous:
@@ -551,13 +563,18 @@ def decode_decisions(text: str) -> tuple[Decision, ...]:
     if not isinstance(text, str):
         raise ConfigTypeError(expected("decode_decisions", "a str", text))
     if not text.startswith(_FORMAT_PREFIX):
-        raise DecisionFormatError(expected("decision string", f"a string starting {_FORMAT_PREFIX!r}", text[:16]))
+        raise DecisionFormatError(
+            expected("decision string", f"a string starting {_FORMAT_PREFIX!r}", text[:16])
+        )
     body = text[len(_FORMAT_PREFIX) :]
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError) as exc:
         raise DecisionFormatError(f"decision string: not base64url ({exc})") from None
-    if len(raw) < _CHECK_BYTES or hashlib.blake2b(raw[:-_CHECK_BYTES], digest_size=_CHECK_BYTES).digest() != raw[-_CHECK_BYTES:]:
+    if (
+        len(raw) < _CHECK_BYTES
+        or hashlib.blake2b(raw[:-_CHECK_BYTES], digest_size=_CHECK_BYTES).digest() != raw[-_CHECK_BYTES:]
+    ):
         raise DecisionFormatError("decision string: checksum mismatch (the string is damaged or truncated)")
     reader = _Reader(raw[:-_CHECK_BYTES])
     labels: list[str] = []
@@ -573,10 +590,14 @@ def decode_decisions(text: str) -> tuple[Decision, ...]:
         if head & 1:
             number = reader.varint()
             if number >= len(labels):
-                raise DecisionFormatError(expected(f"decision {position} label number", f"< {len(labels)}", number))
+                raise DecisionFormatError(
+                    expected(f"decision {position} label number", f"< {len(labels)}", number)
+                )
             kind = (labels[number], reader.varint() + 2)
         if kind is None:
-            raise DecisionFormatError(f"decision string: decision {position} repeats a kind before any was given")
+            raise DecisionFormatError(
+                f"decision string: decision {position} repeats a kind before any was given"
+            )
         index = head >> 1
         if index >= kind[1]:
             raise DecisionFormatError(expected(f"decision {position} index", f"< n ({kind[1]})", index))
@@ -606,7 +627,9 @@ def reproduce_command(seed: int | None, decisions: str | None, **config: int | s
         parts += ["--seed", str(_check_int("reproduce_command seed", seed))]
     if decisions is not None:
         if not isinstance(decisions, str):
-            raise ConfigTypeError(expected("reproduce_command decisions", "an encoded decision string", decisions))
+            raise ConfigTypeError(
+                expected("reproduce_command decisions", "an encoded decision string", decisions)
+            )
         parts += ["--decisions", decisions]
     for key in sorted(config):
         value = config[key]

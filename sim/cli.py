@@ -77,25 +77,43 @@ CONFIG_FIELDS: dict[str, tuple[str, str]] = {
     "lanes": ("lanes", "canonical_replicas: the lanes the data is split into"),
     "ranks": ("ranks", "data-parallel ranks at the start"),
     "workers": ("workers per rank", "DataLoader workers per rank, each a participant owning some lanes"),
-    "steps": ("global steps", "steps to train; a global step takes one item from every lane (the run ends "
-                              "earlier at the end of data)"),
-    "checkpoint_every": ("global steps", "a checkpoint at every N-th step boundary (and before a planned resize)"),
+    "steps": (
+        "global steps",
+        "steps to train; a global step takes one item from every lane (the run ends "
+        "earlier at the end of data)",
+    ),
+    "checkpoint_every": (
+        "global steps",
+        "a checkpoint at every N-th step boundary (and before a planned resize)",
+    ),
     "restart_ranks": ("ranks", "the rank counts a restart or a planned resize may pick"),
     "allow_uneven": ("", "rank counts that do not divide lanes are allowed"),
-    "aggregation": ("", "checkpoints run the real aggregation round, one protocol step per kernel event "
-                        "(off: the participants' states are merged at once)"),
+    "aggregation": (
+        "",
+        "checkpoints run the real aggregation round, one protocol step per kernel event "
+        "(off: the participants' states are merged at once)",
+    ),
     "storage": ("", "checkpoints are saved by the durable store into FaultyStorage (off: kept in memory)"),
-    "unrecoverable": ("", "every stored generation is damaged at a crash; the run checks that restore refuses"),
+    "unrecoverable": (
+        "",
+        "every stored generation is damaged at a crash; the run checks that restore refuses",
+    ),
     "max_crashes": ("crashes", "at most this many job or rank crashes"),
-    "max_latency": ("ticks", "each participant event (an engine step) comes 1..N ticks of virtual time after "
-                             "the last, times its rank's slowdown"),
+    "max_latency": (
+        "ticks",
+        "each participant event (an engine step) comes 1..N ticks of virtual time after "
+        "the last, times its rank's slowdown",
+    ),
     "microbatch_size": ("items", "the workload's batch size"),
     "ensure_mixture": ("", "the workload's pipeline has ensure_mixture"),
     "shuffle_seed": ("", "the workload's shuffle seed"),
     "pack_algorithm": ("", "the workload's packing: first_fit, best_fit or wrap"),
     "shuffle_algorithm": ("", "the workload's shuffle: streaming or block"),
-    "drop_last": ("", "the workload's batch drops each lane's final partial batch (the lineage check "
-                      "excuses exactly what an uninterrupted run drops)"),
+    "drop_last": (
+        "",
+        "the workload's batch drops each lane's final partial batch (the lineage check "
+        "excuses exactly what an uninterrupted run drops)",
+    ),
     "mapping_strategy": ("", "how lanes map onto ranks: contiguous or interleaved"),
     "mid_step_checkpoint": ("deliveries", "a checkpoint cut right after a delivery inside a global step"),
     "crash": ("participant events", "the whole job crashes"),
@@ -162,13 +180,20 @@ def parse_seeds(text: str) -> range:
 
 
 def _add_overrides(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("overrides (each defaults to the value the seed derives; see the configuration fields above)")
+    g = p.add_argument_group(
+        "overrides (each defaults to the value the seed derives; see the configuration fields above)"
+    )
     for name in _FLAGS:
         low, text = _FLAG_HELP[name]
         g.add_argument("--" + name.replace("_", "-"), type=int_at_least(low), default=None, dest=name,
                        metavar="N", help=text if "(default" in text else text + " (default: from the seed)")
-    g.add_argument("--faults", type=_faults, default=None, metavar="KINDS",
-                   help=f"comma list of fault kinds ({', '.join(FAULTS)}), 'all' or 'none' (default: from the seed)")
+    g.add_argument(
+        "--faults",
+        type=_faults,
+        default=None,
+        metavar="KINDS",
+        help=f"comma list of fault kinds ({', '.join(FAULTS)}), 'all' or 'none' (default: from the seed)",
+    )
     for name, text in (("aggregation", "checkpoints run the real aggregation round"),
                        ("storage", "checkpoints go through the durable store into FaultyStorage"),
                        ("unrecoverable", "damage every stored generation at a crash; restore must refuse")):
@@ -219,9 +244,15 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     print(dropped_line(caught))
     print("fingerprint " + r.fingerprint)
     if ns.json:
-        doc = {"command": reproduce(ns.seed, ov), "config": cfg, "config_fields": {
-            k: {"unit": u, "meaning": m} for k, (u, m) in CONFIG_FIELDS.items() if k in cfg},
-            "result": {**s, "problems": list(r.problems)}, "reproduce": None if r.ok else reproduce(ns.seed, ov)}
+        doc = {
+            "command": reproduce(ns.seed, ov),
+            "config": cfg,
+            "config_fields": {
+                k: {"unit": u, "meaning": m} for k, (u, m) in CONFIG_FIELDS.items() if k in cfg
+            },
+            "result": {**s, "problems": list(r.problems)},
+            "reproduce": None if r.ok else reproduce(ns.seed, ov),
+        }
         _write_json(ns.json, doc)
     if ns.timeline:
         from sim.timeline import draw_seed
@@ -239,10 +270,15 @@ def dropped_line(caught: Sequence[warnings.WarningMessage]) -> str:
             by.setdefault(w.message.cause, []).append(w.message)
     if not by:
         return "dropped data: none"
-    parts = [f"{cause}: {sum(w.records for w in ws)} records"
-             + (f" ({sum(w.tokens or 0 for w in ws)} tokens)" if any(w.tokens is not None for w in ws) else "")
-             + f" in {len(ws)} flushes on {len({w.lane for w in ws})} lanes" for cause, ws in sorted(by.items())]
-    return "dropped data (DataDroppedWarning, by the workload's configuration; docs/drops.md): " + "; ".join(parts)
+    parts = [
+        f"{cause}: {sum(w.records for w in ws)} records"
+        + (f" ({sum(w.tokens or 0 for w in ws)} tokens)" if any(w.tokens is not None for w in ws) else "")
+        + f" in {len(ws)} flushes on {len({w.lane for w in ws})} lanes"
+        for cause, ws in sorted(by.items())
+    ]
+    return "dropped data (DataDroppedWarning, by the workload's configuration; docs/drops.md): " + "; ".join(
+        parts
+    )
 
 
 def _write_json(path: str, doc: Any) -> None:
@@ -259,8 +295,19 @@ def sweep(seeds: Sequence[int], overrides: dict[str, Any], *, jobs: int, progres
     """Run every seed (in ``jobs`` processes, or on Ray) and summarise (see :mod:`sim.sweep`)."""
     from sim.sweep import run_sweep
 
-    summary, _ = run_sweep(seeds, overrides, jobs=jobs, ray=ray, jsonl=jsonl, resume=resume, budget_s=budget_s,
-                           progress=progress, report=report, batch=batch, task_memory_mb=task_memory_mb)
+    summary, _ = run_sweep(
+        seeds,
+        overrides,
+        jobs=jobs,
+        ray=ray,
+        jsonl=jsonl,
+        resume=resume,
+        budget_s=budget_s,
+        progress=progress,
+        report=report,
+        batch=batch,
+        task_memory_mb=task_memory_mb,
+    )
     return summary
 
 
@@ -276,7 +323,9 @@ def _cmd_sweep(ns: argparse.Namespace) -> int:
     text = json.dumps(summary, indent=1, sort_keys=True)
     if ns.out:
         _write_json(ns.out, json.loads(text))
-    print(f"{summary['runs']} seeds, {summary['ok']} ok, {summary['failed']} failed; {summary['events']} events")
+    print(
+        f"{summary['runs']} seeds, {summary['ok']} ok, {summary['failed']} failed; {summary['events']} events"
+    )
     print("probes (seeds reaching each): " + json.dumps(summary["probes_seeds_reached"]))
     if summary["fault_kinds_unreached"]:
         print("fault kinds no seed reached: " + ", ".join(summary["fault_kinds_unreached"]))
@@ -314,9 +363,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     r = sub.add_parser("run", help="run and check one seed", description=_RUN_DESCRIPTION,
                        formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
     r.add_argument("--seed", type=int_at_least(0), required=True, help="the run's seed, an int >= 0")
-    r.add_argument("--json", type=writable_path, default=None, metavar="FILE",
-                   help="also write the configuration (with each field's unit and meaning) and the result here "
-                        "(default: none)")
+    r.add_argument(
+        "--json",
+        type=writable_path,
+        default=None,
+        metavar="FILE",
+        help="also write the configuration (with each field's unit and meaning) and the result here "
+        "(default: none)",
+    )
     r.add_argument("--timeline", type=writable_path, default=None, metavar="FILE.png",
                    help="draw the run's timeline (ranks against virtual time, the checker's witness marked) "
                         "(default: none)")
@@ -328,22 +382,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "bar on stderr.", formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
     s.add_argument("--seeds", type=parse_seeds, required=True, help="A..B (inclusive) or N, seeds >= 0")
     s.add_argument("--jobs", type=int_at_least(1), default=None, help="processes (default: every core)")
-    s.add_argument("--out", type=writable_path, default=None, metavar="FILE", help="write the JSON summary here")
-    s.add_argument("--quiet", action="store_true", help="no progress bar (it is off anyway when stderr is not "
-                                                        "a terminal)")
+    s.add_argument(
+        "--out", type=writable_path, default=None, metavar="FILE", help="write the JSON summary here"
+    )
+    s.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (it is off anyway when stderr is not a terminal)",
+    )
     s.add_argument("--ray", nargs="?", const=True, default=False, metavar="ADDRESS",
                    help="run the seeds on a Ray cluster at ADDRESS (no ADDRESS: a local Ray instance); "
                         "needs the cluster extra (default: off)")
-    s.add_argument("--jsonl", type=writable_path, default=None, metavar="FILE", help="stream one JSON record per seed here as it ends (default: none)")
-    s.add_argument("--resume", type=existing_file, default=None, metavar="FILE",
-                   help="continue the sweep whose JSONL is FILE: seeds it has are not run again (default: none)")
+    s.add_argument(
+        "--jsonl",
+        type=writable_path,
+        default=None,
+        metavar="FILE",
+        help="stream one JSON record per seed here as it ends (default: none)",
+    )
+    s.add_argument(
+        "--resume",
+        type=existing_file,
+        default=None,
+        metavar="FILE",
+        help="continue the sweep whose JSONL is FILE: seeds it has are not run again (default: none)",
+    )
     s.add_argument("--budget", type=number_above(0), default=None, metavar="SECONDS",
                    help="a seed running longer is reported as a timeout (not retried) (default: no budget)")
     s.add_argument("--batch", type=int_at_least(1), default=1, metavar="K", help="seeds per task")
-    s.add_argument("--task-memory", type=int_at_least(1), default=None, metavar="MB",
-                   help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds (default: none)")
-    s.add_argument("--report", type=writable_path, default=None, metavar="FILE.html",
-                   help="write the report page (probe coverage, failures by kind, a timeline per failing seed) (default: none)")
+    s.add_argument(
+        "--task-memory",
+        type=int_at_least(1),
+        default=None,
+        metavar="MB",
+        help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds (default: none)",
+    )
+    s.add_argument(
+        "--report",
+        type=writable_path,
+        default=None,
+        metavar="FILE.html",
+        help="write the report page (probe coverage, failures by kind, a timeline per failing seed) (default: none)",
+    )
     _add_overrides(s)
     sub.add_parser("scale", help="one aggregation round, star or manifest tree, at up to 200,000 ranks "
                                  "(python -m sim.scale; 'python -m sim scale --help' for its options)",

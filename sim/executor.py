@@ -120,7 +120,10 @@ def _alarm(budget_s: float | None) -> contextlib.AbstractContextManager[None]:
 
 def execute(fn: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], budget_s: float | None) -> Record:
     """Run one attempt; always returns a record body (``status`` plus the function's dict or the failure)."""
-    t0, c0 = time.perf_counter(), time.process_time()  # clock-ok: the record's seconds, never a decision of a run
+    t0, c0 = (
+        time.perf_counter(),
+        time.process_time(),
+    )  # clock-ok: the record's seconds, never a decision of a run
     try:
         with _alarm(budget_s):
             out = fn(*args)
@@ -219,7 +222,9 @@ class ProcessBackend:
         if start_method is not None and start_method not in methods:
             raise ConfigError(f"start_method: expected one of {methods}, received {start_method!r}")
         self.jobs = jobs
-        self._ctx: Any = multiprocessing.get_context(start_method or ("fork" if "fork" in methods else "spawn"))
+        self._ctx: Any = multiprocessing.get_context(
+            start_method or ("fork" if "fork" in methods else "spawn")
+        )
         self._workers: list[_Worker] = []
 
     def _spawn(self) -> _Worker:
@@ -320,9 +325,16 @@ class RayBackend:
     name = "ray"
     GRACE_S = 30.0
 
-    def __init__(self, address: str | None = None, *, num_cpus: int | None = None,
-                 object_store_memory: int = 300 * 2**20, inflight_per_cpu: int = 4,
-                 code_roots: tuple[str, ...] = ("zephon_ref", "sim"), task_memory_mb: int | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        num_cpus: int | None = None,
+        object_store_memory: int = 300 * 2**20,
+        inflight_per_cpu: int = 4,
+        code_roots: tuple[str, ...] = ("zephon_ref", "sim"),
+        task_memory_mb: int | None = None,
+    ) -> None:
         try:
             import ray as ray_module
         except ImportError as exc:  # the optional extra
@@ -353,10 +365,12 @@ class RayBackend:
         mine = code_digest(self.code_roots)
         theirs = self.ray.get(self.ray.remote(_remote_digest).remote(self.code_roots), timeout=300)
         if theirs["digest"] != mine:
-            raise ExecutorError(f"the Ray cluster at {self.address or 'local'} runs other zephon_ref/sim code "
-                                f"(digest {theirs['digest'][:12]}, this checkout {mine[:12]}): install "
-                                f"this checkout on its nodes (pip install -e '.[cluster]') or results would "
-                                f"not be this code's")
+            raise ExecutorError(
+                f"the Ray cluster at {self.address or 'local'} runs other zephon_ref/sim code "
+                f"(digest {theirs['digest'][:12]}, this checkout {mine[:12]}): install "
+                f"this checkout on its nodes (pip install -e '.[cluster]') or results would "
+                f"not be this code's"
+            )
         self._checked = True
 
     def run(self, tasks: Sequence[Task], *, budget_s: float | None, retries: int) -> Iterator[Record]:
@@ -404,8 +418,12 @@ def make_backend(*, jobs: int | None = None, ray: str | None | bool = False, bud
     one, since a budget needs a worker the driver can kill); ``ray`` True or None: a local Ray instance;
     a string: the Ray cluster at that address."""
     if ray is not False:
-        return RayBackend(None if ray is True or not ray else str(ray), num_cpus=num_cpus, code_roots=code_roots,
-                          task_memory_mb=task_memory_mb)
+        return RayBackend(
+            None if ray is True or not ray else str(ray),
+            num_cpus=num_cpus,
+            code_roots=code_roots,
+            task_memory_mb=task_memory_mb,
+        )
     n = jobs if jobs is not None else (os.cpu_count() or 1)
     if n <= 1 and budget_s is None:
         return InlineBackend()
@@ -476,14 +494,18 @@ def run_tasks(tasks: Sequence[Task], backend: Backend, *, jsonl: Path | str | No
     path = Path(jsonl) if jsonl is not None else None
     if resume:
         if path is None or not path.exists():
-            raise ConfigError(f"resume: expected an existing JSONL file of an earlier run, received {jsonl!r}")
+            raise ConfigError(
+                f"resume: expected an existing JSONL file of an earlier run, received {jsonl!r}"
+            )
         theirs, old = read_records(path)
         _drop_torn_tail(path)
         want = json.loads(json.dumps(dict(header or {})))
         if header is not None and theirs is not None and theirs != want:
             diff = sorted(k for k in set(theirs) | set(want) if theirs.get(k) != want.get(k))
-            raise ExecutorError(f"resume: {path} is another run's (its header differs in {diff}: "
-                                f"{ {k: theirs.get(k) for k in diff} } here { {k: want.get(k) for k in diff} })")
+            raise ExecutorError(
+                f"resume: {path} is another run's (its header differs in {diff}: "
+                f"{ {k: theirs.get(k) for k in diff} } here { {k: want.get(k) for k in diff} })"
+            )
         known = set(keys)
         old = [r for r in old if r["task"] in known]
     finished = {r["task"] for r in old}

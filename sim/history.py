@@ -114,9 +114,15 @@ def _lane_problem(lane: int, got: list[Any], want: list[Any], steps: list[int], 
         if not exact or len(got) == len(want):
             return None
         where = f"seed {seed}, " if seed is not None else ""
-        return Problem("lost", f"{where}lane {lane}: the run drained the data but the lane's stream ends after "
-                       f"{len(got)} items, the reference has {len(want)} (lost: {want[len(got)]!r:.120})",
-                       seed, steps[-1] if steps else 0, lane, want[len(got)])
+        return Problem(
+            "lost",
+            f"{where}lane {lane}: the run drained the data but the lane's stream ends after "
+            f"{len(got)} items, the reference has {len(want)} (lost: {want[len(got)]!r:.120})",
+            seed,
+            steps[-1] if steps else 0,
+            lane,
+            want[len(got)],
+        )
     at = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), min(len(got), len(want)))
     where = f"seed {seed}, " if seed is not None else ""
     if at >= len(want):
@@ -139,7 +145,9 @@ def _lane_problem(lane: int, got: list[Any], want: list[Any], steps: list[int], 
                    f"got {record!r:.160}", seed, steps[at], lane, record)
 
 
-def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None) -> RunReport:
+def check_history(
+    history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None
+) -> RunReport:
     """Judge a world's history against the uninterrupted reference (see the module docstring)."""
     consumed: list[Step] = []
     dp_of_step: list[int] = []  # the rank count that produced each consumed step
@@ -153,7 +161,9 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
     drifted = False
     # generation -> (consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step, drifted, dp at the
     # cut, items of the unfinished step at the cut)
-    snapshots: dict[Any, tuple[list[Step], list[int], list[str | None], list[bool], list[Any], bool, int, int]] = {}
+    snapshots: dict[
+        Any, tuple[list[Step], list[int], list[str | None], list[bool], list[Any], bool, int, int]
+    ] = {}
     for e in history:
         if e.type != "ok":
             continue
@@ -161,8 +171,9 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
             dp = int(e.detail)
         elif e.kind == "step":
             if e.step != len(consumed) + 1:
-                problems.append(Problem("step-order", f"step {e.step} taken after {len(consumed)} steps", seed,
-                                        e.step))
+                problems.append(
+                    Problem("step-order", f"step {e.step} taken after {len(consumed)} steps", seed, e.step)
+                )
                 break
             consumed.append(tuple(e.detail))
             dp_of_step.append(dp)
@@ -170,9 +181,16 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
             drift_of_step.append(drifted)
             order_of_step.append(e.extra.get("order") if isinstance(e.extra, dict) else None)
         elif e.kind == "checkpoint" and isinstance(e.extra, dict) and e.extra.get("generation") is not None:
-            snapshots[e.extra["generation"]] = (list(consumed), list(dp_of_step), list(remap_of_step),
-                                                list(drift_of_step), list(order_of_step), drifted,
-                                                int(e.extra.get("dp") or dp), int(e.extra.get("mid_step") or 0))
+            snapshots[e.extra["generation"]] = (
+                list(consumed),
+                list(dp_of_step),
+                list(remap_of_step),
+                list(drift_of_step),
+                list(order_of_step),
+                drifted,
+                int(e.extra.get("dp") or dp),
+                int(e.extra.get("mid_step") or 0),
+            )
         elif e.kind == "restore":
             restores += 1
             gen = e.extra.get("generation") if isinstance(e.extra, dict) else None
@@ -186,8 +204,15 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
                 mid, cut_dp = int(info.get("mid_step", snap[7]) or 0), int(info.get("cut_dp", snap[6]) or 0)
                 drifted = snap[5] or (mid > 0 and cut_dp != new_dp)
                 if len(consumed) != e.step:
-                    problems.append(Problem("step-order", f"restore of generation {gen} claims step {e.step}, "
-                                            f"it was saved after {len(consumed)} steps", seed, e.step))
+                    problems.append(
+                        Problem(
+                            "step-order",
+                            f"restore of generation {gen} claims step {e.step}, "
+                            f"it was saved after {len(consumed)} steps",
+                            seed,
+                            e.step,
+                        )
+                    )
                     break
             elif gen is None and e.step == 0:
                 consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step = [], [], [], [], []
@@ -219,7 +244,9 @@ def check_history(history: Sequence[Event], reference: Sequence[Step], *, seed: 
         if p is not None:
             problems.append(p)
     # drifted steps are compared per lane only: stand the reference's own step in for them here
-    undrifted = [reference[i] if drift_of_step[i] and i < len(reference) else step for i, step in enumerate(consumed)]
+    undrifted = [
+        reference[i] if drift_of_step[i] and i < len(reference) else step for i, step in enumerate(consumed)
+    ]
     for text in global_step_problems(undrifted, reference):
         n = int(text.split()[2].rstrip(":"))
         problems.append(Problem("global-step", f"seed {seed}, {text}" if seed is not None else text, seed, n,

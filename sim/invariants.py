@@ -120,7 +120,9 @@ def resume_problems(reference: Sequence[Any], resumed: Sequence[Any], *, cut: in
         return []
     at = _first_difference(got, want)
     if at >= len(got):
-        return [f"resumed at {cut}: the stream ends after {len(got)} items, the reference has {len(want)} more"]
+        return [
+            f"resumed at {cut}: the stream ends after {len(got)} items, the reference has {len(want)} more"
+        ]
     if at >= len(want):
         return [f"resumed at {cut}: item {cut + at} is extra, past the reference's {len(reference)} items"]
     kind = "a repeat" if got[at] in reference[:cut + at] else "skipped, reordered or changed"
@@ -207,9 +209,11 @@ def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int
     multiplexer grows, and nothing bounds its inflight set (:func:`inflight_growth`).
     """
     if k < 0 or depth_samples < 0 or min_chunk < 1 or fetch_batch < 1:
-        raise ValueError(f"inflight_bound: expected k >= 0, depth_samples >= 0, min_chunk >= 1, fetch_batch >= 1, "
-                         f"received k={k}, depth_samples={depth_samples}, min_chunk={min_chunk}, "
-                         f"fetch_batch={fetch_batch}")
+        raise ValueError(
+            f"inflight_bound: expected k >= 0, depth_samples >= 0, min_chunk >= 1, fetch_batch >= 1, "
+            f"received k={k}, depth_samples={depth_samples}, min_chunk={min_chunk}, "
+            f"fetch_batch={fetch_batch}"
+        )
     if monotone or k == 0:
         return 1 + math.ceil((fetch_batch + depth_samples) / min_chunk)
     return k + math.ceil(depth_samples / min_chunk)

@@ -260,14 +260,18 @@ class Kernel:
             delay = _check_int("Kernel.schedule after", after)
             if delay < 0:
                 raise SchedulingInPast(
-                    expected("Kernel.schedule after", "a delay >= 0", delay), now=self._now, requested=self._now + delay
+                    expected("Kernel.schedule after", "a delay >= 0", delay),
+                    now=self._now,
+                    requested=self._now + delay,
                 )
             time = self._now + delay
         else:
             time = _check_int("Kernel.schedule at", at)
             if time < self._now:
                 raise SchedulingInPast(
-                    expected("Kernel.schedule at", f"a tick >= now ({self._now})", time), now=self._now, requested=time
+                    expected("Kernel.schedule at", f"a tick >= now ({self._now})", time),
+                    now=self._now,
+                    requested=time,
                 )
         _check_int("Kernel.schedule priority", priority)
         if not isinstance(label, str):
@@ -296,7 +300,9 @@ class Kernel:
             seq = self._seq
             self._seq = seq + 1
             bucket = self._bucket
-            if self._choices is None and (not bucket or (bucket[0][_TIME] == time and bucket[0][_PRIO] == priority)):
+            if self._choices is None and (
+                not bucket or (bucket[0][_TIME] == time and bucket[0][_PRIO] == priority)
+            ):
                 bucket.append([time, priority, seq, action, label, False])  # _push, inlined
             else:
                 heapq.heappush(self._heap, [time, priority, seq, action, label, False])
@@ -347,7 +353,9 @@ class Kernel:
             _check_int("Kernel.run until", until)
             if until < self._now:
                 raise SchedulingInPast(
-                    expected("Kernel.run until", f"a tick >= now ({self._now})", until), now=self._now, requested=until
+                    expected("Kernel.run until", f"a tick >= now ({self._now})", until),
+                    now=self._now,
+                    requested=until,
                 )
         if max_events is not None and _check_int("Kernel.run max_events", max_events) < 0:
             raise ConfigError(expected("Kernel.run max_events", "a budget >= 0", max_events))

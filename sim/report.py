@@ -106,8 +106,10 @@ def _timeline(seed: int, overrides: Mapping[str, Any]) -> tuple[str | None, str]
         r, world = run_seed_world(seed, **dict(overrides))
     except Exception as exc:  # the run raises here too: the traceback above says where
         return None, f"no timeline: the run raised {type(exc).__name__}: {exc}"[:300]
-    title = (f"seed {seed}: {'ok (did not fail when run again here!)' if r.ok else 'FAILED'}; {r.steps} global "
-             f"steps, {r.crashes} crashes, {r.restores} restores; {r.config['lanes']} lanes")
+    title = (
+        f"seed {seed}: {'ok (did not fail when run again here!)' if r.ok else 'FAILED'}; {r.steps} global "
+        f"steps, {r.crashes} crashes, {r.restores} restores; {r.config['lanes']} lanes"
+    )
     return _png(figure(world.history, seed=seed, witnesses=r.witnesses, title=title)), ""
 
 
@@ -132,7 +134,8 @@ def write_report(path: Path | str, summary: Mapping[str, Any], records: Sequence
         f"<span class='ok'>{summary['ok']} ok</span>, <span class='{verdict}'><b>{summary['failed']} failed</b></span>"
         f" (of which {summary.get('errors', 0)} raised, {summary.get('timeouts', 0)} timed out); "
         f"{summary['events']:,} simulated events. Overrides: <code>{esc(str(summary.get('overrides') or {}))}"
-        f"</code>{'; backend: ' + esc(backend) if backend else ''}.</p>")
+        f"</code>{'; backend: ' + esc(backend) if backend else ''}.</p>"
+    )
     out.append("<h2>Probe coverage</h2>")
     out.append(_img(_png(_coverage_figure(summary)), "probe coverage"))
     if summary.get("fault_kinds_unreached"):
@@ -171,20 +174,27 @@ def write_report(path: Path | str, summary: Mapping[str, Any], records: Sequence
             if i >= timelines:
                 continue
             if f.get("status") in ("timeout", "error"):
-                out.append("<p>no timeline: the run did not finish" + (" within its budget" if f.get("status") ==
-                                                                       "timeout" else "") + ".</p>")
+                out.append(
+                    "<p>no timeline: the run did not finish"
+                    + (" within its budget" if f.get("status") == "timeout" else "")
+                    + ".</p>"
+                )
                 continue
             took = float(rec.get("seconds") or 0.0)
             if took > timeline_max_s:  # drawing runs the seed again here: not a 3-hour seed
-                out.append(f"<p>no timeline: the seed took {took:.0f} s on its worker (more than {timeline_max_s:g} "
-                           f"s); draw it with <code>python -m sim run --seed {seed} --timeline seed.png</code> "
-                           "plus the overrides.</p>")
+                out.append(
+                    f"<p>no timeline: the seed took {took:.0f} s on its worker (more than {timeline_max_s:g} "
+                    f"s); draw it with <code>python -m sim run --seed {seed} --timeline seed.png</code> "
+                    "plus the overrides.</p>"
+                )
                 continue
             b64, note = _timeline(seed, ov)
             out.append(_img(b64, f"timeline of seed {seed}") if b64 else f"<p>{esc(note)}</p>")
         if len(failures) > timelines:
-            out.append(f"<p>{len(failures) - timelines} more failing seeds have no timeline here (draw one with "
-                       f"<code>python -m sim run --seed N --timeline seed.png</code> plus the overrides).</p>")
+            out.append(
+                f"<p>{len(failures) - timelines} more failing seeds have no timeline here (draw one with "
+                f"<code>python -m sim run --seed N --timeline seed.png</code> plus the overrides).</p>"
+            )
     out.append("</body></html>")
     p = Path(path)
     p.write_text("\n".join(out))

@@ -56,8 +56,19 @@ __all__ = ["FAULTS", "FIXED_KNOBS", "KNOB_PROBES", "RunResult", "derive_config",
            "reference_for", "reference_lost", "run_seed", "run_seed_world", "world_config", "workload_of"]
 
 #: Fault kinds a run may switch on (``faults=`` takes a comma list of these, "all" or "none").
-FAULTS: tuple[str, ...] = ("crash", "rank_crash", "resize", "slow", "round_crash", "storage_crash", "io_error",
-                           "read_corruption", "stale_listing", "latency_spike", "bit_rot")
+FAULTS: tuple[str, ...] = (
+    "crash",
+    "rank_crash",
+    "resize",
+    "slow",
+    "round_crash",
+    "storage_crash",
+    "io_error",
+    "read_corruption",
+    "stale_listing",
+    "latency_spike",
+    "bit_rot",
+)
 
 _RATIOS: dict[str, tuple[tuple[int, int], ...]] = {
     "crash": ((1, 400), (1, 1500)),
@@ -92,12 +103,19 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
     storage = c.chance("config/storage", 3, 4)
     unrecoverable = storage and c.chance("config/unrecoverable", 1, 16)
     cfg: dict[str, Any] = {
-        "seed": seed, "lanes": lanes, "ranks": ranks, "workers": c.choose("config/workers", (1, 1, 2, 3)),
+        "seed": seed,
+        "lanes": lanes,
+        "ranks": ranks,
+        "workers": c.choose("config/workers", (1, 1, 2, 3)),
         "steps": c.choose("config/steps", (1000, 1000, 12, 25)),
         "checkpoint_every": c.integer("config/checkpoint-every", 1, 5),
-        "restart_ranks": restart, "allow_uneven": uneven or any(lanes % r for r in (ranks, *restart)),
-        "aggregation": c.chance("config/aggregation", 1, 2), "storage": storage, "unrecoverable": unrecoverable,
-        "max_crashes": c.integer("config/max-crashes", 1, 4), "max_latency": c.integer("config/max-latency", 2, 8),
+        "restart_ranks": restart,
+        "allow_uneven": uneven or any(lanes % r for r in (ranks, *restart)),
+        "aggregation": c.chance("config/aggregation", 1, 2),
+        "storage": storage,
+        "unrecoverable": unrecoverable,
+        "max_crashes": c.integer("config/max-crashes", 1, 4),
+        "max_latency": c.integer("config/max-latency", 2, 8),
         "microbatch_size": c.choose("config/microbatch", (1, 2)),
         "ensure_mixture": c.chance("config/ensure-mixture", 3, 4),
         "shuffle_seed": c.integer("config/shuffle-seed", 0, 9),
@@ -116,23 +134,36 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
     for f in FAULTS:
         cfg[f] = list(c.choose(f"config/ratio/{f}", _RATIOS[f])) if f in faults else [0, 1]
     if not storage:
-        for f in ("storage_crash", "io_error", "read_corruption", "stale_listing", "latency_spike", "bit_rot"):
+        for f in (
+            "storage_crash",
+            "io_error",
+            "read_corruption",
+            "stale_listing",
+            "latency_spike",
+            "bit_rot",
+        ):
             cfg[f] = [0, 1]
     if not cfg["aggregation"]:
         cfg["round_crash"] = [0, 1]
     mid = overrides.pop("mid_step", None)
     if mid is not None:  # a mid-step checkpoint cut once in ``mid`` deliveries (0: never)
         if type(mid) is not int or mid < 0:
-            raise ValueError(f"mid_step: expected an int >= 0 (a cut once in that many deliveries; 0: never), "
-                             f"received {mid!r}")
+            raise ValueError(
+                f"mid_step: expected an int >= 0 (a cut once in that many deliveries; 0: never), "
+                f"received {mid!r}"
+            )
         overrides.setdefault("mid_step_checkpoint", [1, mid] if mid else [0, 1])
     docs = overrides.pop("docs", None)
     if docs is not None:  # a corpus of ``docs`` web documents, half as many code, a quarter as many books
-        overrides.setdefault("layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)})
+        overrides.setdefault(
+            "layout", {"web": (int(docs),), "code": (int(docs) // 2,), "books": (int(docs) // 4,)}
+        )
     for k, v in overrides.items():
         if k not in cfg and k not in _WORLD_FIELDS and k not in _WORKLOAD_FIELDS and k not in _RUN_FLAGS:
             raise ValueError(f"override: expected one of {sorted(set(cfg) | _WORLD_FIELDS)}, received {k!r}")
-        cfg[k] = list(v) if isinstance(v, tuple) else ({n: list(t) for n, t in v.items()} if k == "layout" else v)
+        cfg[k] = (
+            list(v) if isinstance(v, tuple) else ({n: list(t) for n, t in v.items()} if k == "layout" else v)
+        )
     if cfg["unrecoverable"]:
         cfg["storage"] = True
     cfg["allow_uneven"] = bool(cfg["allow_uneven"]) or any(cfg["lanes"] % r for r in (cfg["ranks"],
@@ -145,16 +176,29 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
 #: several ranks each owning several lanes (where contiguous and interleaved differ), and
 #: ``knob_drop_last_dropped`` only when drop_last=True did drop a partial batch
 KNOB_PROBES: tuple[str, ...] = (
-    "knob_pack_first_fit", "knob_pack_best_fit", "knob_pack_wrap", "knob_shuffle_streaming", "knob_shuffle_block",
-    "knob_ensure_mixture", "knob_no_ensure_mixture", "knob_drop_last_true", "knob_drop_last_dropped",
-    "knob_drop_last_false", "knob_mapping_contiguous", "knob_mapping_interleaved",
+    "knob_pack_first_fit",
+    "knob_pack_best_fit",
+    "knob_pack_wrap",
+    "knob_shuffle_streaming",
+    "knob_shuffle_block",
+    "knob_ensure_mixture",
+    "knob_no_ensure_mixture",
+    "knob_drop_last_true",
+    "knob_drop_last_dropped",
+    "knob_drop_last_false",
+    "knob_mapping_contiguous",
+    "knob_mapping_interleaved",
 )
 
 
 #: the engine knobs every run had before they were drawn: ``run_seed(s, **FIXED_KNOBS)`` replays the
 #: workload a seed found by an earlier sweep had then (the regression seeds in tests/sim pin them)
-FIXED_KNOBS: dict[str, Any] = {"pack_algorithm": "first_fit", "shuffle_algorithm": "streaming", "drop_last": False,
-                               "mapping_strategy": "contiguous"}
+FIXED_KNOBS: dict[str, Any] = {
+    "pack_algorithm": "first_fit",
+    "shuffle_algorithm": "streaming",
+    "drop_last": False,
+    "mapping_strategy": "contiguous",
+}
 
 
 def _knobs(seed: int) -> dict[str, Any]:
@@ -225,7 +269,9 @@ def _reference_lost(key: str) -> dict[int, tuple[tuple[int, int], ...]]:
             continue
         engine.step()
     lanes = range(workload.canonical_replicas)
-    lin = check_lineage(admitted_from_source(workload.source(), lanes, workload.canonical_replicas), items, tombs)
+    lin = check_lineage(
+        admitted_from_source(workload.source(), lanes, workload.canonical_replicas), items, tombs
+    )
     assert all(not (v.duplicated or v.unexpected) for v in lin.lanes.values()), lin.describe(limit=3)
     return {lane: v.lost for lane, v in sorted(lin.lanes.items()) if v.lost}
 
@@ -307,8 +353,15 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
     lineage_wanted = bool(cfg.get("lineage", True))
     # the record packed and no kernel trace kept: a long run's memory would grow by both (the fingerprint
     # is the same either way)
-    world = World(wcfg, workload.build, SeededChoices(seed, compact=True), view=item_view, keep_items=lineage_wanted,
-                  record_deliveries=bool(cfg.get("record_deliveries", True)), keep_trace=False)
+    world = World(
+        wcfg,
+        workload.build,
+        SeededChoices(seed, compact=True),
+        view=item_view,
+        keep_items=lineage_wanted,
+        record_deliveries=bool(cfg.get("record_deliveries", True)),
+        keep_trace=False,
+    )
     world.run()
     report = check_run(world.history, reference_for(workload), seed=seed)
     problems = list(report.problems)
@@ -319,7 +372,9 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
     elif world.refused or not world.probes.get("end_of_data"):
         lineage = "n/a (the run stopped before the end of data)"
     else:
-        admitted = admitted_from_source(workload.source(), range(wcfg.canonical_replicas), wcfg.canonical_replicas)
+        admitted = admitted_from_source(
+            workload.source(), range(wcfg.canonical_replicas), wcfg.canonical_replicas
+        )
         delivered = [x for step in world.consumed_raw for x in step]
         # the timeline's tombstones (World.tombstones: rolled back with restores, the replay filter's
         # re-closings of already-consumed records left out), so an offset closed twice is flagged
@@ -337,7 +392,9 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
             record: Any = bad.closers[0] if bad.closers else (bad.lost or bad.unexpected)[0]
             witnesses.append(Problem("lineage", problems[-1], seed, None, bad.lane, record))
     if world.expect_refusal and not world.refused:
-        problems.append(f"seed {seed}: unrecoverable mode: every generation was damaged but restore did not refuse")
+        problems.append(
+            f"seed {seed}: unrecoverable mode: every generation was damaged but restore did not refuse"
+        )
     probes = {k: world.probes.get(k, 0) for k in PROBES}
     probes.update(knob_probes(cfg, multi_rank=1 < int(cfg["ranks"]) < int(cfg["lanes"]),
                               dropped=bool(workload.drop_last and reference_lost(workload))))

@@ -146,7 +146,9 @@ class ScaleConfig:
     timeout: int = 10_000_000
     park: bool = True
     crash: tuple[int, int] | None = None  # (rank, after this many completed storage ops)
-    leftover_acks_of: str | None = None  # star: storage starts with every follower's ack of this earlier round
+    leftover_acks_of: str | None = (
+        None  # star: storage starts with every follower's ack of this earlier round
+    )
 
     def __post_init__(self) -> None:
         for name in ("ranks", "fanout", "max_latency", "poll", "timeout"):
@@ -165,7 +167,9 @@ class ScaleConfig:
         if self.crash is not None:
             rank, ops = self.crash
             if type(rank) is not int or not 0 <= rank < self.ranks or type(ops) is not int or ops < 0:
-                raise ConfigError(expected("ScaleConfig.crash", f"(rank in [0, {self.ranks}), ops >= 0)", self.crash))
+                raise ConfigError(
+                    expected("ScaleConfig.crash", f"(rank in [0, {self.ranks}), ops >= 0)", self.crash)
+                )
 
     @property
     def dp(self) -> int:
@@ -336,7 +340,9 @@ class MapTemplate:
 
     def __init__(self, fields: dict[str, Any], packed: dict[str, bytes], *, slot: str) -> None:
         if type(slot) is not str or slot in fields or slot in packed:
-            raise StateFormatError(expected("MapTemplate slot", "a str key of neither fields nor packed", slot))
+            raise StateFormatError(
+                expected("MapTemplate slot", "a str key of neither fields nor packed", slot)
+            )
         parts = codec.pack_map_with(fields, {**packed, slot: self._MARK}).split(self._MARK)
         if len(parts) != 2:  # a packed value holds the marker's bytes: no unambiguous cut
             raise StateFormatError(expected("MapTemplate parts", "values that do not contain the slot marker",
@@ -345,7 +351,9 @@ class MapTemplate:
 
     def fill(self, value_packed: bytes) -> bytes:
         if type(value_packed) is not bytes or not value_packed:
-            raise StateFormatError(expected("MapTemplate value", "the non-empty bytes of pack()", value_packed))
+            raise StateFormatError(
+                expected("MapTemplate value", "the non-empty bytes of pack()", value_packed)
+            )
         return self._head + value_packed + self._tail
 
 
@@ -395,7 +403,11 @@ class _Star:
             st = rank_state(r, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)
             rc = RoundConfig(namespace=NAMESPACE, rank=r, world_size=n, token="t", timeout=cfg.timeout,
                              poll=cfg.poll, round_id=ROUND_ID if r == 0 else None)
-            self.machines.append(Leader(st, rc, warn_mid_window=False) if r == 0 else Follower(st, rc, decode=shared, pack=packer))
+            self.machines.append(
+                Leader(st, rc, warn_mid_window=False)
+                if r == 0
+                else Follower(st, rc, decode=shared, pack=packer)
+            )
         self.ops = [0] * n
         self.dead = [False] * n
         self.ended: list[Finish | Abort | None] = [None] * n
@@ -416,7 +428,9 @@ class _Star:
         self.crash_rank, self.crash_ops = (-1, 0) if cfg.crash is None else cfg.crash
         if cfg.leftover_acks_of is not None:
             for m in self.machines[1:]:
-                self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = b"ok"
+                self.backend.data[protocol.ack_key(NAMESPACE, cfg.leftover_acks_of, m.cfg.participant)] = (
+                    b"ok"
+                )
 
     # -- driving ------------------------------------------------------------------------
     def run(self) -> None:
@@ -704,14 +718,26 @@ class _Tree:
         end = self.end_time if ok else self.kernel.now
         fp = hashlib.sha256(f"{self.kernel.fingerprint()} {outcome} {self.root_digest} {self.msgs}".encode())
         return RoundStats(
-            topology="tree", ranks=n, dp_degree=self.cfg.dp, canonical_replicas=self.cfg.lanes, outcome=outcome,
-            detail=detail, virtual_time=end, leader_messages=self.msgs[0] + self.ops[0],
+            topology="tree",
+            ranks=n,
+            dp_degree=self.cfg.dp,
+            canonical_replicas=self.cfg.lanes,
+            outcome=outcome,
+            detail=detail,
+            virtual_time=end,
+            leader_messages=self.msgs[0] + self.ops[0],
             # the root's own shard and manifest, plus one commitment per child (prefix + digest, about 80 bytes)
             leader_bytes_held=self.root_bytes + 80 * len(self.shape.children(0)),
-            storage_ops=sum(self.ops), storage_ops_elided=0, storage_bytes_written=self.bytes_written,
+            storage_ops=sum(self.ops),
+            storage_ops_elided=0,
+            storage_bytes_written=self.bytes_written,
             max_messages_per_participant=max(m + o for m, o in zip(self.msgs, self.ops, strict=True)),
-            participants_done=len(self.reported), events=self.kernel.events_run, fingerprint=fp.hexdigest(),
-            merged_digest=self.root_digest, violations=tuple(self.violations), wall_s=wall_s,
+            participants_done=len(self.reported),
+            events=self.kernel.events_run,
+            fingerprint=fp.hexdigest(),
+            merged_digest=self.root_digest,
+            violations=tuple(self.violations),
+            wall_s=wall_s,
         )
 
 
@@ -741,8 +767,12 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[str], object] = pr
         refuse,
     )
 
-    ap = OneLineArgumentParser(prog="python -m sim.scale", description=__doc__.split("\n")[0] if __doc__ else "",
-                               formatter_class=DefaultsHelpFormatter, epilog=EPILOG)
+    ap = OneLineArgumentParser(
+        prog="python -m sim.scale",
+        description=__doc__.split("\n")[0] if __doc__ else "",
+        formatter_class=DefaultsHelpFormatter,
+        epilog=EPILOG,
+    )
     ap.add_argument("--ranks", type=int, required=True, help="participants in the round (an int >= 1)")
     ap.add_argument("--topology", choices=("star", "tree"), default="star",
                     help="star: leader and followers; tree: the manifest tree")
@@ -759,9 +789,17 @@ def main(argv: Sequence[str] | None = None, *, out: Callable[[str], object] = pr
     try:
         if a.rounds < 1:
             raise ConfigError(expected("--rounds", "an int >= 1", a.rounds))
-        cfg = ScaleConfig(ranks=a.ranks, topology=a.topology, dp_degree=a.dp_degree, canonical_replicas=a.lanes,
-                          fanout=a.fanout, seed=a.seed, max_latency=a.max_latency, park=not a.no_park,
-                          crash=None if a.crash is None else (a.crash[0], a.crash[1]))
+        cfg = ScaleConfig(
+            ranks=a.ranks,
+            topology=a.topology,
+            dp_degree=a.dp_degree,
+            canonical_replicas=a.lanes,
+            fanout=a.fanout,
+            seed=a.seed,
+            max_latency=a.max_latency,
+            park=not a.no_park,
+            crash=None if a.crash is None else (a.crash[0], a.crash[1]),
+        )
     except ConfigError as exc:
         return refuse("python -m sim.scale", "usage error", str(exc), EXIT_USAGE)
     for _ in range(a.rounds):

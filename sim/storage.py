@@ -232,7 +232,12 @@ class FaultyStorage:
         key = str(directory)
         previous = self._listings.get(key)
         self._listings[key] = list(out)
-        if previous is not None and previous != out and self.nemesis is not None and self.nemesis.stale(directory):
+        if (
+            previous is not None
+            and previous != out
+            and self.nemesis is not None
+            and self.nemesis.stale(directory)
+        ):
             self.injected += 1
             return list(previous)
         return out

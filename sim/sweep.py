@@ -36,26 +36,63 @@ from sim.runs import KNOB_PROBES, run_seed
 from sim.world import PROBES
 from zephon_ref.errors import ConfigError, DataDroppedWarning
 
-__all__ = ["CLI_OVERRIDES", "FAULT_PROBES", "batch_task", "flatten", "reproduce", "run_sweep", "seed_task", "summarise",
-           "tasks_for"]
+__all__ = [
+    "CLI_OVERRIDES",
+    "FAULT_PROBES",
+    "batch_task",
+    "flatten",
+    "reproduce",
+    "run_sweep",
+    "seed_task",
+    "summarise",
+    "tasks_for",
+]
 
 #: the probes that name a fault kind (a sweep lists those no seed reached)
 FAULT_PROBES: tuple[str, ...] = tuple(
-    k for k in PROBES if k.startswith("fault_") or k in (
-        "job_crash", "rank_crash", "planned_resize", "slow_rank", "crash_during_aggregation", "crash_during_restore",
-        "crash_between_shards_and_manifest", "restore_refused_all"))
+    k
+    for k in PROBES
+    if k.startswith("fault_")
+    or k
+    in (
+        "job_crash",
+        "rank_crash",
+        "planned_resize",
+        "slow_rank",
+        "crash_during_aggregation",
+        "crash_during_restore",
+        "crash_between_shards_and_manifest",
+        "restore_refused_all",
+    )
+)
 
 
 #: the overrides ``python -m sim run`` takes as flags (a test keeps this equal to the parser's)
-CLI_OVERRIDES = frozenset({"ranks", "workers", "lanes", "steps", "checkpoint_every", "max_crashes", "docs", "mid_step",
-                           "faults", "aggregation", "storage", "unrecoverable"})
+CLI_OVERRIDES = frozenset(
+    {
+        "ranks",
+        "workers",
+        "lanes",
+        "steps",
+        "checkpoint_every",
+        "max_crashes",
+        "docs",
+        "mid_step",
+        "faults",
+        "aggregation",
+        "storage",
+        "unrecoverable",
+    }
+)
 
 
 def reproduce(seed: int, overrides: Mapping[str, Any]) -> str:
     """The one-line command that runs ``seed`` with ``overrides`` again: ``python -m sim run ...``, or, when an
     override has no flag (an API caller's ``crash=[1, 300]``), ``python -c`` calling :func:`sim.runs.run_seed`."""
     if not set(overrides) <= CLI_OVERRIDES:
-        kw = ", ".join(f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in sorted(overrides.items()))
+        kw = ", ".join(
+            f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in sorted(overrides.items())
+        )
         code = f"from sim.runs import run_seed; r = run_seed({seed}, {kw}); print(r.ok, r.problems[:3])"
         return " ".join(shlex.quote(p) for p in ["python", "-c", code])
     parts = ["python", "-m", "sim", "run", "--seed", str(seed)]
@@ -75,7 +112,9 @@ def seed_task(seed: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
         warnings.simplefilter("ignore", DataDroppedWarning)
         r = run_seed(seed, **dict(overrides))
     out = r.summary()
-    out["kinds"] = sorted({w.kind for w in r.witnesses} | ({"problem"} if r.problems and not r.witnesses else set()))
+    out["kinds"] = sorted(
+        {w.kind for w in r.witnesses} | ({"problem"} if r.problems and not r.witnesses else set())
+    )
     return out
 
 
@@ -93,9 +132,14 @@ def tasks_for(seeds: Sequence[int], overrides: Mapping[str, Any], *, batch: int 
     if type(batch) is not int or batch < 1:
         raise ConfigError(f"batch: expected an int >= 1 (seeds per task), received {batch!r}")
     if batch == 1:
-        return [Task(f"seed:{s}", seed_task, (s, ov), {"seed": s, "reproduce": reproduce(s, ov)}) for s in seeds]
+        return [
+            Task(f"seed:{s}", seed_task, (s, ov), {"seed": s, "reproduce": reproduce(s, ov)}) for s in seeds
+        ]
     groups = [list(seeds[i:i + batch]) for i in range(0, len(seeds), batch)]
-    return [Task("seeds:" + ",".join(map(str, g)), batch_task, (g, ov), {"seeds": g, "overrides": ov}) for g in groups]
+    return [
+        Task("seeds:" + ",".join(map(str, g)), batch_task, (g, ov), {"seeds": g, "overrides": ov})
+        for g in groups
+    ]
 
 
 def flatten(records: Sequence[Record]) -> list[Record]:
@@ -107,7 +151,9 @@ def flatten(records: Sequence[Record]) -> list[Record]:
             out.append(r)
             continue
         for sub in r.get("records") or []:
-            out.append({**sub, "task": f"seed:{sub['seed']}", "attempts": r.get("attempts"), "batch": r["task"]})
+            out.append(
+                {**sub, "task": f"seed:{sub['seed']}", "attempts": r.get("attempts"), "batch": r["task"]}
+            )
         if r.get("status") != "done":
             for s in r["seeds"]:
                 out.append({"seed": s, "status": r["status"], "ok": False, "error": f"(batch {r['task']}) "
@@ -125,24 +171,37 @@ def _kinds(r: Record) -> list[str]:
     return list(r.get("kinds") or ["problem"])
 
 
-def summarise(records: Sequence[Record], seeds: Sequence[int], overrides: Mapping[str, Any]) -> dict[str, Any]:
+def summarise(
+    records: Sequence[Record], seeds: Sequence[int], overrides: Mapping[str, Any]
+) -> dict[str, Any]:
     """The sweep's summary from its records (see the module docstring; records of other seeds are ignored)."""
     want = set(seeds)
     results = sorted((r for r in records if int(r["seed"]) in want), key=lambda r: int(r["seed"]))
     failed = [r for r in results if not r.get("ok")]
     probes = {k: sum(1 for r in results if (r.get("probes") or {}).get(k)) for k in (*PROBES, *KNOB_PROBES)}
     return {
-        "seeds": [seeds[0], seeds[-1]] if seeds else [], "runs": len(results), "ok": len(results) - len(failed),
-        "failed": len(failed), "overrides": dict(overrides),
+        "seeds": [seeds[0], seeds[-1]] if seeds else [],
+        "runs": len(results),
+        "ok": len(results) - len(failed),
+        "failed": len(failed),
+        "overrides": dict(overrides),
         "errors": sum(r.get("status") == "error" for r in results),
         "timeouts": sum(r.get("status") == "timeout" for r in results),
         "probes_seeds_reached": probes,
         "fault_kinds_unreached": [k for k in FAULT_PROBES if not probes.get(k)],
         "knob_probes_unreached": [k for k in KNOB_PROBES if not probes.get(k)],
         "events": sum(int(r.get("events", 0)) for r in results),
-        "failures": [{"seed": r["seed"], "status": r.get("status", "done"), "kinds": _kinds(r),
-                      "problems": r.get("problems"), "error": r.get("error"), "reproduce": r.get("reproduce")}
-                     for r in failed],
+        "failures": [
+            {
+                "seed": r["seed"],
+                "status": r.get("status", "done"),
+                "kinds": _kinds(r),
+                "problems": r.get("problems"),
+                "error": r.get("error"),
+                "reproduce": r.get("reproduce"),
+            }
+            for r in failed
+        ],
         "fingerprints": {str(r["seed"]): r.get("fingerprint") for r in results},
     }
 

@@ -58,7 +58,9 @@ def _rank_rows(history: Sequence[Event]) -> int:
             n = max(n, int(m.group(1)) + 1)
         elif e.kind == "start" and isinstance(e.detail, int):
             n = max(n, e.detail)
-        elif e.kind == "fault" and isinstance(e.detail, tuple) and e.detail[:1] in (("crash-rank",), ("slow",)):
+        elif (
+            e.kind == "fault" and isinstance(e.detail, tuple) and e.detail[:1] in (("crash-rank",), ("slow",))
+        ):
             n = max(n, int(e.detail[1]) + 1)
     return max(n, 1)
 
@@ -73,13 +75,20 @@ def _witness_at(history: Sequence[Event], w: Problem) -> tuple[int, int, int | N
         at = next((e for e in history if e.kind == "restore" and e.type == "ok" and e.step == w.step
                    and isinstance(e.extra, dict) and e.extra.get("generation") == w.record), None)
     if at is None:
-        at = next((e for e in reversed(history) if e.kind == "step" and e.type == "ok" and e.step == w.step), None)
+        at = next(
+            (e for e in reversed(history) if e.kind == "step" and e.type == "ok" and e.step == w.step), None
+        )
     if at is None:
         return end, w.step, None
     rank = None
     if w.lane is not None:
         for e in reversed(history):
-            if e.time <= at.time and e.kind == "deliver" and isinstance(e.detail, tuple) and e.detail[0] == w.lane:
+            if (
+                e.time <= at.time
+                and e.kind == "deliver"
+                and isinstance(e.detail, tuple)
+                and e.detail[0] == w.lane
+            ):
                 m = _PART.match(e.process)
                 rank = int(m.group(1)) if m else None
                 break
@@ -178,7 +187,9 @@ def figure(history: Sequence[Event], *, seed: int | None = None, witnesses: Sequ
     # the checker's witnesses
     for i, wit in enumerate(list(witnesses)[:max_witnesses]):
         x, step, rank = _witness_at(history, wit)
-        label = f"witness: {wit.kind}" + (f", lane {wit.lane}" if wit.lane is not None else "") + f", step {step}"
+        label = (
+            f"witness: {wit.kind}" + (f", lane {wit.lane}" if wit.lane is not None else "") + f", step {step}"
+        )
         vline(x, "checker's witness", color="#e600e6", lw=2.2, alpha=0.9)
         top.scatter([x], [step], marker="*", s=260, color="#e600e6", edgecolors="black", zorder=5)
         top.annotate(label, (x, step), xytext=(12, 30 + 20 * i), textcoords="offset points", fontsize=9,
@@ -189,8 +200,11 @@ def figure(history: Sequence[Event], *, seed: int | None = None, witnesses: Sequ
     top.set_ylabel("global step")
     top.grid(True, axis="y", alpha=0.3)
     bot.set_ylim(storage_y + 0.7, job_y - 0.7)
-    bot.set_yticks([job_y, *range(ranks), storage_y], ["job", *(f"rank {r}" for r in range(ranks)), "storage"],
-                   fontsize=8 if ranks > 16 else 9)
+    bot.set_yticks(
+        [job_y, *range(ranks), storage_y],
+        ["job", *(f"rank {r}" for r in range(ranks)), "storage"],
+        fontsize=8 if ranks > 16 else 9,
+    )
     bot.set_ylabel("rank")
     bot.set_xlabel("virtual time (kernel ticks)")
     bot.set_xlim(-end * 0.01, end * 1.01)

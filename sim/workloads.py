@@ -86,7 +86,9 @@ class Workload:
         # rank and incarnation, 64 ranks x 4 incarnations of a 512-lane run spent 54 s here
         layout = tuple((name, tuple(int(n) for n in sizes)) for name, sizes in self.layout.items())
         dsets = list(_datasets(self.corpus_seed, layout))
-        return StaticMixtureWorkSource(dsets, dict(self.weights), chunk_size=self.chunk_size, seed=self.source_seed)
+        return StaticMixtureWorkSource(
+            dsets, dict(self.weights), chunk_size=self.chunk_size, seed=self.source_seed
+        )
 
     def build(self, **topology: Any) -> Any:
         """A fresh pipeline of this workload with the topology options (world_size, ...) applied."""
@@ -117,14 +119,18 @@ def record_view(item: Any) -> list[tuple[Any, ...]]:
     out = []
     for r in recs:
         m = r.meta
-        refs = tuple((tuple(ref.cursor.as_key()[:3]) + (tuple(ref.cursor.sample_id),), bool(ref.is_last_child))
-                     for ref in m.contribution_refs())
+        refs = tuple(
+            (tuple(ref.cursor.as_key()[:3]) + (tuple(ref.cursor.sample_id),), bool(ref.is_last_child))
+            for ref in m.contribution_refs()
+        )
         pl = r.payload
         if isinstance(pl, dict) and "packed_samples" in pl:
             packed = pl["packed_samples"]
-            pl = (tuple(tuple(s["input_ids"]) for s in packed)
-                  if isinstance(packed, list) and all(isinstance(s, dict) and "input_ids" in s for s in packed)
-                  else repr(packed))
+            pl = (
+                tuple(tuple(s["input_ids"]) for s in packed)
+                if isinstance(packed, list) and all(isinstance(s, dict) and "input_ids" in s for s in packed)
+                else repr(packed)
+            )
         elif isinstance(pl, dict):
             pl = tuple(pl.get("input_ids", ()))
         out.append((m.lane_id, (m.chunk_id, m.chunk_offset, tuple(m.lineage), tuple(m.sample_id)), refs, pl))

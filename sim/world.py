@@ -105,13 +105,35 @@ CKPT_DIR = Path("/sim/ckpt")
 
 #: The named coverage probes a sweep counts (issue 10 item 6), then the other things worth counting.
 PROBES: tuple[str, ...] = (
-    "crash_between_shards_and_manifest", "crash_during_restore", "crash_during_aggregation",
-    "resize_while_rank_slow", "two_crashes_in_one_interval", "remap_n_to_1", "remap_1_to_n",
-    "job_crash", "rank_crash", "planned_resize", "uneven_restart", "slow_rank", "workers_split",
-    "restore_from_checkpoint", "restore_fell_back", "restore_refused_all",
-    "fault_io_error", "fault_torn_write", "fault_read_corruption", "fault_stale_listing",
-    "fault_latency_spike", "fault_lost_unflushed", "fault_bit_rot", "aggregation_round",
-    "checkpoint_failed", "end_of_data", "mid_step_checkpoint", "restore_mid_step", "restore_mid_step_remapped",
+    "crash_between_shards_and_manifest",
+    "crash_during_restore",
+    "crash_during_aggregation",
+    "resize_while_rank_slow",
+    "two_crashes_in_one_interval",
+    "remap_n_to_1",
+    "remap_1_to_n",
+    "job_crash",
+    "rank_crash",
+    "planned_resize",
+    "uneven_restart",
+    "slow_rank",
+    "workers_split",
+    "restore_from_checkpoint",
+    "restore_fell_back",
+    "restore_refused_all",
+    "fault_io_error",
+    "fault_torn_write",
+    "fault_read_corruption",
+    "fault_stale_listing",
+    "fault_latency_spike",
+    "fault_lost_unflushed",
+    "fault_bit_rot",
+    "aggregation_round",
+    "checkpoint_failed",
+    "end_of_data",
+    "mid_step_checkpoint",
+    "restore_mid_step",
+    "restore_mid_step_remapped",
 )
 
 
@@ -217,7 +239,9 @@ class _Nemesis:
             return None
         torn = op == "write"
         self.w._probe("fault_torn_write" if torn else "fault_io_error")
-        self.w._log("fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, _stable(path.name)))
+        self.w._log(
+            "fault", "info", "nemesis", ("torn-write" if torn else "io-error", op, _stable(path.name))
+        )
         return Fault(op, errno.ENOSPC if torn else errno.EIO, torn=torn)
 
     def corrupt(self, path: Path, data: bytes) -> bytes | None:
@@ -233,7 +257,9 @@ class _Nemesis:
 
     def stale(self, path: Path) -> bool:
         cfg = self.w.cfg
-        if not self._on(cfg.stale_listing) or not self.w.choices.chance("storage/stale-listing", *cfg.stale_listing):
+        if not self._on(cfg.stale_listing) or not self.w.choices.chance(
+            "storage/stale-listing", *cfg.stale_listing
+        ):
             return False
         self.w._probe("fault_stale_listing")
         self.w._log("fault", "info", "nemesis", ("stale-listing", str(path)))
@@ -241,7 +267,9 @@ class _Nemesis:
 
     def latency(self, op: str, path: Path) -> int:
         cfg = self.w.cfg
-        if not self._on(cfg.latency_spike) or not self.w.choices.chance("storage/latency-spike", *cfg.latency_spike):
+        if not self._on(cfg.latency_spike) or not self.w.choices.chance(
+            "storage/latency-spike", *cfg.latency_spike
+        ):
             return 0
         self.w._probe("fault_latency_spike")
         return self.w.choices.integer("storage/latency-ticks", 50, 500)
@@ -249,8 +277,11 @@ class _Nemesis:
     def after(self, op: str, path: Path) -> None:
         """Called after every storage operation that succeeded: the nemesis may crash the job here."""
         w = self.w
-        if not self._on(w.cfg.storage_crash) or w.crashes >= w.cfg.max_crashes or not w.choices.chance(f"nemesis/storage-crash/{self.during}",
-                                                                     *w.cfg.storage_crash):
+        if (
+            not self._on(w.cfg.storage_crash)
+            or w.crashes >= w.cfg.max_crashes
+            or not w.choices.chance(f"nemesis/storage-crash/{self.during}", *w.cfg.storage_crash)
+        ):
             return
         if self.during == "save" and w._shards_linked and not w._manifest_linked:
             w._probe("crash_between_shards_and_manifest")
@@ -391,7 +422,9 @@ class World:
         self._recount()
         if cfg.workers > 1:
             self._probe("workers_split")
-        self._log("start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)})
+        self._log(
+            "start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)}
+        )
         for i, part in enumerate(self.parts):
             if part.lanes:
                 self._schedule(i, self.incarnation)
@@ -461,8 +494,11 @@ class World:
                 return
         if len(part.share) < len(part.lanes) and not part.engine.finished:
             steps = part.engine.runnable()
-            step = "deliver" if "deliver" in steps and self.choices.chance(f"deliver/{part.rank}", 1, 2) else \
-                self.choices.choose(f"step/{part.rank}", steps)
+            step = (
+                "deliver"
+                if "deliver" in steps and self.choices.chance(f"deliver/{part.rank}", 1, 2)
+                else self.choices.choose(f"step/{part.rank}", steps)
+            )
             if step == "admit":
                 part.engine.admit()
             elif step == "deliver":
@@ -476,8 +512,12 @@ class World:
                         self._log("deliver", "ok", part.name, v)
                     self._refresh(part)
                     # a dead rank (not noticed yet) cannot take part in a checkpoint: no cut then
-                    if not self._maybe_take_step() and cfg.mid_step_checkpoint[0] and not self._rank_dead and \
-                            self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint):
+                    if (
+                        not self._maybe_take_step()
+                        and cfg.mid_step_checkpoint[0]
+                        and not self._rank_dead
+                        and self.choices.chance("checkpoint/mid-step", *cfg.mid_step_checkpoint)
+                    ):
                         # a cut between two deliveries of this global step (mid-window)
                         self._probe("mid_step_checkpoint")
                         self._checkpoint(None, mid_step=True)
@@ -573,10 +613,14 @@ class World:
             if eng.feeding != "demand" or any(s.exhausted for s in eng.streams.values()):
                 continue
             counts = {int(lane): len(chunks) for lane, chunks in state["inflight"].items()}
-            sizes = [int(c["total_samples"]) for chunks in state["inflight"].values() for c in chunks.values()]
+            sizes = [
+                int(c["total_samples"]) for chunks in state["inflight"].values() for c in chunks.values()
+            ]
             if not sizes:
                 continue
-            bound = inflight_bound(k=eng.k, monotone=eng.monotone, depth_samples=eng.window, min_chunk=min(sizes))
+            bound = inflight_bound(
+                k=eng.k, monotone=eng.monotone, depth_samples=eng.window, min_chunk=min(sizes)
+            )
             if mid_step and not eng.monotone:
                 bound += eng.k
             problems = bounded_inflight_problems([counts], bound=bound)
@@ -635,7 +679,9 @@ class World:
                 self.published[-1] = (self.published[-1][0], None)
             self.published.append((self.step, merged))
             ok: bool = True
-            self._log("checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)})
+            self._log(
+                "checkpoint", "ok", "job", len(self.published), extra={"generation": len(self.published)}
+            )
         else:
             before = set(store.list_generations(CKPT_DIR, storage=self.disk))
             self.nemesis.armed, self.nemesis.during = True, "save"
@@ -653,7 +699,13 @@ class World:
             except ZephonRefError as exc:
                 gen, ok = None, False
                 self._probe("checkpoint_failed")
-                self._log("checkpoint", "fail", "job", self.step, extra={"why": f"{type(exc).__name__}: {exc}"[:200]})
+                self._log(
+                    "checkpoint",
+                    "fail",
+                    "job",
+                    self.step,
+                    extra={"why": f"{type(exc).__name__}: {exc}"[:200]},
+                )
             finally:
                 self.nemesis.armed = False
                 self.fs.after = self.nemesis.after
@@ -747,7 +799,11 @@ class World:
         intact = [g for g in gens if g not in self.damaged]
         if self.cfg.unrecoverable:
             targets = intact
-        elif len(intact) >= 2 and self.cfg.bit_rot[0] and self.choices.chance("nemesis/bit-rot", *self.cfg.bit_rot):
+        elif (
+            len(intact) >= 2
+            and self.cfg.bit_rot[0]
+            and self.choices.chance("nemesis/bit-rot", *self.cfg.bit_rot)
+        ):
             targets = [self.choices.choose("nemesis/bit-rot-generation", intact)]
         else:
             return
@@ -788,7 +844,9 @@ class World:
             gen = self._restored.get("generation")
             cut = self._cut_at.get(gen, _Cut()) if state is not None else _Cut()
             if self.keep_items:
-                self.consumed_raw = list(self._raw_at.get(gen, self.consumed_raw[:step])) if state is not None else []
+                self.consumed_raw = (
+                    list(self._raw_at.get(gen, self.consumed_raw[:step])) if state is not None else []
+                )
                 self._settled, self._recent = list(cut.settled), []
                 self._excuse = _replayed_offsets(self.consumed_raw, cut.partial, state)
             if cut.partial:
@@ -870,7 +928,9 @@ class World:
         """Run the job to its end; ``max_events`` (default: :attr:`EVENTS_FLOOR` plus
         :attr:`EVENTS_PER_LANE_STEP` per lane and step, so a long run is not cut) bounds it."""
         if max_events is None:
-            max_events = self.EVENTS_FLOOR + self.EVENTS_PER_LANE_STEP * self.cfg.canonical_replicas * self.cfg.steps
+            max_events = (
+                self.EVENTS_FLOOR + self.EVENTS_PER_LANE_STEP * self.cfg.canonical_replicas * self.cfg.steps
+            )
         self._start(self.cfg.ranks, None)
         self.kernel.run(stop=lambda: self.ended, max_events=max_events)
         if not self.ended:

@@ -159,7 +159,9 @@ def _multi_rank_part(seed: int, lanes: int, before: int, after: int, out: Callab
         resumed = [subprocess.run([*cmd, "resume", root, str(r), str(after), "0", str(seed), str(lanes)],
                                   capture_output=True, text=True, check=False) for r in range(after)]
         if any(pr.returncode for pr in resumed):
-            out("  FAILED: a resuming rank exited non-zero: " + " | ".join(pr.stderr[-300:] for pr in resumed))
+            out(
+                "  FAILED: a resuming rank exited non-zero: " + " | ".join(pr.stderr[-300:] for pr in resumed)
+            )
             return False
         got: dict[str, list[str]] = {}
         for mode, n in (("run", before), ("resume", after)):

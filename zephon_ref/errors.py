@@ -220,7 +220,7 @@ DROP_CAUSES: dict[str, str] = {
     "partial_batch": "the last partial micro-batch of a lane under batch(drop_last=True) at end of data",
     "strict_mixture": "records ensure_mixture (strict mode, max_buffer_size=None) discards at a flush",
     "source_leftover": "samples the work source skipped: a pass's remainder that could not fill a quota, at an "
-                       "epoch boundary or when the stream ended (there is no final partial chunk)",
+    "epoch boundary or when the stream ended (there is no final partial chunk)",
 }
 
 

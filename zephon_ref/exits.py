@@ -89,16 +89,31 @@ EPILOG = ("exit codes: 0 ok, 1 failed (a check found a problem), 2 usage (bad co
 
 # argparse's own wording (Python 3.10-3.13) -> "expected ..., received ..."
 _REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(argument [^:]+): invalid choice: (.+?) \(choose from (.+)\)$"),
-     r"\1: expected one of \3, received \2"),
-    (re.compile(r"^(argument [^:]+): invalid (\w+) value: (.+)$"), r"\1: expected a value of type \2, received \3"),
-    (re.compile(r"^the following arguments are required: (.+)$"), r"expected the argument(s) \1, received none"),
+    (
+        re.compile(r"^(argument [^:]+): invalid choice: (.+?) \(choose from (.+)\)$"),
+        r"\1: expected one of \3, received \2",
+    ),
+    (
+        re.compile(r"^(argument [^:]+): invalid (\w+) value: (.+)$"),
+        r"\1: expected a value of type \2, received \3",
+    ),
+    (
+        re.compile(r"^the following arguments are required: (.+)$"),
+        r"expected the argument(s) \1, received none",
+    ),
     (re.compile(r"^unrecognized arguments: (.+)$"), r"expected no further arguments, received \1"),
-    (re.compile(r"^(argument [^:]+): expected one argument$"), r"\1: expected a value after it, received none"),
-    (re.compile(r"^(argument [^:]+): expected (at least one|\d+) arguments?$"),
-     r"\1: expected \2 values after it, received none"),
-    (re.compile(r"^(argument [^:]+): ignored explicit argument (.+)$"),
-     r"\1: expected no value (a switch), received \2"),
+    (
+        re.compile(r"^(argument [^:]+): expected one argument$"),
+        r"\1: expected a value after it, received none",
+    ),
+    (
+        re.compile(r"^(argument [^:]+): expected (at least one|\d+) arguments?$"),
+        r"\1: expected \2 values after it, received none",
+    ),
+    (
+        re.compile(r"^(argument [^:]+): ignored explicit argument (.+)$"),
+        r"\1: expected no value (a switch), received \2",
+    ),
     (re.compile(r"^(argument [^:]+): not allowed with (.+)$"), r"\1: expected it alone, received it with \2"),
 )
 
@@ -132,7 +147,12 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "(default" in text or action.required or action.default is argparse.SUPPRESS or not action.option_strings:
+        if (
+            "(default" in text
+            or action.required
+            or action.default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
             return text
         d = action.default
         shown = "none" if d is None else ("on" if d else "off") if isinstance(d, bool) else "%(default)s"

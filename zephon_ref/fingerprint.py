@@ -42,8 +42,10 @@ def describe(value: Any, depth: int = 0) -> Any:
     if callable(value) and hasattr(value, "__qualname__"):
         return f"callable:{getattr(value, '__module__', '?')}.{value.__qualname__}"
     if depth < 3 and hasattr(value, "__dict__"):
-        return {"type": f"{type(value).__module__}.{type(value).__qualname__}",
-                **{k: describe(v, depth + 1) for k, v in sorted(vars(value).items()) if not k.startswith("_")}}
+        return {
+            "type": f"{type(value).__module__}.{type(value).__qualname__}",
+            **{k: describe(v, depth + 1) for k, v in sorted(vars(value).items()) if not k.startswith("_")},
+        }
     return f"type:{type(value).__module__}.{type(value).__qualname__}"
 
 

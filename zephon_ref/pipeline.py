@@ -97,7 +97,9 @@ class Pipeline:
 
     def __init__(self, work_source: WorkSource) -> None:
         if not isinstance(work_source, WorkSource):
-            raise ConfigTypeError(expected("work_source", "a zephon_ref WorkSource", type(work_source).__name__))
+            raise ConfigTypeError(
+                expected("work_source", "a zephon_ref WorkSource", type(work_source).__name__)
+            )
         self._source = work_source
         self._ops: list[tuple[str, BaseOp]] = []
         self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
@@ -120,8 +122,13 @@ class Pipeline:
 
     def _refuse_while_running(self, what: str) -> None:
         if self._iterating:
-            raise ContractError(expected(what, "a pipeline with no open iterator (exhaust, close() or drop it "
-                                         "first)", "a call mid-iteration"))
+            raise ContractError(
+                expected(
+                    what,
+                    "a pipeline with no open iterator (exhaust, close() or drop it first)",
+                    "a call mid-iteration",
+                )
+            )
 
     # -- builder ------------------------------------------------------------------------------
     def _add(self, name: str, op: BaseOp) -> Pipeline:
@@ -172,21 +179,35 @@ class Pipeline:
         if not (tokenizer_id is None or (isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__")):
             raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
                                        tokenizer_id))
-        return self._add("tokenize", Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism,
-                                              **kwargs))
+        return self._add(
+            "tokenize",
+            Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism, **kwargs),
+        )
 
     def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
                        **kwargs: Any) -> Pipeline:
-        return self._add("pack_sequences", PackSequences(max_length, placement=placement, parallelism=parallelism,
-                                                         **kwargs))
+        return self._add(
+            "pack_sequences",
+            PackSequences(max_length, placement=placement, parallelism=parallelism, **kwargs),
+        )
 
-    def shuffle(self, buffer_size: int | None = None, *, seed: int = 0, algorithm: str = "streaming",
-                warmup_growth: float = 1.5, placement: str = "auto", parallelism: int | None = None) -> Pipeline:
+    def shuffle(
+        self,
+        buffer_size: int | None = None,
+        *,
+        seed: int = 0,
+        algorithm: str = "streaming",
+        warmup_growth: float = 1.5,
+        placement: str = "auto",
+        parallelism: int | None = None,
+    ) -> Pipeline:
         return self._add("shuffle_buffer", Shuffle(buffer_size, seed=seed, algorithm=algorithm,
                                                    warmup_growth=warmup_growth, placement=placement,
                                                    parallelism=parallelism))
 
-    def ensure_mixture(self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
+    def ensure_mixture(
+        self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any
+    ) -> Pipeline:
         check_placement(placement)
         check_parallelism(parallelism)
         op = EnsureMixture(**kwargs)  # validates its own arguments
@@ -198,8 +219,13 @@ class Pipeline:
             ids = set(names.values())
             unknown = [k for k in op.mixture if not (k in names if isinstance(k, str) else k in ids)]
             if unknown:
-                raise ConfigError(expected("ensure_mixture(mixture=...)", f"components of the work source "
-                                           f"{sorted(names)} (names) or {sorted(ids)} (ids)", f"unknown {unknown}"))
+                raise ConfigError(
+                    expected(
+                        "ensure_mixture(mixture=...)",
+                        f"components of the work source {sorted(names)} (names) or {sorted(ids)} (ids)",
+                        f"unknown {unknown}",
+                    )
+                )
         if getattr(self._source, "allocation_mode", None) == "token_aware" and op.weight_by == "samples":
             raise ConfigError(expected("ensure_mixture(weight_by=...) with a token-aware work source",
                                        "token units ('auto', a field or a callable)", "'samples'"))
@@ -326,7 +352,9 @@ class Pipeline:
                               "preserves cursor order); using 0", UserWarning, stacklevel=3)
             return 0
         if not monotone and k == 0:
-            raise ConfigError(expected("flush_every_k_chunks", "> 0 for a plan with a reordering operator", 0))
+            raise ConfigError(
+                expected("flush_every_k_chunks", "> 0 for a plan with a reordering operator", 0)
+            )
         return int(k)
 
     def fingerprint(self) -> str:
@@ -382,11 +410,16 @@ class Pipeline:
         without it the engine's lanes share one of their own.  It changes no chunk or state.
         """
         if on_tombstone is not None and not callable(on_tombstone):
-            raise ConfigTypeError(expected("engine(on_tombstone=...)", "a callable taking a tombstone record, "
-                                           "or None", on_tombstone))
+            raise ConfigTypeError(
+                expected(
+                    "engine(on_tombstone=...)", "a callable taking a tombstone record, or None", on_tombstone
+                )
+            )
         self._refuse_while_running("engine()")
         if walk is not None and not isinstance(walk, ChunkWalk):
-            raise ConfigTypeError(expected("engine(walk=...)", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__))
+            raise ConfigTypeError(
+                expected("engine(walk=...)", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__)
+            )
         engine = self._build_engine(self._pending, on_tombstone=on_tombstone, walk=walk)
         self._pending = None
         self._engine = engine
@@ -395,7 +428,9 @@ class Pipeline:
 
     def __iter__(self) -> PipelineIterator:
         if self._iterating:
-            raise ContractError("pipeline: expected one iteration at a time, received a second concurrent iter()")
+            raise ContractError(
+                "pipeline: expected one iteration at a time, received a second concurrent iter()"
+            )
         engine = self._build_engine(self._pending)
         self._pending = None
         self._engine = engine
@@ -478,8 +513,13 @@ class Pipeline:
             owned = self._world_of(self._options).owned_lanes
             missing = [lane for lane in owned if lane not in set(ckpt.lanes)]
             if missing:  # the same refusal as the engine's load of a state without an owned lane
-                raise StateMismatchError(expected(f"checkpoint {schema.REQUIRED_LANE_FIELDS[0]}",
-                                                  f"an entry for owned lane {missing[0]}", f"lanes {list(ckpt.lanes)}"))
+                raise StateMismatchError(
+                    expected(
+                        f"checkpoint {schema.REQUIRED_LANE_FIELDS[0]}",
+                        f"an entry for owned lane {missing[0]}",
+                        f"lanes {list(ckpt.lanes)}",
+                    )
+                )
             self._build_engine(ckpt)  # dry run of the owned lanes (raises, changing nothing)
             self._pending = ckpt
             self._engine = None
@@ -505,13 +545,20 @@ class Pipeline:
         """Refuse a state of another canonical_replicas or another fingerprint."""
         world = self._world_of(self._options)
         if c != world.canonical_replicas:
-            raise StateMismatchError(expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
-                                     + "; changing canonical_replicas needs a migration")
+            raise StateMismatchError(
+                expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
+                + "; changing canonical_replicas needs a migration"
+            )
         fp = self.fingerprint()
         if got_fp != fp:
-            raise StateMismatchError(expected("checkpoint fingerprint", f"{fp[:16]}... (this pipeline's data settings)",
-                                              str(got_fp)[:16] + "...")
-                                     + "; the checkpoint belongs to a pipeline with other data settings")
+            raise StateMismatchError(
+                expected(
+                    "checkpoint fingerprint",
+                    f"{fp[:16]}... (this pipeline's data settings)",
+                    str(got_fp)[:16] + "...",
+                )
+                + "; the checkpoint belongs to a pipeline with other data settings"
+            )
 
 
 def _check_directory(directory: Any) -> str:

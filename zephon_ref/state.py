@@ -272,8 +272,9 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors:
                                         type(inflight).__name__))
     cids = sorted(_cid(k, f"{where} inflight chunk id", nxt) for k in inflight)
     if cids and cids[-1] != nxt - 1:
-        raise StateFormatError(expected(f"{where} lane_next_cid", f"{cids[-1] + 1} (after the last inflight chunk)",
-                                        nxt))
+        raise StateFormatError(
+            expected(f"{where} lane_next_cid", f"{cids[-1] + 1} (after the last inflight chunk)", nxt)
+        )
     for cid in cids:
         if not isinstance(inflight.get(cid, inflight.get(str(cid))), Mapping):
             raise StateFormatError(expected(f"{where} inflight chunk {cid}", "a chunk state mapping",
@@ -282,7 +283,9 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors:
     if not isinstance(bounds, (list, tuple)) or any(type(b) is not int for b in bounds):
         raise StateFormatError(expected(f"{where} epoch_boundaries", "a list of ints", bounds))
     if list(bounds) != sorted(set(bounds)) or any(not 0 < b <= nxt for b in bounds):
-        raise StateFormatError(expected(f"{where} epoch_boundaries", f"sorted unique ints in [1, {nxt}]", bounds))
+        raise StateFormatError(
+            expected(f"{where} epoch_boundaries", f"sorted unique ints in [1, {nxt}]", bounds)
+        )
     prog = slices["progress"]
     if not isinstance(prog, Mapping) or set(prog) != {"chunk_id", "offset"}:
         raise StateFormatError(expected(f"{where} progress", "{'chunk_id': int, 'offset': int}", prog))
@@ -292,11 +295,18 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors:
     raw_cursor = slices["replay_cursors"]
     if raw_cursor is None:
         if emitted and strict_cursors:
-            raise StateFormatError(expected(f"{where} replay cursor", f"the cursor of its last delivered item "
-                                            f"({emitted} delivered)", None))
+            raise StateFormatError(
+                expected(
+                    f"{where} replay cursor",
+                    f"the cursor of its last delivered item ({emitted} delivered)",
+                    None,
+                )
+            )
         return
     if not emitted:
-        raise StateFormatError(expected(f"{where} replay cursor", "None (the lane delivered nothing)", raw_cursor))
+        raise StateFormatError(
+            expected(f"{where} replay cursor", "None (the lane delivered nothing)", raw_cursor)
+        )
     try:
         cursor = SampleCursor.from_key(raw_cursor)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
@@ -326,7 +336,11 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
     missing = [f.name for f in FIELDS if f.required and f.name not in state]
     if missing:
         raise StateFormatError(expected("checkpoint keys", "every required field", f"missing {missing}"))
-    if state["schema"] != SCHEMA or type(state["version"]) is not int or state["version"] not in ACCEPTED_VERSIONS:
+    if (
+        state["schema"] != SCHEMA
+        or type(state["version"]) is not int
+        or state["version"] not in ACCEPTED_VERSIONS
+    ):
         raise StateFormatError(expected("checkpoint schema/version", f"{SCHEMA!r}/{ACCEPTED_VERSIONS}",
                                         (state["schema"], state["version"])))
     if state.get("integrity") is not None and not isinstance(state["integrity"], str):
@@ -341,7 +355,9 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
     c = _int(world.get("canonical_replicas"), "world canonical_replicas", lo=1)
     rid = state.get("last_round_id")
     if rid is not None and not isinstance(rid, (str, int)):
-        raise StateFormatError(expected("checkpoint last_round_id", "a str, an int or None", type(rid).__name__))
+        raise StateFormatError(
+            expected("checkpoint last_round_id", "a str, an int or None", type(rid).__name__)
+        )
     _int(state.get("checkpoint_reload_count", 0), "checkpoint_reload_count", lo=0)
     rr = state.get("rr_next_idx", {})
     if not isinstance(rr, Mapping) or any(not isinstance(k, str) or type(v) is not int or v < 0
@@ -406,7 +422,9 @@ class ValidatedState:
             if name not in LANE_FIELDS or value is None:
                 part[name] = value
             else:
-                part[name] = {key: v for key, v in value.items() if lane_key(key, f"lane key of {name!r}", c) in wanted}
+                part[name] = {
+                    key: v for key, v in value.items() if lane_key(key, f"lane key of {name!r}", c) in wanted
+                }
         out: dict[str, Any] = owned_copy(part)
         return out
 

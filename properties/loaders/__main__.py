@@ -24,19 +24,25 @@ def _parser() -> argparse.ArgumentParser:
     from properties.loaders.machine import PROPERTIES
     from properties.loaders.registry import LOADERS
 
-    p = OneLineArgumentParser(prog="python -m properties.loaders",
-                              description="Generic stateful-loader properties (resume equivalence, no skip / "
-                                          "no duplicate, ...) against one loader; prints a table, exits 1 when "
-                                          "a property fails.")
+    p = OneLineArgumentParser(
+        prog="python -m properties.loaders",
+        description="Generic stateful-loader properties (resume equivalence, no skip / "
+        "no duplicate, ...) against one loader; prints a table, exits 1 when "
+        "a property fails.",
+    )
     p.add_argument("--loader", required=True, help=f"one of {', '.join(LOADERS)}, or module:attr")
-    p.add_argument("--examples", type=int_at_least(1), default=30, help="Hypothesis examples per property (default 30)")
+    p.add_argument(
+        "--examples", type=int_at_least(1), default=30, help="Hypothesis examples per property (default 30)"
+    )
     p.add_argument("--steps", type=int_at_least(1), default=10, help="moves per example (default 10)")
     p.add_argument("--property", action="append", dest="properties", metavar="NAME",
                    help=f"only these properties (repeatable): {', '.join(PROPERTIES)}")
     p.add_argument("--set", action="append", dest="knobs", default=[], metavar="KNOB=VALUE",
                    help="pin a knob of the drawn configurations (repeatable), e.g. --set workers=0")
     p.add_argument("--json", metavar="FILE", type=writable_path, help="also write the results as JSON")
-    p.add_argument("--random", action="store_true", help="random examples (default: derandomized, reproducible)")
+    p.add_argument(
+        "--random", action="store_true", help="random examples (default: derandomized, reproducible)"
+    )
     return p
 
 
@@ -53,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     props = args.properties or list(PROPERTIES)
     bad = [p for p in props if p not in PROPERTIES]
     if bad:
-        sys.stderr.write(f"python -m properties.loaders: --property: expected one of {', '.join(PROPERTIES)}, "
-                         f"received {', '.join(bad)}\n")
+        sys.stderr.write(
+            f"python -m properties.loaders: --property: expected one of {', '.join(PROPERTIES)}, "
+            f"received {', '.join(bad)}\n"
+        )
         return 2
     try:
         adapter = resolve(args.loader)
@@ -97,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     results, cache = [], {}
     for prop in props:
         t0 = time.perf_counter()  # clock-ok: progress only, not data
-        r = check_property(adapter, prop, examples=args.examples, steps=args.steps, derandomize=not args.random,
-                           cache=cache)
+        r = check_property(
+            adapter, prop, examples=args.examples, steps=args.steps, derandomize=not args.random, cache=cache
+        )
         results.append((r, time.perf_counter() - t0))  # clock-ok
         print(_row(r), flush=True)
     failures = [r for r, _ in results if r.status == "FAIL"]

@@ -173,7 +173,9 @@ class Narrowed:
         if isinstance(variants, Mapping):
             keep = {v: s for v, s in variants.items() if "variant" not in knobs or v == knobs["variant"]}
             if not keep:
-                raise ValueError(f"variant: expected one of {sorted(variants)}, received {knobs['variant']!r}")
+                raise ValueError(
+                    f"variant: expected one of {sorted(variants)}, received {knobs['variant']!r}"
+                )
             self.space: Mapping[str, Any] = {"variant": {v: {**s, **{k: (x,) for k, x in knobs.items()
                                                                      if k != "variant"}}
                                                          for v, s in keep.items()}}

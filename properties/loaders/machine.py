@@ -278,7 +278,9 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
         def ref(self) -> list[int]:
             assert self.cfg is not None
             if self.cfg not in record.cache:
-                record.cache[self.cfg] = self.call("an uninterrupted run", lambda: reference_stream(adapter, self.cfg))
+                record.cache[self.cfg] = self.call(
+                    "an uninterrupted run", lambda: reference_stream(adapter, self.cfg)
+                )
             return record.cache[self.cfg]
 
         def where(self, pos: int) -> str:
@@ -305,8 +307,10 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                     self.fail(f"an item after the end of the uninterrupted stream ({len(ref)} items)",
                               {"position": i, "where": self.where(i), "expected": "end", "got": self.flat[i]})
                 if self.flat[i] != ref[i]:
-                    self.fail("the stream differs from the uninterrupted run",
-                              {"position": i, "where": self.where(i), "expected": ref[i], "got": self.flat[i]})
+                    self.fail(
+                        "the stream differs from the uninterrupted run",
+                        {"position": i, "where": self.where(i), "expected": ref[i], "got": self.flat[i]},
+                    )
             if self.ended and len(self.flat) < len(ref):
                 i = len(self.flat)
                 self.fail(f"the stream ended early after {i} of {len(ref)} items",
@@ -323,11 +327,15 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                 for j, x in enumerate(block):
                     seen[x] += 1
                     if x not in universe:
-                        self.fail("an item that is not in the dataset", {"position": e + j, "where": self.where(e + j),
-                                                                          "got": x})
+                        self.fail(
+                            "an item that is not in the dataset",
+                            {"position": e + j, "where": self.where(e + j), "got": x},
+                        )
                     if seen[x] > universe[x]:
-                        self.fail(f"item {x} delivered twice in one epoch",
-                                  {"position": e + j, "where": self.where(e + j), "got": x, "duplicate_of": x})
+                        self.fail(
+                            f"item {x} delivered twice in one epoch",
+                            {"position": e + j, "where": self.where(e + j), "got": x, "duplicate_of": x},
+                        )
                 if len(block) == L and not spec.subset and seen != universe:
                     missing = sorted((universe - seen).elements())
                     self.fail(f"epoch {e // max(L, 1)} misses {missing}",
@@ -394,7 +402,9 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             if _snapshot(state) != snap:
                 self.fail("restore changed the state object it was given", {"position": pos})
             self.rollback(upto)
-            self.steps.append(f"restore(state saved at {self.where(pos)}){' into a primed loader' if primed else ''}")
+            self.steps.append(
+                f"restore(state saved at {self.where(pos)}){' into a primed loader' if primed else ''}"
+            )
             self.check_counters()
 
         # -- moves --------------------------------------------------------------------------------
@@ -456,11 +466,17 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             assert self.run is not None and self.cfg is not None
             run = self.run
             state = self.call("state()", run.state)
-            self.saved.append((len(self.flat), state, _snapshot(state), self.cfg, [list(y) for y in self.yields]))
+            self.saved.append(
+                (len(self.flat), state, _snapshot(state), self.cfg, [list(y) for y in self.yields])
+            )
             self.steps.append(f"save() at {self.where(len(self.flat))}")
 
-        @precondition(lambda self: bool(self.saved) and P in ("resume", "no_skip_dup", "counters", "initial_state",
-                                                               "state_after_restore"))
+        @precondition(
+            lambda self: (
+                bool(self.saved)
+                and P in ("resume", "no_skip_dup", "counters", "initial_state", "state_after_restore")
+            )
+        )
         @rule(i=st.integers(0, 7))
         @_move
         def restore(self, i: int) -> None:
@@ -499,7 +515,9 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             b = _flat(got)
             self.steps[-1] = f"restore twice (state saved at {self.where(pos)}), next({m}) -> {a} then {b}"
             if a != b:
-                j = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+                j = next(
+                    (k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+                )
                 self.fail("the same state restored twice gives two streams",
                           {"position": pos + j, "where": self.where(pos + j),
                            "first_restore": a[j] if j < len(a) else "end",
@@ -526,8 +544,10 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                 self.steps.append(f"restore(state saved at {self.where(pos)}) under workers={w}: refused "
                                   f"({type(exc).__name__})")
                 if mode != "refuse" and not isinstance(exc, Refused):
-                    self.fail(f"restoring under workers={w} (documented: {mode}) raised {type(exc).__name__}: "
-                              f"{str(exc)[:200]}")
+                    self.fail(
+                        f"restoring under workers={w} (documented: {mode}) raised {type(exc).__name__}: "
+                        f"{str(exc)[:200]}"
+                    )
                 record.notes[f"workers {cfg.workers}->{w}: refused"] += 1
                 self.restored(i)
                 return
@@ -580,8 +600,15 @@ class PropertyResult:
         return dataclasses.asdict(self)
 
 
-def check_property(adapter: LoaderAdapter, prop: str, *, examples: int = 30, steps: int = 10,
-                   derandomize: bool = True, cache: dict[LoaderConfig, list[int]] | None = None) -> PropertyResult:
+def check_property(
+    adapter: LoaderAdapter,
+    prop: str,
+    *,
+    examples: int = 30,
+    steps: int = 10,
+    derandomize: bool = True,
+    cache: dict[LoaderConfig, list[int]] | None = None,
+) -> PropertyResult:
     """Run one property against one adapter and say what happened (never raises for a failing
     property: the result carries it)."""
     declared = dict(adapter.declared())

@@ -29,7 +29,9 @@ def resolve(name: str) -> Any:
     """The adapter called ``name`` (one of LOADERS, or ``module:attr``; a class is instantiated)."""
     spec = LOADERS.get(name, name)
     if ":" not in spec:
-        raise UnknownLoader(f"--loader: expected one of {', '.join(LOADERS)} or 'module:attr', received {name!r}")
+        raise UnknownLoader(
+            f"--loader: expected one of {', '.join(LOADERS)} or 'module:attr', received {name!r}"
+        )
     module, attr = spec.split(":", 1)
     try:
         mod = importlib.import_module(module)

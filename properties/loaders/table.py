@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             docs.append(json.loads(Path(f).read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
-            sys.stderr.write(f"python -m properties.loaders.table: {f}: expected a results file, received {exc}\n")
+            sys.stderr.write(
+                f"python -m properties.loaders.table: {f}: expected a results file, received {exc}\n"
+            )
             return 2
     print(render(docs))
     return 0

@@ -43,7 +43,9 @@ class _Recording:
         return self._inner.load(cfg, directory)
 
 
-def _shard(monkeypatch: pytest.MonkeyPatch, seed: int, *, drop: bool = False) -> tuple[list[str], dict[str, Any]]:
+def _shard(
+    monkeypatch: pytest.MonkeyPatch, seed: int, *, drop: bool = False
+) -> tuple[list[str], dict[str, Any]]:
     seen: list[str] = []
     monkeypatch.setattr(adapters, "load_adapter", lambda name: _Recording(seen, drop=drop))
     out = campaigns.conformance_shard("recording", 4, seed, ["resume at cuts"])
@@ -59,7 +61,11 @@ def test_shards_are_independent_and_each_reruns_exactly(monkeypatch: pytest.Monk
     assert a1 != b, "two shard seeds drew the same examples"
     tasks = campaigns.conformance_tasks("inline", 10, 4, seed=0)
     assert [t.args[1] for t in tasks] == [3] * 4 and len({t.meta["shard_seed"] for t in tasks}) == 4
-    assert tasks[0].meta["reproduce"].startswith("python -m properties.campaigns shard --impl inline --examples 3")
+    assert (
+        tasks[0]
+        .meta["reproduce"]
+        .startswith("python -m properties.campaigns shard --impl inline --examples 3")
+    )
 
 
 def test_a_planted_resume_bug_is_reported_with_its_shard(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,7 +75,9 @@ def test_a_planted_resume_bug_is_reported_with_its_shard(monkeypatch: pytest.Mon
     summary, _ = campaigns.run_campaign("conformance", tasks, {}, backend=InlineBackend())
     prop = summary["properties"]["resume at cuts"]
     assert not summary["ok"] and prop["failures"], "the planted lost item went unnoticed"
-    assert prop["failures"][0]["reproduce"].startswith("python -m properties.campaigns shard --impl recording")
+    assert prop["failures"][0]["reproduce"].startswith(
+        "python -m properties.campaigns shard --impl recording"
+    )
 
 
 def test_a_shard_that_raises_is_a_failing_shard(tmp_path: Path) -> None:
@@ -85,14 +93,18 @@ def test_a_shard_that_raises_is_a_failing_shard(tmp_path: Path) -> None:
 
 
 def test_the_checkpoint_survey_adds_its_shards_up() -> None:
-    pytest.importorskip("zephon", reason="the survey judges zephon 0.2.0's checkpoints (the conformance extra)")
+    pytest.importorskip(
+        "zephon", reason="the survey judges zephon 0.2.0's checkpoints (the conformance extra)"
+    )
     summary, records = campaigns.run_campaign("checkpoints", campaigns.checkpoint_tasks(4, 2, seed=0), {},
                                               backend=InlineBackend())
     assert summary["tally"]["cuts"] == sum(r["tally"]["cuts"] for r in records) >= 4
     assert summary["ok"] == (not summary["tally"]["ref_failures"])
 
 
-def test_the_mutation_campaign_runs_the_score_tasks_and_counts_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_mutation_campaign_runs_the_score_tasks_and_counts_verdicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The campaign runs properties.mutation_score's tasks on the executor (one task per mutant and
     checker, in a mutated copy) and counts verdicts per checker; a task that raises is a failed shard."""
     from properties import mutation_score as ms
@@ -106,9 +118,13 @@ def test_the_mutation_campaign_runs_the_score_tasks_and_counts_verdicts(monkeypa
     unseen = Mutant("unseen", "zephon_ref/__init__.py", first, first + "# harmless\n", line=1, col=0)
     tasks = ms.executor_tasks(ms.tasks_for([seen, unseen], ["probe"], timeout=120))
     summary, _ = campaigns.run_campaign("mutation", tasks, {}, backend=InlineBackend())
-    assert summary["checkers"] == {"probe": {"killed": 1, "survived": 1}} and summary["score"] == {"probe": 0.5}
+    assert summary["checkers"] == {"probe": {"killed": 1, "survived": 1}} and summary["score"] == {
+        "probe": 0.5
+    }
     assert summary["ok"]
-    broken = ms.executor_tasks([{"id": "broken|probe", "mutant": {"bad": 1}, "checker": "probe", "timeout": 1}])
+    broken = ms.executor_tasks(
+        [{"id": "broken|probe", "mutant": {"bad": 1}, "checker": "probe", "timeout": 1}]
+    )
     summary, _ = campaigns.run_campaign("mutation", broken, {}, backend=InlineBackend())
     assert not summary["ok"] and "TypeError" in summary["failed_shards"][0]["error"]
     with pytest.raises(ConfigError):

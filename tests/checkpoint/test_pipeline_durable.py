@@ -14,10 +14,16 @@ import pytest
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
 from zephon_ref.errors import ZephonRefError
 
-CFG = PipelineConfig([("pack_sequences", {"max_length": 160, "num_bins": 3}), ("shuffle", {"buffer_size": 4, "seed": 2}),
-                      ("batch", {"microbatch_size": 2})],
-                     layout={"web": (14, 9), "code": (8,), "books": (5,)}, source_kwargs={"chunk_size": 6, "seed": 3},
-                     options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2})
+CFG = PipelineConfig(
+    [
+        ("pack_sequences", {"max_length": 160, "num_bins": 3}),
+        ("shuffle", {"buffer_size": 4, "seed": 2}),
+        ("batch", {"microbatch_size": 2}),
+    ],
+    layout={"web": (14, 9), "code": (8,), "books": (5,)},
+    source_kwargs={"chunk_size": 6, "seed": 3},
+    options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2},
+)
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
@@ -62,8 +68,12 @@ def test_refused_loads_change_no_file_and_no_state(tmp_path):
     p.save_checkpoint(tmp_path)
     next(it)
     p.save_checkpoint(tmp_path)
-    other = build_pipeline("zephon_ref", PipelineConfig(CFG.chain[:1], layout=CFG.layout,
-                                                         source_kwargs=CFG.source_kwargs, options=CFG.options))
+    other = build_pipeline(
+        "zephon_ref",
+        PipelineConfig(
+            CFG.chain[:1], layout=CFG.layout, source_kwargs=CFG.source_kwargs, options=CFG.options
+        ),
+    )
     files = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
     with pytest.raises(ZephonRefError, match="fingerprint"):
         other.load_checkpoint(tmp_path)

@@ -23,7 +23,9 @@ from properties.sources import zephon_available
 
 pytestmark = [
     pytest.mark.conformance,
-    pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
+    pytest.mark.skipif(
+        not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"
+    ),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +86,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "zephon_ref.compat.check", "check", *args], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "zephon_ref.compat.check", "check", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_consistent_zephon_state_says_what_comes_next(workdir: Path) -> None:
@@ -113,15 +121,23 @@ def test_a_target_that_never_comes_out_is_inconsistent(workdir: Path) -> None:
 
 
 # the project's exit codes (zephon_ref.exits, docs/cli.md): 1 corrupt/inconsistent, 2 usage, 3 mismatch, 5 missing
-@pytest.mark.parametrize("state,factory,code,prefix", [
-    ("otherC.pkl", "ckfac:make", 3, "mismatch: inconsistent: StateMismatchError: checkpoint canonical_replicas"),
-    ("garbage.pkl", "ckfac:make", 1, "corrupt: state unreadable: garbage.pkl"),
-    ("alist.pkl", "ckfac:make", 1, "corrupt: state unreadable: alist.pkl: expected a pickled state dict"),
-    ("missing.pkl", "ckfac:make", 5, "missing: state missing: STATE: expected a pickled state file"),
-    ("z7.pkl", "ckfac:nothing", 2, "usage error: factory unusable: AttributeError"),
-    ("z7.pkl", "nomodule:make", 2, "usage error: factory unusable: ModuleNotFoundError"),
-    ("z7.pkl", "ckfac:broken", 2, "usage error: factory unusable: RuntimeError: no pipeline today"),
-])
+@pytest.mark.parametrize(
+    "state,factory,code,prefix",
+    [
+        (
+            "otherC.pkl",
+            "ckfac:make",
+            3,
+            "mismatch: inconsistent: StateMismatchError: checkpoint canonical_replicas",
+        ),
+        ("garbage.pkl", "ckfac:make", 1, "corrupt: state unreadable: garbage.pkl"),
+        ("alist.pkl", "ckfac:make", 1, "corrupt: state unreadable: alist.pkl: expected a pickled state dict"),
+        ("missing.pkl", "ckfac:make", 5, "missing: state missing: STATE: expected a pickled state file"),
+        ("z7.pkl", "ckfac:nothing", 2, "usage error: factory unusable: AttributeError"),
+        ("z7.pkl", "nomodule:make", 2, "usage error: factory unusable: ModuleNotFoundError"),
+        ("z7.pkl", "ckfac:broken", 2, "usage error: factory unusable: RuntimeError: no pipeline today"),
+    ],
+)
 def test_refusals_are_one_line_with_their_own_exit_code(workdir: Path, state: str, factory: str, code: int,
                                                         prefix: str) -> None:
     r = run(workdir, state, "--factory", factory)
@@ -133,8 +149,14 @@ def test_refusals_are_one_line_with_their_own_exit_code(workdir: Path, state: st
 
 def test_the_zephon_ref_command_has_ckpt_check(workdir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    ok = subprocess.run([sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "z7.pkl", "--factory", "ckfac:make"],
-                        cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "z7.pkl", "--factory", "ckfac:make"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0 and "consistent: yes" in ok.stdout, ok.stdout + ok.stderr
     bad = subprocess.run([sys.executable, "-m", "zephon_ref.cli", "ckpt", "check", "otherC.pkl", "--factory",
                           "ckfac:make"], cwd=workdir, env=env, capture_output=True, text=True, timeout=300)

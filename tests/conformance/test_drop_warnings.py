@@ -30,7 +30,9 @@ CASES = [
 ]
 
 
-def _build(mod: Any, algorithm: str, knobs: dict[str, Any], max_length: int, chunk: int, drop_last: bool) -> Any:
+def _build(
+    mod: Any, algorithm: str, knobs: dict[str, Any], max_length: int, chunk: int, drop_last: bool
+) -> Any:
     rows = [{"input_ids": list(range((i * 7) % 29 + 1))} for i in range(60)]
     ds = mod.Dataset.from_dict("a", {0: mod.InMemoryShard(rows)})
     src = mod.StaticMixtureWorkSource([ds], {"a": 1.0}, chunk_size=chunk, seed=0)
@@ -44,14 +46,18 @@ def _zephon_totals(caplog: pytest.LogCaptureFixture, *args: Any) -> dict[str, tu
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="zephon"):
         list(_build(zephon, *args, drop_last=False))
-    over = [(int(d), int(t)) for d, t in re.findall(r"dropped (\d+) document\(s\) \((\d+) token\(s\)\)", caplog.text)]
+    over = [
+        (int(d), int(t))
+        for d, t in re.findall(r"dropped (\d+) document\(s\) \((\d+) token\(s\)\)", caplog.text)
+    ]
     tail = [int(t) for t in re.findall(r"dropping (\d+) trailing token\(s\)", caplog.text)]
     return {"oversized": (sum(d for d, _ in over), sum(t for _, t in over)), "wrap_tail": (0, sum(tail))}
 
 
 @pytest.mark.parametrize("algorithm,knobs,max_length,chunk", CASES)
-def test_dropped_totals_equal_zephons_log(caplog: pytest.LogCaptureFixture, algorithm: str, knobs: dict[str, Any],
-                                         max_length: int, chunk: int) -> None:
+def test_dropped_totals_equal_zephons_log(
+    caplog: pytest.LogCaptureFixture, algorithm: str, knobs: dict[str, Any], max_length: int, chunk: int
+) -> None:
     want = _zephon_totals(caplog, algorithm, knobs, max_length, chunk)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -26,7 +26,9 @@ def test_zephon_long_run_is_measured_without_the_mixture_it_declines() -> None:
     assert zephon.unsupported(conformance.long_run_config(2_000, mixture=False)) is None
     row = conformance._long_run(zephon, 2_000)
     assert row.skipped is None and row.passed == 1, row
-    assert "round-robin feeding (no bound)" in (row.note or "") and "without ensure_mixture" in (row.note or ""), row
+    assert "round-robin feeding (no bound)" in (row.note or "") and "without ensure_mixture" in (
+        row.note or ""
+    ), row
     growth = re.search(r"inflight (\d+) chunks after \d+ items, (\d+) after", row.note or "")
     assert growth is not None, row.note
     assert int(growth[2]) > int(growth[1]), row.note  # the worst lane's inflight chunks grew over the run

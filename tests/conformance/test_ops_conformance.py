@@ -127,7 +127,9 @@ def _random_stream():  # type: ignore[no-untyped-def]
 def test_random_packing_of_lane_pure_pushes_matches_zephon(knobs: dict[str, object]) -> None:
     """Lane-pure micro-batches (all but the engine's end-of-stream one) shuffle exactly as zephon."""
     recs = _random_stream()
-    pushes = [chunk for lane in (0, 1) for chunk in split([r for r in recs if r.meta.lane_id == lane], [4, 9])]
+    pushes = [
+        chunk for lane in (0, 1) for chunk in split([r for r in recs if r.meta.lane_id == lane], [4, 9])
+    ]
     a, b = both(PackSequences(10, **knobs), ZPack(10, **knobs), pushes)
     if a != b and knobs["algorithm"] != "wrap":
         a, b = _unflag(a), _unflag(b)  # docs/divergences.md row 1, as in test_packing
@@ -135,18 +137,26 @@ def test_random_packing_of_lane_pure_pushes_matches_zephon(knobs: dict[str, obje
 
 
 @pytest.mark.parametrize("knobs", RANDOM_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
-def test_random_packing_of_a_mixed_push_is_per_lane_where_zephon_mixes_lanes(knobs: dict[str, object]) -> None:
+def test_random_packing_of_a_mixed_push_is_per_lane_where_zephon_mixes_lanes(
+    knobs: dict[str, object],
+) -> None:
     """Divergence (docs/divergences.md, Operators (session 7)): one push holding two lanes.
 
     zephon_ref gives each lane exactly the packs it gets when pushed alone; zephon seeds one
     shuffle from the whole push, so a lane's packs depend on the other lane's records.
     """
     recs = _random_stream()
-    alone = {lane: per_lane(run(PackSequences(10, **knobs), [[r for r in recs if r.meta.lane_id == lane]]))[lane]
-             for lane in (0, 1)}
+    alone = {
+        lane: per_lane(run(PackSequences(10, **knobs), [[r for r in recs if r.meta.lane_id == lane]]))[lane]
+        for lane in (0, 1)
+    }
     assert per_lane(run(PackSequences(10, **knobs), [recs])) == alone
-    z_alone = {lane: per_lane(run(ZPack(10, **knobs), to_zephon_all([[r for r in recs if r.meta.lane_id == lane]])))
-               [lane] for lane in (0, 1)}
+    z_alone = {
+        lane: per_lane(run(ZPack(10, **knobs), to_zephon_all([[r for r in recs if r.meta.lane_id == lane]])))[
+            lane
+        ]
+        for lane in (0, 1)
+    }
     assert per_lane(run(ZPack(10, **knobs), to_zephon_all([recs]))) != z_alone, (
         "zephon no longer mixes lanes in its random packing shuffle: drop the divergence row")
 
@@ -172,7 +182,9 @@ def test_zephon_random_packing_resume_fails_on_the_minimal_config() -> None:
             q.restore(ck)
             if [item_view(x) for x in q] != items[i:]:
                 failing.append(i)
-    assert failing, "zephon's random-packing resume now holds on the minimal config: update the divergence row"
+    assert failing, (
+        "zephon's random-packing resume now holds on the minimal config: update the divergence row"
+    )
 
 
 def _unflag(lanes):  # type: ignore[no-untyped-def]
@@ -218,7 +230,10 @@ def test_ensure_mixture(knobs: dict[str, object]) -> None:
 
 
 def test_ensure_mixture_packed_records() -> None:
-    packed = run(PackSequences(12, algorithm="first_fit", num_bins=2), [[rec(0, c, o, comp=(c + o) % 2) for c in range(3) for o in range(6)]])
+    packed = run(
+        PackSequences(12, algorithm="first_fit", num_bins=2),
+        [[rec(0, c, o, comp=(c + o) % 2) for c in range(3) for o in range(6)]],
+    )
     ctx = {"get_chunk_mixture": lambda lane, cid: {0: 0.5, 1: 0.5}}
     a, b = both(EnsureMixture(max_buffer_size=4), ZEnsureMixture(max_buffer_size=4), [packed], ctx=ctx)
     assert a == b

@@ -28,7 +28,9 @@ from zephon_ref.errors import ConfigError
 
 pytestmark = [
     pytest.mark.conformance,
-    pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
+    pytest.mark.skipif(
+        not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"
+    ),
 ]
 
 EXAMPLES = int(os.environ.get("ZEPHON_REF_PIPELINE_EXAMPLES", "100"))
@@ -62,7 +64,9 @@ def check(cfg: PipelineConfig) -> None:
         # rank (a sentinel of any lane splits every lane's push); judged against zephon's lane-pure run,
         # and only where zephon itself shows the dependence
         pure = zephon_lane_pure(cfg)
-        assert pure != want, f"zephon_ref differs from zephon, which is the same on every topology\n{cfg.describe()}"
+        assert pure != want, (
+            f"zephon_ref differs from zephon, which is the same on every topology\n{cfg.describe()}"
+        )
         want = pure
     assert sorted(got) == sorted(want), cfg.describe()
     for lane in sorted(want):
@@ -73,19 +77,35 @@ def check(cfg: PipelineConfig) -> None:
 
 packers = st.one_of(
     st.none(),
-    st.builds(lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n}), st.integers(1, 6),
-              st.sampled_from([96, 160, 256])),
-    st.builds(lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n, "algorithm": "best_fit"}),
-              st.integers(1, 6), st.sampled_from([96, 160, 256])),
-    st.builds(lambda m: ("pack_sequences", {"max_length": m, "algorithm": "wrap"}), st.sampled_from([48, 128])),
-    st.builds(lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n}), st.integers(1, 4),
-              st.sampled_from([32, 64])),
+    st.builds(
+        lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n}),
+        st.integers(1, 6),
+        st.sampled_from([96, 160, 256]),
+    ),
+    st.builds(
+        lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n, "algorithm": "best_fit"}),
+        st.integers(1, 6),
+        st.sampled_from([96, 160, 256]),
+    ),
+    st.builds(
+        lambda m: ("pack_sequences", {"max_length": m, "algorithm": "wrap"}), st.sampled_from([48, 128])
+    ),
+    st.builds(
+        lambda n, m: ("pack_sequences", {"max_length": m, "num_bins": n}),
+        st.integers(1, 4),
+        st.sampled_from([32, 64]),
+    ),
 )
 shuffles = st.one_of(
     st.none(),
-    st.builds(lambda b, s: ("shuffle", {"buffer_size": b, "seed": s}), st.integers(1, 40), st.integers(0, 99)),
-    st.builds(lambda b, s: ("shuffle", {"buffer_size": b, "seed": s, "algorithm": "block"}),
-              st.integers(1, 20), st.integers(0, 99)),
+    st.builds(
+        lambda b, s: ("shuffle", {"buffer_size": b, "seed": s}), st.integers(1, 40), st.integers(0, 99)
+    ),
+    st.builds(
+        lambda b, s: ("shuffle", {"buffer_size": b, "seed": s, "algorithm": "block"}),
+        st.integers(1, 20),
+        st.integers(0, 99),
+    ),
 )
 # the obsolete drain rate decides how often records retired from the target (a component
 # exhausted under "redistribute") leave between normal emissions; 0 only when forced
@@ -135,7 +155,9 @@ def sources(draw, *, policies=("default", "redistribute", "stop", "per_dataset",
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(packers, shuffles, mixers, batches, st.integers(1, 8), sources(), st.one_of(st.none(), st.integers(1, 4)))
+@given(
+    packers, shuffles, mixers, batches, st.integers(1, 8), sources(), st.one_of(st.none(), st.integers(1, 4))
+)
 def test_generated_pipelines_match_zephon(pack, shuf, mix, batch, lanes, source, k) -> None:
     chain = [step for step in (pack, shuf, mix, batch) if step is not None]
     if not any(step[0] in ("pack_sequences", "shuffle", "ensure_mixture") for step in chain):
@@ -150,11 +172,18 @@ EXHAUSTION_EXAMPLES = int(os.environ.get("ZEPHON_REF_EXHAUSTION_EXAMPLES", "60")
 
 
 @settings(max_examples=EXHAUSTION_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(packers.filter(lambda p: p is not None),
-       st.builds(lambda m, d: ("ensure_mixture", {**m, **d}),
-                 st.one_of(st.just({}), st.builds(lambda m: {"max_buffer_size": m}, st.integers(4, 64))), drain_knobs),
-       st.one_of(st.none(), batches, shuffles), st.integers(1, 3), sources(policies=("redistribute",)),
-       st.one_of(st.none(), st.integers(1, 4)))
+@given(
+    packers.filter(lambda p: p is not None),
+    st.builds(
+        lambda m, d: ("ensure_mixture", {**m, **d}),
+        st.one_of(st.just({}), st.builds(lambda m: {"max_buffer_size": m}, st.integers(4, 64))),
+        drain_knobs,
+    ),
+    st.one_of(st.none(), batches, shuffles),
+    st.integers(1, 3),
+    sources(policies=("redistribute",)),
+    st.one_of(st.none(), st.integers(1, 4)),
+)
 def test_generated_packing_into_mixture_under_redistribute_matches_zephon(pack, mix, after, lanes, source,
                                                                           k) -> None:
     """The tier for records that retire from ensure_mixture's target while buffered: packs of
@@ -164,16 +193,29 @@ def test_generated_packing_into_mixture_under_redistribute_matches_zephon(pack, 
     divergence fixed for issue 20, ``REDISTRIBUTE_RETIREMENT_MINIMAL``)."""
     chain = [pack, mix] + ([after] if after is not None else [])
     layout, weights, source_kwargs = source
-    check(PipelineConfig(chain, layout=layout, weights=weights, source_kwargs=source_kwargs,
-                         options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k}))
+    check(
+        PipelineConfig(
+            chain,
+            layout=layout,
+            weights=weights,
+            source_kwargs=source_kwargs,
+            options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k},
+        )
+    )
 
 
 FIXED = {
-    "full_chain": [("pack_sequences", {"max_length": 256, "num_bins": 4}), ("shuffle", {"buffer_size": 8, "seed": 2}),
-                   ("ensure_mixture", {}), ("batch", {"microbatch_size": 2})],
+    "full_chain": [
+        ("pack_sequences", {"max_length": 256, "num_bins": 4}),
+        ("shuffle", {"buffer_size": 8, "seed": 2}),
+        ("ensure_mixture", {}),
+        ("batch", {"microbatch_size": 2}),
+    ],
     "strict_mixture": [("ensure_mixture", {"max_buffer_size": None}), ("batch", {"microbatch_size": 3})],
-    "wrap_then_shuffle": [("pack_sequences", {"max_length": 64, "algorithm": "wrap"}),
-                          ("shuffle", {"buffer_size": 16, "seed": 9})],
+    "wrap_then_shuffle": [
+        ("pack_sequences", {"max_length": 64, "algorithm": "wrap"}),
+        ("shuffle", {"buffer_size": 16, "seed": 9}),
+    ],
     "batch_only": [("batch", {"microbatch_size": 4})],
 }
 
@@ -218,9 +260,14 @@ def test_random_packing_on_one_lane_matches_zephon(algorithm: str) -> None:
     if algorithm != "wrap":
         knobs["num_bins"] = 3
     for k in (None, 2):
-        check(PipelineConfig([("pack_sequences", knobs), ("batch", {"microbatch_size": 2})], layout=LAYOUT,
-                             source_kwargs={"chunk_size": 7, "seed": 3},
-                             options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": k}))
+        check(
+            PipelineConfig(
+                [("pack_sequences", knobs), ("batch", {"microbatch_size": 2})],
+                layout=LAYOUT,
+                source_kwargs={"chunk_size": 7, "seed": 3},
+                options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": k},
+            )
+        )
 
 
 #: The smallest configuration found where zephon_ref differed from zephon 0.2.0 on one lane (found by
@@ -238,11 +285,20 @@ REDISTRIBUTE_RETIREMENT_MINIMAL = PipelineConfig(
     options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": None}, corpus_seed=2)
 
 
-@pytest.mark.parametrize("after", [None, ("batch", {"microbatch_size": 2}), ("shuffle", {"buffer_size": 39, "seed": 75})],
-                         ids=["two_ops", "then_batch", "then_shuffle"])
+@pytest.mark.parametrize(
+    "after",
+    [None, ("batch", {"microbatch_size": 2}), ("shuffle", {"buffer_size": 39, "seed": 75})],
+    ids=["two_ops", "then_batch", "then_shuffle"],
+)
 def test_redistribute_retirement_regression_matches_zephon(after) -> None:
     cfg = REDISTRIBUTE_RETIREMENT_MINIMAL
     if after is not None:
-        cfg = PipelineConfig([*cfg.chain, after], layout=cfg.layout, weights=cfg.weights,
-                             source_kwargs=cfg.source_kwargs, options=cfg.options, corpus_seed=cfg.corpus_seed)
+        cfg = PipelineConfig(
+            [*cfg.chain, after],
+            layout=cfg.layout,
+            weights=cfg.weights,
+            source_kwargs=cfg.source_kwargs,
+            options=cfg.options,
+            corpus_seed=cfg.corpus_seed,
+        )
     check(cfg)

@@ -19,7 +19,9 @@ from properties.strategies import source_configs
 
 pytestmark = [
     pytest.mark.conformance,
-    pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
+    pytest.mark.skipif(
+        not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"
+    ),
 ]
 
 MAX_CHUNKS = 40
@@ -57,7 +59,9 @@ def check_conformance(cfg: SourceConfig) -> None:
     z_lanes, z_late = _lanes("zephon", zep, cfg)
     if z_late is not None:
         # zephon refuses an unproducible first chunk only at next_chunk(); zephon_ref at construction
-        assert ref_err is not None, f"zephon raised {z_late!r} on iteration; zephon_ref accepted\n{cfg.describe()}"
+        assert ref_err is not None, (
+            f"zephon raised {z_late!r} on iteration; zephon_ref accepted\n{cfg.describe()}"
+        )
         assert isinstance(z_late, ValueError) and isinstance(ref_err, ValueError)
         return
     assert ref_err is None, f"zephon_ref refused ({ref_err!r}) what zephon accepts\n{cfg.describe()}"
@@ -65,7 +69,9 @@ def check_conformance(cfg: SourceConfig) -> None:
     assert r_late is None, repr(r_late)
     for lane, (zl, rl) in enumerate(zip(z_lanes, r_lanes, strict=False)):
         for i, (zc, rc) in enumerate(zip(zl, rl, strict=False)):
-            assert rc == zc, f"lane {lane} chunk {i} differs\nzephon:     {zc}\nzephon_ref: {rc}\n{cfg.describe()}"
+            assert rc == zc, (
+                f"lane {lane} chunk {i} differs\nzephon:     {zc}\nzephon_ref: {rc}\n{cfg.describe()}"
+            )
         assert len(rl) == len(zl), f"lane {lane}: {len(rl)} chunks vs zephon's {len(zl)}\n{cfg.describe()}"
 
 
@@ -86,25 +92,74 @@ def test_token_aware_lane_chunk_sequences_match_zephon(cfg: SourceConfig) -> Non
 
 FIXED = [
     SourceConfig({"a": (10, 7, 3), "b": (5, 9)}, {"a": 0.7, "b": 0.3}, 3, {"chunk_size": 4, "seed": 5}),
-    SourceConfig({"a": (100, 70, 30), "b": (50, 90)}, {"a": 0.7, "b": 0.3}, 5,
-                 {"chunk_size": 13, "seed": 11, "shuffle_within_shard": True, "shuffle_block_size": "global",
-                  "stop_after_passes": 3}),
-    SourceConfig({"a": (10, 7, 3), "b": (5, 9), "c": (4,)}, {"a": 2, "b": 1, "c": 0.3}, 2,
-                 {"chunk_size": 5, "seed": 7, "exhausted_policy": {"a": "stop", "b": "repeat", "c": "redistribute"},
-                  "reshuffle_on_repeat": False}),
+    SourceConfig(
+        {"a": (100, 70, 30), "b": (50, 90)},
+        {"a": 0.7, "b": 0.3},
+        5,
+        {
+            "chunk_size": 13,
+            "seed": 11,
+            "shuffle_within_shard": True,
+            "shuffle_block_size": "global",
+            "stop_after_passes": 3,
+        },
+    ),
+    SourceConfig(
+        {"a": (10, 7, 3), "b": (5, 9), "c": (4,)},
+        {"a": 2, "b": 1, "c": 0.3},
+        2,
+        {
+            "chunk_size": 5,
+            "seed": 7,
+            "exhausted_policy": {"a": "stop", "b": "repeat", "c": "redistribute"},
+            "reshuffle_on_repeat": False,
+        },
+    ),
     # long enough that the block shuffle needs several 65,536-sample fills
-    SourceConfig({"big": (70000, 50000)}, {"big": 1.0}, 2,
-                 {"chunk_size": 4096, "seed": 3, "shuffle_within_shard": True, "shuffle_block_size": 1000}),
+    SourceConfig(
+        {"big": (70000, 50000)},
+        {"big": 1.0},
+        2,
+        {"chunk_size": 4096, "seed": 3, "shuffle_within_shard": True, "shuffle_block_size": 1000},
+    ),
     # token-aware: per-dataset pinned ratios, a repeat retry, blocks; and a redistribute tail
-    SourceConfig({"a": (100, 70, 30), "b": (50, 90)}, {"a": 0.7, "b": 0.3}, 3,
-                 {"chunk_size": 13, "seed": 11, "shuffle_within_shard": True, "shuffle_block_size": 20,
-                  "stop_after_passes": 3, "token_estimation": {"primer": {"a": 0.5, "b": 0.1}}}),
-    SourceConfig({"a": (10, 7, 3), "b": (5, 9), "c": (4,)}, {"a": 2, "b": 1, "c": 0.3}, 2,
-                 {"chunk_size": 5, "seed": 7, "exhausted_policy": {"a": "stop", "b": "repeat", "c": "redistribute"},
-                  "token_estimation": {"primer": 2.0}}),
-    SourceConfig({"big": (70000, 50000), "small": (3000,)}, {"big": 1.0, "small": 0.5}, 2,
-                 {"chunk_size": 4096, "seed": 3, "shuffle_block_size": 1000, "exhausted_policy": "repeat",
-                  "max_repeats": 1, "token_estimation": {"primer": {"big": 0.25, "small": 1.5}}}),
+    SourceConfig(
+        {"a": (100, 70, 30), "b": (50, 90)},
+        {"a": 0.7, "b": 0.3},
+        3,
+        {
+            "chunk_size": 13,
+            "seed": 11,
+            "shuffle_within_shard": True,
+            "shuffle_block_size": 20,
+            "stop_after_passes": 3,
+            "token_estimation": {"primer": {"a": 0.5, "b": 0.1}},
+        },
+    ),
+    SourceConfig(
+        {"a": (10, 7, 3), "b": (5, 9), "c": (4,)},
+        {"a": 2, "b": 1, "c": 0.3},
+        2,
+        {
+            "chunk_size": 5,
+            "seed": 7,
+            "exhausted_policy": {"a": "stop", "b": "repeat", "c": "redistribute"},
+            "token_estimation": {"primer": 2.0},
+        },
+    ),
+    SourceConfig(
+        {"big": (70000, 50000), "small": (3000,)},
+        {"big": 1.0, "small": 0.5},
+        2,
+        {
+            "chunk_size": 4096,
+            "seed": 3,
+            "shuffle_block_size": 1000,
+            "exhausted_policy": "repeat",
+            "max_repeats": 1,
+            "token_estimation": {"primer": {"big": 0.25, "small": 1.5}},
+        },
+    ),
 ]
 
 

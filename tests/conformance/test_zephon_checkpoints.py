@@ -27,7 +27,9 @@ from properties.sources import zephon_available
 
 pytestmark = [
     pytest.mark.conformance,
-    pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
+    pytest.mark.skipif(
+        not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"
+    ),
 ]
 
 CUTS = int(os.environ.get("ZEPHON_REF_ZEPHON_CKPT_CUTS", "100"))
@@ -84,7 +86,11 @@ def _zephon_lanes(cfg: PipelineConfig, dp: int) -> dict[int, list[Any]]:
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as agg:
         warnings.simplefilter("ignore")
         for rank in range(dp):
-            topo = {} if dp == 1 else {"world_size": dp, "global_rank": rank, "dp_degree": dp, "aggregate_dir": agg}
+            topo = (
+                {}
+                if dp == 1
+                else {"world_size": dp, "global_rank": rank, "dp_degree": dp, "aggregate_dir": agg}
+            )
             for x in build_pipeline("zephon", cfg, **topo):
                 v = item_view(x)
                 out.setdefault(v[0][0], []).append(v)
@@ -175,8 +181,10 @@ def _mutations() -> dict[str, tuple[Any, Any]]:
         return s
 
     return {
-        "other canonical_replicas": (lambda s: {**s, "world": {**s["world"], "canonical_replicas": 3}},
-                                     StateMismatchError),
+        "other canonical_replicas": (
+            lambda s: {**s, "world": {**s["world"], "canonical_replicas": 3}},
+            StateMismatchError,
+        ),
         "other source seed": (lambda s: ws(s, seed=4), StateMismatchError),
         "other chunk size": (lambda s: ws(s, chunk_size=9, chunk_size_hint=9), StateMismatchError),
         "token-aware source": (lambda s: ws(s, allocation_mode="token_aware"), StateFormatError),
@@ -185,12 +193,17 @@ def _mutations() -> dict[str, tuple[Any, Any]]:
         "replay cursor past lane_next_cid": (cursor_past_end, StateMismatchError),
         "cursor_positions disagree": (positions_disagree, StateMismatchError),
         "chunk total_samples wrong": (chunk_total, StateMismatchError),
-        "a lane missing from progress": (lambda s: {**s, "progress": {1: s["progress"][1]}}, StateMismatchError),
+        "a lane missing from progress": (
+            lambda s: {**s, "progress": {1: s["progress"][1]}},
+            StateMismatchError,
+        ),
         "rr index out of range": (lambda s: {**s, "rr_next_idx": {"0/1:0,1": 2}}, StateMismatchError),
         "bad rr key": (lambda s: {**s, "rr_next_idx": {"lanes 0 and 1": 0}}, StateFormatError),
         "work_config set": (lambda s: {**s, "work_config": {"x": 1}}, StateFormatError),
-        "unknown work-chunk version": (lambda s: {**s, "inflight": {0: {s["lane_next_cid"][0] - 1: {"version": 9}}}},
-                                       StateFormatError),
+        "unknown work-chunk version": (
+            lambda s: {**s, "inflight": {0: {s["lane_next_cid"][0] - 1: {"version": 9}}}},
+            StateFormatError,
+        ),
     }
 
 
@@ -227,15 +240,23 @@ def test_a_zephon_block_shuffle_snapshot_past_the_first_fill_is_used() -> None:
     from properties.sources import SourceConfig, build_source, chunk_view
     from zephon_ref.compat import from_zephon_state
 
-    cfg = SourceConfig({"web": (100000,)}, {"web": 1.0}, 1, {"chunk_size": 8192, "seed": 5, "shuffle_block_size": 16})
+    cfg = SourceConfig(
+        {"web": (100000,)}, {"web": 1.0}, 1, {"chunk_size": 8192, "seed": 5, "shuffle_block_size": 16}
+    )
     z, r = build_source("zephon", cfg), build_source("zephon_ref", cfg)
     zc = z.clone_for_lane(0, 1)
     for _ in range(9):  # 73,728 samples: into the second fill of 4,096 blocks
         zc.next_chunk()
     ws = zc.state_dict()
     assert ws["cursor_states"]["web"]["block_rng_snapshot"]["block_count"] > 0
-    engine = {"version": 2, "world": {"canonical_replicas": 1}, "progress": {0: {"chunk_id": -1, "offset": 0}},
-              "lane_next_cid": {0: 0}, "lane_ws_state": {0: ws}, "inflight": {}}
+    engine = {
+        "version": 2,
+        "world": {"canonical_replicas": 1},
+        "progress": {0: {"chunk_id": -1, "offset": 0}},
+        "lane_next_cid": {0: 0},
+        "lane_ws_state": {0: ws},
+        "inflight": {},
+    }
     rc = r.clone_for_lane(0, 1)
     rc.load_state_dict(from_zephon_state(engine, fingerprint="f", canonical_replicas=1, work_source=r)
                        ["lane_ws_state"][0])
@@ -262,4 +283,6 @@ def test_a_legacy_fixed_zephon_state_continues_like_zephon() -> None:
         ws["allocation_mode"], ws["accumulators"] = "legacy_fixed", None
     ours = _run("zephon_ref", cfg, copy.deepcopy(state), limit=2_000)
     assert 0 < len(ours) < 2_000 and ours == _run("zephon", cfg, copy.deepcopy(state), limit=2_000)
-    assert ours != _run("zephon_ref", cfg)[3:], "legacy quotas must change the continuation, or this tests nothing"
+    assert ours != _run("zephon_ref", cfg)[3:], (
+        "legacy quotas must change the continuation, or this tests nothing"
+    )

@@ -184,8 +184,12 @@ def test_a_forged_rank_is_still_refused_at_the_boundary() -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.text(max_size=6), _values, max_size=5), st.dictionaries(st.text(max_size=6), _values,
-       max_size=5), st.text(max_size=6), st.lists(_values, min_size=1, max_size=3))
+@given(
+    st.dictionaries(st.text(max_size=6), _values, max_size=5),
+    st.dictionaries(st.text(max_size=6), _values, max_size=5),
+    st.text(max_size=6),
+    st.lists(_values, min_size=1, max_size=3),
+)
 def test_a_map_template_fills_to_the_bytes_of_the_whole_map(fields: dict[str, Any], packed: dict[str, Any],
                                                              slot: str, fills: list[Any]) -> None:
     """sim.scale.MapTemplate (many maps differing in one value) gives pack() of the whole map

@@ -106,7 +106,9 @@ def test_rank_that_never_calls_is_named_with_its_lanes(tmp_path: Path) -> None:
         # Followers started first, so their share of the budget may run out just
         # before the leader's notice lands: either error is a clean failure.
         assert not f["ok"]
-        assert (f["type"] == "LeaderFailed" and "missing ranks [2]" in f["msg"]) or f["waiting_for"] == "outcome"
+        assert (f["type"] == "LeaderFailed" and "missing ranks [2]" in f["msg"]) or f[
+            "waiting_for"
+        ] == "outcome"
     ns = tmp_path / "agg" / "run-0"
     for name in os.listdir(ns):
         assert not (ns / name).read_bytes().startswith(b"R"), name
@@ -127,7 +129,9 @@ def test_follower_sigkilled_mid_round_leader_times_out_naming_it(tmp_path: Path)
     # As above: the follower's share of the one budget may run out just before the
     # leader's notice lands (seen under a loaded 2-core CI run); both are clean failures.
     assert not fol["ok"]
-    assert fol["type"] == "LeaderFailed" or (fol["type"] == "AggregationTimeout" and fol["waiting_for"] == "outcome")
+    assert fol["type"] == "LeaderFailed" or (
+        fol["type"] == "AggregationTimeout" and fol["waiting_for"] == "outcome"
+    )
 
 
 def test_follower_sigkilled_before_acking_leader_times_out_on_acks(tmp_path: Path) -> None:

@@ -20,9 +20,12 @@ CHAIN = [("pack_sequences", {"max_length": 160, "num_bins": 2}), ("shuffle", {"b
 
 
 def cfg(c: int) -> PipelineConfig:
-    return PipelineConfig(CHAIN, layout=LAYOUT, source_kwargs={"chunk_size": 3, "seed": 7, "exhausted_policy": "repeat",
-                                                                "max_repeats": 2},
-                          options={"runner": "inline", "canonical_replicas": c, "flush_every_k_chunks": 2})
+    return PipelineConfig(
+        CHAIN,
+        layout=LAYOUT,
+        source_kwargs={"chunk_size": 3, "seed": 7, "exhausted_policy": "repeat", "max_repeats": 2},
+        options={"runner": "inline", "canonical_replicas": c, "flush_every_k_chunks": 2},
+    )
 
 
 def truth(c: int) -> tuple[list, dict]:
@@ -40,7 +43,9 @@ def factorisations(c: int) -> list[tuple[int, int]]:
     return [(d, w) for d in range(1, c + 1) for w in range(1, c + 1) if c % d == 0 and d * w <= c]
 
 
-CASES = [(c, d, w) for c in (1, 2, 4, 8, 12) for d, w in factorisations(c) if (c <= 8 or d * w in (c, c // 2, 1))]
+CASES = [
+    (c, d, w) for c in (1, 2, 4, 8, 12) for d, w in factorisations(c) if (c <= 8 or d * w in (c, c // 2, 1))
+]
 
 
 @pytest.mark.parametrize("c,d,w", CASES, ids=[f"C{c}-D{d}-W{w}" for c, d, w in CASES])
@@ -61,7 +66,9 @@ REMAPS = [(8, 2, 4), (8, 8, 2), (8, 4, 1), (8, 1, 8), (15, 3, 5), (8, 3, 5)]
 
 @pytest.mark.parametrize("c,before,after", REMAPS, ids=[f"C{c}-{a}to{b}" for c, a, b in REMAPS])
 @pytest.mark.parametrize("mapping", ["contiguous", "interleaved"])
-def test_resume_on_another_topology_continues_every_lane(c: int, before: int, after: int, mapping: str) -> None:
+def test_resume_on_another_topology_continues_every_lane(
+    c: int, before: int, after: int, mapping: str
+) -> None:
     _, want = truth(c)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # C not divisible by dp_degree warns

@@ -30,7 +30,10 @@ from zephon_ref.checkpoint.codec import decode, encode
 from zephon_ref.types import SampleRecord
 
 LAYOUT = {"web": (23, 14), "code": (12,), "books": (7,)}
-RANDOM_PACK = ("pack_sequences", {"max_length": 256, "num_bins": 2, "shuffle_strategy": "random", "shuffle_seed": 4})
+RANDOM_PACK = (
+    "pack_sequences",
+    {"max_length": 256, "num_bins": 2, "shuffle_strategy": "random", "shuffle_seed": 4},
+)
 
 
 def _hold_three(state: list[SampleRecord], recs: list[SampleRecord]) -> tuple[list[SampleRecord], list[Any]]:
@@ -42,19 +45,37 @@ def _reverse(state: list[SampleRecord]) -> list[SampleRecord]:
     return state[::-1]
 
 
-STATEFUL = ("stateful_transform", {"name": "hold3", "init_state": list, "push": _hold_three, "flush": _reverse,
-                                   "should_flush": lambda s: len(s) >= 3, "preserves_cursor_order": False})
+STATEFUL = (
+    "stateful_transform",
+    {
+        "name": "hold3",
+        "init_state": list,
+        "push": _hold_three,
+        "flush": _reverse,
+        "should_flush": lambda s: len(s) >= 3,
+        "preserves_cursor_order": False,
+    },
+)
 
 CHAINS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "pack_random_first_fit": [RANDOM_PACK],
-    "pack_random_best_fit_batch": [("pack_sequences", {**RANDOM_PACK[1], "algorithm": "best_fit"}),
-                                   ("batch", {"microbatch_size": 2})],
-    "pack_random_wrap": [("pack_sequences", {"max_length": 64, "algorithm": "wrap", "shuffle_strategy": "random"})],
-    "pack_random_then_block_shuffle": [RANDOM_PACK, ("shuffle", {"buffer_size": 3, "seed": 1, "algorithm": "block"})],
+    "pack_random_best_fit_batch": [
+        ("pack_sequences", {**RANDOM_PACK[1], "algorithm": "best_fit"}),
+        ("batch", {"microbatch_size": 2}),
+    ],
+    "pack_random_wrap": [
+        ("pack_sequences", {"max_length": 64, "algorithm": "wrap", "shuffle_strategy": "random"})
+    ],
+    "pack_random_then_block_shuffle": [
+        RANDOM_PACK,
+        ("shuffle", {"buffer_size": 3, "seed": 1, "algorithm": "block"}),
+    ],
     "pack_length": [("pack_sequences", {"max_length": 256, "num_bins": 3, "shuffle_strategy": "length"})],
     "shuffle_streaming": [("shuffle", {"buffer_size": 5, "seed": 3})],
-    "shuffle_block_warmup": [("shuffle", {"buffer_size": 9, "seed": 3, "algorithm": "block_warmup"}),
-                             ("batch", {"microbatch_size": 3, "drop_last": False})],
+    "shuffle_block_warmup": [
+        ("shuffle", {"buffer_size": 9, "seed": 3, "algorithm": "block_warmup"}),
+        ("batch", {"microbatch_size": 3, "drop_last": False}),
+    ],
     "stateful_transform": [STATEFUL, ("batch", {"microbatch_size": 2})],
     "ensure_mixture": [("ensure_mixture", {"max_buffer_size": 6})],
 }
@@ -82,7 +103,9 @@ def test_per_lane_streams_do_not_depend_on_the_other_lanes(chain: str, k: int | 
     for dp, workers in TOPOLOGIES:
         got = streams(c, dp, workers)
         for lane in sorted(alone):
-            assert got.get(lane) == alone[lane], f"{chain}: lane {lane} differs at dp_degree={dp} workers={workers}"
+            assert got.get(lane) == alone[lane], (
+                f"{chain}: lane {lane} differs at dp_degree={dp} workers={workers}"
+            )
 
 
 @pytest.mark.parametrize("before,after", [(1, 3), (3, 1)])

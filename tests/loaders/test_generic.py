@@ -15,9 +15,16 @@ from properties.loaders.core import LoaderConfig, Narrowed
 from properties.loaders.machine import PROPERTIES, check_property
 
 #: the property each planted bug must break (properties/loaders/adapters/reference.py says why)
-CATCHES = {"skip_on_restore": "resume", "end_of_epoch": "resume", "restore_resets_count": "state_after_restore",
-           "mutate_state": "restore_twice", "initial_state": "initial_state", "workers": "workers",
-           "counter": "counters", "nondeterministic": "uninterrupted"}
+CATCHES = {
+    "skip_on_restore": "resume",
+    "end_of_epoch": "resume",
+    "restore_resets_count": "state_after_restore",
+    "mutate_state": "restore_twice",
+    "initial_state": "initial_state",
+    "workers": "workers",
+    "counter": "counters",
+    "nondeterministic": "uninterrupted",
+}
 
 
 def test_every_planted_bug_has_a_catcher() -> None:
@@ -62,9 +69,16 @@ def test_narrowed_pins_knobs_and_refuses_unknown_ones() -> None:
     assert LoaderConfig().describe() == "LoaderConfig(variant='default', size=6)"
 
 
-@pytest.mark.parametrize("argv", [["--loader", "no-such-loader"], ["--loader", "zephon_ref", "--examples", "0"],
-                                  ["--loader", "zephon_ref", "--property", "nope"], [],
-                                  ["--loader", "properties.loaders.core:LoaderConfig"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--loader", "no-such-loader"],
+        ["--loader", "zephon_ref", "--examples", "0"],
+        ["--loader", "zephon_ref", "--property", "nope"],
+        [],
+        ["--loader", "properties.loaders.core:LoaderConfig"],
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(argv: list[str]) -> None:
     p = subprocess.run([sys.executable, "-m", "properties.loaders", *argv], capture_output=True, text=True,
                        timeout=120)
@@ -77,9 +91,24 @@ def test_cli_table_and_json(tmp_path: object) -> None:
     from pathlib import Path
 
     out = Path(str(tmp_path)) / "r.json"
-    p = subprocess.run([sys.executable, "-m", "properties.loaders", "--loader",
-                        "properties.loaders.adapters.reference:ListLoader", "--examples", "3",
-                        "--property", "resume", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "properties.loaders",
+            "--loader",
+            "properties.loaders.adapters.reference:ListLoader",
+            "--examples",
+            "3",
+            "--property",
+            "resume",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "resume" in p.stdout and "pass" in p.stdout
     doc = json.loads(out.read_text())

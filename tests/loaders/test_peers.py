@@ -32,44 +32,90 @@ def _need(*modules: str) -> None:
 
 #: (loader, property, the minimal configuration the suite shrank to, libraries, reproduction script)
 KNOWN = [
-    ("torchdata", "initial_state", {"variant": "map-gen", "size": 5, "shuffle": True, "epochs": 2, "workers": 0},
-     ("torchdata",), "torchdata_generator_next_epoch.py"),
-    ("torchdata", "resume", {"variant": "iterable", "size": 5, "epochs": 1, "workers": 0, "batch": 1},
-     ("torchdata",), "torchdata_iterable_end_of_epoch.py"),
-    ("grain", "resume", {"variant": "interleave", "size": 5, "shards": 2, "epochs": 2},
-     ("grain",), "grain_interleave_repeat.py"),
-    ("datasets", "state_after_restore", {"variant": "direct", "size": 4, "shards": 1, "epochs": 1},
-     ("datasets",), "datasets_state_after_restore.py"),
-    ("litdata", "counters", {"size": 5, "batch": 2, "shards": 1, "workers": 0, "drop_last": False},
-     ("litdata",), "litdata_counter_partial_batch.py"),
-    ("litdata", "no_skip_dup", {"size": 5, "batch": 1, "shards": 1, "workers": 0, "epochs": 1, "shuffle": False},
-     ("litdata",), "litdata_state_dict_aliases_checkpoint.py"),
+    (
+        "torchdata",
+        "initial_state",
+        {"variant": "map-gen", "size": 5, "shuffle": True, "epochs": 2, "workers": 0},
+        ("torchdata",),
+        "torchdata_generator_next_epoch.py",
+    ),
+    (
+        "torchdata",
+        "resume",
+        {"variant": "iterable", "size": 5, "epochs": 1, "workers": 0, "batch": 1},
+        ("torchdata",),
+        "torchdata_iterable_end_of_epoch.py",
+    ),
+    (
+        "grain",
+        "resume",
+        {"variant": "interleave", "size": 5, "shards": 2, "epochs": 2},
+        ("grain",),
+        "grain_interleave_repeat.py",
+    ),
+    (
+        "datasets",
+        "state_after_restore",
+        {"variant": "direct", "size": 4, "shards": 1, "epochs": 1},
+        ("datasets",),
+        "datasets_state_after_restore.py",
+    ),
+    (
+        "litdata",
+        "counters",
+        {"size": 5, "batch": 2, "shards": 1, "workers": 0, "drop_last": False},
+        ("litdata",),
+        "litdata_counter_partial_batch.py",
+    ),
+    (
+        "litdata",
+        "no_skip_dup",
+        {"size": 5, "batch": 1, "shards": 1, "workers": 0, "epochs": 1, "shuffle": False},
+        ("litdata",),
+        "litdata_state_dict_aliases_checkpoint.py",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("loader", "prop", "knobs", "libs", "script"), KNOWN,
                          ids=[f"{k[0]}-{k[1]}" for k in KNOWN])
-def test_the_suite_finds_the_known_failure(loader: str, prop: str, knobs: dict, libs: tuple, script: str) -> None:
+def test_the_suite_finds_the_known_failure(
+    loader: str, prop: str, knobs: dict, libs: tuple, script: str
+) -> None:
     _need(*libs)
     # 200 examples: the torchdata iterable failure needs ~60-250 machine runs to be drawn (the count moves
     # with what else the process imported first), and a found failure stops the search early anyway
     r = check_property(Narrowed(resolve(loader), **knobs), prop, examples=200, steps=10)
-    assert r.status == "FAIL", f"{loader} {prop}: no longer fails at {knobs} (fixed upstream? update docs/loaders.md)"
+    assert r.status == "FAIL", (
+        f"{loader} {prop}: no longer fails at {knobs} (fixed upstream? update docs/loaders.md)"
+    )
 
 
 @pytest.mark.parametrize(("loader", "prop", "knobs", "libs", "script"), KNOWN,
                          ids=[f"{k[4]}" for k in KNOWN])
-def test_the_reproduction_script_still_fails(loader: str, prop: str, knobs: dict, libs: tuple, script: str) -> None:
+def test_the_reproduction_script_still_fails(
+    loader: str, prop: str, knobs: dict, libs: tuple, script: str
+) -> None:
     _need(*libs)
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
-    p = subprocess.run([sys.executable, str(REPRO / script)], capture_output=True, text=True, timeout=300, env=env)
+    p = subprocess.run(
+        [sys.executable, str(REPRO / script)], capture_output=True, text=True, timeout=300, env=env
+    )
     assert p.returncode == 1 and "FAIL" in p.stdout, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
 
 
-@pytest.mark.parametrize("loader", ["torchdata", "torchdata-nodes", "grain", "datasets", "litdata", "streaming"])
+@pytest.mark.parametrize(
+    "loader", ["torchdata", "torchdata-nodes", "grain", "datasets", "litdata", "streaming"]
+)
 def test_the_adapter_runs_against_the_peer(loader: str) -> None:
-    libs = {"torchdata": ("torchdata",), "torchdata-nodes": ("torchdata",), "grain": ("grain",),
-            "datasets": ("datasets", "torchdata"), "litdata": ("litdata",), "streaming": ("streaming",)}[loader]
+    libs = {
+        "torchdata": ("torchdata",),
+        "torchdata-nodes": ("torchdata",),
+        "grain": ("grain",),
+        "datasets": ("datasets", "torchdata"),
+        "litdata": ("litdata",),
+        "streaming": ("streaming",),
+    }[loader]
     _need(*libs)
     a = Narrowed(resolve(loader), workers=0, epochs=2, size=4)
     for prop in ("uninterrupted", "resume"):  # every property: python -m properties.loaders (docs/loaders.md)

@@ -26,10 +26,26 @@ def test_discovers_every_bench_module_in_order() -> None:
 def test_rows_failures_and_missing_results_become_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     good = types.ModuleType("bench.bench_fake_ok")
     good.results = lambda *, quick=True: [  # type: ignore[attr-defined]
-        {"name": "a vs b", "ours": 2.0, "theirs": 1.0, "vs": "b", "unit": "x/s", "ratio": 2.0, "note": "checked"},
+        {
+            "name": "a vs b",
+            "ours": 2.0,
+            "theirs": 1.0,
+            "vs": "b",
+            "unit": "x/s",
+            "ratio": 2.0,
+            "note": "checked",
+        },
         {"name": "bad row"},
         {"name": "c vs ?", "ours": 3.0, "theirs": 1.5, "unit": "x/s", "ratio": 2.0, "note": "no vs"},
-        {"name": "c alone", "ours": 3.0, "theirs": None, "unit": "x/s", "ratio": None, "note": "nothing to compare"}]
+        {
+            "name": "c alone",
+            "ours": 3.0,
+            "theirs": None,
+            "unit": "x/s",
+            "ratio": None,
+            "note": "nothing to compare",
+        },
+    ]
     broken = types.ModuleType("bench.bench_fake_broken")
 
     def boom(*, quick: bool = True) -> list[dict[str, object]]:
@@ -85,7 +101,9 @@ def test_every_bench_module_has_results_and_a_row_in_the_bench_readme() -> None:
     readme = (harness.ROOT / "bench" / "README.md").read_text()
     for name in harness.discover():
         tree = ast.parse((harness.ROOT / "bench" / f"{name}.py").read_text())
-        assert any(isinstance(n, ast.FunctionDef) and n.name == "results" for n in tree.body), f"{name}: no results()"
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "results" for n in tree.body), (
+            f"{name}: no results()"
+        )
         assert f"| `{name}.py` |" in readme, f"{name}: no row in bench/README.md"
 
 
@@ -117,6 +135,9 @@ def test_json_document_has_every_row_and_column(tmp_path: Path, monkeypatch: pyt
     out = tmp_path / "rows.json"
     assert harness.main(["--quick", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["rows"] == [{"name": "x vs y", "ours": 4.0, "theirs": 2.0, "vs": "y", "unit": "x/s", "ratio": 2.0,
-                            "note": "n"}]
-    assert set(doc["columns"]) == set(harness.KEYS) and doc["quick"] is True and doc["modules"] == ["fake_json"]
+    assert doc["rows"] == [
+        {"name": "x vs y", "ours": 4.0, "theirs": 2.0, "vs": "y", "unit": "x/s", "ratio": 2.0, "note": "n"}
+    ]
+    assert (
+        set(doc["columns"]) == set(harness.KEYS) and doc["quick"] is True and doc["modules"] == ["fake_json"]
+    )

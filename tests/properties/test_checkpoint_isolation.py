@@ -217,7 +217,9 @@ def test_a_options_mid_iteration_keeps_engine_state(runner: str) -> None:
     assert any(v for v in ck["lane_emitted"].values()), "checkpoint after 20 items says every lane emitted 0"
     it.close()
     assert got == demo_full()[:20]
-    assert views(b().restore(ck), 10_000) == demo_full()[20:], "resumed stream is not the uninterrupted remainder"
+    assert views(b().restore(ck), 10_000) == demo_full()[20:], (
+        "resumed stream is not the uninterrupted remainder"
+    )
 
 
 @pytest.mark.parametrize("setting", [{"flush_every_k_chunks": 3}, {"canonical_replicas": 2}])
@@ -250,8 +252,14 @@ def _block_pipeline() -> Any:
     from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
 
     corpus = synthetic_corpus(seed=0)
-    src = StaticMixtureWorkSource(list(corpus.datasets), {"web": 0.6, "code": 0.3, "books": 0.1}, chunk_size=32,
-                                  seed=0, shuffle_within_shard=True, shuffle_block_size=16)
+    src = StaticMixtureWorkSource(
+        list(corpus.datasets),
+        {"web": 0.6, "code": 0.3, "books": 0.1},
+        chunk_size=32,
+        seed=0,
+        shuffle_within_shard=True,
+        shuffle_block_size=16,
+    )
     return (Pipeline(src).tokenize(field="text", max_length=96, split_long_samples=True)
             .pack_sequences(256, num_bins=4).shuffle(64, seed=0).batch(4)
             .options(runner="inline", canonical_replicas=3))
@@ -297,8 +305,10 @@ def test_d_restore_with_an_iterator_open_is_refused_or_honoured() -> None:
             rest = [item_view(x) for x in it]
     except HangError:
         pytest.fail("iterating after restore did not end")
-    assert rest == demo_full()[10:], (f"after restore(ck after 10 items) the open iterator delivered {len(rest)} "
-                                      f"items, not the {len(demo_full()) - 10} of the remainder")
+    assert rest == demo_full()[10:], (
+        f"after restore(ck after 10 items) the open iterator delivered {len(rest)} "
+        f"items, not the {len(demo_full()) - 10} of the remainder"
+    )
     after = q.checkpoint()
     assert after != ck, "checkpoint() after draining returned the stale restored state"
 
@@ -334,4 +344,6 @@ def test_the_isolation_check_flags_a_shared_object() -> None:
     control, handed = run_script(_SharedStatePipe, script, None)
     edited, _ = run_script(_SharedStatePipe, script, scramble)
     assert edited != control
-    assert any(obj != snap for obj, snap in handed), "the reverse direction (pipeline edits a handed-out state)"
+    assert any(obj != snap for obj, snap in handed), (
+        "the reverse direction (pipeline edits a handed-out state)"
+    )

@@ -13,14 +13,17 @@ from properties.machines import MACHINE_CONFIGS
 from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig
 
 
-def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_the_table_lists_every_property_against_inline(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     out_json = tmp_path / "results.json"
     assert conformance.main(["--impl", "inline", "--examples", "3", "--quiet", "--json", str(out_json)]) == 0
     out = capsys.readouterr().out
     # a row's line starts with its name; indented lines below it add details (declined configurations)
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[3:] if not line.startswith(" ")}
-    assert list(rows) == list(conformance.ORDER) and sorted(rows) == sorted(["resume machine", "long run", "shared walk",
-                                                                             *conformance.PROPERTIES])
+    assert list(rows) == list(conformance.ORDER) and sorted(rows) == sorted(
+        ["resume machine", "long run", "shared walk", *conformance.PROPERTIES]
+    )
     for name, line in rows.items():
         cols = line[len(name):].split()
         if name == "oracle" and "skipped" in line:  # zephon_ref's second opinion, zephon 0.2.0, is missing
@@ -33,27 +36,41 @@ def test_the_table_lists_every_property_against_inline(capsys: pytest.CaptureFix
     assert long_items >= conformance.long_run_items() >= 2_000
     doc = json.loads(out_json.read_text())
     assert doc["impl"] == "inline" and doc["examples"] == 3 and doc["passed"] is True
-    assert "engine_state" in doc["features"] and "zephon_ref" in doc["versions"] or "python" in doc["versions"]
+    assert (
+        "engine_state" in doc["features"] and "zephon_ref" in doc["versions"] or "python" in doc["versions"]
+    )
     assert [r["property"] for r in doc["rows"]] == list(conformance.ORDER)
     for r in doc["rows"]:
         assert set(r) >= {"property", "examples", "passed", "skipped", "failure", "config", "ours", "theirs",
                           "seconds"}
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--examples", "-3"], ["--examples", "expected an int >= 1", "received -3"]),
-    (["--examples", "0"], ["--examples", "expected an int >= 1", "received 0"]),
-    (["--examples", "many"], ["--examples", "expected an int >= 1", "received 'many'"]),
-    (["--property", "nosuchprop"], ["--property", "expected one of", "'lineage'", "received 'nosuchprop'"]),
-    (["--impl", "os:path"], ["--impl os:path", "expected an adapter with", "received module"]),
-    (["--impl", "no_such_module_anywhere:ADAPTER"], ["expected an importable module",
-                                                     "received module no_such_module_anywhere is not importable"]),
-    (["--impl", "os:no_such_attr"], ["expected module os to have an attribute 'no_such_attr'", "received"]),
-    (["--impl", "nosuch"], ["expected one of", "received 'nosuch'"]),
-    (["--shrink-seconds", "-1"], ["--shrink-seconds", "expected a number >= 0", "received -1"]),
-])
-def test_bad_input_is_one_line_and_exit_2(argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str],
-                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--examples", "-3"], ["--examples", "expected an int >= 1", "received -3"]),
+        (["--examples", "0"], ["--examples", "expected an int >= 1", "received 0"]),
+        (["--examples", "many"], ["--examples", "expected an int >= 1", "received 'many'"]),
+        (
+            ["--property", "nosuchprop"],
+            ["--property", "expected one of", "'lineage'", "received 'nosuchprop'"],
+        ),
+        (["--impl", "os:path"], ["--impl os:path", "expected an adapter with", "received module"]),
+        (
+            ["--impl", "no_such_module_anywhere:ADAPTER"],
+            ["expected an importable module", "received module no_such_module_anywhere is not importable"],
+        ),
+        (
+            ["--impl", "os:no_such_attr"],
+            ["expected module os to have an attribute 'no_such_attr'", "received"],
+        ),
+        (["--impl", "nosuch"], ["expected one of", "received 'nosuch'"]),
+        (["--shrink-seconds", "-1"], ["--shrink-seconds", "expected a number >= 0", "received -1"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     out_json = tmp_path / "results.json"
     try:
         code = conformance.main([*argv, "--json", str(out_json)])
@@ -96,7 +113,9 @@ def test_module_attr_names_any_adapter(tmp_path: Path, monkeypatch: pytest.Monke
         "ADAPTER = PipelineAdapter('mine', 'zephon_ref', {'runner': 'inline'})\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert load_adapter("my_loader_adapter:ADAPTER").name == "mine"
-    rows = conformance.run_suite(load_adapter("my_loader_adapter:ADAPTER"), examples=2, only=["resume at cuts"])
+    rows = conformance.run_suite(
+        load_adapter("my_loader_adapter:ADAPTER"), examples=2, only=["resume at cuts"]
+    )
     assert [(r.prop, r.failure) for r in rows] == [("resume at cuts", None)]
 
 
@@ -115,6 +134,8 @@ def test_the_suite_finds_zephons_known_bugs() -> None:
                                                      only=["settings invariance", "resume at cuts"])}
     resume = rows["resume at cuts"].failure
     assert resume is None or resume.startswith(MIXTURE_GROUPING_MINIMAL.describe()), resume
-    assert rows["settings invariance"].failure and "'runner': 'threads'" in rows["settings invariance"].failure
+    assert (
+        rows["settings invariance"].failure and "'runner': 'threads'" in rows["settings invariance"].failure
+    )
     assert load_adapter("zephon").unsupported(MIXTURE_GROUPING_MINIMAL)
     assert load_adapter("zephon_runners").unsupported(MIXTURE_GROUPING_MINIMAL) is None

@@ -52,7 +52,9 @@ def test_both_policies_deliver_the_same_stream_and_restore_each_other(cfg: Pipel
                                                                        data: st.DataObject) -> None:
     runs = {f: _run(cfg, **execution, feeding=f) for f in POLICIES}
     ref = runs["demand"][0]
-    assert inv.settings_invariance_problems({f"{f} {execution}": items for f, (items, _) in runs.items()}) == []
+    assert (
+        inv.settings_invariance_problems({f"{f} {execution}": items for f, (items, _) in runs.items()}) == []
+    )
     cut = data.draw(st.integers(0, len(ref)), label="cut")
     for written, read in (("demand", "round_robin"), ("round_robin", "demand")):
         state = runs[written][1][cut]
@@ -87,7 +89,11 @@ def test_feeding_is_an_execution_setting_outside_the_fingerprint() -> None:
                          options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 1})
     a, b = (build_pipeline("zephon_ref", cfg, feeding=f) for f in POLICIES)
     assert a.fingerprint() == b.fingerprint()
-    assert a.runtime_options()["feeding"] == "demand" == build_pipeline("zephon_ref", cfg).runtime_options()["feeding"]
+    assert (
+        a.runtime_options()["feeding"]
+        == "demand"
+        == build_pipeline("zephon_ref", cfg).runtime_options()["feeding"]
+    )
     try:
         a.options(feeding="lazy")
     except ConfigError as exc:

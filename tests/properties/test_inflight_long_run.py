@@ -31,7 +31,9 @@ def _worst_inflight(cfg: AnalysisConfig, items: int, *, runner: str = "inline", 
             counts = {int(lane): len(chunks) for lane, chunks in state["inflight"].items()}
             worst = max(worst, *counts.values())
             if bound is not None and not problems:
-                problems = [f"after {i} items: {m}" for m in inv.bounded_inflight_problems([counts], bound=bound)]
+                problems = [
+                    f"after {i} items: {m}" for m in inv.bounded_inflight_problems([counts], bound=bound)
+                ]
                 if problems:
                     break
         if i & (i - 1) == 0 or i == items:
@@ -46,8 +48,9 @@ def _worst_inflight(cfg: AnalysisConfig, items: int, *, runner: str = "inline", 
 def test_the_bound_holds_at_every_checkpoint_of_a_long_run(runner: str, lanes: int, items: int) -> None:
     window = 0 if runner == "inline" else 8
     bound = inv.inflight_bound(k=K, monotone=False, depth_samples=window, min_chunk=CHUNK)
-    points, problems = _worst_inflight(AnalysisConfig(lanes=lanes, k=K, chunk_size=CHUNK), items, runner=runner,
-                                       bound=bound)
+    points, problems = _worst_inflight(
+        AnalysisConfig(lanes=lanes, k=K, chunk_size=CHUNK), items, runner=runner, bound=bound
+    )
     assert not problems, problems[0]
     assert points[-1][0] == items, "the run ended early"
 

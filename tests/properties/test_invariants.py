@@ -9,10 +9,16 @@ from properties.pipelines import PipelineConfig
 
 REF = [("a", 0), ("a", 1), ("b", 0), ("a", 2), ("b", 1)]
 
-CFG = PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 2}), ("shuffle", {"buffer_size": 4, "seed": 2}),
-                      ("batch", {"microbatch_size": 2})],
-                     layout={"web": (14, 9), "code": (8,), "books": (5,)}, source_kwargs={"chunk_size": 4, "seed": 3},
-                     options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
+CFG = PipelineConfig(
+    [
+        ("pack_sequences", {"max_length": 48, "num_bins": 2}),
+        ("shuffle", {"buffer_size": 4, "seed": 2}),
+        ("batch", {"microbatch_size": 2}),
+    ],
+    layout={"web": (14, 9), "code": (8,), "books": (5,)},
+    source_kwargs={"chunk_size": 4, "seed": 3},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2},
+)
 
 
 # -- resume equivalence --------------------------------------------------------------------------
@@ -115,10 +121,12 @@ def _drop_a_third(payload: dict[str, list[int]]) -> dict[str, list[int]] | None:
     return None if len(payload["input_ids"]) % 3 == 0 else payload
 
 
-DROPPING = PipelineConfig([("map_transform", {"transform_fn": _drop_a_third}), ("shuffle", {"buffer_size": 3, "seed": 1})],
-                          layout={"web": (90, 70), "code": (60,), "books": (30,)},
-                          source_kwargs={"chunk_size": 2, "seed": 1},
-                          options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1})
+DROPPING = PipelineConfig(
+    [("map_transform", {"transform_fn": _drop_a_third}), ("shuffle", {"buffer_size": 3, "seed": 1})],
+    layout={"web": (90, 70), "code": (60,), "books": (30,)},
+    source_kwargs={"chunk_size": 2, "seed": 1},
+    options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1},
+)
 
 
 def test_the_inflight_bound_catches_an_engine_that_stops_evicting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,13 +33,17 @@ def test_rules_an_adapter_lacks_are_named_with_a_reason() -> None:
     skipped = skipped_rules(adapter("zephon"))
     # under demand-paced feeding the threads runner's checkpoints are deterministic too (issue 21)
     assert skipped_rules(adapter("threads")) == {}
-    assert sorted(skipped) == sorted(["save_and_load, corrupt_a_saved_checkpoint",
-                                      "restore_under_other_execution_settings",
-                                      "remap (restore under another dp_degree / worker count / mapping)",
-                                      "the lineage row's exact closure: observe(cfg) shows the tombstones of an "
-                                      "uninterrupted run", "the shared walk row: zephon_ref's shared chunk walk "
-                                      "checked against the plain walk (zephon_ref's own shortcut; no other "
-                                      "implementation has it)"])
+    assert sorted(skipped) == sorted(
+        [
+            "save_and_load, corrupt_a_saved_checkpoint",
+            "restore_under_other_execution_settings",
+            "remap (restore under another dp_degree / worker count / mapping)",
+            "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted run",
+            "the shared walk row: zephon_ref's shared chunk walk "
+            "checked against the plain walk (zephon_ref's own shortcut; no other "
+            "implementation has it)",
+        ]
+    )
     assert all("lacks the" in why for why in skipped.values())
 
 

@@ -20,11 +20,16 @@ from properties.strategies import pipeline_configs
 
 # a small, long-enough configuration: 2 lanes, wrap packing, batch(drop_last=False)
 WRAP = PipelineConfig(
-    chain=[("pack_sequences", {"max_length": 32, "algorithm": "wrap"}), ("shuffle", {"buffer_size": 3, "seed": 1}),
-           ("batch", {"microbatch_size": 2, "drop_last": False})],
-    layout={"web": (20, 10), "code": (12,)}, weights={"web": 2.0, "code": 1.0},
-    source_kwargs={"chunk_size": 4, "seed": 3}, options={"runner": "inline", "canonical_replicas": 2,
-                                                           "flush_every_k_chunks": 2})
+    chain=[
+        ("pack_sequences", {"max_length": 32, "algorithm": "wrap"}),
+        ("shuffle", {"buffer_size": 3, "seed": 1}),
+        ("batch", {"microbatch_size": 2, "drop_last": False}),
+    ],
+    layout={"web": (20, 10), "code": (12,)},
+    weights={"web": 2.0, "code": 1.0},
+    source_kwargs={"chunk_size": 4, "seed": 3},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2},
+)
 
 
 def _run(cfg: PipelineConfig) -> tuple[list[Any], Any]:
@@ -59,7 +64,9 @@ def test_the_lineage_checks_name_a_witness_for_each_kind_of_damage() -> None:
     assert any("closed 2 times" in p for p in dup) and any("delivered twice" in p for p in dup), dup
     r = items[2][0]
     changed = [[r._replace(payload=tuple(tuple(t + 1 for t in seg) for seg in r.payload))], *items[3:]]
-    assert any("not the sample's tokens" in p for p in lineage_problems(WRAP, items[:2] + changed)), changed[0]
+    assert any("not the sample's tokens" in p for p in lineage_problems(WRAP, items[:2] + changed)), changed[
+        0
+    ]
     c0 = r.contributors[0]
     other = c0._replace(cursor=c0.cursor._replace(sample_id=(9, 9, 9)))
     moved = [[r._replace(contributors=(other, *r.contributors[1:]))]]
@@ -117,8 +124,12 @@ class _Filtered(IteratorRun):
 
 def test_a_consistent_bug_passes_resume_but_not_the_oracle_or_lineage_rows() -> None:
     bug = _LosesAChunk("loses-a-chunk", "zephon_ref", {"runner": "inline"})
-    rows = {r.prop: r for r in conformance.run_suite(bug, examples=15, only=["oracle", "lineage", "resume at cuts"],
-                                                     shrink_seconds=10)}
+    rows = {
+        r.prop: r
+        for r in conformance.run_suite(
+            bug, examples=15, only=["oracle", "lineage", "resume at cuts"], shrink_seconds=10
+        )
+    }
     assert rows["oracle"].failure and rows["oracle"].ours and rows["oracle"].theirs, rows["oracle"]
     assert "zephon_ref" in rows["oracle"].failure
     assert rows["lineage"].failure and "never closed" in rows["lineage"].failure, rows["lineage"]
@@ -150,7 +161,9 @@ def test_tamper_candidates_cover_every_field() -> None:
     names = [what for what, _ in conformance._tamper_candidates(state)]
     for key in state:
         assert f"dropped {key!r}" in names
-    assert any(n.startswith("swapped 'inflight'") or n.startswith("swapped 'lane_next_cid'") for n in names), names
+    assert any(
+        n.startswith("swapped 'inflight'") or n.startswith("swapped 'lane_next_cid'") for n in names
+    ), names
     for what, edit in conformance._tamper_candidates(state):
         s = copy.deepcopy(state)
         if edit(s):
@@ -173,22 +186,49 @@ def test_pipeline_configs_draw_every_knob() -> None:
         seen.add(f"token_aware={kw.get('token_estimation') is not None}")
         seen.add(f"block_size={type(kw.get('shuffle_block_size')).__name__}")
         for m, opts in cfg.chain:
-            seen.update(f"{m}.{k}={v}" for k, v in opts.items() if k in ("algorithm", "drop_last", "flush_strategy"))
+            seen.update(
+                f"{m}.{k}={v}" for k, v in opts.items() if k in ("algorithm", "drop_last", "flush_strategy")
+            )
             seen.update(f"{m}.{k}" for k in opts)
             if m == "ensure_mixture":
                 seen.add(f"ensure_mixture.max_buffer_size={opts.get('max_buffer_size', 'default')}")
         seen.add(f"k={cfg.options.get('flush_every_k_chunks')}")
 
     draw()
-    want = {"lanes=1", "lanes=2", "lane_assignment=modulo", "lane_assignment=permute", "policy=str:stop",
-            "policy=str:redist", "policy=dict:{'web'", "max_repeats=True", "passes=True", "token_aware=True",
-            "token_aware=False", "block_size=int", "block_size=str", "pack_sequences.algorithm=first_fit",
-            "pack_sequences.algorithm=best_fit", "pack_sequences.algorithm=wrap", "pack_sequences.num_bins",
-            "pack_sequences.max_sequences_per_bin", "pack_sequences.min_sequence_length",
-            "pack_sequences.flush_strategy=fullest", "shuffle.algorithm=block", "shuffle.warmup_growth",
-            "ensure_mixture.mixture", "ensure_mixture.max_buffer_size=None", "ensure_mixture.max_buffer_size=4",
-            "ensure_mixture.drain_target_ratio", "ensure_mixture.obsolete_drain_rate", "batch.drop_last=False",
-            "batch.drop_last=True", "batch.microbatch_size", "k=1", "k=3"}
+    want = {
+        "lanes=1",
+        "lanes=2",
+        "lane_assignment=modulo",
+        "lane_assignment=permute",
+        "policy=str:stop",
+        "policy=str:redist",
+        "policy=dict:{'web'",
+        "max_repeats=True",
+        "passes=True",
+        "token_aware=True",
+        "token_aware=False",
+        "block_size=int",
+        "block_size=str",
+        "pack_sequences.algorithm=first_fit",
+        "pack_sequences.algorithm=best_fit",
+        "pack_sequences.algorithm=wrap",
+        "pack_sequences.num_bins",
+        "pack_sequences.max_sequences_per_bin",
+        "pack_sequences.min_sequence_length",
+        "pack_sequences.flush_strategy=fullest",
+        "shuffle.algorithm=block",
+        "shuffle.warmup_growth",
+        "ensure_mixture.mixture",
+        "ensure_mixture.max_buffer_size=None",
+        "ensure_mixture.max_buffer_size=4",
+        "ensure_mixture.drain_target_ratio",
+        "ensure_mixture.obsolete_drain_rate",
+        "batch.drop_last=False",
+        "batch.drop_last=True",
+        "batch.microbatch_size",
+        "k=1",
+        "k=3",
+    }
     assert want <= seen, sorted(want - seen)
 
 
@@ -212,7 +252,9 @@ def test_zephon_passes_the_oracle_row_on_what_it_supports() -> None:
     assert row.failure is None and row.examples >= 1, row
 
 
-def test_after_the_oracle_row_passes_the_resume_rows_compare_with_zephon_ref(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_the_oracle_row_passes_the_resume_rows_compare_with_zephon_ref(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls: list[str] = []
     real = conformance._oracle_stream
 

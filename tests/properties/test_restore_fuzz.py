@@ -109,23 +109,36 @@ KNOWN: dict[str, Any] = {
     "checkpoint_reload_count=None": lambda ck: Mutation("semantic", ("checkpoint_reload_count",), None),
     "epoch_boundaries=7": lambda ck: Mutation("semantic", ("epoch_boundaries",), 7),
     "replay_cursors={}": lambda ck: Mutation("semantic", ("replay_cursors",), {}),
-    "local_idx=-1": lambda ck: Mutation("sample-id", _first_sid_path(ck),
-                                        [*list(_get(ck, _first_sid_path(ck)))[:2], -1]),
-    "shard id 99": lambda ck: Mutation("sample-id", _first_sid_path(ck),
-                                       [_get(ck, _first_sid_path(ck))[0], 99, _get(ck, _first_sid_path(ck))[2]]),
+    "local_idx=-1": lambda ck: Mutation(
+        "sample-id", _first_sid_path(ck), [*list(_get(ck, _first_sid_path(ck)))[:2], -1]
+    ),
+    "shard id 99": lambda ck: Mutation(
+        "sample-id",
+        _first_sid_path(ck),
+        [_get(ck, _first_sid_path(ck))[0], 99, _get(ck, _first_sid_path(ck))[2]],
+    ),
     "lane seed+1": lambda ck: Mutation("lane-source", _ws(ck, "seed"), _get(ck, _ws(ck, "seed")) + 1),
-    "lane weights swapped": lambda ck: Mutation("lane-source", _ws(ck, "weights"), _swapped(_get(ck, _ws(ck, "weights")))),
+    "lane weights swapped": lambda ck: Mutation(
+        "lane-source", _ws(ck, "weights"), _swapped(_get(ck, _ws(ck, "weights")))
+    ),
     "cursor_block_sizes=-1": lambda ck: Mutation("lane-source", _ws(ck, "cursor_block_sizes", "web"), -1),
     "stop_after_passes=5": lambda ck: Mutation("lane-source", _ws(ck, "stop_after_passes"), 5),
-    "max_repeats=0": lambda ck: Mutation("lane-source", _ws(ck, "max_repeats"),
-                                         dict.fromkeys(_get(ck, _ws(ck, "component_order")), 0)),
+    "max_repeats=0": lambda ck: Mutation(
+        "lane-source", _ws(ck, "max_repeats"), dict.fromkeys(_get(ck, _ws(ck, "component_order")), 0)
+    ),
     # strings bool() coerces: '' reads as False where the checkpoint said True
-    "knob shuffle_within_shard=''": lambda ck: Mutation("knob-string", _ws(ck, "knobs", "shuffle_within_shard"), ""),
+    "knob shuffle_within_shard=''": lambda ck: Mutation(
+        "knob-string", _ws(ck, "knobs", "shuffle_within_shard"), ""
+    ),
     "knob shuffle_shards=0": lambda ck: Mutation("knob-string", _ws(ck, "knobs", "shuffle_shards"), 0),
-    "reshuffle_on_repeat=''": lambda ck: Mutation("knob-string", _ws(ck, "reshuffle_on_repeat"),
-                                                    dict.fromkeys(_get(ck, _ws(ck, "component_order")), "")),
-    "lane_next_cid-1": lambda ck: Mutation("rerange", ("lane_next_cid", _lane0(ck, "lane_next_cid")),
-                                           ck["lane_next_cid"][_lane0(ck, "lane_next_cid")] - 1),
+    "reshuffle_on_repeat=''": lambda ck: Mutation(
+        "knob-string", _ws(ck, "reshuffle_on_repeat"), dict.fromkeys(_get(ck, _ws(ck, "component_order")), "")
+    ),
+    "lane_next_cid-1": lambda ck: Mutation(
+        "rerange",
+        ("lane_next_cid", _lane0(ck, "lane_next_cid")),
+        ck["lane_next_cid"][_lane0(ck, "lane_next_cid")] - 1,
+    ),
 }
 
 
@@ -171,7 +184,9 @@ class _Fake:
             yield SampleRecord(SampleMeta(SampleId(0, 0, i), 0, 0, i, {0: 1}), {"input_ids": [i]})
 
 
-def test_the_restore_oracle_flags_accepted_changes_and_untyped_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_restore_oracle_flags_accepted_changes_and_untyped_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import properties.fuzz as fuzz
 
     monkeypatch.setattr(fuzz, "real_run", lambda name: ([_view(i) for i in range(10)],

@@ -22,15 +22,23 @@ CHAINS = {
     "map": [],
     "batch": [("batch", {"microbatch_size": 3})],
     "pack_first_fit": [("pack_sequences", {"max_length": 160, "num_bins": 3})],
-    "pack_best_fit": [("pack_sequences", {"max_length": 160, "num_bins": 2, "algorithm": "best_fit"}),
-                      ("batch", {"microbatch_size": 2})],
+    "pack_best_fit": [
+        ("pack_sequences", {"max_length": 160, "num_bins": 2, "algorithm": "best_fit"}),
+        ("batch", {"microbatch_size": 2}),
+    ],
     "pack_wrap": [("pack_sequences", {"max_length": 64, "algorithm": "wrap"})],
     "shuffle_streaming": [("shuffle", {"buffer_size": 7, "seed": 5})],
-    "shuffle_block": [("shuffle", {"buffer_size": 5, "seed": 5, "algorithm": "block"}),
-                      ("batch", {"microbatch_size": 2})],
+    "shuffle_block": [
+        ("shuffle", {"buffer_size": 5, "seed": 5, "algorithm": "block"}),
+        ("batch", {"microbatch_size": 2}),
+    ],
     "ensure_mixture": [("ensure_mixture", {"max_buffer_size": 12})],
-    "full": [("pack_sequences", {"max_length": 160, "num_bins": 3}), ("shuffle", {"buffer_size": 4, "seed": 2}),
-             ("ensure_mixture", {}), ("batch", {"microbatch_size": 2})],
+    "full": [
+        ("pack_sequences", {"max_length": 160, "num_bins": 3}),
+        ("shuffle", {"buffer_size": 4, "seed": 2}),
+        ("ensure_mixture", {}),
+        ("batch", {"microbatch_size": 2}),
+    ],
 }
 
 
@@ -39,8 +47,12 @@ MONOTONE = {"map", "batch"}
 
 def cfg_for(chain: str, lanes: int, k: int | None = 2, **src: object) -> PipelineConfig:
     k = None if chain in MONOTONE else k
-    return PipelineConfig(CHAINS[chain], layout=SMALL, source_kwargs={**SRC, **src},
-                          options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k})
+    return PipelineConfig(
+        CHAINS[chain],
+        layout=SMALL,
+        source_kwargs={**SRC, **src},
+        options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k},
+    )
 
 
 def build(cfg: PipelineConfig, **over: object):
@@ -106,7 +118,9 @@ def test_checkpoint_right_after_restore_and_chained_restores(chain: str) -> None
        .filter(lambda parts: sum(p.startswith("pack") for p in parts) <= 1), st.integers(1, 4),
        st.integers(1, 3), st.lists(st.integers(0, 40), min_size=1, max_size=3), st.integers(0, 2**16))
 def test_generated_chains_survive_successive_restores(parts, lanes, k, cuts, seed) -> None:
-    chain = [step for name in parts for step in CHAINS[name] if step[0] != "batch"] + [("batch", {"microbatch_size": 2})]
+    chain = [step for name in parts for step in CHAINS[name] if step[0] != "batch"] + [
+        ("batch", {"microbatch_size": 2})
+    ]
     cfg = PipelineConfig(chain, layout=SMALL, source_kwargs={**SRC, "seed": seed},
                          options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": k})
     full = [item_view(x) for x in build(cfg)]
@@ -134,7 +148,9 @@ def test_threads_runner_equals_inline(chain: str) -> None:
     cfg = cfg_for(chain, 3)
     inline = [item_view(x) for x in build(cfg)]
     for workers, q in ((1, 1), (3, 2), (4, 16)):
-        assert [item_view(x) for x in build(cfg, runner="threads", max_workers=workers, op_queue_capacity=q)] == inline
+        assert [
+            item_view(x) for x in build(cfg, runner="threads", max_workers=workers, op_queue_capacity=q)
+        ] == inline
 
 
 def test_threads_checkpoint_resumes_inline_and_back() -> None:

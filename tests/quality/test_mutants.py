@@ -26,8 +26,11 @@ MUTANTS = {c.name: c for c in CANARIES if c.check == "suite"}
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught(name: str) -> None:
     canary = MUTANTS[name]
-    out = run_mutated(canary.patches, ["python", "-m", "properties.canaries", "suite", "--budget", str(BUDGET)],
-                      timeout=1200)
+    out = run_mutated(
+        canary.patches,
+        ["python", "-m", "properties.canaries", "suite", "--budget", str(BUDGET)],
+        timeout=1200,
+    )
     assert out.returncode == 1 and "CAUGHT" in out.tail, \
         f"mutant survived {BUDGET} derandomized machine examples and the properties (or the check broke): " \
         f"{name!r}, exit {out.returncode}\n{out.tail[-1500:]}"

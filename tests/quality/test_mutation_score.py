@@ -34,7 +34,9 @@ def test_the_sample_is_seeded_and_every_prefix_is_a_sample(mutants: list[Mutant]
     assert sorted(a[:20], key=mutants.index) != a[:20]  # random order, not generation order
 
 
-def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tasks_run_in_the_mutated_copy_and_results_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     probe = ["python", "-c", "import pathlib, sys, zephon_ref; "
              "sys.exit(1 if 'MUTATED' in pathlib.Path(zephon_ref.__file__).read_text() else 0)"]
     monkeypatch.setitem(ms.CHECKERS, "probe", probe)
@@ -54,7 +56,9 @@ def test_tasks_run_in_the_mutated_copy_and_results_resume(tmp_path: Path, monkey
     assert rep["checkers"]["probe"]["killed_share"] == 0.5 and rep["survived_everything"] == ["unseen"]
 
 
-def test_a_checker_that_cannot_run_is_an_error_not_a_kill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_checker_that_cannot_run_is_an_error_not_a_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """pytest's exit 4 (usage error) under the ci checker once counted every mutant as killed."""
     monkeypatch.setitem(ms.CHECKERS, "usage", ["python", "-c", "import sys; sys.exit(4)"])
     monkeypatch.setitem(ms.CHECKERS, "fails", ["python", "-c", "import sys; sys.exit(1)"])
@@ -74,6 +78,11 @@ def test_the_ci_checker_runs_under_the_projects_pytest_options() -> None:
     import sys
 
     argv = [a for a in ms.CHECKERS["ci"] if a not in ms.CI_TESTS]
-    proc = subprocess.run([sys.executable, *argv[1:], "--collect-only", "-q", "tests/unit/test_data_dropped.py"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, *argv[1:], "--collect-only", "-q", "tests/unit/test_data_dropped.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-800:] + proc.stderr[-800:]

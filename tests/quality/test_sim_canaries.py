@@ -75,10 +75,23 @@ def test_the_unmutated_engine_checks_clean_over_the_budget(reference: Path) -> N
 @pytest.mark.parametrize("name", sorted(ENGINE_CANARIES))
 def test_engine_canary_is_caught_by_the_simulator(name: str, reference: Path) -> None:
     canary = ENGINE_CANARIES[name]
-    out = run_mutated(canary.patches, ["python", "-m", "properties.canaries", canary.check, "--budget", str(BUDGET),
-                                       "--reference", str(reference)], timeout=600)
-    assert out.returncode == 1 and "CAUGHT" in out.tail, \
+    out = run_mutated(
+        canary.patches,
+        [
+            "python",
+            "-m",
+            "properties.canaries",
+            canary.check,
+            "--budget",
+            str(BUDGET),
+            "--reference",
+            str(reference),
+        ],
+        timeout=600,
+    )
+    assert out.returncode == 1 and "CAUGHT" in out.tail, (
         f"canary survived {BUDGET} seeds (or the check broke): {name!r}, exit {out.returncode}\n{out.tail[-1500:]}"
+    )
     line = out.tail.strip().splitlines()[-1]
     if canary.check == "interleaving":
         # (c) the catching run must show the finer check: a participant's lanes out of the reference's

@@ -19,7 +19,9 @@ import pytest
 from properties.s3_proxy import FaultProxy
 
 boto3 = pytest.importorskip("boto3", reason="tests/s3 need boto3 (the dev extra installs it)")
-moto_server = pytest.importorskip("moto.server", reason="tests/s3 need moto[server] (the dev extra installs it)")
+moto_server = pytest.importorskip(
+    "moto.server", reason="tests/s3 need moto[server] (the dev extra installs it)"
+)
 
 _ENV = {
     "AWS_ACCESS_KEY_ID": "zephon-ref-test",
@@ -27,7 +29,13 @@ _ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_REGION": "us-east-1",
 }
-_DROP_ENV = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")
+_DROP_ENV = (
+    "AWS_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
 _buckets = itertools.count()
 
 

@@ -137,4 +137,6 @@ def test_rank_that_never_calls_is_named_after_the_90_s_floor(bucket: str) -> Non
     assert lead["missing_ranks"] == [2] and lead["missing_lanes"] == [4, 5]
     for f in fols:
         assert not f["ok"]
-        assert (f["type"] == "LeaderFailed" and "missing ranks [2]" in f["msg"]) or f["waiting_for"] == "outcome"
+        assert (f["type"] == "LeaderFailed" and "missing ranks [2]" in f["msg"]) or f[
+            "waiting_for"
+        ] == "outcome"

@@ -76,7 +76,9 @@ def test_bad_urls_are_refused_with_a_typed_error(bucket: str) -> None:
     assert keys(bucket) == []
 
 
-def test_endpoint_ignoring_conditional_writes_is_refused_before_any_data(bucket: str, proxy: FaultProxy) -> None:
+def test_endpoint_ignoring_conditional_writes_is_refused_before_any_data(
+    bucket: str, proxy: FaultProxy
+) -> None:
     proxy.strip_conditions = True
     st = s3.S3Storage(bucket, endpoint_url=proxy.url)
     with pytest.raises(s3.ConditionalWritesUnsupported) as info:
@@ -147,7 +149,11 @@ def test_throttling_within_the_retry_budget_succeeds(bucket: str, proxy: FaultPr
 
 def test_missing_bucket_is_typed(s3_endpoint: str) -> None:
     url = "s3://zr-no-such-bucket/ck"
-    for call in (lambda: store.save(crash_state(1), url), lambda: store.load(url), lambda: store.gc(url, keep=1)):
+    for call in (
+        lambda: store.save(crash_state(1), url),
+        lambda: store.load(url),
+        lambda: store.gc(url, keep=1),
+    ):
         with pytest.raises(StorageError) as info:
             call()
         assert info.value.reason == "missing-bucket" and "zr-no-such-bucket" in str(info.value)

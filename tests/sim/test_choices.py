@@ -62,7 +62,9 @@ def test_same_seed_same_fingerprint_in_fresh_processes_with_other_hash_seeds() -
     code = SIMULATION + "\nfor seed in (0, 7):\n    print(*simulate(seed))\n"
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
+        )
         assert [tuple(line.split(" ")) for line in out.stdout.splitlines()] == here
     assert here[0] != here[1]
     # Pinned: the same seed gives this fingerprint on every machine and Python version.
@@ -204,7 +206,11 @@ def test_replay_with_a_fallback_keeps_the_prefix_and_draws_the_rest() -> None:
 @settings(max_examples=60, deadline=None, database=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["step", "rank/3/crash", "λ", "a b", "x" * 200]), st.integers(2, 300), st.integers(0, 299)),
+        st.tuples(
+            st.sampled_from(["step", "rank/3/crash", "λ", "a b", "x" * 200]),
+            st.integers(2, 300),
+            st.integers(0, 299),
+        ),
         max_size=60,
     )
 )
@@ -222,7 +228,13 @@ def test_decision_strings_are_compact_and_damage_is_refused() -> None:
     text = seeded.encoded()
     assert len(text) < 1400
     assert decode_decisions(text) == seeded.record
-    for bad in ("", "d2." + text[3:], text[:-3], text[:10] + ("A" if text[10] != "A" else "B") + text[11:], "d1.!!!"):
+    for bad in (
+        "",
+        "d2." + text[3:],
+        text[:-3],
+        text[:10] + ("A" if text[10] != "A" else "B") + text[11:],
+        "d1.!!!",
+    ):
         with pytest.raises(DecisionFormatError):
             decode_decisions(bad)
     with pytest.raises(ConfigError):
@@ -234,7 +246,10 @@ def test_decision_strings_are_compact_and_damage_is_refused() -> None:
 def test_reproduce_command_is_one_quoted_line() -> None:
     text = encode_decisions([Decision("step", 3, 2)])
     line = reproduce_command(8123, text, sha="0a1b", world_size=3, unrecoverable=False, note="two words")
-    assert line == f"python -m sim run --seed 8123 --decisions {text} --note 'two words' --sha 0a1b --unrecoverable false --world-size 3"
+    assert (
+        line
+        == f"python -m sim run --seed 8123 --decisions {text} --note 'two words' --sha 0a1b --unrecoverable false --world-size 3"
+    )
     assert "\n" not in line
     assert reproduce_command(None, text) == f"python -m sim run --decisions {text}"
     with pytest.raises(ConfigError):

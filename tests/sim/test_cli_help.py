@@ -23,7 +23,9 @@ def test_every_derived_field_is_explained_in_the_cli_and_in_docs_sim() -> None:
     fields: set[str] = set()
     for seed in range(200):
         fields |= set(derive_config(seed))
-    assert fields <= set(CONFIG_FIELDS), f"fields without a unit and meaning: {sorted(fields - set(CONFIG_FIELDS))}"
+    assert fields <= set(CONFIG_FIELDS), (
+        f"fields without a unit and meaning: {sorted(fields - set(CONFIG_FIELDS))}"
+    )
     rows = set(re.findall(r"^\| `(\w+)` \|", (ROOT / "docs" / "sim.md").read_text(encoding="utf-8"), re.M))
     assert set(CONFIG_FIELDS) <= rows, f"missing from docs/sim.md: {sorted(set(CONFIG_FIELDS) - rows)}"
 
@@ -39,7 +41,9 @@ def test_the_printed_configuration_names_every_field_with_its_unit() -> None:
     assert "ticks" in by_name["max_latency"] and "[" not in by_name["crash"].split("=")[1].split()[0]
 
 
-def _parsers(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> list[argparse.ArgumentParser]:
+def _parsers(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> list[argparse.ArgumentParser]:
     """Every parser ``sim.cli.main`` and ``sim.scale.main`` build (captured as they parse --help)."""
     seen: list[argparse.ArgumentParser] = []
     real = argparse.ArgumentParser.parse_args
@@ -84,7 +88,9 @@ def test_help_lists_every_subcommand_and_every_option_has_help_and_default(
                 continue
             assert action.help, f"{p.prog} {action.option_strings}: no help text"
             shown = formatter._get_help_string(action) or ""  # what --help prints for it
-            assert action.required or "(default" in shown, f"{p.prog} {action.option_strings}: no default shown"
+            assert action.required or "(default" in shown, (
+                f"{p.prog} {action.option_strings}: no default shown"
+            )
 
 
 def test_the_progress_bar_is_tqdm_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:

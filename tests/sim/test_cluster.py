@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("ray", reason="the cluster extra is not installed (pip install -e '.[cluster]'): Ray tests skip")
+pytest.importorskip(
+    "ray", reason="the cluster extra is not installed (pip install -e '.[cluster]'): Ray tests skip"
+)
 
 from properties.campaigns import CODE_ROOTS, conformance_tasks, run_campaign  # noqa: E402
 from sim import chaos  # noqa: E402
@@ -46,8 +48,9 @@ def reference() -> dict[str, Any]:
     return summary
 
 
-def test_a_ray_sweep_gives_the_local_summary_and_fingerprints(ray_backend: RayBackend, reference: dict[str, Any],
-                                                              tmp_path: Path) -> None:
+def test_a_ray_sweep_gives_the_local_summary_and_fingerprints(
+    ray_backend: RayBackend, reference: dict[str, Any], tmp_path: Path
+) -> None:
     summary, records = run_sweep(SEEDS, {}, backend=ray_backend, jsonl=tmp_path / "s.jsonl")
     assert summary == reference
     assert summary["fingerprints"] and all(summary["fingerprints"].values())
@@ -82,7 +85,9 @@ def test_a_worker_killed_mid_sweep_loses_no_seed(ray_backend: RayBackend, refere
     assert killed, "no worker was killed"
     key = killed[0].rsplit(".", 1)[0]
     attempts = [p for p in trace.iterdir() if p.name.rsplit(".", 1)[0] == key]
-    assert len(attempts) >= 2, f"the killed seed {key} did not run again: {sorted(p.name for p in trace.iterdir())}"
+    assert len(attempts) >= 2, (
+        f"the killed seed {key} did not run again: {sorted(p.name for p in trace.iterdir())}"
+    )
     assert summarise(records, SEEDS, {}) == reference
 
 

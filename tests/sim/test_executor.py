@@ -53,7 +53,10 @@ def test_batches_give_the_same_summary_and_resume_across_batch_sizes(reference: 
                                                                       tmp_path: Path) -> None:
     path = tmp_path / "b.jsonl"
     summary, records = run_sweep(SEEDS[:4], SMALL, backend=InlineBackend(), batch=3, jsonl=path)
-    assert [r["seed"] for r in records] == SEEDS[:4] and {r["batch"] for r in records} == {"seeds:0,1,2", "seeds:3"}
+    assert [r["seed"] for r in records] == SEEDS[:4] and {r["batch"] for r in records} == {
+        "seeds:0,1,2",
+        "seeds:3",
+    }
     ran: list[Any] = []
     summary, records = run_sweep(SEEDS, SMALL, backend=_Counting(ran), batch=1, jsonl=path, resume=True)
     assert ran == ["seed:4", "seed:5"] and summary == reference
@@ -66,7 +69,10 @@ def test_batches_give_the_same_summary_and_resume_across_batch_sizes(reference: 
 
 def test_a_killed_worker_loses_no_seed(reference: dict[str, Any], tmp_path: Path) -> None:
     """Every seed's first attempt SIGKILLs its worker process; each runs again on a fresh worker."""
-    tasks = [Task(t.key, chaos.dies_once, (str(tmp_path), t.key, t.fn, t.args), t.meta) for t in tasks_for(SEEDS, SMALL)]
+    tasks = [
+        Task(t.key, chaos.dies_once, (str(tmp_path), t.key, t.fn, t.args), t.meta)
+        for t in tasks_for(SEEDS, SMALL)
+    ]
     be = ProcessBackend(2)
     try:
         records = run_tasks(tasks, be, retries=2)
@@ -101,8 +107,12 @@ def test_an_exception_is_a_failing_seed_with_its_traceback() -> None:
 def test_a_task_past_its_budget_is_a_timeout_not_retried(backend: str) -> None:
     be = InlineBackend() if backend == "inline" else ProcessBackend(1)
     try:
-        recs = run_tasks([Task("slow", chaos.sleeps, (60.0,), {"seed": 9}), Task("quick", chaos.sleeps, (0.0,))],
-                         be, budget_s=0.5, retries=3)
+        recs = run_tasks(
+            [Task("slow", chaos.sleeps, (60.0,), {"seed": 9}), Task("quick", chaos.sleeps, (0.0,))],
+            be,
+            budget_s=0.5,
+            retries=3,
+        )
     finally:
         be.close()
     by = {r["task"]: r for r in recs}
@@ -116,7 +126,9 @@ def test_the_driver_kills_a_task_deaf_to_its_budget() -> None:
     be.GRACE_S = 0.5
     try:
         (rec,) = run_tasks([Task("deaf", chaos.sleeps_deaf, (60.0,))], be, budget_s=0.5)
-        (again,) = run_tasks([Task("after", chaos.sleeps, (0.0,))], be)  # the backend goes on with a new worker
+        (again,) = run_tasks(
+            [Task("after", chaos.sleeps, (0.0,))], be
+        )  # the backend goes on with a new worker
     finally:
         be.close()
     assert rec["status"] == "timeout" and "killed by the driver" in rec["error"] and rec["seconds"] < 30
@@ -162,7 +174,10 @@ class _Counting(InlineBackend):
 def test_the_cli_streams_jsonl_and_resumes(reference: dict[str, Any], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     path, out = tmp_path / "s.jsonl", tmp_path / "summary.json"
-    assert main(["sweep", "--seeds", "0..2", "--jobs", "1", "--quiet", "--steps", "12", "--jsonl", str(path)]) == 0
+    assert (
+        main(["sweep", "--seeds", "0..2", "--jobs", "1", "--quiet", "--steps", "12", "--jsonl", str(path)])
+        == 0
+    )
     assert main(["sweep", "--seeds", "0..5", "--jobs", "2", "--quiet", "--steps", "12", "--resume", str(path),
                  "--out", str(out)]) == 0
     capsys.readouterr()

@@ -167,7 +167,14 @@ def test_chance_and_integer_branch_on_their_outcomes_and_start_is_a_node() -> No
 
     report = explore(scenario, is_final=lambda state: True)
     assert report.paths == 6 and report.terminal_states == 6
-    assert sorted(report.graph.successors(START)) == [(False, 2), (False, 3), (False, 4), (True, 2), (True, 3), (True, 4)]
+    assert sorted(report.graph.successors(START)) == [
+        (False, 2),
+        (False, 3),
+        (False, 4),
+        (True, 2),
+        (True, 3),
+        (True, 4),
+    ]
     assert report.graph.nodes[START]["final"] is False
     assert report.ok
 

@@ -35,7 +35,14 @@ def test_events_run_in_time_then_priority_then_sequence_order() -> None:
     outcome = kernel.run()
     assert log == ["t0", "t3-p-1", "t3-p0-first", "t3-p0-second", "t3-p1", "t5"]
     assert (outcome.reason, outcome.events, outcome.now) == ("idle", 6, 5)
-    assert [(e.time, e.priority, e.seq) for e in kernel.trace] == [(0, 0, 5), (3, -1, 3), (3, 0, 2), (3, 0, 4), (3, 1, 1), (5, 0, 0)]
+    assert [(e.time, e.priority, e.seq) for e in kernel.trace] == [
+        (0, 0, 5),
+        (3, -1, 3),
+        (3, 0, 2),
+        (3, 0, 4),
+        (3, 1, 1),
+        (5, 0, 0),
+    ]
 
 
 def test_an_event_scheduled_for_now_runs_later_in_the_same_tick() -> None:
@@ -177,7 +184,9 @@ def test_fingerprint_is_a_function_of_the_trace() -> None:
     st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 1), st.integers(0, 3), st.booleans()), max_size=25),
     st.none() | st.integers(0, 2**32),
 )
-def test_time_never_goes_backwards_and_order_is_the_key(plan: list[tuple[int, int, int, bool]], seed: int | None) -> None:
+def test_time_never_goes_backwards_and_order_is_the_key(
+    plan: list[tuple[int, int, int, bool]], seed: int | None
+) -> None:
     # Each planned event may spawn a follow-up `delay` ticks later; some are cancelled.
     # With a seed, ties are decisions: the roots' (time, priority) order still holds.
     kernel = Kernel(choices=None if seed is None else SeededChoices(seed))
@@ -368,9 +377,19 @@ def test_post_is_schedule_without_a_handle() -> None:
 
 
 @settings(max_examples=120, deadline=None, database=None)
-@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-1, 1), st.lists(st.tuples(st.integers(0, 2),
-                                                                                  st.integers(-1, 1)), max_size=3),
-                          st.booleans(), st.booleans()), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 4),
+            st.integers(-1, 1),
+            st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 1)), max_size=3),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_run_to_idle_runs_exactly_the_key_order_whatever_the_queue(
         plan: list[tuple[int, int, list[tuple[int, int]], bool, bool]]) -> None:
     """Without choices, run() to idle keeps same-key events in a FIFO beside the heap; every

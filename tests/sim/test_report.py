@@ -27,7 +27,9 @@ def _plant_stale_restore(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store, "load_checkpoint", stale_loads(store.load_checkpoint))
 
 
-def test_the_report_shows_a_planted_bug_with_its_timeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_report_shows_a_planted_bug_with_its_timeline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     _plant_stale_restore(monkeypatch)
     seeds = [0, 1, 2]
     summary, _ = run_sweep(seeds, CRASHY, backend=InlineBackend(), report=tmp_path / "r.html")
@@ -52,9 +54,16 @@ def test_a_clean_sweep_reports_no_failure(tmp_path: Path) -> None:
 
 
 def test_the_witness_is_marked_where_its_step_was_taken() -> None:
-    hist = [Event(0, "start", 0, 2), Event(5, "deliver", 0, (1, "a"), process="r1w0"), Event(6, "step", 1, ()),
-            Event(9, "crash", 1, 2, "info"), Event(9, "restore", 0, 2, extra={"generation": None}),
-            Event(12, "deliver", 0, (1, "a"), process="r0w0"), Event(14, "step", 1, ()), Event(20, "end", 1, "steps")]
+    hist = [
+        Event(0, "start", 0, 2),
+        Event(5, "deliver", 0, (1, "a"), process="r1w0"),
+        Event(6, "step", 1, ()),
+        Event(9, "crash", 1, 2, "info"),
+        Event(9, "restore", 0, 2, extra={"generation": None}),
+        Event(12, "deliver", 0, (1, "a"), process="r0w0"),
+        Event(14, "step", 1, ()),
+        Event(20, "end", 1, "steps"),
+    ]
     w = Problem("duplicated", "lane 1 ...", 0, 1, 1, "a")
     assert _witness_at(hist, w) == (14, 1, 0)  # the step kept in the timeline, the rank that delivered lane 1
     assert _witness_at(hist, Problem("lineage", "...", 0, None, 1, "a"))[0] == 20
@@ -76,7 +85,17 @@ def test_a_long_failing_seed_is_not_run_again_for_its_timeline(tmp_path: Path) -
     from sim.report import write_report
     from sim.sweep import summarise
 
-    rec = {"seed": 3, "ok": False, "status": "done", "problems": ["seed 3: planted"], "kinds": ["lost"],
-           "probes": {}, "events": 1, "fingerprint": "f", "seconds": 9000.0, "reproduce": "python -m sim run --seed 3"}
+    rec = {
+        "seed": 3,
+        "ok": False,
+        "status": "done",
+        "problems": ["seed 3: planted"],
+        "kinds": ["lost"],
+        "probes": {},
+        "events": 1,
+        "fingerprint": "f",
+        "seconds": 9000.0,
+        "reproduce": "python -m sim run --seed 3",
+    }
     page = write_report(tmp_path / "r.html", summarise([rec], [3], {}), [rec]).read_text()
     assert "no timeline: the seed took 9000 s" in page and page.count("data:image/png") == 2

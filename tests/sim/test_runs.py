@@ -25,14 +25,49 @@ FIXED = list(range(10))
 # were drawn, so they pin FIXED_KNOBS; the test asserts they still reach them, so a change of the world
 # that loses one is noticed).
 TARGETED: list[tuple[int, dict[str, Any]]] = [
-    (2, {"storage": True, "faults": "crash,storage_crash,read_corruption,bit_rot", "storage_crash": [1, 12],
-         "crash": [1, 300], "max_crashes": 4, "checkpoint_every": 1, **FIXED_KNOBS}),  # crash during restore
-    (1, {"storage": True, "unrecoverable": True, "faults": "crash", "crash": [1, 200], "max_crashes": 2,
-         "checkpoint_every": 1, **FIXED_KNOBS}),  # restore refuses every damaged generation
-    (0, {"storage": True, "faults": "crash,read_corruption,bit_rot,slow,resize", "crash": [1, 800], "max_crashes": 3,
-         "checkpoint_every": 2, "lanes": 4, "ranks": 4, "restart_ranks": [1, 3, 4], **FIXED_KNOBS}),
+    (
+        2,
+        {
+            "storage": True,
+            "faults": "crash,storage_crash,read_corruption,bit_rot",
+            "storage_crash": [1, 12],
+            "crash": [1, 300],
+            "max_crashes": 4,
+            "checkpoint_every": 1,
+            **FIXED_KNOBS,
+        },
+    ),  # crash during restore
+    (
+        1,
+        {
+            "storage": True,
+            "unrecoverable": True,
+            "faults": "crash",
+            "crash": [1, 200],
+            "max_crashes": 2,
+            "checkpoint_every": 1,
+            **FIXED_KNOBS,
+        },
+    ),  # restore refuses every damaged generation
+    (
+        0,
+        {
+            "storage": True,
+            "faults": "crash,read_corruption,bit_rot,slow,resize",
+            "crash": [1, 800],
+            "max_crashes": 3,
+            "checkpoint_every": 2,
+            "lanes": 4,
+            "ranks": 4,
+            "restart_ranks": [1, 3, 4],
+            **FIXED_KNOBS,
+        },
+    ),
     # read corruption, bit rot
-    (5, {"mid_step": 6, "faults": "crash", "crash": [1, 150], "max_crashes": 4, **FIXED_KNOBS}),  # mid-step cuts restored,
+    (
+        5,
+        {"mid_step": 6, "faults": "crash", "crash": [1, 150], "max_crashes": 4, **FIXED_KNOBS},
+    ),  # mid-step cuts restored,
     # on the same and on another rank count, and the run drains (lineage checked across them)
 ]
 
@@ -69,12 +104,33 @@ def test_every_fault_kind_is_reached_by_a_ci_seed(smoke: dict[int, Any]) -> None
         assert r.ok, (r.seed, r.problems[:2])
         for k, v in r.probes.items():
             reached[k] = reached.get(k, 0) + (v > 0)
-    kinds = ["job_crash", "rank_crash", "planned_resize", "slow_rank", "crash_during_aggregation",
-             "crash_during_restore", "crash_between_shards_and_manifest", "two_crashes_in_one_interval",
-             "resize_while_rank_slow", "remap_n_to_1", "remap_1_to_n", "uneven_restart", "fault_io_error",
-             "fault_torn_write", "fault_read_corruption", "fault_stale_listing", "fault_latency_spike",
-             "fault_lost_unflushed", "fault_bit_rot", "restore_refused_all", "workers_split", "aggregation_round",
-             "mid_step_checkpoint", "restore_mid_step", "restore_mid_step_remapped"]
+    kinds = [
+        "job_crash",
+        "rank_crash",
+        "planned_resize",
+        "slow_rank",
+        "crash_during_aggregation",
+        "crash_during_restore",
+        "crash_between_shards_and_manifest",
+        "two_crashes_in_one_interval",
+        "resize_while_rank_slow",
+        "remap_n_to_1",
+        "remap_1_to_n",
+        "uneven_restart",
+        "fault_io_error",
+        "fault_torn_write",
+        "fault_read_corruption",
+        "fault_stale_listing",
+        "fault_latency_spike",
+        "fault_lost_unflushed",
+        "fault_bit_rot",
+        "restore_refused_all",
+        "workers_split",
+        "aggregation_round",
+        "mid_step_checkpoint",
+        "restore_mid_step",
+        "restore_mid_step_remapped",
+    ]
     missing = [k for k in kinds if not reached.get(k)]
     assert not missing, f"fault kinds / probes no CI seed reaches: {missing}"
 
@@ -84,8 +140,14 @@ def test_the_same_seed_gives_the_same_fingerprint_in_another_process(tmp_path: P
     again = run_seed(4)
     assert here.fingerprint == again.fingerprint and here.history == again.history
     doc = tmp_path / "run.json"
-    out = subprocess.run([sys.executable, "-m", "sim", "run", "--seed", "4", "--json", str(doc)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": "123"})
+    out = subprocess.run(
+        [sys.executable, "-m", "sim", "run", "--seed", "4", "--json", str(doc)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONHASHSEED": "123"},
+    )
     lines = out.stdout.strip().splitlines()
     written = json.loads(doc.read_text())
     assert written["config"] == json.loads(json.dumps(derive_config(4)))
@@ -108,9 +170,15 @@ def test_a_parallel_sweep_gives_the_single_process_fingerprints() -> None:
     par = sweep(seeds, {}, jobs=2, progress=False)
     assert par["failed"] == 0 and par["runs"] == 2
     assert par["fingerprints"] == {str(s): run_seed(s).fingerprint for s in seeds}
-    assert set(par["probes_seeds_reached"]) >= {"crash_between_shards_and_manifest", "remap_n_to_1", "remap_1_to_n",
-                                                "two_crashes_in_one_interval", "resize_while_rank_slow",
-                                                "crash_during_aggregation", "crash_during_restore"}
+    assert set(par["probes_seeds_reached"]) >= {
+        "crash_between_shards_and_manifest",
+        "remap_n_to_1",
+        "remap_1_to_n",
+        "two_crashes_in_one_interval",
+        "resize_while_rank_slow",
+        "crash_during_aggregation",
+        "crash_during_restore",
+    }
 
 
 def test_overrides_and_bad_input() -> None:
@@ -202,7 +270,9 @@ def test_a_drained_run_must_deliver_every_lane_whole() -> None:
     assert r.ok and r.lineage == "ok", r.problems[:2]
 
 
-def test_a_run_relaxes_full_collections_and_gives_the_thresholds_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_relaxes_full_collections_and_gives_the_thresholds_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """run_seed makes full cyclic-GC passes rarer while it runs (a long run's history makes each
     one dearer), restores the caller's thresholds afterwards and after an error, and computes the
     same run with the collector off (nothing in the data path depends on when it runs)."""

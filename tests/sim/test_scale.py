@@ -25,7 +25,10 @@ SMALL = ScaleConfig(ranks=12, dp_degree=3, canonical_replicas=6, max_latency=3, 
 
 
 def _states(cfg: ScaleConfig) -> list[dict[str, object]]:
-    return [rank_state(r, ranks=cfg.ranks, dp_degree=cfg.dp, canonical_replicas=cfg.lanes) for r in range(cfg.ranks)]
+    return [
+        rank_state(r, ranks=cfg.ranks, dp_degree=cfg.dp, canonical_replicas=cfg.lanes)
+        for r in range(cfg.ranks)
+    ]
 
 
 @pytest.mark.parametrize("park", [True, False])
@@ -88,7 +91,11 @@ def test_a_follower_lost_before_its_ack_keeps_the_result_published() -> None:
         cfg = ScaleConfig(**{**_fields(SMALL), "timeout": 900, "crash": (7, k)})
         stats, ends = star_round(cfg)
         lead = ends[0]
-        if isinstance(lead, Abort) and isinstance(lead.error, AggregationTimeout) and lead.error.waiting_for == "acks":
+        if (
+            isinstance(lead, Abort)
+            and isinstance(lead.error, AggregationTimeout)
+            and lead.error.waiting_for == "acks"
+        ):
             break
     else:  # pragma: no cover - the loop must find the ack window
         raise AssertionError("no crash point of rank 7 landed between its shard and its ack")
@@ -109,7 +116,9 @@ def test_the_leader_lost_mid_round_times_every_follower_out() -> None:
 
 
 def test_the_tree_round_publishes_the_root_the_file_driver_publishes(tmp_path: Path) -> None:
-    cfg = ScaleConfig(ranks=23, topology="tree", fanout=3, dp_degree=4, canonical_replicas=8, seed=2, max_latency=4)
+    cfg = ScaleConfig(
+        ranks=23, topology="tree", fanout=3, dp_degree=4, canonical_replicas=8, seed=2, max_latency=4
+    )
     stats, reported = tree_round(cfg)
     assert stats.outcome == "ok" and sorted(reported) == list(range(cfg.ranks)) and stats.violations == ()
     shards = {r: {"engine": codec.encode(s)} for r, s in enumerate(_states(cfg))}
@@ -121,7 +130,9 @@ def test_the_tree_round_publishes_the_root_the_file_driver_publishes(tmp_path: P
 
 
 def test_a_lost_tree_role_blocks_publication_and_nobody_reports() -> None:
-    cfg = ScaleConfig(ranks=23, topology="tree", fanout=3, crash=(9, 1))  # after its shard, before its manifest
+    cfg = ScaleConfig(
+        ranks=23, topology="tree", fanout=3, crash=(9, 1)
+    )  # after its shard, before its manifest
     stats, reported = tree_round(cfg)
     assert stats.outcome == "incomplete" and reported == [] and stats.merged_digest is None
 
@@ -162,7 +173,9 @@ def test_cached_rank_states_equal_fresh_ones() -> None:
     for r in range(30):
         cached = rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10, _cache=cache)
         assert cached == rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10)
-        assert codec.encode(cached) == codec.encode(rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10))
+        assert codec.encode(cached) == codec.encode(
+            rank_state(r, ranks=30, dp_degree=4, canonical_replicas=10)
+        )
 
 
 def test_round_figures_are_those_of_the_code_before_the_speed_work() -> None:
@@ -174,9 +187,20 @@ def test_round_figures_are_those_of_the_code_before_the_speed_work() -> None:
     star = star_round(ScaleConfig(ranks=1000))[0]
     tree = tree_round(ScaleConfig(ranks=1000, topology="tree"))[0]
     assert gc.isenabled()  # the round held the collector off and gave it back
-    got = [(s.fingerprint[:16], s.merged_digest and s.merged_digest[:16], s.leader_messages, s.leader_bytes_held,
-            s.storage_ops, s.storage_ops_elided, s.storage_bytes_written, s.events, s.virtual_time)
-           for s in (star, tree)]
+    got = [
+        (
+            s.fingerprint[:16],
+            s.merged_digest and s.merged_digest[:16],
+            s.leader_messages,
+            s.leader_bytes_held,
+            s.storage_ops,
+            s.storage_ops_elided,
+            s.storage_bytes_written,
+            s.events,
+            s.virtual_time,
+        )
+        for s in (star, tree)
+    ]
     assert got == [
         ("95a8cfaa91121e7a", "4036c39755bab58f", 2007, 493986, 9999, 79920, 496639, 11000, 2107),
         ("bf88881483c6edef", "adda6ad4c3ff9acd", 34, 3257, 2000, 0, 841990, 3998, 11),

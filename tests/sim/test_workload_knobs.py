@@ -15,9 +15,13 @@ import pytest
 import sim.runs as runs
 from sim.runs import FIXED_KNOBS, KNOB_PROBES, derive_config, run_seed
 
-KNOB_VALUES = {"pack_algorithm": {"first_fit", "best_fit", "wrap"}, "shuffle_algorithm": {"streaming", "block"},
-               "drop_last": {True, False}, "mapping_strategy": {"contiguous", "interleaved"},
-               "ensure_mixture": {True, False}}
+KNOB_VALUES = {
+    "pack_algorithm": {"first_fit", "best_fit", "wrap"},
+    "shuffle_algorithm": {"streaming", "block"},
+    "drop_last": {True, False},
+    "mapping_strategy": {"contiguous", "interleaved"},
+    "ensure_mixture": {True, False},
+}
 
 
 def test_every_knob_value_is_drawn_and_the_earlier_draws_stay_put() -> None:
@@ -35,12 +39,33 @@ def test_every_knob_value_is_drawn_and_the_earlier_draws_stay_put() -> None:
 
 # three drained runs that between them reach every knob probe (each a second or two of CPU)
 REACH: list[dict[str, Any]] = [
-    {"pack_algorithm": "wrap", "shuffle_algorithm": "block", "drop_last": True, "mapping_strategy": "interleaved",
-     "ranks": 2, "lanes": 4, "ensure_mixture": True},
-    {"pack_algorithm": "best_fit", "shuffle_algorithm": "streaming", "drop_last": False,
-     "mapping_strategy": "contiguous", "ranks": 2, "lanes": 4, "ensure_mixture": False},
-    {"pack_algorithm": "first_fit", "shuffle_algorithm": "block", "drop_last": True,
-     "mapping_strategy": "interleaved", "ranks": 3, "lanes": 6, "restart_ranks": [1, 2, 3, 6]},
+    {
+        "pack_algorithm": "wrap",
+        "shuffle_algorithm": "block",
+        "drop_last": True,
+        "mapping_strategy": "interleaved",
+        "ranks": 2,
+        "lanes": 4,
+        "ensure_mixture": True,
+    },
+    {
+        "pack_algorithm": "best_fit",
+        "shuffle_algorithm": "streaming",
+        "drop_last": False,
+        "mapping_strategy": "contiguous",
+        "ranks": 2,
+        "lanes": 4,
+        "ensure_mixture": False,
+    },
+    {
+        "pack_algorithm": "first_fit",
+        "shuffle_algorithm": "block",
+        "drop_last": True,
+        "mapping_strategy": "interleaved",
+        "ranks": 3,
+        "lanes": 6,
+        "restart_ranks": [1, 2, 3, 6],
+    },
 ]
 
 

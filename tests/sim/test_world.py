@@ -44,7 +44,9 @@ def test_seeded_runs_with_crashes_and_resizes_check_clean(reference: list[Any]) 
     for seed in range(12):
         w = simulate(seed)
         report = check_run(w.history, reference)
-        assert report.ok, f"seed {seed}: {report.problems[:3]} (reproduce: python -m pytest {__file__} -k seed)"
+        assert report.ok, (
+            f"seed {seed}: {report.problems[:3]} (reproduce: python -m pytest {__file__} -k seed)"
+        )
         for e in w.history:
             kinds[e.kind] = kinds.get(e.kind, 0) + 1
             if e.kind == "restore" and e.step > 0:

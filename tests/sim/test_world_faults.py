@@ -97,8 +97,17 @@ def _state() -> dict[str, object]:
 
 
 def test_the_aggregation_round_takes_one_protocol_step_per_event() -> None:
-    cfg = derive_config(3, lanes=4, ranks=2, workers=2, steps=7, faults="none", aggregation=True, storage=True,
-                        checkpoint_every=3)
+    cfg = derive_config(
+        3,
+        lanes=4,
+        ranks=2,
+        workers=2,
+        steps=7,
+        faults="none",
+        aggregation=True,
+        storage=True,
+        checkpoint_every=3,
+    )
     w = World(world_config(cfg), workload_of(cfg).build, SeededChoices(3), view=item_view)
     w.run()
     rounds = [e for e in w.kernel.trace if e.label == "round"]

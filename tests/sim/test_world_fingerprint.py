@@ -30,7 +30,10 @@ def test_packed_record_equals_the_plain_one(monkeypatch: pytest.MonkeyPatch, blo
         assert packed.record == plain.record
         text = b"".join(packed.record_json())
         assert text == b"".join(plain.record_json())
-        assert text == json.dumps([[d.label, d.n, d.index] for d in plain.record], separators=(",", ":")).encode()
+        assert (
+            text
+            == json.dumps([[d.label, d.n, d.index] for d in plain.record], separators=(",", ":")).encode()
+        )
         assert packed.encoded() == plain.encoded()
     assert len(plain.record) > 100
 

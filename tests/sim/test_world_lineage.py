@@ -25,9 +25,12 @@ from zephon_ref.engine import core
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.types import SampleRecord
 
-CFG = PipelineConfig([("pack_sequences", {"max_length": 96, "num_bins": 3})],
-                     layout={"web": (40, 25), "code": (20, 12), "books": (10,)},
-                     source_kwargs={"chunk_size": 12, "seed": 3}, options={"runner": "inline", "canonical_replicas": 2})
+CFG = PipelineConfig(
+    [("pack_sequences", {"max_length": 96, "num_bins": 3})],
+    layout={"web": (40, 25), "code": (20, 12), "books": (10,)},
+    source_kwargs={"chunk_size": 12, "seed": 3},
+    options={"runner": "inline", "canonical_replicas": 2},
+)
 build = functools.partial(build_pipeline, "zephon_ref", CFG)
 
 
@@ -67,8 +70,11 @@ def test_a_record_and_a_tombstone_closing_one_offset_are_both_named(clean_run: A
     witness = dict(lane.closers)[off]
     assert sorted(kind for kind, _, _ in witness) == ["record", "tombstone"]
     assert ("record", 2, rec.meta.as_cursor_key()) in witness
-    assert ("tombstone", len(tombs) + closing(rec).index(off), extra[closing(rec).index(off)].meta.as_cursor_key()) \
-        in witness
+    assert (
+        "tombstone",
+        len(tombs) + closing(rec).index(off),
+        extra[closing(rec).index(off)].meta.as_cursor_key(),
+    ) in witness
     assert f"offset {lane.closers[0][0]} closed 2 times" in report.describe()
 
 

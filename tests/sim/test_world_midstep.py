@@ -52,7 +52,9 @@ def test_mid_step_cuts_restored_on_any_rank_count_check_clean(reference: list[An
 def test_a_mid_step_restore_resumes_the_step_it_was_cut_in(reference: list[Any]) -> None:
     for seed in range(8):
         w = simulate(seed)
-        restores = [e for e in w.history if e.kind == "restore" and e.type == "ok" and e.extra.get("mid_step")]
+        restores = [
+            e for e in w.history if e.kind == "restore" and e.type == "ok" and e.extra.get("mid_step")
+        ]
         if not restores:
             continue
         r = restores[0]
@@ -109,7 +111,11 @@ def test_a_lane_twice_in_one_participants_share_is_flagged(reference: list[Any])
     good = _steps(reference, 3)
     step = reference[1]
     lanes = [lane for lane, _ in step]
-    bad = [good[0], Event(0, "step", 2, step, extra={"order": ((lanes[0], lanes[0]), tuple(lanes[2:]))}), good[2]]
+    bad = [
+        good[0],
+        Event(0, "step", 2, step, extra={"order": ((lanes[0], lanes[0]), tuple(lanes[2:]))}),
+        good[2],
+    ]
     assert [p.kind for p in check_run(bad, reference).witnesses] == ["interleaving"]
 
 
@@ -124,9 +130,13 @@ def _cut_and_restore(reference: list[Any], dp_after: int) -> list[Event]:
             Event(0, "restore", 2, dp_after, extra={"generation": 1, "intact": True, "mid_step": 1}), third]
 
 
-def test_interleaving_is_exempt_after_a_mid_step_cut_restored_on_another_topology(reference: list[Any]) -> None:
+def test_interleaving_is_exempt_after_a_mid_step_cut_restored_on_another_topology(
+    reference: list[Any],
+) -> None:
     # the same topology: the pointer comes back exactly, so the order must be the reference's
-    assert [p.kind for p in check_run(_cut_and_restore(reference, 2), reference).witnesses] == ["interleaving"]
+    assert [p.kind for p in check_run(_cut_and_restore(reference, 2), reference).witnesses] == [
+        "interleaving"
+    ]
     # another rank count: seed 002 promises no exact interleaving for the rest of this timeline
     assert check_run(_cut_and_restore(reference, 1), reference).ok
     # ... but the per-lane checks still hold it: a lane's item repeated there is flagged

@@ -48,7 +48,9 @@ def check_resume(impl: str, full: list, first: list, rest: list) -> None:
     assert first == full[:CUT], f"{impl}: the first {CUT} batches differ from the uninterrupted run"
     for i, (want, got) in enumerate(zip(full[CUT:], rest, strict=False)):
         assert got == want, f"{impl}: resumed batch {CUT + i} differs\nwant {want}\ngot  {got}"
-    assert len(rest) == len(full) - CUT, f"{impl}: resumed run delivered {len(rest)}, expected {len(full) - CUT}"
+    assert len(rest) == len(full) - CUT, (
+        f"{impl}: resumed run delivered {len(rest)}, expected {len(full) - CUT}"
+    )
 
 
 def test_script_resumes_under_zephon_ref(tmp_path: Path) -> None:

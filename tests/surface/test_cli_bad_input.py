@@ -82,11 +82,17 @@ ROWS: list[Row | object] = [
     Row((*SIM, "sweep", "--seeds", ""), EXIT_USAGE, "''"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--jobs", "0"), EXIT_USAGE, "0"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--out", "no/such/dir/s.json"), EXIT_USAGE, "no/such/dir/s.json"),
-    Row((*SIM, "sweep", "--seeds", "1..3", "--jsonl", "no/such/dir/s.jsonl"), EXIT_USAGE, "no/such/dir/s.jsonl"),
+    Row(
+        (*SIM, "sweep", "--seeds", "1..3", "--jsonl", "no/such/dir/s.jsonl"),
+        EXIT_USAGE,
+        "no/such/dir/s.jsonl",
+    ),
     Row((*SIM, "sweep", "--seeds", "1..3", "--resume", "missing.jsonl"), EXIT_USAGE, "missing.jsonl"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--budget", "-1"), EXIT_USAGE, "-1"),
     Row((*SIM, "sweep", "--seeds", "1..3", "--budget", "nan"), EXIT_USAGE, "nan"),
-    Row((*SIM, "sweep", "--seeds", "1..3", "--report", "no/such/dir/r.html"), EXIT_USAGE, "no/such/dir/r.html"),
+    Row(
+        (*SIM, "sweep", "--seeds", "1..3", "--report", "no/such/dir/r.html"), EXIT_USAGE, "no/such/dir/r.html"
+    ),
     Row((*SIM, "run", "--seed", "7", "--timeline", "no/such/dir/t.png"), EXIT_USAGE, "no/such/dir/t.png"),
     Row((*SIM, "scale", "--ranks", "0"), EXIT_USAGE, "0"),
     # python -m sim.scale
@@ -114,7 +120,9 @@ ROWS: list[Row | object] = [
     Row((*LOADERS, "--loader", "os:path"), EXIT_USAGE, "os:path"),
     Row((*LOADERS, "--loader", "zephon_ref", "--property", "nosuch"), EXIT_USAGE, "nosuch"),
     Row((*LOADERS, "--loader", "zephon_ref", "--set", "workers"), EXIT_USAGE, "workers"),
-    Row((*LOADERS, "--loader", "zephon_ref", "--json", "no/such/dir/l.json"), EXIT_USAGE, "no/such/dir/l.json"),
+    Row(
+        (*LOADERS, "--loader", "zephon_ref", "--json", "no/such/dir/l.json"), EXIT_USAGE, "no/such/dir/l.json"
+    ),
     # python -m properties.campaigns
     Row((*CAMPAIGNS,), EXIT_USAGE, ""),
     Row((*CAMPAIGNS, "conformance", "--examples", "0"), EXIT_USAGE, "0"),
@@ -139,7 +147,9 @@ def _ids(row: object) -> str:
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(d.rglob("*"))}
+    return {
+        str(p.relative_to(d)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(d.rglob("*"))
+    }
 
 
 @pytest.mark.parametrize("row", ROWS, ids=_ids)

@@ -97,7 +97,9 @@ def test_zephon_ref_has_no_import_cycle_even_through_function_level_imports() ->
     coordination/objectstore.py and backends.py did (issue 22).  None is left."""
     g = import_graph(ROOT, "zephon_ref", top_level_only=False)
     assert g.number_of_edges() >= import_graph(ROOT, "zephon_ref").number_of_edges()
-    assert not cycles(g), f"import cycles among zephon_ref modules (function-level imports counted): {cycles(g)}"
+    assert not cycles(g), (
+        f"import cycles among zephon_ref modules (function-level imports counted): {cycles(g)}"
+    )
 
 
 def test_the_torch_path_never_imports_the_pipeline() -> None:
@@ -135,7 +137,12 @@ def test_the_check_finds_a_cycle(tmp_path: Path) -> None:
     (pkg / "sub" / "c.py").write_text("def f():\n    from pkg import b\n    return b\n"
                                       "from ..b import *  # noqa\n")
     g = import_graph(tmp_path, "pkg")
-    assert set(g.edges) == {("pkg", "pkg.a"), ("pkg.a", "pkg.sub.c"), ("pkg.sub.c", "pkg.b"), ("pkg.b", "pkg.a")}
+    assert set(g.edges) == {
+        ("pkg", "pkg.a"),
+        ("pkg.a", "pkg.sub.c"),
+        ("pkg.sub.c", "pkg.b"),
+        ("pkg.b", "pkg.a"),
+    }
     assert cycles(g) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
     full = import_graph(tmp_path, "pkg", top_level_only=False)
     assert ("pkg.sub.c", "pkg.b") in full.edges

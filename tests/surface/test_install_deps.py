@@ -77,8 +77,14 @@ def test_the_suite_imports_only_what_a_plain_install_brings() -> None:
     deps = _dependencies()
     assert {"hypothesis", "tqdm"} <= {_name(d) for d in deps}
     allowed = _closure(deps)
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("MODULES ")), None)
     assert line is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
     code, modules = json.loads(line[len("MODULES "):])
@@ -86,7 +92,12 @@ def test_the_suite_imports_only_what_a_plain_install_brings() -> None:
     dist_of = metadata.packages_distributions()
     outside: dict[str, list[str]] = {}
     for mod in modules:
-        if mod in sys.stdlib_module_names or mod in OURS | OPTIONAL or mod.startswith("_") or mod == "__main__":
+        if (
+            mod in sys.stdlib_module_names
+            or mod in OURS | OPTIONAL
+            or mod.startswith("_")
+            or mod == "__main__"
+        ):
             continue
         dists = {_name(d) for d in dist_of.get(mod, [])}
         if not dists & allowed:
@@ -105,7 +116,13 @@ def test_the_readme_oracle_section_has_the_three_commands() -> None:
                     "python3 -m properties.conformance --impl mymodule:MyAdapter"]
 
 
-@pytest.mark.parametrize("req,name", [("hypothesis>=6.100", "hypothesis"), ("zstandard[cffi]>=1", "zstandard"),
-                                      ("typing_extensions; python_version<'3.11'", "typing-extensions")])
+@pytest.mark.parametrize(
+    "req,name",
+    [
+        ("hypothesis>=6.100", "hypothesis"),
+        ("zstandard[cffi]>=1", "zstandard"),
+        ("typing_extensions; python_version<'3.11'", "typing-extensions"),
+    ],
+)
 def test_requirement_names(req: str, name: str) -> None:
     assert _name(req) == name

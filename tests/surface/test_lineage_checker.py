@@ -51,15 +51,24 @@ def run(cfg: PipelineConfig, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[int,
 
 
 CHAINS = {
-    "pack_oversized_shuffle_mix_batch": [("pack_sequences", {"max_length": 96, "num_bins": 3}),
-                                         ("shuffle", {"buffer_size": 8, "seed": 1}), ("ensure_mixture", {}),
-                                         ("batch", {"microbatch_size": 3, "drop_last": False})],
-    "best_fit_then_block_shuffle": [("pack_sequences", {"max_length": 160, "num_bins": 4, "algorithm": "best_fit"}),
-                                    ("shuffle", {"buffer_size": 5, "seed": 4, "algorithm": "block"})],
-    "wrap": [("pack_sequences", {"max_length": 64, "algorithm": "wrap"}),
-             ("batch", {"microbatch_size": 2, "drop_last": False})],
-    "drops_then_pack": [("map_transform", {"transform_fn": drop_every_fifth}),
-                        ("pack_sequences", {"max_length": 128, "num_bins": 2})],
+    "pack_oversized_shuffle_mix_batch": [
+        ("pack_sequences", {"max_length": 96, "num_bins": 3}),
+        ("shuffle", {"buffer_size": 8, "seed": 1}),
+        ("ensure_mixture", {}),
+        ("batch", {"microbatch_size": 3, "drop_last": False}),
+    ],
+    "best_fit_then_block_shuffle": [
+        ("pack_sequences", {"max_length": 160, "num_bins": 4, "algorithm": "best_fit"}),
+        ("shuffle", {"buffer_size": 5, "seed": 4, "algorithm": "block"}),
+    ],
+    "wrap": [
+        ("pack_sequences", {"max_length": 64, "algorithm": "wrap"}),
+        ("batch", {"microbatch_size": 2, "drop_last": False}),
+    ],
+    "drops_then_pack": [
+        ("map_transform", {"transform_fn": drop_every_fifth}),
+        ("pack_sequences", {"max_length": 128, "num_bins": 2}),
+    ],
     "drops_monotone": [("map_transform", {"transform_fn": drop_every_fifth})],
 }
 
@@ -90,7 +99,11 @@ def test_drop_last_loses_the_last_partial_batch(monkeypatch: pytest.MonkeyPatch)
     for lane, v in report.lanes.items():
         n = sum(len(r) for r in admitted[lane].values())
         assert len(v.lost) == n % b, (lane, v)
-        last = sorted((cid, off) for cid, offs in admitted[lane].items() for off in offs)[-(n % b):] if n % b else []
+        last = (
+            sorted((cid, off) for cid, offs in admitted[lane].items() for off in offs)[-(n % b) :]
+            if n % b
+            else []
+        )
         assert list(v.lost) == last
         assert not v.duplicated and not v.unexpected
     assert any(v.lost for v in report.lanes.values())

@@ -124,7 +124,9 @@ def test_shared_submodules_names_are_present_or_listed() -> None:
             if n not in ours and f"{sub}.{n}" not in table:
                 unaccounted.append(f"{sub}.{n}")
             if n in ours:
-                assert f"{sub}.{n}" not in table, f"zephon.{sub}.{n} is listed but present in zephon_ref.{sub}"
+                assert f"{sub}.{n}" not in table, (
+                    f"zephon.{sub}.{n} is listed but present in zephon_ref.{sub}"
+                )
     assert not unaccounted, f"zephon names neither in zephon_ref nor in {DIVERGENCES.name}: {unaccounted}"
 
 

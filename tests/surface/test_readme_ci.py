@@ -11,7 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start = text.index("## Set up")
-    section = text[start:text.index("\n## ", start)]  # the set-up section alone (the next section has commands too)
+    section = text[
+        start : text.index("\n## ", start)
+    ]  # the set-up section alone (the next section has commands too)
     return re.findall(r"```bash\n(.*?)\n```", section, re.S)
 
 

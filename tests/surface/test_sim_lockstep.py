@@ -8,10 +8,13 @@ import warnings
 from properties.pipelines import PipelineConfig, build_pipeline
 from sim.lockstep import cursor_view, lane_streams, merged_checkpoint, participants, run_lockstep
 
-CFG = PipelineConfig([("pack_sequences", {"max_length": 128, "num_bins": 2}), ("batch", {"microbatch_size": 2})],
-                     layout={"web": (30, 20), "code": (15,)}, weights={"web": 0.7, "code": 0.3},
-                     source_kwargs={"chunk_size": 8, "seed": 2},
-                     options={"runner": "inline", "canonical_replicas": 4})
+CFG = PipelineConfig(
+    [("pack_sequences", {"max_length": 128, "num_bins": 2}), ("batch", {"microbatch_size": 2})],
+    layout={"web": (30, 20), "code": (15,)},
+    weights={"web": 0.7, "code": 0.3},
+    source_kwargs={"chunk_size": 8, "seed": 2},
+    options={"runner": "inline", "canonical_replicas": 4},
+)
 
 
 def test_ranks_in_lockstep_deliver_each_lane_as_one_process_does() -> None:
@@ -25,7 +28,9 @@ def test_ranks_in_lockstep_deliver_each_lane_as_one_process_does() -> None:
         steps, _ = run_lockstep(pipes)
     assert len(pipes) == 4 and steps
     assert lane_streams(steps) == single
-    assert all(len({view[0][0] for _, view in step}) == len(step) for step in steps)  # one item per lane a step
+    assert all(
+        len({view[0][0] for _, view in step}) == len(step) for step in steps
+    )  # one item per lane a step
 
 
 def test_a_mid_run_merge_resumes_every_lane() -> None:

@@ -30,7 +30,50 @@ elif IMPL == "zephon_ref":
 else:
     raise SystemExit(f"implementation: expected 'zephon' or 'zephon_ref', received {IMPL!r}")
 
-WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "not", "first", "one", "their", "its", "new", "after", "who", "they", "have", "her", "she", "two", "been", "other", "when", "there"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "his",
+    "an",
+    "were",
+    "are",
+    "which",
+    "this",
+    "be",
+    "or",
+    "has",
+    "had",
+    "not",
+    "first",
+    "one",
+    "their",
+    "its",
+    "new",
+    "after",
+    "who",
+    "they",
+    "have",
+    "her",
+    "she",
+    "two",
+    "been",
+    "other",
+    "when",
+    "there",
+]
 
 
 def row(name: str, shard: int, i: int) -> dict[str, object]:

@@ -72,7 +72,9 @@ def test_a_segments_own_attention_mask_is_kept() -> None:
 def test_explicit_tokens_field() -> None:
     r = rec({"input_ids": [1], "labels": [7, 8]})
     assert rows(collate_batch(r, tokens_field="labels")["input_ids"]) == [[7, 8]]
-    with pytest.raises(ConfigError, match=r"record 0 segment 0 field 'tokens': expected present, received \["):
+    with pytest.raises(
+        ConfigError, match=r"record 0 segment 0 field 'tokens': expected present, received \["
+    ):
         collate_batch(r, tokens_field="tokens")
 
 
@@ -133,7 +135,9 @@ def test_without_cuda_auto_and_cuda_fall_back_to_cpu(monkeypatch: pytest.MonkeyP
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert resolve_device("auto").type == "cpu"  # silent: auto means "best available"
-    with pytest.warns(RuntimeWarning, match="'cuda:0' requested but CUDA is not available: collating on the CPU"):
+    with pytest.warns(
+        RuntimeWarning, match="'cuda:0' requested but CUDA is not available: collating on the CPU"
+    ):
         assert resolve_device("cuda:0").type == "cpu"
     with pytest.warns(RuntimeWarning):
         out = collate_batch(rec({"input_ids": [1, 2]}), device="cuda")
@@ -150,9 +154,13 @@ def test_with_cuda_the_tensors_land_there_and_equal_the_cpu_ones() -> None:
 def test_bad_devices_are_refused() -> None:
     with pytest.raises(ConfigError, match="device: expected a 'cpu' or 'cuda' device, received 'meta'"):
         resolve_device("meta")
-    with pytest.raises(ConfigError, match="device: expected None, 'auto', 'cpu', 'cuda' or 'cuda:N', received"):
+    with pytest.raises(
+        ConfigError, match="device: expected None, 'auto', 'cpu', 'cuda' or 'cuda:N', received"
+    ):
         resolve_device("not a device")
-    with pytest.raises(ConfigTypeError, match="device: expected None, 'auto', a device string or a torch.device"):
+    with pytest.raises(
+        ConfigTypeError, match="device: expected None, 'auto', a device string or a torch.device"
+    ):
         resolve_device(3)
 
 
@@ -166,5 +174,7 @@ def test_importing_zephon_ref_never_imports_torch() -> None:
 
 def test_missing_torch_is_a_typed_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    with pytest.raises(ConfigError, match=r"torch: expected an importable torch \(pip install 'zephon_ref\[torch\]'\)"):
+    with pytest.raises(
+        ConfigError, match=r"torch: expected an importable torch \(pip install 'zephon_ref\[torch\]'\)"
+    ):
         collate_batch(rec({"input_ids": [1]}))

@@ -38,8 +38,9 @@ def launch(tmp: Path, tag: str, world_size: int, steps: int, *extra: str) -> lis
         cmd = [sys.executable, "-m", "zephon_ref.torch.distributed", "--rank", str(rank), "--world-size",
                str(world_size), "--port", str(port), "--steps", str(steps), "--seed", "2", "--out", str(out),
                *extra]
-        procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-                      out))
+        procs.append(
+            (subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out)
+        )
     results = []
     for proc, out in procs:
         _, err = proc.communicate(timeout=240)

@@ -36,8 +36,13 @@ def test_without_cuda_an_explicit_cuda_target_skips_and_exits_0() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback on a machine without CUDA")
 def test_the_full_run_says_where_it_ran_and_reports_each_part_in_one_line() -> None:
     one_test = "tests/torch/test_training_collate.py::test_training_layout_is_exactly_the_documented_one"
-    res = subprocess.run([sys.executable, str(SCRIPT), "--lanes", "2", "--tests", one_test, "--budget-s", "300"],
-                         capture_output=True, text=True, check=False, cwd="/")
+    res = subprocess.run(
+        [sys.executable, str(SCRIPT), "--lanes", "2", "--tests", one_test, "--budget-s", "300"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+    )
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1, res.stdout + res.stderr
     line = lines[0]

@@ -36,48 +36,85 @@ def drop_some(payload: Any) -> Any:
     return None if sum(payload["input_ids"]) % 3 == 0 else {"input_ids": payload["input_ids"][:60]}
 CONFIGS: dict[str, PipelineConfig] = {
     **{f"machine{i}": c for i, c in enumerate(MACHINE_CONFIGS)},
-    "one_sample_chunks": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 2}),
-                                         ("batch", {"microbatch_size": 2})],
-                                        source_kwargs={"chunk_size": 1, "seed": 1}, options={"canonical_replicas": 2}),
-    "pack_batch": PipelineConfig([("pack_sequences", {"max_length": 48, "num_bins": 4}),
-                                  ("batch", {"microbatch_size": 2})],
-                                 options={"canonical_replicas": 3, "flush_every_k_chunks": 2}),
+    "one_sample_chunks": PipelineConfig(
+        [("pack_sequences", {"max_length": 48, "num_bins": 2}), ("batch", {"microbatch_size": 2})],
+        source_kwargs={"chunk_size": 1, "seed": 1},
+        options={"canonical_replicas": 2},
+    ),
+    "pack_batch": PipelineConfig(
+        [("pack_sequences", {"max_length": 48, "num_bins": 4}), ("batch", {"microbatch_size": 2})],
+        options={"canonical_replicas": 3, "flush_every_k_chunks": 2},
+    ),
     "pack_shuffle_keep_last": PipelineConfig(
-        [("pack_sequences", {"max_length": 64, "num_bins": 2, "algorithm": "best_fit", "flush_strategy": "fullest"}),
-         ("shuffle", {"buffer_size": 8, "seed": 3}), ("batch", {"microbatch_size": 3, "drop_last": False})],
-        options={"canonical_replicas": 4, "flush_every_k_chunks": 1}),
-    "shuffle_streaming": PipelineConfig([("shuffle", {"buffer_size": 5, "seed": 1}),
-                                         ("batch", {"microbatch_size": 3, "drop_last": False})],
-                                        options={"canonical_replicas": 2, "flush_every_k_chunks": 3}),
-    "block_warmup_unbatched": PipelineConfig([("shuffle", {"buffer_size": 7, "seed": 2,
-                                                           "algorithm": "block_warmup"})],
-                                             options={"canonical_replicas": 2}),
+        [
+            (
+                "pack_sequences",
+                {"max_length": 64, "num_bins": 2, "algorithm": "best_fit", "flush_strategy": "fullest"},
+            ),
+            ("shuffle", {"buffer_size": 8, "seed": 3}),
+            ("batch", {"microbatch_size": 3, "drop_last": False}),
+        ],
+        options={"canonical_replicas": 4, "flush_every_k_chunks": 1},
+    ),
+    "shuffle_streaming": PipelineConfig(
+        [("shuffle", {"buffer_size": 5, "seed": 1}), ("batch", {"microbatch_size": 3, "drop_last": False})],
+        options={"canonical_replicas": 2, "flush_every_k_chunks": 3},
+    ),
+    "block_warmup_unbatched": PipelineConfig(
+        [("shuffle", {"buffer_size": 7, "seed": 2, "algorithm": "block_warmup"})],
+        options={"canonical_replicas": 2},
+    ),
     "mixture_samples_strict": PipelineConfig(
-        [("pack_sequences", {"max_length": 96, "num_bins": 3}),
-         ("ensure_mixture", {"weight_by": "samples", "max_buffer_size": None,
-                             "mixture": {"web": 0.5, "code": 0.3, "books": 0.2}}),
-         ("batch", {"microbatch_size": 2})],
-        layout=_L, source_kwargs={"chunk_size": 8, "seed": 5}, options={"canonical_replicas": 2}),
+        [
+            ("pack_sequences", {"max_length": 96, "num_bins": 3}),
+            (
+                "ensure_mixture",
+                {
+                    "weight_by": "samples",
+                    "max_buffer_size": None,
+                    "mixture": {"web": 0.5, "code": 0.3, "books": 0.2},
+                },
+            ),
+            ("batch", {"microbatch_size": 2}),
+        ],
+        layout=_L,
+        source_kwargs={"chunk_size": 8, "seed": 5},
+        options={"canonical_replicas": 2},
+    ),
     "mixture_unpacked_small_buffer": PipelineConfig(
-        [("shuffle", {"buffer_size": 4, "seed": 9}),
-         ("ensure_mixture", {"max_buffer_size": 5, "mixture": {"web": 0.6, "code": 0.3, "books": 0.1}}),
-         ("batch", {"microbatch_size": 2})],
-        layout=_L, source_kwargs={"chunk_size": 8, "seed": 6},
-        options={"canonical_replicas": 3, "flush_every_k_chunks": 2}),
+        [
+            ("shuffle", {"buffer_size": 4, "seed": 9}),
+            ("ensure_mixture", {"max_buffer_size": 5, "mixture": {"web": 0.6, "code": 0.3, "books": 0.1}}),
+            ("batch", {"microbatch_size": 2}),
+        ],
+        layout=_L,
+        source_kwargs={"chunk_size": 8, "seed": 6},
+        options={"canonical_replicas": 3, "flush_every_k_chunks": 2},
+    ),
     "tombstones_split_mixture_pushes": PipelineConfig(
-        [("map_transform", {"transform_fn": drop_some}),
-         ("pack_sequences", {"max_length": 40, "num_bins": 2}),
-         ("shuffle", {"buffer_size": 3, "seed": 4}),
-         ("ensure_mixture", {"max_buffer_size": 4, "mixture": {"web": 0.5, "code": 0.4, "books": 0.1}}),
-         ("batch", {"microbatch_size": 2, "drop_last": False})],
-        layout=_L, source_kwargs={"chunk_size": 6, "seed": 8},
-        options={"canonical_replicas": 2, "flush_every_k_chunks": 3}),
+        [
+            ("map_transform", {"transform_fn": drop_some}),
+            ("pack_sequences", {"max_length": 40, "num_bins": 2}),
+            ("shuffle", {"buffer_size": 3, "seed": 4}),
+            ("ensure_mixture", {"max_buffer_size": 4, "mixture": {"web": 0.5, "code": 0.4, "books": 0.1}}),
+            ("batch", {"microbatch_size": 2, "drop_last": False}),
+        ],
+        layout=_L,
+        source_kwargs={"chunk_size": 6, "seed": 8},
+        options={"canonical_replicas": 2, "flush_every_k_chunks": 3},
+    ),
     "keep_none_unbatched": PipelineConfig(
-        [("map_transform", {"transform_fn": drop_some, "drop_none": False}),
-         ("shuffle", {"buffer_size": 6, "seed": 2})],
-        layout=_L, source_kwargs={"chunk_size": 4, "seed": 9}, options={"canonical_replicas": 3}),
-    "one_lane_plain": PipelineConfig([], source_kwargs={"chunk_size": 5, "seed": 7},
-                                     options={"canonical_replicas": 1}),
+        [
+            ("map_transform", {"transform_fn": drop_some, "drop_none": False}),
+            ("shuffle", {"buffer_size": 6, "seed": 2}),
+        ],
+        layout=_L,
+        source_kwargs={"chunk_size": 4, "seed": 9},
+        options={"canonical_replicas": 3},
+    ),
+    "one_lane_plain": PipelineConfig(
+        [], source_kwargs={"chunk_size": 5, "seed": 7}, options={"canonical_replicas": 1}
+    ),
 }
 
 DEMO_CHAIN = [("tokenize", {"field": "text", "max_length": 96, "split_long_samples": True}),
@@ -212,15 +249,21 @@ def test_bad_checkpoints_are_refused_and_change_nothing() -> None:
     good = tp.checkpoint()
     other = tensor_pipeline(CONFIGS["machine2"])
     bad: list[tuple[Any, type[ZephonRefError]]] = [
-        (None, StateFormatError), ({}, StateFormatError), ({**good, "format": "x"}, StateFormatError),
-        ({**good, "lane_delivered": [-1, 0]}, StateFormatError), ({**good, "lane_delivered": [1]}, StateFormatError),
-        ({**good, "next_lane": 2}, StateFormatError), ({**good, "next_lane": True}, StateFormatError),
-        ({**good, "extra": 1}, StateFormatError), (other.checkpoint(), StateMismatchError),
-        ({**good, "lane_resume": [[0, 0]]}, StateFormatError), ({**good, "lane_resume": [[0, -1], [0, 0]]},
-                                                                StateFormatError),
-        ({**good, "lane_resume": [[0, 0], [0]]}, StateFormatError), ({**good, "lane_resume": None}, StateFormatError),
-        ({**good, "lane_resume": [[0, 10 ** 6], [0, 0]]}, StateMismatchError),  # past the end of lane 0's epoch
-        ({**good, "lane_resume": [[0, 0], [10 ** 4, 0]]}, StateMismatchError),  # past the end of lane 1
+        (None, StateFormatError),
+        ({}, StateFormatError),
+        ({**good, "format": "x"}, StateFormatError),
+        ({**good, "lane_delivered": [-1, 0]}, StateFormatError),
+        ({**good, "lane_delivered": [1]}, StateFormatError),
+        ({**good, "next_lane": 2}, StateFormatError),
+        ({**good, "next_lane": True}, StateFormatError),
+        ({**good, "extra": 1}, StateFormatError),
+        (other.checkpoint(), StateMismatchError),
+        ({**good, "lane_resume": [[0, 0]]}, StateFormatError),
+        ({**good, "lane_resume": [[0, -1], [0, 0]]}, StateFormatError),
+        ({**good, "lane_resume": [[0, 0], [0]]}, StateFormatError),
+        ({**good, "lane_resume": None}, StateFormatError),
+        ({**good, "lane_resume": [[0, 10**6], [0, 0]]}, StateMismatchError),  # past the end of lane 0's epoch
+        ({**good, "lane_resume": [[0, 0], [10**4, 0]]}, StateMismatchError),  # past the end of lane 1
     ]
     fresh = tensor_pipeline(cfg)
     for state, err in bad:
@@ -261,9 +304,12 @@ def test_options_of_other_topologies_are_refused() -> None:
 def test_a_target_change_it_cannot_follow_raises_instead_of_drifting() -> None:
     # books gets a quota in few chunks: the chunk mixtures' component set changes, which
     # needs retirement groups (not implemented): a typed error, never a silent difference
-    cfg = PipelineConfig([("shuffle", {"buffer_size": 4}), ("ensure_mixture", {}), ("batch", {"microbatch_size": 2})],
-                         weights={"web": 0.9, "code": 0.07, "books": 0.03},
-                         source_kwargs={"chunk_size": 8, "seed": 1}, options={"canonical_replicas": 2})
+    cfg = PipelineConfig(
+        [("shuffle", {"buffer_size": 4}), ("ensure_mixture", {}), ("batch", {"microbatch_size": 2})],
+        weights={"web": 0.9, "code": 0.07, "books": 0.03},
+        source_kwargs={"chunk_size": 8, "seed": 1},
+        options={"canonical_replicas": 2},
+    )
     assert len(list(build_pipeline("zephon_ref", cfg))) > 0
     with pytest.raises(UnsupportedKnob):
         _tensor_items(cfg)
@@ -288,17 +334,30 @@ def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
 
     rng = random.Random(3)
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;!?-_()"
-    many = [" ".join("".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
-                     for _ in range(rng.randint(0, 30))) for _ in range(200)]
+    many = [
+        " ".join(
+            "".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(1, 12), rng.randint(1, 70)])))
+            for _ in range(rng.randint(0, 30))
+        )
+        for _ in range(200)
+    ]
     assert [a.tolist() for a in words.encode_many(many)] == [[1, *tok.encode(t), 2] for t in many]
-    big = HashTokenizer(vocab_size=(1 << 33) + 7, offset=11)  # a vocabulary wider than the CRC: ids = crc + offset
-    assert [a.tolist() for a in WordIds(big).encode_many(many[:20])] == [[1, *big.encode(t), 2] for t in many[:20]]
+    big = HashTokenizer(
+        vocab_size=(1 << 33) + 7, offset=11
+    )  # a vocabulary wider than the CRC: ids = crc + offset
+    assert [a.tolist() for a in WordIds(big).encode_many(many[:20])] == [
+        [1, *big.encode(t), 2] for t in many[:20]
+    ]
 
 
 def test_a_drifted_variant_is_caught() -> None:
     cfg = CONFIGS["machine0"]
-    drifted = PipelineConfig([(m, dict(kw, seed=kw["seed"] + 1) if m == "shuffle" else kw) for m, kw in cfg.chain],
-                             layout=cfg.layout, source_kwargs=cfg.source_kwargs, options=cfg.options)
+    drifted = PipelineConfig(
+        [(m, dict(kw, seed=kw["seed"] + 1) if m == "shuffle" else kw) for m, kw in cfg.chain],
+        layout=cfg.layout,
+        source_kwargs=cfg.source_kwargs,
+        options=cfg.options,
+    )
     want = [item_view(x) for x in build_pipeline("zephon_ref", cfg)]
     got = [item_view(x) for x in _tensor_items(drifted)]
     assert len(got) == len(want) and got != want
@@ -314,17 +373,56 @@ SOURCE_KWARGS = [  # (kwargs, whether the tensor path computes the chunk order i
     ({"chunk_size": 7, "seed": 3}, True),
     ({"chunk_size": 5, "seed": 1, "exhausted_policy": "repeat", "max_repeats": 2}, True),
     ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "stop"}, True),
-    ({"chunk_size": 9, "seed": 4, "stop_after_passes": 3, "exhausted_policy": "repeat",
-      "reshuffle_on_repeat": False}, True),
-    ({"chunk_size": 3, "seed": 5, "shuffle_shards": False,
-      "exhausted_policy": {"web": "stop", "code": "repeat", "books": "repeat"}}, True),
-    ({"chunk_size": 13, "seed": 6, "exhausted_policy": "repeat",
-      "max_repeats": {"web": 1, "code": 0, "books": 3}}, True),
-    ({"chunk_size": 5, "seed": 1, "shuffle_within_shard": True, "shuffle_block_size": "auto",
-      "exhausted_policy": "repeat", "max_repeats": 2}, False),
+    (
+        {
+            "chunk_size": 9,
+            "seed": 4,
+            "stop_after_passes": 3,
+            "exhausted_policy": "repeat",
+            "reshuffle_on_repeat": False,
+        },
+        True,
+    ),
+    (
+        {
+            "chunk_size": 3,
+            "seed": 5,
+            "shuffle_shards": False,
+            "exhausted_policy": {"web": "stop", "code": "repeat", "books": "repeat"},
+        },
+        True,
+    ),
+    (
+        {
+            "chunk_size": 13,
+            "seed": 6,
+            "exhausted_policy": "repeat",
+            "max_repeats": {"web": 1, "code": 0, "books": 3},
+        },
+        True,
+    ),
+    (
+        {
+            "chunk_size": 5,
+            "seed": 1,
+            "shuffle_within_shard": True,
+            "shuffle_block_size": "auto",
+            "exhausted_policy": "repeat",
+            "max_repeats": 2,
+        },
+        False,
+    ),
     ({"chunk_size": 6, "seed": 2, "lane_assignment": "modulo", "exhausted_policy": "redistribute"}, False),
-    ({"chunk_size": 9, "seed": 4, "shuffle_block_size": 8, "stop_after_passes": 1, "exhausted_policy": "repeat"},
-     False),
+    (
+        {
+            "chunk_size": 9,
+            "seed": 4,
+            "shuffle_block_size": 8,
+            "stop_after_passes": 1,
+            "exhausted_policy": "repeat",
+        },
+        False,
+    ),
 ]
 
 
@@ -372,8 +470,18 @@ def test_the_block_seed_hash_is_cpythons_int_tuple_hash() -> None:
     from zephon_ref.torch.tensor.shuffle import tuple_hash
 
     rng = random.Random(5)
-    cases: list[tuple[int, ...]] = [(), (0,), (-1,), (-2,), ((1 << 61) - 1,), ((1 << 61) - 2,), (-(1 << 61) + 1,),
-                                    (1 << 70,), (-(1 << 70),), (3, 0, 7)]
+    cases: list[tuple[int, ...]] = [
+        (),
+        (0,),
+        (-1,),
+        (-2,),
+        ((1 << 61) - 1,),
+        ((1 << 61) - 2,),
+        (-(1 << 61) + 1,),
+        (1 << 70,),
+        (-(1 << 70),),
+        (3, 0, 7),
+    ]
     for _ in range(2000):
         cases.append(tuple(rng.choice([rng.randint(-5, 5), rng.randint(-(1 << 64), 1 << 64)])
                            for _ in range(rng.randint(0, 5))))
@@ -400,16 +508,25 @@ def test_the_streaming_shuffle_shortcuts_equal_the_formulas() -> None:
     rng = random.Random(2)
 
     def value() -> int:
-        return rng.choice([rng.randint(0, 50), rng.randint(0, m32), rng.randint(-5, -1), rng.randint(m32, 1 << 70)])
+        return rng.choice(
+            [rng.randint(0, 50), rng.randint(0, m32), rng.randint(-5, -1), rng.randint(m32, 1 << 70)]
+        )
 
     for _ in range(3000):
-        cur = (value(), value(), tuple(value() for _ in range(rng.randint(0, 3))), (value(), value(), value()))
+        cur = (
+            value(),
+            value(),
+            tuple(value() for _ in range(rng.randint(0, 3))),
+            (value(), value(), value()),
+        )
         assert S.fnv_salt(cur) == fnv(cur)
     for _ in range(500):
         seed, lane, salt = rng.randint(0, 1 << 40), rng.randint(0, 64), rng.randint(0, m32)
         counter, size = rng.randint(0, 5000), rng.randint(1, 5000)
         head = S._mix(S._mix(seed) ^ S._mix(lane + S._PHI))
-        fast = S._mix(S._mix(S._mix(head ^ S._mix(salt + S._PHI)) ^ S._keyed(counter)) ^ S._keyed(size)) % size
+        fast = (
+            S._mix(S._mix(S._mix(head ^ S._mix(salt + S._PHI)) ^ S._keyed(counter)) ^ S._keyed(size)) % size
+        )
         assert fast == S.victim(seed, lane, salt, counter, size)
 
 

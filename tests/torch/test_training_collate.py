@@ -32,8 +32,13 @@ def rec(payload: Any, offset: int = 0) -> SampleRecord:
 
 def packed(*segments: list[int], mask: list[list[int]] | None = None) -> SampleRecord:
     masks = mask or [[1] * len(s) for s in segments]
-    return rec({"packed_samples": [{"input_ids": list(s), "attention_mask": m} for s, m in zip(segments, masks,
-                                                                                               strict=True)]})
+    return rec(
+        {
+            "packed_samples": [
+                {"input_ids": list(s), "attention_mask": m} for s, m in zip(segments, masks, strict=True)
+            ]
+        }
+    )
 
 
 def rows(t: Any) -> list[list[int]]:

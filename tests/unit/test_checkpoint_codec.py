@@ -21,7 +21,13 @@ _scalars = (
     | st.text(max_size=8)
     | st.binary(max_size=8)
 )
-_keys = st.none() | st.booleans() | st.integers() | st.text(max_size=6) | st.tuples(st.integers(), st.text(max_size=3))
+_keys = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=6)
+    | st.tuples(st.integers(), st.text(max_size=3))
+)
 values = st.recursive(
     _scalars,
     lambda inner: st.lists(inner, max_size=4)

@@ -55,8 +55,13 @@ def _state(
     passes ``save(fingerprint=...)`` would have); ``lanes`` keeps only those lanes'
     lane-keyed fields, as one rank's local capture holds only its own lanes.
     """
-    s = real_state(seed, canonical_replicas=canonical_replicas, items=1 + seed % 5 if items is None else items,
-                   chunk_size=4, corpus_seed=seed % 5)
+    s = real_state(
+        seed,
+        canonical_replicas=canonical_replicas,
+        items=1 + seed % 5 if items is None else items,
+        chunk_size=4,
+        corpus_seed=seed % 5,
+    )
     if fingerprint is not _KEEP:
         s["fingerprint"] = fingerprint
     if lanes is not None:
@@ -80,7 +85,9 @@ def _writable(p: Path) -> None:
     items=st.integers(0, 12),
     fp=st.none() | st.text(max_size=10),
 )
-def test_round_trip_realistic_states(tmp_path: Path, rnd: random.Random, c: int, items: int, fp: str | None) -> None:
+def test_round_trip_realistic_states(
+    tmp_path: Path, rnd: random.Random, c: int, items: int, fp: str | None
+) -> None:
     lanes = sorted(rnd.sample(range(c), rnd.randrange(0, c + 1)))
     s = _state(rnd.randrange(1000), canonical_replicas=c, items=items, fingerprint=fp, lanes=lanes)
     d = Path(tempfile.mkdtemp(dir=tmp_path))

@@ -182,7 +182,10 @@ def test_directory_backend_syncs_what_it_publishes(tmp_path: Path) -> None:
     """Regression: the directory backend used to publish without any fsync."""
     fs = FaultyStorage()
     b = DirectoryBackend(tmp_path, storage=fs)
-    for op_name, call in (("put", lambda: b.put("r/a.1", b"x")), ("put_if_absent", lambda: b.put_if_absent("r/b.1", b"y"))):
+    for op_name, call in (
+        ("put", lambda: b.put("r/a.1", b"x")),
+        ("put_if_absent", lambda: b.put_if_absent("r/b.1", b"y")),
+    ):
         fs.log.clear()
         call()
         ops = [op for op, _ in fs.log]

@@ -52,17 +52,36 @@ def test_the_warning_is_public_typed_and_filterable() -> None:
     recs = stream([0], 1, 5, n_tokens=9)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataDroppedWarning)
-        with pytest.raises(DataDroppedWarning, match=r"lane 0 dropped 5 record\(s\) \(45 token\(s\)\)") as info:
+        with pytest.raises(
+            DataDroppedWarning, match=r"lane 0 dropped 5 record\(s\) \(45 token\(s\)\)"
+        ) as info:
             run(PackSequences(6, num_bins=2), [recs])
     w = info.value
-    assert (w.op, w.cause, w.lane, w.records, w.tokens) == ("pack_sequences(first_fit)", "oversized", 0, 5, 45)
-    assert set(DROP_CAUSES) == {"oversized", "wrap_tail", "partial_batch", "strict_mixture", "source_leftover"}
+    assert (w.op, w.cause, w.lane, w.records, w.tokens) == (
+        "pack_sequences(first_fit)",
+        "oversized",
+        0,
+        5,
+        45,
+    )
+    assert set(DROP_CAUSES) == {
+        "oversized",
+        "wrap_tail",
+        "partial_batch",
+        "strict_mixture",
+        "source_leftover",
+    }
 
 
 def test_oversized_records_one_warning_per_lane_at_its_flush_with_counts() -> None:
     recs = stream([0, 1, 2], 3, 5)  # token counts 1..9; max_length 6 drops the 7s, 8s and 9s
-    want = {lane: (sum(1 for r in recs if r.meta.lane_id == lane and _tokens(r) > 6),
-                   sum(_tokens(r) for r in recs if r.meta.lane_id == lane and _tokens(r) > 6)) for lane in (0, 1, 2)}
+    want = {
+        lane: (
+            sum(1 for r in recs if r.meta.lane_id == lane and _tokens(r) > 6),
+            sum(_tokens(r) for r in recs if r.meta.lane_id == lane and _tokens(r) > 6),
+        )
+        for lane in (0, 1, 2)
+    }
     assert all(n for n, _ in want.values())
     out, got = _drops(lambda: run(PackSequences(6, num_bins=2), split(recs, [7, 20])))
     assert [(w.cause, w.lane, w.records, w.tokens) for w in got] == \
@@ -97,7 +116,9 @@ def test_wrap_trailing_tokens_are_reported_per_lane() -> None:
 
 
 def test_the_partial_batch_under_drop_last_is_reported_at_end_of_data_only() -> None:
-    recs = [rec(0, 0, i) for i in range(7)] + [rec(1, 0, i) for i in range(5)] + [rec(2, 0, i) for i in range(6)]
+    recs = (
+        [rec(0, 0, i) for i in range(7)] + [rec(1, 0, i) for i in range(5)] + [rec(2, 0, i) for i in range(6)]
+    )
     out, got = _drops(lambda: run(Batch(3), [recs]))
     assert [(w.cause, w.lane, w.records, w.tokens) for w in got] == [("partial_batch", 0, 1, None),
                                                                      ("partial_batch", 1, 2, None)]
@@ -159,7 +180,9 @@ def _pipeline(**batch: Any) -> Any:
     from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
 
     rows = [{"input_ids": list(range((i * 7) % 23 + 1))} for i in range(40)]
-    src = StaticMixtureWorkSource([Dataset.from_dict("a", {0: InMemoryShard(rows)})], {"a": 1.0}, chunk_size=8)
+    src = StaticMixtureWorkSource(
+        [Dataset.from_dict("a", {0: InMemoryShard(rows)})], {"a": 1.0}, chunk_size=8
+    )
     p = Pipeline(src).pack_sequences(16, num_bins=2).batch(3, **batch)
     return p.options(runner="inline", canonical_replicas=2)
 
@@ -226,12 +249,24 @@ def test_the_source_reports_its_end_of_stream_leftover_and_epoch_boundary_skips(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(3, 40), min_size=1, max_size=3), st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=3),
-       st.integers(2, 9), st.integers(1, 3),
-       st.sampled_from([{}, {"exhausted_policy": "stop"}, {"stop_after_passes": 2}, {"stop_after_passes": 3},
-                        {"exhausted_policy": "repeat", "max_repeats": 2}, {"allocation_mode": "legacy_fixed"},
-                        {"allocation_mode": "legacy_fixed", "stop_after_passes": 2},
-                        {"exhausted_policy": "redistribute"}]))
+@given(
+    st.lists(st.integers(3, 40), min_size=1, max_size=3),
+    st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=3),
+    st.integers(2, 9),
+    st.integers(1, 3),
+    st.sampled_from(
+        [
+            {},
+            {"exhausted_policy": "stop"},
+            {"stop_after_passes": 2},
+            {"stop_after_passes": 3},
+            {"exhausted_policy": "repeat", "max_repeats": 2},
+            {"allocation_mode": "legacy_fixed"},
+            {"allocation_mode": "legacy_fixed", "stop_after_passes": 2},
+            {"exhausted_policy": "redistribute"},
+        ]
+    ),
+)
 def test_the_source_accounts_for_every_sample_it_passed_over(
         sizes: list[int], weights: list[float], chunk_size: int, lanes: int, kw: dict[str, Any]) -> None:
     """Delivered + reported == every position the cursors passed, plus the first-pass remainder at the end."""

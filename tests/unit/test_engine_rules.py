@@ -44,7 +44,9 @@ def test_positive_k_on_monotone_plan_warns_once_and_becomes_0():
     assert items and not any(p.checkpoint()["epoch_boundaries"].values())
 
 
-@pytest.mark.parametrize("k,err", [(0, "reordering"), (-1, "flush_every_k_chunks"), (1.5, "flush_every_k_chunks")])
+@pytest.mark.parametrize(
+    "k,err", [(0, "reordering"), (-1, "flush_every_k_chunks"), (1.5, "flush_every_k_chunks")]
+)
 def test_invalid_k_is_refused(k, err):
     with pytest.raises(ConfigError, match=err):
         p = build_pipeline("zephon_ref", cfg(SHUFFLE))
@@ -162,9 +164,15 @@ def test_refused_restores_change_nothing_and_the_pipeline_keeps_working():
     before = encode(p.checkpoint())
     broken_lane = {**donor, "lane_ws_state": {0: donor["lane_ws_state"][0]}}
     bad_chunk = {**donor, "inflight": {**donor["inflight"], 0: {0: {"version": 3, "components": "x"}}}}
-    for bad, err in ((foreign, StateMismatchError), (other_c, StateMismatchError), ({"schema": "x"}, StateFormatError),
-                     ([1, 2], StateFormatError), (broken_lane, StateMismatchError), (bad_chunk, StateFormatError),
-                     ({**donor, "progress": None}, StateFormatError)):
+    for bad, err in (
+        (foreign, StateMismatchError),
+        (other_c, StateMismatchError),
+        ({"schema": "x"}, StateFormatError),
+        ([1, 2], StateFormatError),
+        (broken_lane, StateMismatchError),
+        (bad_chunk, StateFormatError),
+        ({**donor, "progress": None}, StateFormatError),
+    ):
         with pytest.raises(err):
             p.restore(bad)
         assert encode(p.checkpoint()) == before

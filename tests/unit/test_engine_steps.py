@@ -50,14 +50,18 @@ def drive(engine: Any, data: st.DataObject, *, limit: int | None = None) -> list
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(name=st.sampled_from(sorted(CONFIGS)), data=st.data())
 def test_any_step_order_delivers_the_inline_stream(name: str, data: st.DataObject) -> None:
     p = build_pipeline("zephon_ref", CONFIGS[name])
     assert drive(p.engine(), data) == reference(name)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(name=st.sampled_from(sorted(CONFIGS)), data=st.data())
 def test_a_checkpoint_between_any_two_steps_resumes_exactly(name: str, data: st.DataObject) -> None:
     ref = reference(name)

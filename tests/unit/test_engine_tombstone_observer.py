@@ -22,11 +22,16 @@ def drop_some(row: dict[str, Any]) -> dict[str, Any] | None:
     return None if zlib.crc32(repr(row["input_ids"]).encode()) % 4 == 0 else row
 
 
-CFG = PipelineConfig([("map_transform", {"transform_fn": drop_some}),
-                      ("pack_sequences", {"max_length": 96, "num_bins": 3}),
-                      ("batch", {"microbatch_size": 2, "drop_last": False})],
-                     layout={"web": (30, 20), "code": (15,), "books": (10,)}, source_kwargs={"chunk_size": 6, "seed": 2},
-                     options={"runner": "inline", "canonical_replicas": 2})
+CFG = PipelineConfig(
+    [
+        ("map_transform", {"transform_fn": drop_some}),
+        ("pack_sequences", {"max_length": 96, "num_bins": 3}),
+        ("batch", {"microbatch_size": 2, "drop_last": False}),
+    ],
+    layout={"web": (30, 20), "code": (15,), "books": (10,)},
+    source_kwargs={"chunk_size": 6, "seed": 2},
+    options={"runner": "inline", "canonical_replicas": 2},
+)
 
 
 def drive(engine: Engine) -> list[Any]:

@@ -107,19 +107,36 @@ def test_zephon_knobs_of_modes_not_implemented_are_refused_unless_none(knob: str
 # -- stateful_transform, map_transform ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kw", "err"), [
-    ({"parallelism": 0}, ConfigError), ({"parallelism": -3}, ConfigError), ({"parallelism": 1.0}, ConfigTypeError),
-    ({"preserves_cursor_order": "no"}, ConfigTypeError), ({"indexable": 1}, ConfigTypeError),
-    ({"name": ""}, ConfigTypeError), ({"name": 3}, ConfigTypeError), ({"placement": None}, ConfigTypeError),
-])
+@pytest.mark.parametrize(
+    ("kw", "err"),
+    [
+        ({"parallelism": 0}, ConfigError),
+        ({"parallelism": -3}, ConfigError),
+        ({"parallelism": 1.0}, ConfigTypeError),
+        ({"preserves_cursor_order": "no"}, ConfigTypeError),
+        ({"indexable": 1}, ConfigTypeError),
+        ({"name": ""}, ConfigTypeError),
+        ({"name": 3}, ConfigTypeError),
+        ({"placement": None}, ConfigTypeError),
+    ],
+)
 def test_stateful_transform_arguments_are_checked_at_the_builder(kw: dict[str, Any], err: type) -> None:
     args: dict[str, Any] = {"name": "s", "init_state": list, "push": _push, **kw}
     with pytest.raises(err, match=next(iter(kw))):
         _pipe().stateful_transform(**args)
 
 
-@pytest.mark.parametrize(("where", "bad"), [("push", None), ("push", "xy"), ("flush", None), ("flush", [{"a": 1}]),
-                                            ("transform", 5), ("transform", ["r"])])
+@pytest.mark.parametrize(
+    ("where", "bad"),
+    [
+        ("push", None),
+        ("push", "xy"),
+        ("flush", None),
+        ("flush", [{"a": 1}]),
+        ("transform", 5),
+        ("transform", ["r"]),
+    ],
+)
 def test_stateful_callback_results_must_be_lists_of_records(where: str, bad: Any) -> None:
     kw: dict[str, Any] = {"init_state": list, "push": _push, "should_flush": lambda s: True}
     if where == "push":
@@ -142,7 +159,9 @@ def test_map_transform_parallelism_none_is_the_default_four() -> None:
     assert isinstance(op, MapTransform) and op.traits().parallelism == 4
 
 
-@pytest.mark.parametrize("builder", ["map_transform", "tokenize", "pack_sequences", "shuffle", "stateful_transform"])
+@pytest.mark.parametrize(
+    "builder", ["map_transform", "tokenize", "pack_sequences", "shuffle", "stateful_transform"]
+)
 def test_placement_and_parallelism_are_validated_at_the_builder(builder: str) -> None:
     base: dict[str, dict[str, Any]] = {
         "map_transform": {"transform_fn": lambda x: x}, "tokenize": {"field": "text"},
@@ -187,39 +206,134 @@ def test_tokenize_return_tensors_and_use_fast() -> None:
         Tokenize(field="text", return_tensors="np")
     with pytest.raises(ConfigTypeError, match="use_fast"):
         Tokenize(field="text", use_fast="yes")
-    Tokenize(field="text", use_fast=False)  # an HF loading hint: accepted, no effect on the built-in tokenizer
+    Tokenize(
+        field="text", use_fast=False
+    )  # an HF loading hint: accepted, no effect on the built-in tokenizer
 
 
 # -- every argument of every builder against odd values -------------------------------------------
 
 ODD: list[Any] = [
-    None, True, False, 0, 1, -1, 2, -3, 10**30, -(10**30), 2**64, 0.0, 0.5, 1.5, -1.5, 1e308, math.inf, -math.inf,
-    math.nan, "", "x", "auto", "random", b"x", [], [1], {}, {"a": 1}, (), (1,), set(), object(), _EqRaises(),
-    np.int64(2), np.float64(2.0), np.array([1, 2]),
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    2,
+    -3,
+    10**30,
+    -(10**30),
+    2**64,
+    0.0,
+    0.5,
+    1.5,
+    -1.5,
+    1e308,
+    math.inf,
+    -math.inf,
+    math.nan,
+    "",
+    "x",
+    "auto",
+    "random",
+    b"x",
+    [],
+    [1],
+    {},
+    {"a": 1},
+    (),
+    (1,),
+    set(),
+    object(),
+    _EqRaises(),
+    np.int64(2),
+    np.float64(2.0),
+    np.array([1, 2]),
     # callables that *return* odd values (a callable that raises propagates its own error, by design)
-    lambda *a, **k: None, lambda *a, **k: "x", lambda *a, **k: -1, lambda *a, **k: 5,
+    lambda *a, **k: None,
+    lambda *a, **k: "x",
+    lambda *a, **k: -1,
+    lambda *a, **k: 5,
 ]
 
 BUILDERS: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "map_transform": ({"transform_fn": lambda x: x}, ["transform_fn", "drop_none", "placement", "parallelism"]),
-    "stateful_transform": ({"name": "s", "init_state": list, "push": _push},
-                           ["name", "init_state", "push", "flush", "should_flush", "transform", "placement",
-                            "parallelism", "indexable", "preserves_cursor_order"]),
-    "tokenize": ({"field": "text"},
-                 ["tokenizer", "tokenizer_id", "field", "missing_field", "add_attention_mask", "max_length", "padding",
-                  "truncation", "split_long_samples", "preserve_upstream_payload", "special_tokens", "bos_token_id",
-                  "eos_token_id", "return_tensors", "use_fast", "placement", "parallelism"]),
-    "pack_sequences": ({"max_length": 24, "num_bins": 2},
-                       ["max_length", "num_bins", "max_sequences_per_bin", "algorithm", "tokens_field", "length_fn",
-                        "drop_oversized", "min_sequence_length", "shuffle_strategy", "shuffle_seed", "flush_strategy",
-                        "pack_payloads", "homogeneity", "candidate_pool_size", "max_candidate_age", "groups",
-                        "placement", "parallelism"]),
-    "shuffle": ({"buffer_size": 4}, ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"]),
+    "map_transform": (
+        {"transform_fn": lambda x: x},
+        ["transform_fn", "drop_none", "placement", "parallelism"],
+    ),
+    "stateful_transform": (
+        {"name": "s", "init_state": list, "push": _push},
+        [
+            "name",
+            "init_state",
+            "push",
+            "flush",
+            "should_flush",
+            "transform",
+            "placement",
+            "parallelism",
+            "indexable",
+            "preserves_cursor_order",
+        ],
+    ),
+    "tokenize": (
+        {"field": "text"},
+        [
+            "tokenizer",
+            "tokenizer_id",
+            "field",
+            "missing_field",
+            "add_attention_mask",
+            "max_length",
+            "padding",
+            "truncation",
+            "split_long_samples",
+            "preserve_upstream_payload",
+            "special_tokens",
+            "bos_token_id",
+            "eos_token_id",
+            "return_tensors",
+            "use_fast",
+            "placement",
+            "parallelism",
+        ],
+    ),
+    "pack_sequences": (
+        {"max_length": 24, "num_bins": 2},
+        [
+            "max_length",
+            "num_bins",
+            "max_sequences_per_bin",
+            "algorithm",
+            "tokens_field",
+            "length_fn",
+            "drop_oversized",
+            "min_sequence_length",
+            "shuffle_strategy",
+            "shuffle_seed",
+            "flush_strategy",
+            "pack_payloads",
+            "homogeneity",
+            "candidate_pool_size",
+            "max_candidate_age",
+            "groups",
+            "placement",
+            "parallelism",
+        ],
+    ),
+    "shuffle": (
+        {"buffer_size": 4},
+        ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
+    ),
     "batch": ({"microbatch_size": 2}, ["microbatch_size", "drop_last"]),
 }
 # arguments that matter only in another mode are tried in that mode
-MODE = {("shuffle", "warmup_growth"): {"algorithm": "block_warmup"}, ("shuffle", "seed"): {"algorithm": "block"},
-        ("pack_sequences", "shuffle_seed"): {"shuffle_strategy": "random"}}
+MODE = {
+    ("shuffle", "warmup_growth"): {"algorithm": "block_warmup"},
+    ("shuffle", "seed"): {"algorithm": "block"},
+    ("pack_sequences", "shuffle_seed"): {"shuffle_strategy": "random"},
+}
 
 
 def outcome(builder: str, arg: str, value: Any) -> str:

@@ -10,7 +10,13 @@ import pytest
 from properties.opkit import rec, run
 from zephon_ref.ops import HashTokenizer, Tokenize
 
-TEXTS = ["a b c d e f g", "", "hello world hello", "one two three four five six seven eight nine", "b a  c\tz"]
+TEXTS = [
+    "a b c d e f g",
+    "",
+    "hello world hello",
+    "one two three four five six seven eight nine",
+    "b a  c\tz",
+]
 
 
 def crc_ids(text: str, vocab: int = 32000, offset: int = 3) -> list[int]:
@@ -42,10 +48,16 @@ class _Delegate:
 
 
 CASES: list[dict[str, Any]] = [
-    {}, {"special_tokens": "bos"}, {"special_tokens": "eos", "add_attention_mask": False},
-    {"special_tokens": "none"}, {"max_length": 4, "truncation": True}, {"max_length": 3, "split_long_samples": True},
-    {"max_length": 5, "split_long_samples": True, "padding": "max_length"}, {"max_length": 12, "padding": "max_length"},
-    {"preserve_upstream_payload": True}, {"special_tokens": "tokenizer_default", "max_length": 4, "truncation": True},
+    {},
+    {"special_tokens": "bos"},
+    {"special_tokens": "eos", "add_attention_mask": False},
+    {"special_tokens": "none"},
+    {"max_length": 4, "truncation": True},
+    {"max_length": 3, "split_long_samples": True},
+    {"max_length": 5, "split_long_samples": True, "padding": "max_length"},
+    {"max_length": 12, "padding": "max_length"},
+    {"preserve_upstream_payload": True},
+    {"special_tokens": "tokenizer_default", "max_length": 4, "truncation": True},
     {"max_length": 6, "truncation": True, "padding": "max_length", "add_attention_mask": False},
 ]
 

@@ -155,7 +155,9 @@ def test_replay_filter_never_matching_drops_everything() -> None:
 
 def test_map_transform_drops_none_with_tombstones() -> None:
     recs = stream([0], 1, 4)
-    op = MapTransform(lambda p: None if p["input_ids"][0] == 100 and len(p["input_ids"]) % 2 else {"n": len(p["input_ids"])})
+    op = MapTransform(
+        lambda p: None if p["input_ids"][0] == 100 and len(p["input_ids"]) % 2 else {"n": len(p["input_ids"])}
+    )
     out = run(op, [recs])
     check_lineage(recs, out)
     kept = [r for r in out if not r.meta.tombstone]

@@ -72,7 +72,9 @@ OPS: dict[str, Callable[[], BaseOp]] = {
     "best_fit": lambda: PackSequences(10, num_bins=3, algorithm="best_fit", flush_strategy="fullest"),
     "wrap": lambda: PackSequences(10, algorithm="wrap"),
     "wrap_capped": lambda: PackSequences(10, algorithm="wrap", max_sequences_per_bin=2),
-    "mixture_bounded": lambda: EnsureMixture(max_buffer_size=4, weight_by="samples", mixture={0: 1.0, 1: 2.0}),
+    "mixture_bounded": lambda: EnsureMixture(
+        max_buffer_size=4, weight_by="samples", mixture={0: 1.0, 1: 2.0}
+    ),
     "mixture_strict": lambda: EnsureMixture(max_buffer_size=None, mixture={0: 1.0, 1: 1.0, 2: 1.0}),
     "batch_keep": lambda: Batch(3, drop_last=False),
 }
@@ -89,7 +91,10 @@ def _prep(name: str, recs: list[SampleRecord]) -> list[SampleRecord]:
     if name.startswith("wrap"):
         # Known gap (docs/divergences.md): wrap tombstones an empty closing child at
         # once, ahead of a sibling still in its buffer, as zephon 0.2.0 does.
-        recs = [r if r.payload["input_ids"] else SampleRecord(r.meta, {"input_ids": [5], "mask": [1]}) for r in recs]
+        recs = [
+            r if r.payload["input_ids"] else SampleRecord(r.meta, {"input_ids": [5], "mask": [1]})
+            for r in recs
+        ]
     return _texts(recs) if name.startswith("tokenize") else recs
 
 

@@ -23,9 +23,12 @@ CHAIN = [("pack_sequences", {"max_length": 160, "num_bins": 2}), ("shuffle", {"b
 
 
 def cfg(c: int = 8, seed: int = 7) -> PipelineConfig:
-    return PipelineConfig(CHAIN, layout=LAYOUT, source_kwargs={"chunk_size": 3, "seed": seed,
-                                                                "exhausted_policy": "repeat", "max_repeats": 2},
-                          options={"runner": "inline", "canonical_replicas": c, "flush_every_k_chunks": 2})
+    return PipelineConfig(
+        CHAIN,
+        layout=LAYOUT,
+        source_kwargs={"chunk_size": 3, "seed": seed, "exhausted_policy": "repeat", "max_repeats": 2},
+        options={"runner": "inline", "canonical_replicas": c, "flush_every_k_chunks": 2},
+    )
 
 
 def cut_state(c: int = 8, steps: int = 5) -> dict[str, Any]:
@@ -74,7 +77,9 @@ def test_state_for_copies_only_the_given_lanes() -> None:
         assert sorted(schema.lane_key(k, "k", 8) for k in part[name]) == [2, 3]
         assert part[name][2] == state[name][2]
     part[schema.REQUIRED_LANE_FIELDS[0]][2] = "changed"  # a fresh copy each time
-    assert frozen.state_for((2,))[schema.REQUIRED_LANE_FIELDS[0]][2] == state[schema.REQUIRED_LANE_FIELDS[0]][2]
+    assert (
+        frozen.state_for((2,))[schema.REQUIRED_LANE_FIELDS[0]][2] == state[schema.REQUIRED_LANE_FIELDS[0]][2]
+    )
 
 
 def test_the_snapshot_cannot_be_changed_after_its_checks() -> None:

@@ -32,7 +32,9 @@ from zephon_ref.work.mixture import swrr_order
 
 
 def ds(name, *sizes):
-    return Dataset.from_dict(name, {i: InMemoryShard([{"i": j} for j in range(n)]) for i, n in enumerate(sizes)})
+    return Dataset.from_dict(
+        name, {i: InMemoryShard([{"i": j} for j in range(n)]) for i, n in enumerate(sizes)}
+    )
 
 
 def two():
@@ -65,10 +67,19 @@ def naive_order(sizes, seed, *, shards, within, block, epoch=0, reshuffle=True):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=5), st.integers(0, 2**40), st.booleans(), st.booleans(),
-       st.one_of(st.none(), st.integers(1, 40)), st.lists(st.integers(1, 17), min_size=1, max_size=12),
-       st.integers(0, 2), st.booleans())
-def test_cursor_matches_materialised_order_in_any_read_sizes(sizes, seed, shards, within, block, reads, epoch, resh):
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=5),
+    st.integers(0, 2**40),
+    st.booleans(),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(1, 40)),
+    st.lists(st.integers(1, 17), min_size=1, max_size=12),
+    st.integers(0, 2),
+    st.booleans(),
+)
+def test_cursor_matches_materialised_order_in_any_read_sizes(
+    sizes, seed, shards, within, block, reads, epoch, resh
+):
     total = sum(sizes)
     block = None if block is None else min(block, total) or None
     cur = DatasetCursor(7, np.array(range(len(sizes))), np.array(sizes), seed=seed, shuffle_shards=shards,
@@ -83,7 +94,9 @@ def test_cursor_matches_materialised_order_in_any_read_sizes(sizes, seed, shards
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.integers(1, 40), min_size=1, max_size=4), st.integers(0, 999), st.integers(1, 9), st.data())
+@given(
+    st.lists(st.integers(1, 40), min_size=1, max_size=4), st.integers(0, 999), st.integers(1, 9), st.data()
+)
 def test_cursor_seek_from_state_continues_identically(sizes, seed, block, data):
     mk = lambda: DatasetCursor(0, np.arange(len(sizes)), np.array(sizes), seed=seed, shuffle_shards=True,  # noqa: E731
                                shuffle_within_shard=True, block_size=min(block, sum(sizes)))
@@ -98,12 +111,16 @@ def test_cursor_seek_from_state_continues_identically(sizes, seed, block, data):
 def test_seek_replays_at_most_one_fill_of_blocks(monkeypatch):
     """Restore cost is bounded by the fill size, not by how far the cursor went."""
     sizes = np.array([300_000])
-    cur = DatasetCursor(0, np.arange(1), sizes, seed=1, shuffle_shards=False, shuffle_within_shard=False, block_size=10)
+    cur = DatasetCursor(
+        0, np.arange(1), sizes, seed=1, shuffle_shards=False, shuffle_within_shard=False, block_size=10
+    )
     cur.next_many(250_003)
     snap = cur.state()
     calls = []
     real = cursor_mod.DatasetOrder.block_len
-    monkeypatch.setattr(cursor_mod.DatasetOrder, "block_len", lambda self, k: calls.append(k) or real(self, k))
+    monkeypatch.setattr(
+        cursor_mod.DatasetOrder, "block_len", lambda self, k: calls.append(k) or real(self, k)
+    )
     fresh = DatasetCursor(0, np.arange(1), sizes, seed=1, shuffle_shards=False, shuffle_within_shard=False,
                           block_size=10)
     fresh.seek(0, snap["position"], reshuffle=True, block_rng_snapshot=snap["block_rng_snapshot"])
@@ -161,7 +178,9 @@ def test_repeat_with_cap_runs_exactly_cap_plus_one_epochs():
     src = StaticMixtureWorkSource([ds("a", 6)], {"a": 1}, chunk_size=3, exhausted_policy="repeat",
                                   max_repeats=2, reshuffle_on_repeat=False)
     out = chunks(src)
-    assert len(out) == 6 and [tuple(s) for s in out[0].components["a"]] == [tuple(s) for s in out[2].components["a"]]
+    assert len(out) == 6 and [tuple(s) for s in out[0].components["a"]] == [
+        tuple(s) for s in out[2].components["a"]
+    ]
     assert out[-1].source_exhausted == ("a",)
 
 
@@ -323,7 +342,9 @@ def test_synthetic_corpus_is_deterministic_and_round_trips_through_jsonl(tmp_pat
     d1, d2 = c1.datasets[0], c2.datasets[0]
     assert [d1.get(0, i) for i in range(5)] == [d2.get(0, i) for i in range(5)]
     assert synthetic_corpus(seed=6).datasets[0].get(0, 0) != d1.get(0, 0)
-    lengths = [len(d1.get(s, i)["text"].split()) for s in d1.ids().tolist() for i in range(int(d1.counts()[s]))]
+    lengths = [
+        len(d1.get(s, i)["text"].split()) for s in d1.ids().tolist() for i in range(int(d1.counts()[s]))
+    ]
     assert max(lengths) > 8 * np.median(lengths)  # heavy tail
     c1.write_jsonl(tmp_path)
     back = Dataset.from_path("web", tmp_path / "web")

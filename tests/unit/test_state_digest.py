@@ -52,7 +52,10 @@ def _value(r: random.Random, depth: int) -> Any:
     if kind == 7:
         return tuple(_value(r, depth + 1) for _ in range(r.randrange(4)))
     if kind == 8:  # int keys sort as strings ("10" < "2"): the digest must see them as strings
-        return {r.choice([r.randrange(20), f"k{r.randrange(20)}"]): _value(r, depth + 1) for _ in range(r.randrange(4))}
+        return {
+            r.choice([r.randrange(20), f"k{r.randrange(20)}"]): _value(r, depth + 1)
+            for _ in range(r.randrange(4))
+        }
     return OrderedDict((str(r.randrange(30)), _value(r, depth + 1)) for _ in range(r.randrange(3)))
 
 
@@ -60,8 +63,12 @@ def test_digest_equals_the_plain_definition() -> None:
     r = random.Random(7)
     checked = 0
     for _ in range(2000):
-        state = {"a": _value(r, 0), "b": _value(r, 0), "lanes": {i: _value(r, 1) for i in range(r.randrange(12))},
-                 "integrity": "ignored"}
+        state = {
+            "a": _value(r, 0),
+            "b": _value(r, 0),
+            "lanes": {i: _value(r, 1) for i in range(r.randrange(12))},
+            "integrity": "ignored",
+        }
         try:
             want = _reference_digest(state)
         except TypeError:  # mixed key types that collide as strings: not a state either side accepts

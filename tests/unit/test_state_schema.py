@@ -47,7 +47,10 @@ def test_every_reader_uses_the_one_field_list() -> None:
     assert store_schema.LANE_FIELDS is schema.LANE_FIELDS
     assert store_schema.UNIVERSAL_FIELDS is schema.UNIVERSAL_FIELDS
     assert store_schema.KNOWN_ENGINE_VERSIONS is schema.ACCEPTED_VERSIONS
-    assert merge_module.LANE_FIELDS is schema.LANE_FIELDS and merge_module.REQUIRED_LANE_FIELDS is schema.REQUIRED_LANE_FIELDS
+    assert (
+        merge_module.LANE_FIELDS is schema.LANE_FIELDS
+        and merge_module.REQUIRED_LANE_FIELDS is schema.REQUIRED_LANE_FIELDS
+    )
     assert set(schema.LANE_FIELDS) | set(schema.UNIVERSAL_FIELDS) == {f.name for f in schema.FIELDS}
 
 
@@ -63,17 +66,26 @@ def _lane(ck: dict[str, Any]) -> Any:
 
 MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], type[ZephonRefError]]] = {
     "rr_next_idx=5": (lambda c: c.__setitem__("rr_next_idx", 5), StateFormatError),
-    "checkpoint_reload_count=None": (lambda c: c.__setitem__("checkpoint_reload_count", None), StateFormatError),
+    "checkpoint_reload_count=None": (
+        lambda c: c.__setitem__("checkpoint_reload_count", None),
+        StateFormatError,
+    ),
     "epoch_boundaries=7": (lambda c: c.__setitem__("epoch_boundaries", 7), StateFormatError),
     "replay_cursors={}": (lambda c: c.__setitem__("replay_cursors", {}), StateMismatchError),
-    "cursor None after deliveries": (lambda c: c["replay_cursors"].__setitem__(_lane(c), None), StateFormatError),
+    "cursor None after deliveries": (
+        lambda c: c["replay_cursors"].__setitem__(_lane(c), None),
+        StateFormatError,
+    ),
     "unknown key": (lambda c: c.__setitem__("extra", 1), StateFormatError),
     "version 1": (lambda c: c.__setitem__("version", 1), StateFormatError),
     "next cid not after inflight": (lambda c: c["lane_next_cid"].__setitem__(_lane(c), 99), StateFormatError),
     "unsorted boundaries": (lambda c: c["epoch_boundaries"].__setitem__(_lane(c), [4, 2]), StateFormatError),
     "negative emitted": (lambda c: c["lane_emitted"].__setitem__(_lane(c), -1), StateFormatError),
     "progress bool": (lambda c: c["progress"].__setitem__(_lane(c), True), StateFormatError),
-    "lane out of range": (lambda c: c["progress"].__setitem__(7, {"chunk_id": 0, "offset": 0}), StateFormatError),
+    "lane out of range": (
+        lambda c: c["progress"].__setitem__(7, {"chunk_id": 0, "offset": 0}),
+        StateFormatError,
+    ),
 }
 
 
@@ -103,14 +115,17 @@ def _first_sid(ck: dict[str, Any]) -> list[int]:
 
 SOURCE_MUTATIONS: dict[str, Callable[[dict[str, Any]], None]] = {  # each with the check that must fire
     "another seed": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("seed", 99),
-    "other weights": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("weights", {"web": 1.0, "code": 0.0,
-                                                                                    "books": 0.0}),
+    "other weights": lambda c: c["lane_ws_state"][_lane(c)].__setitem__(
+        "weights", {"web": 1.0, "code": 0.0, "books": 0.0}
+    ),
     "stop_after_passes -1": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("stop_after_passes", -1),
-    "max_repeats -1": lambda c: c["lane_ws_state"][_lane(c)].__setitem__("max_repeats", {"web": -1, "code": None,
-                                                                                          "books": None}),
+    "max_repeats -1": lambda c: c["lane_ws_state"][_lane(c)].__setitem__(
+        "max_repeats", {"web": -1, "code": None, "books": None}
+    ),
     "knob string": lambda c: c["lane_ws_state"][_lane(c)]["knobs"].__setitem__("shuffle_shards", "no"),
     "cursor_block_sizes -1": lambda c: c["lane_ws_state"][_lane(c)].__setitem__(
-        "cursor_block_sizes", {"web": -1, "code": None, "books": None}),
+        "cursor_block_sizes", {"web": -1, "code": None, "books": None}
+    ),
     "local_idx -1": lambda c: _first_sid(c).__setitem__(2, -1),
     "shard that does not exist": lambda c: _first_sid(c).__setitem__(1, 999),
 }
@@ -185,10 +200,13 @@ def test_a_token_aware_pipeline_resumes_exactly_at_every_cut() -> None:
     token-aware source restores and continues exactly."""
     from zephon_ref.work import TokenEstimation
 
-    cfg = PipelineConfig(chain=[("batch", {"microbatch_size": 2})], layout={"web": (20, 10), "code": (10,)},
-                         weights={"web": 0.7, "code": 0.3},
-                         source_kwargs={"chunk_size": 6, "seed": 2, "token_estimation": TokenEstimation(primer=0.25)},
-                         options={"runner": "inline", "canonical_replicas": 2})
+    cfg = PipelineConfig(
+        chain=[("batch", {"microbatch_size": 2})],
+        layout={"web": (20, 10), "code": (10,)},
+        weights={"web": 0.7, "code": 0.3},
+        source_kwargs={"chunk_size": 6, "seed": 2, "token_estimation": TokenEstimation(primer=0.25)},
+        options={"runner": "inline", "canonical_replicas": 2},
+    )
     items = [item_view(x) for x in build_pipeline("zephon_ref", cfg)]
     assert len(items) > 6
     for cut in range(0, len(items), 3):

@@ -99,7 +99,10 @@ def test_spawn_child_of_plain_record_closes_only_when_asked():
 
 
 def test_spawn_child_of_contributed_record_keeps_cursors_and_moves_closers():
-    refs = (ContributorRef(SampleCursor(1, 0, (0, 0, 0)), True), ContributorRef(SampleCursor(1, 1, (0, 0, 1)), False))
+    refs = (
+        ContributorRef(SampleCursor(1, 0, (0, 0, 0)), True),
+        ContributorRef(SampleCursor(1, 1, (0, 0, 1)), False),
+    )
     p = _base().with_contributors(refs)
     mid = spawn_child(p, 0)
     last = spawn_child(p, 1, is_last_child=True)
@@ -125,8 +128,11 @@ def test_pack_meta_uses_primary_cursor_and_lists_contributors():
 
 
 def test_tombstones_close_exactly_the_closing_refs():
-    refs = (ContributorRef(SampleCursor(1, 0, (0, 0, 0)), True), ContributorRef(SampleCursor(1, 1, (0, 0, 1)), False),
-            ContributorRef(SampleCursor(1, 2, (0, 0, 2)), True))
+    refs = (
+        ContributorRef(SampleCursor(1, 0, (0, 0, 0)), True),
+        ContributorRef(SampleCursor(1, 1, (0, 0, 1)), False),
+        ContributorRef(SampleCursor(1, 2, (0, 0, 2)), True),
+    )
     rec = SampleRecord(_base(lane=9).with_contributors(refs), {"p": 1})
     ts = tombstones_for_record(rec)
     assert [t.meta.contributors for t in ts] == [(refs[0],), (refs[2],)]

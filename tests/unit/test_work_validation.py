@@ -119,7 +119,9 @@ def test_legacy_fixed_len_agrees_with_the_stream():
     ds = [Dataset.from_dict("a", {0: InMemoryShard(list(range(30)))}),
           Dataset.from_dict("b", {0: InMemoryShard(list(range(20)))})]
     for kw in ({}, {"stop_after_passes": 2}, {"exhausted_policy": "repeat", "max_repeats": 1}):
-        src = StaticMixtureWorkSource(ds, {"a": 0.6, "b": 0.4}, chunk_size=5, allocation_mode="legacy_fixed", **kw)
+        src = StaticMixtureWorkSource(
+            ds, {"a": 0.6, "b": 0.4}, chunk_size=5, allocation_mode="legacy_fixed", **kw
+        )
         n = len(src)
         got = sum(len(c) for c in read_chunks(src.clone_for_lane(0, 1), 10_000))
         assert got == n, (kw, got, n)
@@ -178,12 +180,22 @@ from hypothesis import strategies as st  # noqa: E402
 from zephon_ref.work import TokenEstimation, synthetic_corpus  # noqa: E402
 
 ANY = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.binary(max_size=4),
-    st.lists(st.integers(-3, 3), max_size=3), st.tuples(st.integers(-3, 3)),
-    st.dictionaries(st.sampled_from(["a", "b", "zz", ""]), st.one_of(st.floats(), st.integers(), st.text(max_size=2),
-                                                                   st.none()), max_size=3),
-    st.sampled_from(["auto", "global", "stop", "repeat", "redistribute", "modulo", "permute", "measure",
-                     "legacy_fixed"]),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=4),
+    st.lists(st.integers(-3, 3), max_size=3),
+    st.tuples(st.integers(-3, 3)),
+    st.dictionaries(
+        st.sampled_from(["a", "b", "zz", ""]),
+        st.one_of(st.floats(), st.integers(), st.text(max_size=2), st.none()),
+        max_size=3,
+    ),
+    st.sampled_from(
+        ["auto", "global", "stop", "repeat", "redistribute", "modulo", "permute", "measure", "legacy_fixed"]
+    ),
     st.builds(object),
 )
 
@@ -235,33 +247,72 @@ def _estimation_arg(arg):
 
 
 ENTRY_POINTS = {
-    **{f"StaticMixtureWorkSource({a}=)": _source_arg(a) for a in (
-        "datasets", "mixture", "chunk_size", "seed", "shuffle_shards", "shuffle_within_shard", "shuffle_block_size",
-        "exhausted_policy", "reshuffle_on_repeat", "max_repeats", "stop_after_passes", "lane_assignment",
-        "token_estimation", "allocation_mode")},
-    "clone_for_lane(lane_id=)": (lambda v: StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4)
-                                 .clone_for_lane(v, 2), lambda c: c.next_chunk()),
-    "clone_for_lane(canonical_replicas=)": (lambda v: StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4)
-                                            .clone_for_lane(0, v), lambda c: c.next_chunk()),
+    **{
+        f"StaticMixtureWorkSource({a}=)": _source_arg(a)
+        for a in (
+            "datasets",
+            "mixture",
+            "chunk_size",
+            "seed",
+            "shuffle_shards",
+            "shuffle_within_shard",
+            "shuffle_block_size",
+            "exhausted_policy",
+            "reshuffle_on_repeat",
+            "max_repeats",
+            "stop_after_passes",
+            "lane_assignment",
+            "token_estimation",
+            "allocation_mode",
+        )
+    },
+    "clone_for_lane(lane_id=)": (
+        lambda v: StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4).clone_for_lane(v, 2),
+        lambda c: c.next_chunk(),
+    ),
+    "clone_for_lane(canonical_replicas=)": (
+        lambda v: StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4).clone_for_lane(0, v),
+        lambda c: c.next_chunk(),
+    ),
     "Dataset.from_dict(name=)": (lambda v: Dataset.from_dict(v, {0: InMemoryShard([1, 2])}), _use_dataset),
     "Dataset.from_dict(shards=)": (lambda v: Dataset.from_dict("a", v), _use_dataset),
     "Dataset.from_dict(shards={0: v})": (lambda v: Dataset.from_dict("a", {0: v}), _use_dataset),
     "Dataset.from_path(path=)": (lambda v: Dataset.from_path("a", v), _use_dataset),
     "InMemoryShard(rows=)": (lambda v: Dataset.from_dict("a", {0: InMemoryShard(v)}), _use_dataset),
     "MixtureSpec(weights=)": (lambda v: MixtureSpec(v), lambda m: m.normalized),
-    "MixtureSpec({'a': v})": (lambda v: MixtureSpec({"a": v, "b": 1}),
-                              lambda m: _use_source(StaticMixtureWorkSource(_two(), m, chunk_size=4))),
-    **{f"synthetic_corpus({a}=)": (_corpus_arg(a), lambda c: [_use_dataset(d) for d in c.datasets])
-       for a in ("seed", "layout", "vocab_size", "mean_log_words", "max_words")},
-    **{f"TokenEstimation({a}=)": (_estimation_arg(a), lambda te: _use_source(
-        StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)))
-       for a in ("primer", "measure", "calibration_samples", "calibration_shards_min", "calibration_shards_max",
-                 "fallback_tokens_per_byte")},
+    "MixtureSpec({'a': v})": (
+        lambda v: MixtureSpec({"a": v, "b": 1}),
+        lambda m: _use_source(StaticMixtureWorkSource(_two(), m, chunk_size=4)),
+    ),
+    **{
+        f"synthetic_corpus({a}=)": (_corpus_arg(a), lambda c: [_use_dataset(d) for d in c.datasets])
+        for a in ("seed", "layout", "vocab_size", "mean_log_words", "max_words")
+    },
+    **{
+        f"TokenEstimation({a}=)": (
+            _estimation_arg(a),
+            lambda te: _use_source(
+                StaticMixtureWorkSource(_two(), {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+            ),
+        )
+        for a in (
+            "primer",
+            "measure",
+            "calibration_samples",
+            "calibration_shards_min",
+            "calibration_shards_max",
+            "fallback_tokens_per_byte",
+        )
+    },
 }
 
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 @given(value=ANY)
 # found by the dev profile: MixtureSpec({'a': 3.6e307, 'b': 1}) left b a share so small that len() overflowed
 @example(value=3.5953862697246315e+307)
@@ -282,16 +333,24 @@ def test_work_entry_points_refuse_bad_values_typed_or_work(entry, value):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=3), st.lists(st.sampled_from([1, 2, 3, 0.5]), min_size=3,
-       max_size=3), st.integers(3, 12), st.sampled_from(["passes", "cap", "stop", "mixed"]), st.integers(1, 3),
-       st.integers(0, 5))
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=3),
+    st.lists(st.sampled_from([1, 2, 3, 0.5]), min_size=3, max_size=3),
+    st.integers(3, 12),
+    st.sampled_from(["passes", "cap", "stop", "mixed"]),
+    st.integers(1, 3),
+    st.integers(0, 5),
+)
 def test_legacy_fixed_len_equals_the_stream_at_any_point(sizes, weights, chunk_size, mode, n, read_first):
     names = [f"d{i}" for i in range(len(sizes))]
     data = [Dataset.from_dict(nm, {0: InMemoryShard([0] * (sz + chunk_size))}) for nm, sz in zip(names, sizes,
                                                                                                    strict=True)]
-    kw = {"passes": {"stop_after_passes": n}, "cap": {"exhausted_policy": "repeat", "max_repeats": n},
-          "stop": {"exhausted_policy": "stop"},
-          "mixed": {"exhausted_policy": {nm: ("stop" if i == 0 else "repeat") for i, nm in enumerate(names)}}}[mode]
+    kw = {
+        "passes": {"stop_after_passes": n},
+        "cap": {"exhausted_policy": "repeat", "max_repeats": n},
+        "stop": {"exhausted_policy": "stop"},
+        "mixed": {"exhausted_policy": {nm: ("stop" if i == 0 else "repeat") for i, nm in enumerate(names)}},
+    }[mode]
     try:
         src = StaticMixtureWorkSource(data, dict(zip(names, weights, strict=False)), chunk_size=chunk_size,
                                       allocation_mode="legacy_fixed", **kw)

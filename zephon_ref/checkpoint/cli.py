@@ -273,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list[:1] == ["ckpt"]:
         args_list = args_list[1:]
     parser = _Parser(prog="zephon-ref ckpt", description="durable checkpoint tools", epilog=_EPILOG)
-    _add_leaves(parser.add_subparsers(dest="ckpt_command", required=True, metavar="{inspect,verify,gc,check}"))
+    _add_leaves(
+        parser.add_subparsers(dest="ckpt_command", required=True, metavar="{inspect,verify,gc,check}")
+    )
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:  # --help (0) or a usage error (2)

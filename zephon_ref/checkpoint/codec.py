@@ -202,7 +202,9 @@ def _canon_key(key: Any, path: _Path) -> Any:
     if isinstance(key, tuple):
         return tuple(_canon_key(k, path) for k in key)
     raise StateFormatError(
-        expected(f"map key at {_where(path)}", "None, bool, int, float, str, bytes or tuple", type(key).__name__)
+        expected(
+            f"map key at {_where(path)}", "None, bool, int, float, str, bytes or tuple", type(key).__name__
+        )
     )
 
 
@@ -256,7 +258,9 @@ def _checked_parts(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> di
         raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
     both = fields.keys() & packed.keys()
     if both:
-        raise StateFormatError(expected("pack_map_with keys", "in fields or in packed, not both", sorted(both)))
+        raise StateFormatError(
+            expected("pack_map_with keys", "in fields or in packed, not both", sorted(both))
+        )
     for k, b in packed.items():
         if type(b) is not bytes or not b:
             raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))

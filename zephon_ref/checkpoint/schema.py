@@ -267,7 +267,9 @@ def decode_manifest(data: bytes) -> Manifest:
         raise _corrupt("manifest layout", "body, newline, sha256, newline", len(data), "manifest-truncated")
     body, digest = rest[:-66], rest[-65:-1]
     if sha256_hex(body).encode("ascii") != digest:
-        raise _corrupt("manifest digest", sha256_hex(body), digest.decode("ascii", "replace"), "manifest-digest")
+        raise _corrupt(
+            "manifest digest", sha256_hex(body), digest.decode("ascii", "replace"), "manifest-digest"
+        )
     try:
         obj = json.loads(body.decode("ascii"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -275,7 +277,9 @@ def decode_manifest(data: bytes) -> Manifest:
     if not isinstance(obj, dict):
         raise _corrupt("manifest body", "a JSON object", type(obj).__name__)
     if obj.get("format_version") != FORMAT_VERSION:
-        raise _corrupt("manifest format_version", str(FORMAT_VERSION), obj.get("format_version"), "unknown-version")
+        raise _corrupt(
+            "manifest format_version", str(FORMAT_VERSION), obj.get("format_version"), "unknown-version"
+        )
     expected_keys = set(_MANIFEST_KEYS)
     if set(obj) != expected_keys:
         raise _corrupt("manifest fields", str(sorted(expected_keys)), sorted(obj))
@@ -394,7 +398,9 @@ def validate_state(state: Any, *, fingerprint: str | None = None) -> tuple[int, 
         if field in state:
             sub = state[field]
             if not isinstance(sub, dict):
-                raise StateFormatError(expected(f"state {field!r}", "a dict keyed by lane", type(sub).__name__))
+                raise StateFormatError(
+                    expected(f"state {field!r}", "a dict keyed by lane", type(sub).__name__)
+                )
             seen: set[int] = set()
             for raw in sub:
                 lane = _lane_key(raw, field, c)

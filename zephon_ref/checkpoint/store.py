@@ -444,11 +444,14 @@ def _read_shard(st: Storage, root: Path, m: Manifest, entry: ShardEntry) -> Any:
         )
     if obj["schema_digest"] != m.schema_digest:
         raise CheckpointRefused(
-            expected(f"schema of shard {name}", m.schema_digest, obj["schema_digest"]), reason="schema-mismatch"
+            expected(f"schema of shard {name}", m.schema_digest, obj["schema_digest"]),
+            reason="schema-mismatch",
         )
     if obj["capture_id"] != m.capture_id:
         raise CheckpointRefused(
-            expected(f"capture of shard {name} (a shard of another capture)", m.capture_id, obj["capture_id"]),
+            expected(
+                f"capture of shard {name} (a shard of another capture)", m.capture_id, obj["capture_id"]
+            ),
             reason="capture-mismatch",
         )
     if not isinstance(obj["data"], dict):
@@ -472,7 +475,9 @@ def _assemble(st: Storage, root: Path, m: Manifest) -> dict[str, Any]:
     want = (m.engine_version, m.canonical_replicas, m.fingerprint, m.capture)
     if facts != want:
         raise CheckpointRefused(
-            expected(f"assembled state of generation {m.generation}", f"the manifest's capture {want}", facts),
+            expected(
+                f"assembled state of generation {m.generation}", f"the manifest's capture {want}", facts
+            ),
             reason="capture-mismatch",
         )
     return state
@@ -569,7 +574,9 @@ class CheckpointReader:
         if type(min_generation) is not int or min_generation < 0:
             raise ConfigError(expected("min_generation", "an int >= 0", min_generation))
         _at(directory, storage)  # a malformed URL is refused here, not at the first load
-        self._directory: PathLike = directory if isinstance(directory, str) and "://" in directory else Path(directory)
+        self._directory: PathLike = (
+            directory if isinstance(directory, str) and "://" in directory else Path(directory)
+        )
         self._fingerprint = expected_fingerprint
         self._replicas = expected_canonical_replicas
         self._floor = min_generation

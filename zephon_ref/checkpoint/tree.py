@@ -252,7 +252,9 @@ def decode_group_manifest(data: bytes) -> GroupManifest:
             role=obj["role"],
             subtree_size=obj["subtree_size"],
             shards=tuple(ShardRecord(descriptor=d, digest=h, size=s) for d, h, s in obj["shards"]),
-            children=tuple(ChildRecord(role=r, subtree_size=z, manifest_digest=h) for r, z, h in obj["children"]),
+            children=tuple(
+                ChildRecord(role=r, subtree_size=z, manifest_digest=h) for r, z, h in obj["children"]
+            ),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise _bad("group manifest body", "canonical JSON of a group manifest", str(exc)) from exc
@@ -340,14 +342,22 @@ class TreeParticipant:
         nxt = _TRANSITIONS.get((self.phase, event))
         if nxt is None:
             raise ContractError(
-                expected(f"tree role {self.role} event {event!r}", "an event allowed in this phase", self.phase.value)
+                expected(
+                    f"tree role {self.role} event {event!r}",
+                    "an event allowed in this phase",
+                    self.phase.value,
+                )
             )
         self.phase = nxt
 
     def _allowed(self, event: str) -> None:
         if (self.phase, event) not in _TRANSITIONS:
             raise ContractError(
-                expected(f"tree role {self.role} event {event!r}", "an event allowed in this phase", self.phase.value)
+                expected(
+                    f"tree role {self.role} event {event!r}",
+                    "an event allowed in this phase",
+                    self.phase.value,
+                )
             )
 
     def shards_written(self, shards: tuple[ShardRecord, ...]) -> list[Effect]:
@@ -369,12 +379,16 @@ class TreeParticipant:
             )
         if c.role not in self._expected:
             raise CheckpointRefused(
-                expected(f"commitment to role {self.role}", f"one of child roles {sorted(self._expected)}", c.role),
+                expected(
+                    f"commitment to role {self.role}", f"one of child roles {sorted(self._expected)}", c.role
+                ),
                 reason="wrong-role",
             )
         if c.subtree_size != self._expected[c.role]:
             raise CheckpointRefused(
-                expected(f"subtree size committed by role {c.role}", str(self._expected[c.role]), c.subtree_size),
+                expected(
+                    f"subtree size committed by role {c.role}", str(self._expected[c.role]), c.subtree_size
+                ),
                 reason="wrong-size",
             )
         if c.role in self._children:

@@ -142,9 +142,13 @@ class RoleRestore:
 def _read_verified(st: Storage, path: Path, digest: str | None, what: str) -> bytes:
     data = read_bytes(st, path)
     if data is None:
-        raise CheckpointCorrupt(expected(what, f"file {path.name}", "no such file"), reason="missing-manifest")
+        raise CheckpointCorrupt(
+            expected(what, f"file {path.name}", "no such file"), reason="missing-manifest"
+        )
     if digest is not None and sha256_hex(data) != digest:
-        raise CheckpointCorrupt(expected(f"sha256 of {what}", digest, sha256_hex(data)), reason="digest-mismatch")
+        raise CheckpointCorrupt(
+            expected(f"sha256 of {what}", digest, sha256_hex(data)), reason="digest-mismatch"
+        )
     return data
 
 
@@ -174,33 +178,48 @@ def restore_role(
     if prefix.generation != generation:
         raise CheckpointCorrupt(expected("tree root generation", str(generation), prefix.generation))
     if expected_prefix is not None and prefix != expected_prefix:
-        raise CheckpointRefused(expected("tree capture prefix", repr(expected_prefix), prefix), reason="capture-mismatch")
+        raise CheckpointRefused(
+            expected("tree capture prefix", repr(expected_prefix), prefix), reason="capture-mismatch"
+        )
     if m.role != 0 or m.subtree_size != shape.size:
         raise CheckpointRefused(
-            expected("tree root identity", f"role 0 of size {shape.size}", (m.role, m.subtree_size)), reason="wrong-size"
+            expected("tree root identity", f"role 0 of size {shape.size}", (m.role, m.subtree_size)),
+            reason="wrong-size",
         )
     for nxt in shape.path(role)[1:]:
         want = shape.subtree_size(nxt)
         recs = [c for c in m.children if c.role == nxt]
         if len(recs) != 1 or recs[0].subtree_size != want:
             raise CheckpointRefused(
-                expected(f"record of child role {nxt} in role {m.role}'s manifest", f"one record of size {want}", recs),
+                expected(
+                    f"record of child role {nxt} in role {m.role}'s manifest",
+                    f"one record of size {want}",
+                    recs,
+                ),
                 reason="wrong-size",
             )
         name = _group_name(generation, nxt, recs[0].manifest_digest)
         read.append(name)
-        m = decode_group_manifest(_read_verified(st, root_dir / name, recs[0].manifest_digest, f"group manifest of role {nxt}"))
+        m = decode_group_manifest(
+            _read_verified(st, root_dir / name, recs[0].manifest_digest, f"group manifest of role {nxt}")
+        )
         if m.prefix != prefix:
-            raise CheckpointRefused(expected(f"prefix of role {nxt}", repr(prefix), m.prefix), reason="capture-mismatch")
+            raise CheckpointRefused(
+                expected(f"prefix of role {nxt}", repr(prefix), m.prefix), reason="capture-mismatch"
+            )
         if m.role != nxt or m.subtree_size != want:
             raise CheckpointRefused(
-                expected(f"identity of role {nxt}'s manifest", f"role {nxt} size {want}", (m.role, m.subtree_size)),
+                expected(
+                    f"identity of role {nxt}'s manifest", f"role {nxt} size {want}", (m.role, m.subtree_size)
+                ),
                 reason="wrong-role",
             )
     shards = {
         s.descriptor: _read_verified(
             st,
-            root_dir / _shard_name(generation, role, s.descriptor, s.digest), s.digest, f"shard {s.descriptor} of role {role}"
+            root_dir / _shard_name(generation, role, s.descriptor, s.digest),
+            s.digest,
+            f"shard {s.descriptor} of role {role}",
         )
         for s in m.shards
     }

@@ -125,7 +125,9 @@ def _lane_table(state: Mapping[str, Any], name: str) -> dict[int, Any]:
     return {int(k): v for k, v in (state.get(name) or {}).items()}
 
 
-def check_state(state: Any, factory: Callable[[], Any], *, show: int = 0, limit: int = DEFAULT_LIMIT) -> CheckReport:
+def check_state(
+    state: Any, factory: Callable[[], Any], *, show: int = 0, limit: int = DEFAULT_LIMIT
+) -> CheckReport:
     """Restore ``state`` into ``factory()``'s pipeline, replay it, and report (never raises a ZephonRefError)."""
     origin = ("zephon 0.2.0 engine state v{} (translated)".format(state.get("version"))
               if is_zephon_state(state) else "zephon_ref engine state")
@@ -133,7 +135,9 @@ def check_state(state: Any, factory: Callable[[], Any], *, show: int = 0, limit:
     pipeline = factory()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipeline.restore(copy.deepcopy(state))  # StateFormatError / StateMismatchError propagate to the caller
+        pipeline.restore(
+            copy.deepcopy(state)
+        )  # StateFormatError / StateMismatchError propagate to the caller
         translated: dict[str, Any] = copy.deepcopy(pipeline.checkpoint())  # the pending (translated) state
     inflight = _lane_table(translated, "inflight")
     cursors = _lane_table(translated, "replay_cursors")
@@ -185,8 +189,10 @@ def check_state(state: Any, factory: Callable[[], Any], *, show: int = 0, limit:
             if r.lane in targets and r.lane not in pending:
                 r.skip = seen[r.lane]
         if pending:
-            report.problem = (f"replay target of lane(s) {sorted(pending)} never comes out of the replay "
-                              f"(searched {limit} items or to the end): the replay filter would drop those lanes")
+            report.problem = (
+                f"replay target of lane(s) {sorted(pending)} never comes out of the replay "
+                f"(searched {limit} items or to the end): the replay filter would drop those lanes"
+            )
             return report
     report.consistent = True
     if show > 0:
@@ -226,8 +232,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     # the state first: reading it runs no user code
     if not os.path.isfile(args.state):
         what = "does not exist" if not os.path.lexists(args.state) else "is not a file"
-        return _refuse("missing", f"state missing: STATE: expected a pickled state file, received {args.state!r}, "
-                       f"which {what}", EXIT_MISSING)
+        return _refuse(
+            "missing",
+            f"state missing: STATE: expected a pickled state file, received {args.state!r}, which {what}",
+            EXIT_MISSING,
+        )
     try:
         with open(args.state, "rb") as fh:
             state = pickle.load(fh)  # noqa: S301 - the user's own checkpoint file
@@ -235,8 +244,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return _refuse("corrupt", f"state unreadable: {args.state}: expected a pickled state dict, received "
                        f"bytes that do not unpickle ({_one_line(exc)})", EXIT_UNREADABLE)
     if not isinstance(state, Mapping):
-        return _refuse("corrupt", f"state unreadable: {expected(args.state, 'a pickled state dict', type(state).__name__)}",
-                       EXIT_UNREADABLE)
+        return _refuse(
+            "corrupt",
+            f"state unreadable: {expected(args.state, 'a pickled state dict', type(state).__name__)}",
+            EXIT_UNREADABLE,
+        )
     try:
         factory = load_factory(args.factory)
     except Exception as exc:  # noqa: BLE001 - any failure to import user code is reported in one line

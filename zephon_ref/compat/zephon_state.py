@@ -132,12 +132,16 @@ def _chunk(raw: Any, what: str) -> dict[str, Any]:
     st = _mapping(raw, what)
     version = st.get("version")
     if version not in (1, 2, 3):
-        raise StateFormatError(expected(f"{what} version", "1, 2 or 3 (WorkChunkStateV3 and its migrations)", version))
+        raise StateFormatError(
+            expected(f"{what} version", "1, 2 or 3 (WorkChunkStateV3 and its migrations)", version)
+        )
     comps: list[list[Any]] = []
     for entry in _seq(st.get("components"), f"{what} components"):
         pair = _seq(entry, f"{what} component entry")
         if len(pair) != 2 or not isinstance(pair[0], str):
-            raise StateFormatError(expected(f"{what} component entry", "(name, [[dataset, shard, idx], ...])", entry))
+            raise StateFormatError(
+                expected(f"{what} component entry", "(name, [[dataset, shard, idx], ...])", entry)
+            )
         sids = []
         for sid in _seq(pair[1], f"{what} component {pair[0]!r}"):
             parts = _seq(sid, f"{what} sample id")
@@ -189,8 +193,13 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
                     template: Mapping[str, Any] | None) -> dict[str, Any]:
     what = f"lane {lane} lane_ws_state"
     if raw.get("version") != ZEPHON_STATIC_MIXTURE_VERSION:
-        raise StateFormatError(expected(f"{what} version", f"{ZEPHON_STATIC_MIXTURE_VERSION} (StaticMixtureStateV5)",
-                                        raw.get("version")))
+        raise StateFormatError(
+            expected(
+                f"{what} version",
+                f"{ZEPHON_STATIC_MIXTURE_VERSION} (StaticMixtureStateV5)",
+                raw.get("version"),
+            )
+        )
     mode = raw.get("allocation_mode")
     if mode == "token_aware":
         raise StateFormatError(expected(f"{what} allocation_mode", "'accumulator' or 'legacy_fixed'",
@@ -199,7 +208,9 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
         raise StateFormatError(expected(f"{what} allocation_mode", "'accumulator' or 'legacy_fixed'", mode))
     for field in ("token_deficits", "token_ratios"):
         if raw.get(field) is not None:
-            raise StateFormatError(expected(f"{what} {field}", "None outside token-aware mode", raw.get(field)))
+            raise StateFormatError(
+                expected(f"{what} {field}", "None outside token-aware mode", raw.get(field))
+            )
     if _int(raw.get("lane_id"), f"{what} lane_id") != lane:
         raise StateMismatchError(expected(f"{what} lane_id", str(lane), raw.get("lane_id")))
     if _int(raw.get("canonical_replicas"), f"{what} canonical_replicas") != canonical_replicas:
@@ -213,7 +224,9 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
     for name in order:
         cs = _mapping(cursor_states.get(name), f"{what} cursor_states[{name!r}]")
         if cs.get("version", 1) != 1:
-            raise StateFormatError(expected(f"{what} cursor_states[{name!r}] version", "1", cs.get("version")))
+            raise StateFormatError(
+                expected(f"{what} cursor_states[{name!r}] version", "1", cs.get("version"))
+            )
         pos = _int(cs.get("position"), f"{what} cursor {name!r} position")
         ep = _int(cs.get("epoch"), f"{what} cursor {name!r} epoch")
         # the duplicates zephon writes beside cursor_states must agree with them
@@ -237,7 +250,9 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
         acc_m = _mapping(acc, f"{what} accumulators")
         acc = {n: float(acc_m[n]) for n in order if n in acc_m}
         if len(acc) != len(order):
-            raise StateFormatError(expected(f"{what} accumulators", f"one per dataset {order}", sorted(acc_m)))
+            raise StateFormatError(
+                expected(f"{what} accumulators", f"one per dataset {order}", sorted(acc_m))
+            )
     elif acc is not None:
         raise StateFormatError(expected(f"{what} accumulators", "None in legacy_fixed mode", acc))
     try:
@@ -254,7 +269,9 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
             "global_chunk_index": _int(raw["global_chunk_index"], f"{what} global_chunk_index"),
             "weights": {str(k): v for k, v in _mapping(raw["weights"], f"{what} weights").items()},
             "component_order": order,
-            "dataset_ids": {str(k): v for k, v in _mapping(raw["dataset_ids"], f"{what} dataset_ids").items()},
+            "dataset_ids": {
+                str(k): v for k, v in _mapping(raw["dataset_ids"], f"{what} dataset_ids").items()
+            },
             "layout": None,
             "cursor_states": cursors,
             "exhausted_policy": dict(_mapping(raw["exhausted_policy"], f"{what} exhausted_policy")),
@@ -266,13 +283,18 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
             "accumulators": acc,
         }
     except KeyError as exc:
-        raise StateFormatError(expected(what, "every StaticMixtureStateV5 field", f"no {exc.args[0]!r}")) from exc
+        raise StateFormatError(
+            expected(what, "every StaticMixtureStateV5 field", f"no {exc.args[0]!r}")
+        ) from exc
     if template is None:
         raise StateFormatError(f"{what}: a zephon static-mixture state does not store the dataset layout; "
                                "expected the pipeline's work source to supply it, received none")
     if template.get("schema") != out["schema"]:
-        raise StateMismatchError(expected(f"{what}", "a pipeline whose work source is a StaticMixtureWorkSource",
-                                          template.get("schema")))
+        raise StateMismatchError(
+            expected(
+                f"{what}", "a pipeline whose work source is a StaticMixtureWorkSource", template.get("schema")
+            )
+        )
     diffs = [f for f in _SOURCE_IDENTITY if out[f] != template.get(f)]
     if diffs:
         raise StateMismatchError(
@@ -309,7 +331,9 @@ def _rr_table(raw: Any, version: int) -> dict[str, int]:
         if version == 1:
             m1 = _RR_KEY_V1.match(k)
             if m1 is None:
-                raise StateFormatError(expected("rr_next_idx key (engine v1)", "'rank:worker/active:lanes'", k))
+                raise StateFormatError(
+                    expected("rr_next_idx key (engine v1)", "'rank:worker/active:lanes'", k)
+                )
             k = m1.group(2)
         m = _RR_KEY.match(k)
         if m is None:
@@ -317,7 +341,9 @@ def _rr_table(raw: Any, version: int) -> dict[str, int]:
         idx = _int(value, f"rr_next_idx[{k!r}]")
         n = len(m.group(3).split(",")) if m.group(3) else 0
         if idx >= max(1, n):
-            raise StateMismatchError(expected(f"rr_next_idx[{k!r}]", f"an index < {max(1, n)} (its lane count)", idx))
+            raise StateMismatchError(
+                expected(f"rr_next_idx[{k!r}]", f"an index < {max(1, n)} (its lane count)", idx)
+            )
         if k in out and out[k] != idx:
             raise StateMismatchError(expected(f"rr_next_idx[{k!r}]", "one value after removing rank prefixes",
                                               (out[k], idx)))
@@ -360,7 +386,9 @@ def from_zephon_state(
     if not is_zephon_state(state):
         got = type(state).__name__ if not isinstance(state, Mapping) else \
             {k: state.get(k) for k in ("schema", "version")}
-        raise StateFormatError(expected("state", "a zephon 0.2.0 engine state (version 1 or 2, no 'schema')", got))
+        raise StateFormatError(
+            expected("state", "a zephon 0.2.0 engine state (version 1 or 2, no 'schema')", got)
+        )
     version = int(state["version"])
     world = _world(state["world"], canonical_replicas)
     next_cid = {lane: _int(v, f"lane {lane} lane_next_cid")
@@ -375,12 +403,15 @@ def from_zephon_state(
                 for f in ("inflight", "replay_cursors", "epoch_boundaries", "lane_emitted")}
     for field, table in tables.items():
         if sorted(table) != lanes:
-            raise StateMismatchError(expected(f"checkpoint {field} lanes", f"{lanes} (those of lane_next_cid)",
-                                              sorted(table)))
+            raise StateMismatchError(
+                expected(f"checkpoint {field} lanes", f"{lanes} (those of lane_next_cid)", sorted(table))
+            )
     for field, table in optional.items():
         extra = sorted(set(table) - set(lanes))
         if extra:
-            raise StateMismatchError(expected(f"checkpoint {field} lanes", f"a subset of {lanes}", sorted(table)))
+            raise StateMismatchError(
+                expected(f"checkpoint {field} lanes", f"a subset of {lanes}", sorted(table))
+            )
     k = flush_every_k_chunks
     templates: dict[int, Mapping[str, Any] | None] = {}
     for lane in lanes:
@@ -399,8 +430,12 @@ def from_zephon_state(
     emitted: dict[int, int] = {}
     for lane in lanes:
         nxt = next_cid[lane]
-        chunks = {cid: _chunk(st, f"lane {lane} inflight chunk {cid}")
-                  for cid, st in sorted(_int_keys(optional["inflight"].get(lane) or {}, f"lane {lane} inflight").items())}
+        chunks = {
+            cid: _chunk(st, f"lane {lane} inflight chunk {cid}")
+            for cid, st in sorted(
+                _int_keys(optional["inflight"].get(lane) or {}, f"lane {lane} inflight").items()
+            )
+        }
         if chunks and list(chunks) != list(range(min(chunks), nxt)):
             raise StateMismatchError(expected(f"lane {lane} inflight chunk ids",
                                               f"a contiguous run ending at lane_next_cid - 1 = {nxt - 1}",
@@ -411,28 +446,43 @@ def from_zephon_state(
             ptr = {"chunk_id": _int(prog["chunk_id"], f"lane {lane} progress chunk_id", minimum=-1),
                    "offset": _int(prog["offset"], f"lane {lane} progress offset")}
         except KeyError as exc:
-            raise StateFormatError(expected(f"lane {lane} progress", "chunk_id and offset", dict(prog))) from exc
+            raise StateFormatError(
+                expected(f"lane {lane} progress", "chunk_id and offset", dict(prog))
+            ) from exc
         if ptr["chunk_id"] > nxt:
             raise StateMismatchError(expected(f"lane {lane} progress chunk_id", f"<= lane_next_cid = {nxt}",
                                               ptr["chunk_id"]))
         progress[lane] = ptr
         cur = _cursor_key(optional["replay_cursors"].get(lane), f"lane {lane} replay cursor")
         if cur is not None and cur[0] >= nxt:
-            raise StateMismatchError(expected(f"lane {lane} replay cursor chunk", f"< lane_next_cid = {nxt}", cur[0]))
+            raise StateMismatchError(
+                expected(f"lane {lane} replay cursor chunk", f"< lane_next_cid = {nxt}", cur[0])
+            )
         cursors[lane] = cur
         raw_b = optional["epoch_boundaries"].get(lane) or []
-        bl = [_int(b, f"lane {lane} epoch boundary", minimum=1) for b in _seq(raw_b, f"lane {lane} epoch_boundaries")]
+        bl = [
+            _int(b, f"lane {lane} epoch boundary", minimum=1)
+            for b in _seq(raw_b, f"lane {lane} epoch_boundaries")
+        ]
         if bl != sorted(set(bl)):
             raise StateFormatError(expected(f"lane {lane} epoch_boundaries", "ascending, no repeats", bl))
         if bl and bl[-1] > nxt:
-            raise StateMismatchError(expected(f"lane {lane} epoch boundaries", f"<= lane_next_cid = {nxt}", bl))
+            raise StateMismatchError(
+                expected(f"lane {lane} epoch boundaries", f"<= lane_next_cid = {nxt}", bl)
+            )
         if k is not None:
             off_grid = [b for b in bl if k == 0 or b % k]
             if off_grid:
                 raise StateMismatchError(
-                    expected(f"lane {lane} epoch boundaries",
-                             "none (this pipeline keeps no epochs)" if k == 0 else f"multiples of flush_every_k_chunks={k}",
-                             bl) + "; the checkpoint belongs to a pipeline with another flush_every_k_chunks")
+                    expected(
+                        f"lane {lane} epoch boundaries",
+                        "none (this pipeline keeps no epochs)"
+                        if k == 0
+                        else f"multiples of flush_every_k_chunks={k}",
+                        bl,
+                    )
+                    + "; the checkpoint belongs to a pipeline with another flush_every_k_chunks"
+                )
         if bl:
             bounds[lane] = bl
         if lane in optional["lane_emitted"]:
@@ -443,7 +493,9 @@ def from_zephon_state(
         else:
             ws_states[lane] = ws  # another work source's own format: its load_state_dict judges it
     if state.get("work_config") is not None:
-        raise StateFormatError(expected("work_config", "None (zephon 0.2.0 never writes one)", state["work_config"]))
+        raise StateFormatError(
+            expected("work_config", "None (zephon 0.2.0 never writes one)", state["work_config"])
+        )
     last_round = state.get("last_round_id")
     if last_round is not None and not isinstance(last_round, str):
         raise StateFormatError(expected("last_round_id", "a string or None", last_round))

@@ -281,7 +281,9 @@ class ObjectStoreBackend(DirectoryBackend):
         self.root = loc.root
         store = s3.storage_for(loc.bucket) if storage is None else storage
         if store.bucket != loc.bucket:
-            raise ConfigError(expected("storage for aggregate_dir", f"one for bucket {loc.bucket}", store.bucket))
+            raise ConfigError(
+                expected("storage for aggregate_dir", f"one for bucket {loc.bucket}", store.bucket)
+            )
         self.storage = store
         self.backoff = Backoff() if backoff is None else backoff
         store.ensure_conditional_writes()  # before the round writes anything
@@ -581,7 +583,11 @@ def open_backend(spec: str | os.PathLike[str] | Backend, *, timeout_s: float = 3
             return ObjectStoreBackend(spec)
         if scheme != "file":
             raise ConfigError(
-                expected("aggregate backend", "a directory, s3://bucket/prefix, torch://[host:port] or memory://", spec)
+                expected(
+                    "aggregate backend",
+                    "a directory, s3://bucket/prefix, torch://[host:port] or memory://",
+                    spec,
+                )
             )
         spec = spec.partition("://")[2]
     if not isinstance(spec, (str, os.PathLike)) or not str(spec):

@@ -285,7 +285,9 @@ def aggregate(
     ).merged
 
 
-def pipeline_aggregate(options: Mapping[str, Any]) -> Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]]:
+def pipeline_aggregate(
+    options: Mapping[str, Any],
+) -> Callable[[dict[str, Any], Any], tuple[dict[str, Any], Any]]:
     """The aggregation round ``Pipeline.checkpoint()`` runs by default, from its options.
 
     ``aggregate_dir`` or ``aggregate_store`` names the backend; several DataLoader workers of

@@ -150,7 +150,9 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
                     f"{who} world", f"a {name!r} entry (a per-rank state)", sorted(map(str, world))
                 )
             )
-    c, ws, rank, group = (world[k] for k in ("canonical_replicas", "world_size", "global_rank", "dp_group_id"))
+    c, ws, rank, group = (
+        world[k] for k in ("canonical_replicas", "world_size", "global_rank", "dp_group_id")
+    )
     # The common valid case in one test; otherwise _int refuses (or normalises) each in turn.
     if not (type(c) is int and type(ws) is int and type(rank) is int and type(group) is int
             and c >= 1 and ws >= 1 and rank >= 0 and group >= 0):

@@ -547,8 +547,14 @@ def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], 
     if mapping is w.mapping:
         return w
     assert mapping == w.mapping
-    return ShardWorld(canonical_replicas=w.canonical_replicas, world_size=w.world_size, global_rank=w.global_rank,
-                      dp_group_id=w.dp_group_id, mapping=mapping, lanes=w.lanes)
+    return ShardWorld(
+        canonical_replicas=w.canonical_replicas,
+        world_size=w.world_size,
+        global_rank=w.global_rank,
+        dp_group_id=w.dp_group_id,
+        mapping=mapping,
+        lanes=w.lanes,
+    )
 
 
 class Machine:

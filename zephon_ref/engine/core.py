@@ -244,7 +244,9 @@ class Engine:
     def start(self) -> None:
         """Compile the chain and open the source; the first step of every run (once)."""
         if self._started:
-            raise StateMismatchError("engine: expected a fresh engine per iteration, received one already run")
+            raise StateMismatchError(
+                "engine: expected a fresh engine per iteration, received one already run"
+            )
         self._started = True
         self.stages = self._stages()
         accs = [st.acc for st in self.stages if isinstance(st.acc, ReplayFilterAccumulator)]
@@ -438,10 +440,13 @@ class Engine:
         flt = self._replay_filter
         target = None if flt is None else flt.awaiting(lane)
         if target is not None and (below is None or target.chunk_id < below):
-            raise StateMismatchError(expected(f"lane {lane} replay target {target.as_key()}",
-                                              "a record this pipeline produces again on replay",
-                                              "a cursor that never reappeared (the checkpoint belongs to another "
-                                              "run or was altered)"))
+            raise StateMismatchError(
+                expected(
+                    f"lane {lane} replay target {target.as_key()}",
+                    "a record this pipeline produces again on replay",
+                    "a cursor that never reappeared (the checkpoint belongs to another run or was altered)",
+                )
+            )
 
     def _notify(self, x: Any) -> None:
         lane = lane_of(x)
@@ -524,9 +529,12 @@ class Engine:
             }
         mid_window = len({s["lane_emitted"] for s in slices.values()}) > 1
         if mid_window and w.dp_degree * w.num_workers > 1:
-            warnings.warn("checkpoint taken mid-window: per-lane delivered counts differ; resuming on another "
-                          "topology permutes the rest of the current window (nothing is lost or repeated)",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                "checkpoint taken mid-window: per-lane delivered counts differ; resuming on another "
+                "topology permutes the rest of the current window (nothing is lost or repeated)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return schema.new_state(
             fingerprint=self.fingerprint,
             world={"canonical_replicas": w.canonical_replicas, "world_size": w.world_size,
@@ -543,14 +551,22 @@ class Engine:
         c = self.world.canonical_replicas
 
         def table(field: str) -> dict[int, Any]:
-            return {schema.lane_key(k, f"lane key of {field!r}", c): v for k, v in (state.get(field) or {}).items()}
+            return {
+                schema.lane_key(k, f"lane key of {field!r}", c): v
+                for k, v in (state.get(field) or {}).items()
+            }
 
         tables = {field: table(field) for field in schema.LANE_FIELDS}
         for lane in self.lanes:
             for field in schema.REQUIRED_LANE_FIELDS:
                 if lane not in tables[field]:
-                    raise StateMismatchError(expected(f"checkpoint {field}", f"an entry for owned lane {lane}",
-                                                      f"lanes {sorted(tables[field])}"))
+                    raise StateMismatchError(
+                        expected(
+                            f"checkpoint {field}",
+                            f"an entry for owned lane {lane}",
+                            f"lanes {sorted(tables[field])}",
+                        )
+                    )
             stream, tr = self.streams[lane], self.trackers[lane]
             ws_state = tables["lane_ws_state"][lane]
             self._check_source_config(lane, ws_state)
@@ -568,8 +584,13 @@ class Engine:
                 order = stream.inflight[cur.chunk_id].ordered()
                 if not (0 <= cur.chunk_offset < len(order)) or tuple(order[cur.chunk_offset][0]) != tuple(
                         cur.sample_id):
-                    raise StateMismatchError(expected(f"lane {lane} replay cursor", "a sample of its inflight chunk "
-                                                      f"{cur.chunk_id}", cur.as_key()))
+                    raise StateMismatchError(
+                        expected(
+                            f"lane {lane} replay cursor",
+                            f"a sample of its inflight chunk {cur.chunk_id}",
+                            cur.as_key(),
+                        )
+                    )
                 targets[lane] = cur
             else:
                 targets[lane] = None
@@ -590,11 +611,18 @@ class Engine:
         if not isinstance(fresh, Mapping):
             return  # a custom source with a non-mapping state checks its own
         if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
-            raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
-                                              sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state))
+            raise StateMismatchError(
+                expected(
+                    f"lane {lane} work-source state",
+                    f"the keys {sorted(fresh)}",
+                    sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state,
+                )
+            )
         bad = _non_finite(ws_state)
         if bad is not None:
-            raise StateFormatError(expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity"))
+            raise StateFormatError(
+                expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity")
+            )
         for key in sorted(fresh):
             if key not in schema.SOURCE_RESTORABLE_KEYS and ws_state[key] != fresh[key]:
                 raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
@@ -604,8 +632,9 @@ class Engine:
         """Every sample pointer of an inflight chunk names an existing row of a known component."""
         for name, sids in chunk.components.items():
             if name not in self._ids:
-                raise StateMismatchError(expected(f"lane {lane} chunk {cid} component", f"one of {sorted(self._ids)}",
-                                                  name))
+                raise StateMismatchError(
+                    expected(f"lane {lane} chunk {cid} component", f"one of {sorted(self._ids)}", name)
+                )
             dset = self._datasets.get(self._ids[name])
             if dset is None:
                 continue

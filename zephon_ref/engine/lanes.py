@@ -65,7 +65,10 @@ class LaneStream:
     def state(self) -> dict[str, Any]:
         """This lane's input-side state."""
         # invariant: next_cid == max(inflight) + 1 whenever inflight is non-empty
-        assert not self.inflight or self.next_cid == max(self.inflight) + 1, (self.next_cid, sorted(self.inflight))
+        assert not self.inflight or self.next_cid == max(self.inflight) + 1, (
+            self.next_cid,
+            sorted(self.inflight),
+        )
         return {
             "inflight": {cid: self.inflight[cid].state_dict() for cid in sorted(self.inflight)},
             "lane_next_cid": self.next_cid,
@@ -89,8 +92,13 @@ class LaneStream:
             raise
         except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
             # the source's own decoding (e.g. numpy refusing an RNG snapshot) reached a raw error
-            raise StateFormatError(expected(f"lane {self.lane} work-source state", "a state this source can load",
-                                            f"{type(exc).__name__}: {exc}")) from exc
+            raise StateFormatError(
+                expected(
+                    f"lane {self.lane} work-source state",
+                    "a state this source can load",
+                    f"{type(exc).__name__}: {exc}",
+                )
+            ) from exc
         self.inflight = chunks
         self.mixtures = {cid: self._mixture_of(ch) for cid, ch in chunks.items()}
         self.next_cid = nxt

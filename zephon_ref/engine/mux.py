@@ -50,8 +50,12 @@ class TailMux:
         buf = self._bufs[self._lane_of(item)]
         buf.append(item)
         if len(buf) >= self._warn_at:
-            warnings.warn(f"tail multiplexer: lane {self._lane_of(item)} buffers {len(buf)} items waiting for its "
-                          "round-robin turn", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tail multiplexer: lane {self._lane_of(item)} buffers {len(buf)} items waiting for its "
+                "round-robin turn",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self._warn_at *= 2
 
     def _take(self, lane: int) -> Any:

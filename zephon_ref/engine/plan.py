@@ -48,7 +48,9 @@ class FetchOp(BaseOp):
         return out
 
 
-def build_chain(ops: Sequence[tuple[str, BaseOp]], datasets_by_id: Mapping[int, Any]) -> list[tuple[str, BaseOp]]:
+def build_chain(
+    ops: Sequence[tuple[str, BaseOp]], datasets_by_id: Mapping[int, Any]
+) -> list[tuple[str, BaseOp]]:
     """``[(name, op)]`` in run order: fetch, the user's operators, the replay filter in its place."""
     chain: list[tuple[str, BaseOp]] = [("fetch", FetchOp(datasets_by_id))]
     user = list(ops)

@@ -63,7 +63,9 @@ class ThreadsRunner:
     def run(self, engine: Engine) -> Iterator[Any]:
         """Drive a started engine to the end; yield its delivered items."""
         stages = engine.stages
-        lock = threading.RLock()  # plain-ok: the runner's lock (owned here, per run), installed as Engine.guard
+        lock = (
+            threading.RLock()
+        )  # plain-ok: the runner's lock (owned here, per run), installed as Engine.guard
         engine.guard = lock
         qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(stages) + 1)]
         stop = threading.Event()
@@ -89,7 +91,8 @@ class ThreadsRunner:
 
         def process(st: OpStage, entries: Entries) -> list[Any]:
             futures: list[Future[list[Any]] | list[Any]] = [
-                elems if control else pool.submit(st.op.process_many, list(elems)) for control, elems in entries
+                elems if control else pool.submit(st.op.process_many, list(elems))
+                for control, elems in entries
             ]
             if not self.deterministic:
                 return [x for f in futures for x in (f if isinstance(f, list) else f.result())]
@@ -131,8 +134,10 @@ class ThreadsRunner:
 
         demand = engine.feeding == "demand"
         threads = [] if demand else [threading.Thread(target=feeder, name="zephon-ref-source", daemon=True)]
-        threads += [threading.Thread(target=pump, args=(i, st), name=f"zephon-ref-pump-{st.name}", daemon=True)
-                    for i, st in enumerate(stages)]
+        threads += [
+            threading.Thread(target=pump, args=(i, st), name=f"zephon-ref-pump-{st.name}", daemon=True)
+            for i, st in enumerate(stages)
+        ]
         for t in threads:
             t.start()
         in_flight = 0  # demand feeding: messages admitted here and not yet back from the last pump
@@ -149,7 +154,9 @@ class ThreadsRunner:
                         qs[0].put(msg)  # never blocks: the queue holds at most in_flight < queue_size
                         in_flight += 1
                     # invariant: delivery is stuck, so either something is on its way or the policy fed
-                    assert in_flight > 0, "threads runner: delivery waits, nothing in flight, nothing admitted"
+                    assert in_flight > 0, (
+                        "threads runner: delivery waits, nothing in flight, nothing admitted"
+                    )
                 got = get(qs[-1])
                 if got is _DONE:
                     break

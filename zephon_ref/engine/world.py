@@ -32,7 +32,9 @@ def _int(name: str, v: object, lo: int) -> int:
     return v
 
 
-def lanes_for_group(canonical_replicas: int, dp_degree: int, group: int, strategy: str = "contiguous") -> list[int]:
+def lanes_for_group(
+    canonical_replicas: int, dp_degree: int, group: int, strategy: str = "contiguous"
+) -> list[int]:
     """The canonical lanes data-parallel group ``group`` owns."""
     if strategy == "interleaved":
         return list(range(group, canonical_replicas, dp_degree))
@@ -103,7 +105,9 @@ class World:
 
     @property
     def group_lanes(self) -> list[int]:
-        return lanes_for_group(self.canonical_replicas, self.dp_degree, self.dp_group_id, self.mapping_strategy)
+        return lanes_for_group(
+            self.canonical_replicas, self.dp_degree, self.dp_group_id, self.mapping_strategy
+        )
 
     @property
     def owned_lanes(self) -> list[int]:

@@ -89,7 +89,9 @@ def check_parallelism(value: Any) -> None:
 def check_placement(value: Any) -> None:
     """``placement``: a planner hint ("auto", "local" or a runner tag), so any non-empty str."""
     if not isinstance(value, str) or not value:
-        raise ConfigTypeError(expected("placement", "a non-empty str ('auto', 'local' or a runner tag)", value))
+        raise ConfigTypeError(
+            expected("placement", "a non-empty str ('auto', 'local' or a runner tag)", value)
+        )
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -48,13 +48,24 @@ class BatchAccumulator(CountingAccumulator[SampleRecord]):
         super().__init__(max_batch, drop_last=drop_last)
 
     def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
-        dropped = {} if not self.drop_last else {
-            lane: len(self._buffers[lane]) for lane in (sorted(self._buffers) if lane_id is None else [lane_id])
-            if self._buffers.get(lane)}
+        dropped = (
+            {}
+            if not self.drop_last
+            else {
+                lane: len(self._buffers[lane])
+                for lane in (sorted(self._buffers) if lane_id is None else [lane_id])
+                if self._buffers.get(lane)
+            }
+        )
         ready = super().flush(reset=reset, lane_id=lane_id)
         for lane, n in dropped.items():
-            warn_data_dropped(op=f"batch({self.max_batch}, drop_last=True)", cause="partial_batch", lane=lane,
-                              records=n, detail=f"a micro-batch needs {self.max_batch}; drop_last=False emits it")
+            warn_data_dropped(
+                op=f"batch({self.max_batch}, drop_last=True)",
+                cause="partial_batch",
+                lane=lane,
+                records=n,
+                detail=f"a micro-batch needs {self.max_batch}; drop_last=False emits it",
+            )
         return ready
 
     def try_epoch_reset(self, boundary_chunk_id: int, lane_id: int | None = None) -> bool:

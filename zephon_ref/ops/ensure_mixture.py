@@ -220,9 +220,20 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         if callable(self.weight_by):
             got = self.weight_by(rec)
             # the callable's result is only seen here: a typed error naming weight_by and the record
-            if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got) or got < 0:
-                err = ConfigError if isinstance(got, (int, float)) and not isinstance(got, bool) else ConfigTypeError
-                raise err(expected(f"weight_by(record {rec.meta.cursor.as_key()})", "a finite number >= 0", got))
+            if (
+                isinstance(got, bool)
+                or not isinstance(got, (int, float))
+                or not math.isfinite(got)
+                or got < 0
+            ):
+                err = (
+                    ConfigError
+                    if isinstance(got, (int, float)) and not isinstance(got, bool)
+                    else ConfigTypeError
+                )
+                raise err(
+                    expected(f"weight_by(record {rec.meta.cursor.as_key()})", "a finite number >= 0", got)
+                )
             total = float(got)
         else:
             name = resolve_token_field(rec.payload, "auto" if self.weight_by == "auto" else self.weight_by)
@@ -460,9 +471,14 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             tombs.extend(tombstones_for_record(item.record))
         self.discarded += len(order)
         if order:
-            warn_data_dropped(op="ensure_mixture(strict)", cause="strict_mixture", lane=lane, records=len(order),
-                              detail="max_buffer_size=None discards what is buffered at a flush; a bounded "
-                                     "max_buffer_size emits it")
+            warn_data_dropped(
+                op="ensure_mixture(strict)",
+                cause="strict_mixture",
+                lane=lane,
+                records=len(order),
+                detail="max_buffer_size=None discards what is buffered at a flush; a bounded "
+                "max_buffer_size emits it",
+            )
         st.singles, st.packs, st.obsolete, st.pack_counts = {}, deque(), deque(), {}
         st.obsolete_count = 0
         st.total_buffered = 0
@@ -499,13 +515,17 @@ class EnsureMixture(BaseOp):
         if warn_tolerance is not None:
             _check_ratio("warn_tolerance", warn_tolerance, 0, 1, lo_open=False, hi_open=False)
         if not (callable(weight_by) or (isinstance(weight_by, str) and weight_by)):
-            raise ConfigTypeError(expected("weight_by", "'auto', 'samples', a field name or a callable", weight_by))
+            raise ConfigTypeError(
+                expected("weight_by", "'auto', 'samples', a field name or a callable", weight_by)
+            )
         if mixture is not None:
             if not isinstance(mixture, Mapping) or not mixture:
                 raise ConfigError(expected("mixture", "a non-empty mapping component -> weight", mixture))
             for k, w in mixture.items():
                 if isinstance(k, bool) or not isinstance(k, (str, int)) or (isinstance(k, int) and k < 0):
-                    raise ConfigTypeError(expected("mixture key", "a component name (str) or id (int >= 0)", k))
+                    raise ConfigTypeError(
+                        expected("mixture key", "a component name (str) or id (int >= 0)", k)
+                    )
                 if isinstance(w, bool) or not isinstance(w, numbers.Real):
                     raise ConfigTypeError(expected(f"mixture[{k!r}]", "a finite number >= 0", w))
                 if not (math.isfinite(w) and w >= 0):
@@ -538,7 +558,9 @@ class EnsureMixture(BaseOp):
                 elif isinstance(k, str) and resolve is not None:
                     by_id[int(resolve(k))] = float(w)
                 else:
-                    raise ConfigError(expected("mixture key", "a component id, or a name with get_component_id", k))
+                    raise ConfigError(
+                        expected("mixture key", "a component id, or a name with get_component_id", k)
+                    )
         return MixtureAccumulator(
             max_buffer_size=self.max_buffer_size,
             drain_target_ratio=self.drain_target_ratio,

@@ -100,7 +100,9 @@ def value_length(value: Any, name: str) -> int:
     try:
         return len(value)
     except TypeError as exc:
-        raise ConfigTypeError(expected(f"field {name!r}", "an int length or a sized sequence", value)) from exc
+        raise ConfigTypeError(
+            expected(f"field {name!r}", "an int length or a sized sequence", value)
+        ) from exc
 
 
 def checked_length(value: Any, rec: SampleRecord) -> int:
@@ -136,14 +138,20 @@ def detect_token_field(payload: Any) -> str | None:
 
 def resolve_token_field(payload: Any, tokens_field: str) -> str:
     if not isinstance(payload, Mapping):
-        raise ConfigTypeError(expected("payload", "a dict (packing measures a token field)", type(payload).__name__))
+        raise ConfigTypeError(
+            expected("payload", "a dict (packing measures a token field)", type(payload).__name__)
+        )
     if tokens_field != "auto":
         if tokens_field not in payload:
-            raise ConfigError(expected("tokens_field", f"a key of the payload {sorted(payload)}", tokens_field))
+            raise ConfigError(
+                expected("tokens_field", f"a key of the payload {sorted(payload)}", tokens_field)
+            )
         return tokens_field
     found = detect_token_field(payload)
     if found is None:
-        raise ConfigError(expected("payload", f"one of the token fields {TOKEN_FIELD_CANDIDATES}", sorted(payload)))
+        raise ConfigError(
+            expected("payload", f"one of the token fields {TOKEN_FIELD_CANDIDATES}", sorted(payload))
+        )
     return found
 
 
@@ -404,7 +412,9 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     st.wrap_total -= head.length
                 else:
                     cut = head.start + room
-                    taken.append(_Segment(head.record, head.start, cut, head.seq_len, head.token_field, False, True))
+                    taken.append(
+                        _Segment(head.record, head.start, cut, head.seq_len, head.token_field, False, True)
+                    )
                     head.start = cut
                     st.wrap_total -= room
                     room = 0
@@ -443,13 +453,23 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         for lane in sorted(set(lanes) | set(self._oversized)) if lane_id is None else [lane_id]:
             over = self._oversized.pop(lane, None)
             if over is not None:
-                warn_data_dropped(op=op, cause="oversized", lane=lane, records=over[0], tokens=over[1],
-                                  detail=f"max_length={self.max_length}; algorithm='wrap' splits them instead")
+                warn_data_dropped(
+                    op=op,
+                    cause="oversized",
+                    lane=lane,
+                    records=over[0],
+                    tokens=over[1],
+                    detail=f"max_length={self.max_length}; algorithm='wrap' splits them instead",
+                )
             if lane in tails:
-                warn_data_dropped(op=op, cause="wrap_tail", lane=lane, records=tails[lane][0],
-                                  tokens=tails[lane][1],
-                                  detail=f"max_length={self.max_length}; max_sequences_per_bin emits the tail "
-                                         "instead")
+                warn_data_dropped(
+                    op=op,
+                    cause="wrap_tail",
+                    lane=lane,
+                    records=tails[lane][0],
+                    tokens=tails[lane][1],
+                    detail=f"max_length={self.max_length}; max_sequences_per_bin emits the tail instead",
+                )
 
     # -- emitting -------------------------------------------------------------
 
@@ -549,7 +569,9 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                 continue
             if n != seg.seq_len:
                 raise ConfigError(
-                    expected(f"payload field {k!r}", f"length {seg.seq_len} (aligned with {seg.token_field!r})", n)
+                    expected(
+                        f"payload field {k!r}", f"length {seg.seq_len} (aligned with {seg.token_field!r})", n
+                    )
                 )
             names.append(k)
         return {k: payload[k][seg.start : seg.end] for k in sorted(names)}
@@ -589,7 +611,13 @@ class PackSequences(BaseOp):
         check_int("min_sequence_length", min_sequence_length, minimum=0)
         check_choice("algorithm", algorithm, ALGORITHMS)
         if algorithm not in SUPPORTED_ALGORITHMS:
-            raise ConfigError(expected("algorithm", f"one of {SUPPORTED_ALGORITHMS} (best_fit_wrap is not in zephon_ref yet)", algorithm))
+            raise ConfigError(
+                expected(
+                    "algorithm",
+                    f"one of {SUPPORTED_ALGORITHMS} (best_fit_wrap is not in zephon_ref yet)",
+                    algorithm,
+                )
+            )
         slicing = algorithm == "wrap"
         if slicing:
             if num_bins is not None:
@@ -610,14 +638,19 @@ class PackSequences(BaseOp):
         else:
             check_bool("drop_oversized", drop_oversized)
             if slicing and drop_oversized:
-                raise ConfigError(expected("drop_oversized", "False or None for algorithm='wrap' (it splits)", True))
+                raise ConfigError(
+                    expected("drop_oversized", "False or None for algorithm='wrap' (it splits)", True)
+                )
         check_choice("shuffle_strategy", shuffle_strategy, (None, "random", "length"))
         check_int("shuffle_seed", shuffle_seed, minimum=0, allow_none=True)
         check_choice("flush_strategy", flush_strategy, ("fifo", "fullest"))
         check_choice("homogeneity", homogeneity, ("none",))
         # zephon's best_fit_wrap and homogeneity="group" knobs: those modes are refused above
-        for knob, value in (("candidate_pool_size", candidate_pool_size), ("max_candidate_age", max_candidate_age),
-                            ("groups", groups)):
+        for knob, value in (
+            ("candidate_pool_size", candidate_pool_size),
+            ("max_candidate_age", max_candidate_age),
+            ("groups", groups),
+        ):
             if value is not None:
                 raise ConfigError(expected(knob, "None (its mode, best_fit_wrap or homogeneity='group', "
                                            "is not in zephon_ref yet)", value))

@@ -79,13 +79,17 @@ class StatefulTransformAccumulator(Accumulator[SampleRecord]):
             state = self._states[lane] if lane in self._states else self._init()
             result = self._push(state, recs)
             if not (isinstance(result, tuple) and len(result) == 2):
-                raise ConfigTypeError(expected("stateful_transform push() result", "(new_state, outputs)", result))
+                raise ConfigTypeError(
+                    expected("stateful_transform push() result", "(new_state, outputs)", result)
+                )
             state, outputs = result
             self._states[lane] = state
             self._emit(checked_records("stateful_transform push() outputs", outputs), ready)
             if self._should_flush is not None and self._should_flush(state):
                 if self._flush is not None:
-                    self._emit(checked_records("stateful_transform flush() result", self._flush(state)), ready)
+                    self._emit(
+                        checked_records("stateful_transform flush() result", self._flush(state)), ready
+                    )
                 del self._states[lane]
         return ready
 

@@ -174,8 +174,13 @@ class Tokenize(BaseOp):
         check_placement(placement)
         check_parallelism(parallelism)
         if return_tensors is not None:
-            raise ConfigError(expected("return_tensors", "None (zephon_ref emits lists; tensors are the torch "
-                                       "path's collate job)", return_tensors))
+            raise ConfigError(
+                expected(
+                    "return_tensors",
+                    "None (zephon_ref emits lists; tensors are the torch path's collate job)",
+                    return_tensors,
+                )
+            )
         check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
@@ -202,7 +207,9 @@ class Tokenize(BaseOp):
         n_specials = (special_tokens in ("bos_eos", "bos")) + (special_tokens in ("bos_eos", "eos"))
         if owns and truncation and max_length is None:
             raise ConfigError(
-                expected("max_length", f"an int when truncation=True and special_tokens={special_tokens!r}", None)
+                expected(
+                    "max_length", f"an int when truncation=True and special_tokens={special_tokens!r}", None
+                )
             )
         if owns and truncation and max_length is not None and max_length - n_specials <= 0:
             raise ConfigError(
@@ -337,7 +344,9 @@ class Tokenize(BaseOp):
         """
         tok = self.tokenizer
         assert isinstance(tok, HashTokenizer)
-        limit = self._hf_kwargs().get("max_length") if self.truncation and not self.split_long_samples else None
+        limit = (
+            self._hf_kwargs().get("max_length") if self.truncation and not self.split_long_samples else None
+        )
         pre = [] if self._bos is None else [self._bos]
         post = [] if self._eos is None else [self._eos]
         pad_to = (self.max_length if self.padding == "max_length" and not self.split_long_samples

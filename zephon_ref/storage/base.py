@@ -205,7 +205,9 @@ def publish(
         else:
             raise StorageError(
                 expected(
-                    f"a free temp name for {final}", f"one within {_TEMP_TRIES} random tokens", "every one taken"
+                    f"a free temp name for {final}",
+                    f"one within {_TEMP_TRIES} random tokens",
+                    "every one taken",
                 ),
                 reason="temp-collision",
                 errno=_errno.EEXIST,

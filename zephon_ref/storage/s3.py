@@ -135,7 +135,9 @@ class S3Location:
 
 def location(url: str) -> S3Location:
     """Parse ``s3://bucket[/prefix]``; :class:`ConfigError` for anything else."""
-    want = "s3://<bucket>[/<prefix>] with a 3-63 char bucket of [a-z0-9.-] and a prefix without empty segments"
+    want = (
+        "s3://<bucket>[/<prefix>] with a 3-63 char bucket of [a-z0-9.-] and a prefix without empty segments"
+    )
     if not is_s3_url(url):
         raise ConfigError(expected("object-store URL", want, url))
     bucket, _, prefix = url[5:].partition("/")
@@ -246,7 +248,11 @@ class S3Storage:
             reason, eno = "s3-error", _errno.EIO
             got = f"[s3-error] {type(exc).__name__}: {exc}"
         return StorageError(
-            expected(where, "success", got), reason=reason, errno=eno, filename=f"s3://{self.bucket}/{key}", op=op
+            expected(where, "success", got),
+            reason=reason,
+            errno=eno,
+            filename=f"s3://{self.bucket}/{key}",
+            op=op,
         )
 
     @staticmethod
@@ -329,7 +335,9 @@ class S3Storage:
                 if retried and code != "ConditionalRequestConflict" and self.read(path) == data:
                     return  # an earlier attempt of this very call landed; its answer was lost
                 raise FileExistsError(_errno.EEXIST, f"s3://{self.bucket}/{key} exists") from exc
-            raise self.error(exc, "multipart" if len(data) > self.multipart_threshold else "put", key) from exc
+            raise self.error(
+                exc, "multipart" if len(data) > self.multipart_threshold else "put", key
+            ) from exc
 
     def _multipart(self, key: str, data: bytes) -> None:
         upload = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
@@ -343,7 +351,11 @@ class S3Storage:
                 )["ETag"]
                 parts.append({"ETag": etag, "PartNumber": number})
             self.client.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
             )
         except BaseException:
             with contextlib.suppress(Exception):  # best effort; a bucket lifecycle rule reaps the rest

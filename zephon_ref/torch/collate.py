@@ -71,7 +71,9 @@ def _segment_tokens(seg: Any, tokens_field: str, what: str) -> tuple[list[int], 
     if tokens_field == "auto":
         name = detect_token_field(seg)
         if name is None:
-            raise ConfigError(expected(what, f"one of the token fields {TOKEN_FIELD_CANDIDATES}", sorted(seg)))
+            raise ConfigError(
+                expected(what, f"one of the token fields {TOKEN_FIELD_CANDIDATES}", sorted(seg))
+            )
     else:
         if tokens_field not in seg:
             raise ConfigError(expected(f"{what} field {tokens_field!r}", "present", sorted(seg)))
@@ -200,7 +202,9 @@ def collate_for_training(
             or not _INT64_MIN <= ignore_index <= _INT64_MAX:
         raise ConfigTypeError(expected("ignore_index", "an int that fits int64", ignore_index))
     dev = resolve_device(device)
-    out = collate_batch(batch, tokens_field=tokens_field, device="cpu", pad_token_id=pad_token_id, pad_to=pad_to)
+    out = collate_batch(
+        batch, tokens_field=tokens_field, device="cpu", pad_token_id=pad_token_id, pad_to=pad_to
+    )
     ids, seg, mask = out["input_ids"], out["segment_ids"], out["attention_mask"]
     labels = torch.full_like(ids, ignore_index)
     if ids.shape[1] > 1:

@@ -98,8 +98,14 @@ def resolve_device(device: Any = None) -> _torch.device:
                       RuntimeWarning, stacklevel=2)
         return torch.device("cpu")  # type: ignore[no-any-return]
     if in_worker_process():
-        raise ContractError(expected("device inside a DataLoader worker", "'cpu' or 'auto' (collate on the CPU "
-                                     "in workers, move batches to the GPU in the main process)", str(dev)))
+        raise ContractError(
+            expected(
+                "device inside a DataLoader worker",
+                "'cpu' or 'auto' (collate on the CPU "
+                "in workers, move batches to the GPU in the main process)",
+                str(dev),
+            )
+        )
     return dev  # type: ignore[no-any-return]
 
 

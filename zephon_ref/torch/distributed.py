@@ -89,8 +89,17 @@ def _view(batch: Any) -> list[Any]:
     return out
 
 
-def run_rank(*, rank: int, world_size: int, port: int, steps: int, seed: int = 0,
-             checkpoint_dir: str | None = None, resume: bool = False, workers: int | None = None) -> dict[str, Any]:
+def run_rank(
+    *,
+    rank: int,
+    world_size: int,
+    port: int,
+    steps: int,
+    seed: int = 0,
+    checkpoint_dir: str | None = None,
+    resume: bool = False,
+    workers: int | None = None,
+) -> dict[str, Any]:
     """Train ``steps`` global steps of the demo pipeline on this rank (see the module docstring).
 
     ``workers=None`` iterates the pipeline in the rank's process and checkpoints with
@@ -113,7 +122,9 @@ def run_rank(*, rank: int, world_size: int, port: int, steps: int, seed: int = 0
         pipeline = build_demo_pipeline(seed=seed).options(**options)
         lanes = _lanes(pipeline)
         if lanes % world_size:
-            raise ContractError(expected("canonical_replicas", f"a multiple of world_size={world_size}", lanes))
+            raise ContractError(
+                expected("canonical_replicas", f"a multiple of world_size={world_size}", lanes)
+            )
         trainer = ReferenceTrainer(pipeline, config=TrainerConfig(seed=seed))
         dataset = None if workers is None else to_stateful_dataset(pipeline)
         if resume:
@@ -173,7 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-dir")
     parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--workers", type=int, help="read through DataLoader(num_workers=N) (stateful dataset)")
+    parser.add_argument(
+        "--workers", type=int, help="read through DataLoader(num_workers=N) (stateful dataset)"
+    )
     parser.add_argument("--out", required=True, help="where this rank writes its result (JSON)")
     args = parser.parse_args(argv)
     result = run_rank(rank=args.rank, world_size=args.world_size, port=args.port, steps=args.steps,

@@ -168,7 +168,9 @@ def stateful_dataset_class() -> type[Any]:
         def __init__(self, pipeline: Pipeline, collate: Callable[[Any], Any] | None) -> None:
             super().__init__(pipeline, collate)
             self._resume: tuple[dict[str, Any], int, int] | None = None  # (engine, n, next_role)
-            self._n = 1  # worker count of the current pass (0 counts as 1: one stream, the pipeline's own order)
+            self._n = (
+                1  # worker count of the current pass (0 counts as 1: one stream, the pipeline's own order)
+            )
             self._seen: dict[int, dict[str, Any]] = {}  # role -> local state after its last consumed item
             self._last_role: int | None = None
             self._starts: dict[int, dict[str, Any]] = {}  # role -> its state at the start of the pass
@@ -213,10 +215,14 @@ def stateful_dataset_class() -> type[Any]:
             if self._seen:
                 if self._last_state is None:
                     if self._rank_world().world_size > 1:
-                        raise ContractError(expected(
-                            "a new pass at world_size > 1 after items were consumed",
-                            "state_dict() called on every rank first (the state of a consumed pass needs "
-                            "the ranks' aggregation round)", "a pass with no state_dict() since the last item"))
+                        raise ContractError(
+                            expected(
+                                "a new pass at world_size > 1 after items were consumed",
+                                "state_dict() called on every rank first (the state of a consumed pass needs "
+                                "the ranks' aggregation round)",
+                                "a pass with no state_dict() since the last item",
+                            )
+                        )
                     self._last_state = self.state_dict()
                 self._resume = _check_state(self._last_state)
             self._n = max(1, n)
@@ -232,7 +238,9 @@ def stateful_dataset_class() -> type[Any]:
             if not isinstance(loader, dl):
                 raise ConfigTypeError(expected("track() loader", "a torch DataLoader", type(loader).__name__))
             if loader.dataset is not self:
-                raise ConfigError(expected("track() loader.dataset", "this dataset", type(loader.dataset).__name__))
+                raise ConfigError(
+                    expected("track() loader.dataset", "this dataset", type(loader.dataset).__name__)
+                )
             if loader.batch_size is not None:
                 raise ConfigError(expected("DataLoader batch_size for a stateful pipeline dataset",
                                            "None (the pipeline batches)", loader.batch_size))
@@ -308,8 +316,13 @@ def stateful_dataset_class() -> type[Any]:
 
                 aggregate = pipeline_aggregate(self.pipeline.runtime_options())
             elif len(shards) > 1:
-                raise ContractError(expected("aggregate= with several DataLoader workers per rank",
-                                             "None (the pipeline's configured backend)", "a custom aggregate"))
+                raise ContractError(
+                    expected(
+                        "aggregate= with several DataLoader workers per rank",
+                        "None (the pipeline's configured backend)",
+                        "a custom aggregate",
+                    )
+                )
             if len(shards) == 1:
                 merged, _round = aggregate(shards[0], world)
                 return copy.deepcopy(dict(merged))

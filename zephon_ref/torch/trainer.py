@@ -227,12 +227,16 @@ class ReferenceTrainer:
         """
         torch = require_torch()
         if self._batches is not None or self.updates:
-            raise ContractError(expected("load()", "a trainer that has not trained yet", f"{self.updates} updates"))
+            raise ContractError(
+                expected("load()", "a trainer that has not trained yet", f"{self.updates} updates")
+            )
         root = Path(directory)
         found = sorted((m.group(1), m.group(2), p) for p in (root.iterdir() if root.is_dir() else [])
                        if (m := _TRAINER_FILE.match(p.name)))
         if not found:
-            raise CheckpointNotFound(expected(f"trainer checkpoint in {root}", "a trainer-g*.pt file", "none"))
+            raise CheckpointNotFound(
+                expected(f"trainer checkpoint in {root}", "a trainer-g*.pt file", "none")
+            )
         gen_text, digest, path = found[-1]
         blob = path.read_bytes()
         if hashlib.sha256(blob).hexdigest() != digest:
@@ -243,7 +247,9 @@ class ReferenceTrainer:
             raise CheckpointCorrupt(expected(f"{path.name} trainer config", repr(self._config_key()),
                                              saved["config"]), reason="config-mismatch")
         gen = int(gen_text)
-        loaded = ckpt_store.load_checkpoint(root / "pipeline", gen, expected_fingerprint=self.pipeline.fingerprint())
+        loaded = ckpt_store.load_checkpoint(
+            root / "pipeline", gen, expected_fingerprint=self.pipeline.fingerprint()
+        )
         # a dry run of the model and optimizer state before anything is replaced
         probe = _build_model(self.config)
         probe.load_state_dict(saved["model"])

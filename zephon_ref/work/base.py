@@ -56,7 +56,9 @@ class WorkChunk:
         source_exhausted: Sequence[str] = (),
     ) -> None:
         if not isinstance(components, Mapping):
-            raise ConfigError(expected("WorkChunk components", "a mapping name -> list of SampleIds", components))
+            raise ConfigError(
+                expected("WorkChunk components", "a mapping name -> list of SampleIds", components)
+            )
         names = source_exhausted
         if (
             not isinstance(names, (tuple, list))
@@ -116,7 +118,9 @@ class WorkChunk:
         return {
             "version": WORK_CHUNK_VERSION,
             "seed": self.seed,
-            "components": [[k, [[int(a), int(b), int(c)] for a, b, c in v]] for k, v in self.components.items()],
+            "components": [
+                [k, [[int(a), int(b), int(c)] for a, b, c in v]] for k, v in self.components.items()
+            ],
             "component_order": list(self.components),
             "total_samples": len(self),
             "source_exhausted": list(self.source_exhausted),
@@ -129,7 +133,9 @@ class WorkChunk:
         if not isinstance(state, Mapping):
             raise StateFormatError(expected("WorkChunk state", "a mapping", type(state).__name__))
         if state.get("version") != WORK_CHUNK_VERSION:
-            raise StateFormatError(expected("WorkChunk state version", str(WORK_CHUNK_VERSION), state.get("version")))
+            raise StateFormatError(
+                expected("WorkChunk state version", str(WORK_CHUNK_VERSION), state.get("version"))
+            )
         try:
             comps: dict[str, list[SampleId]] = {}
             for name, items in state["components"]:
@@ -141,7 +147,9 @@ class WorkChunk:
                 comps[str(name)] = sids
             order = state.get("component_order") or list(comps)
             if sorted(order) != sorted(comps):
-                raise StateFormatError(expected("WorkChunk component_order", f"a permutation of {list(comps)}", order))
+                raise StateFormatError(
+                    expected("WorkChunk component_order", f"a permutation of {list(comps)}", order)
+                )
             comps = {n: comps[n] for n in order}
             chunk = cls(
                 comps,
@@ -261,5 +269,7 @@ class WorkSource:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping) or "lane_id" not in state or "canonical_replicas" not in state:
-            raise StateFormatError(expected("work source state", "a mapping with lane_id and canonical_replicas", state))
+            raise StateFormatError(
+                expected("work source state", "a mapping with lane_id and canonical_replicas", state)
+            )
         self._verify_base_state(state["lane_id"], state["canonical_replicas"])

@@ -62,9 +62,21 @@ class DatasetOrder:
     built once per pass).  Owned by one cursor: :meth:`DatasetCursor.clone` copies it.
     """
 
-    __slots__ = ("_cum", "_cum_list", "_dataset_id", "_knobs", "_seed", "_shard_ids", "_sizes", "held", "total")
+    __slots__ = (
+        "_cum",
+        "_cum_list",
+        "_dataset_id",
+        "_knobs",
+        "_seed",
+        "_shard_ids",
+        "_sizes",
+        "held",
+        "total",
+    )
 
-    def __init__(self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, seed: int, knobs: _Knobs) -> None:
+    def __init__(
+        self, dataset_id: int, ids: np.ndarray, counts: np.ndarray, seed: int, knobs: _Knobs
+    ) -> None:
         n = int(ids.size)
         if knobs.shuffle_shards and n > 1:
             perm = list(range(n))

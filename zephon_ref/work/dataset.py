@@ -111,14 +111,21 @@ def _jsonl_rows(path: Path) -> list[Any]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")) from exc
+        raise ConfigError(
+            expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")
+        ) from exc
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        head = data[:exc.start]
+        head = data[: exc.start]
         lineno = head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1  # universal newlines
-        raise ConfigError(expected(f"JSONL shard {path} line {lineno}", "UTF-8 text",
-                                   f"the byte {data[exc.start:exc.start + 1]!r} at offset {exc.start}")) from exc
+        raise ConfigError(
+            expected(
+                f"JSONL shard {path} line {lineno}",
+                "UTF-8 text",
+                f"the byte {data[exc.start : exc.start + 1]!r} at offset {exc.start}",
+            )
+        ) from exc
     rows = []
     for i, line in enumerate(io.StringIO(text, newline=None), start=1):
         if not line.strip():
@@ -144,7 +151,9 @@ class JsonlShard:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
         if not self._path.is_file():
-            raise ConfigError(expected("JSONL shard", "an existing regular file (or a link to one)", str(path)))
+            raise ConfigError(
+                expected("JSONL shard", "an existing regular file (or a link to one)", str(path))
+            )
         self._rows: list[Any] | None = None
         self._count = len(_jsonl_rows(self._path))
 
@@ -178,15 +187,22 @@ class Dataset:
         if not isinstance(name, str) or not name:
             raise ConfigError(expected("Dataset name", "a non-empty str", name))
         if not isinstance(shards, Mapping):
-            raise ConfigTypeError(expected("Dataset shards", "a mapping shard_id -> shard", type(shards).__name__))
+            raise ConfigTypeError(
+                expected("Dataset shards", "a mapping shard_id -> shard", type(shards).__name__)
+            )
         norm: dict[int, _Shard] = {}
         for sid, shard in shards.items():
             if isinstance(sid, bool) or not isinstance(sid, (int, np.integer)) or int(sid) < 0:
                 raise ConfigError(expected(f"shard id in dataset {name!r}", "an int >= 0", sid))
             if (isinstance(shard, type) or not (hasattr(shard, "__len__") and hasattr(shard, "__getitem__"))
                     or isinstance(shard, (str, bytes, bytearray, Mapping))):
-                raise ConfigTypeError(expected(f"shard {sid} of dataset {name!r}",
-                                               "a shard (len() and [index], e.g. InMemoryShard)", type(shard).__name__))
+                raise ConfigTypeError(
+                    expected(
+                        f"shard {sid} of dataset {name!r}",
+                        "a shard (len() and [index], e.g. InMemoryShard)",
+                        type(shard).__name__,
+                    )
+                )
             size = len(shard)
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise ConfigError(expected(f"len() of shard {sid} of dataset {name!r}", "an int >= 0", size))
@@ -238,7 +254,9 @@ class Dataset:
 
     def raw_bytes(self) -> np.ndarray:
         """Per-shard byte sizes aligned with :meth:`ids` (a shard without ``raw_bytes`` counts 0)."""
-        return np.array([int(getattr(self._shards[i], "raw_bytes", 0)) for i in self._ids.tolist()], dtype=np.int64)
+        return np.array(
+            [int(getattr(self._shards[i], "raw_bytes", 0)) for i in self._ids.tolist()], dtype=np.int64
+        )
 
     def max_count(self) -> int:
         return int(self._counts.max(initial=0))

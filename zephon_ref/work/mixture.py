@@ -79,7 +79,9 @@ class MixtureSpec:
         known = set(names)
         extra = [n for n in self._normalized if n not in known]
         if extra:
-            raise ConfigError(expected("mixture", f"only the datasets {names}", f"unknown components {extra}"))
+            raise ConfigError(
+                expected("mixture", f"only the datasets {names}", f"unknown components {extra}")
+            )
 
     def normalized_for(self, components: Sequence[str]) -> dict[str, float]:
         self.validate_for(components)

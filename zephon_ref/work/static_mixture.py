@@ -90,7 +90,9 @@ def _per_dataset(value: Any, names: Sequence[str], *, default: Any, arg: str) ->
     if isinstance(value, Mapping):
         unknown = [k for k in value if k not in names]
         if unknown:
-            raise ConfigError(expected(arg, f"keys among the dataset names {list(names)}", f"unknown {unknown}"))
+            raise ConfigError(
+                expected(arg, f"keys among the dataset names {list(names)}", f"unknown {unknown}")
+            )
         return {n: value.get(n, default) for n in names}
     return dict.fromkeys(names, value)
 
@@ -158,7 +160,9 @@ class _Allocator:
         cfg = self.cfg
         if not cfg.redistributing:
             return cfg.weights
-        active = {n: w for n, w in cfg.weights.items() if n not in cfg.redistributing or cursors[n].remaining > 0}
+        active = {
+            n: w for n, w in cfg.weights.items() if n not in cfg.redistributing or cursors[n].remaining > 0
+        }
         if len(active) == len(cfg.weights):
             return cfg.weights
         total = sum(active.values())
@@ -461,7 +465,9 @@ class _TokenAllocator(_Allocator):
         super().__init__(cfg)
         self.table = table
         self.ratios = dict(ratios)
-        self.deficits: dict[str, float] = dict(deficits) if deficits is not None else dict.fromkeys(cfg.order, 0.0)
+        self.deficits: dict[str, float] = (
+            dict(deficits) if deficits is not None else dict.fromkeys(cfg.order, 0.0)
+        )
 
     def skip(self, cursors: dict[str, DatasetCursor]) -> bool:
         # every draw's cost depends on the drawn pointer's shard: the pointers must be drawn
@@ -626,7 +632,9 @@ class StaticMixtureWorkSource(WorkSource):
             raise ConfigError(expected("datasets", "at least one Dataset", list(datasets)))
         for d in datasets:
             if not isinstance(d, Dataset):
-                raise ConfigTypeError(expected("datasets entry", "a zephon_ref.work.Dataset", type(d).__name__))
+                raise ConfigTypeError(
+                    expected("datasets entry", "a zephon_ref.work.Dataset", type(d).__name__)
+                )
         names = tuple(d.name for d in datasets)
         if len(set(names)) != len(names):
             raise ConfigError(expected("dataset names", "unique names", list(names)))
@@ -643,8 +651,13 @@ class StaticMixtureWorkSource(WorkSource):
                 raise ConfigError(expected("token_estimation", "None or a zephon_ref.work.TokenEstimation",
                                            type(token_estimation).__name__))
             if allocation_mode != "accumulator":
-                raise ConfigError(expected("allocation_mode with token_estimation",
-                                           "the default (token_estimation selects 'token_aware')", allocation_mode))
+                raise ConfigError(
+                    expected(
+                        "allocation_mode with token_estimation",
+                        "the default (token_estimation selects 'token_aware')",
+                        allocation_mode,
+                    )
+                )
             ratios = token_estimation.pinned_ratios(names)
             allocation_mode = "token_aware"
         for flag, v in (("shuffle_shards", shuffle_shards), ("shuffle_within_shard", shuffle_within_shard)):
@@ -655,7 +668,9 @@ class StaticMixtureWorkSource(WorkSource):
         elif isinstance(mixture, Mapping):
             spec = MixtureSpec(mixture)
         else:
-            raise ConfigTypeError(expected("mixture", "a MixtureSpec or a mapping name -> weight", type(mixture).__name__))
+            raise ConfigTypeError(
+                expected("mixture", "a MixtureSpec or a mapping name -> weight", type(mixture).__name__)
+            )
         spec.validate_for(names)
         block_sizes = self._resolve_block_sizes(shuffle_block_size, datasets)
 
@@ -669,8 +684,12 @@ class StaticMixtureWorkSource(WorkSource):
         )
         if stop_after_passes is UNSET:
             stop_after_passes = 1 if (exhausted_policy is None and max_repeats is None) else None
-        if stop_after_passes is not None and (not _is_int(stop_after_passes) or not 1 <= stop_after_passes <= _MAX_PASSES):
-            raise ConfigError(expected("stop_after_passes", f"None or an int in [1, {_MAX_PASSES}]", stop_after_passes))
+        if stop_after_passes is not None and (
+            not _is_int(stop_after_passes) or not 1 <= stop_after_passes <= _MAX_PASSES
+        ):
+            raise ConfigError(
+                expected("stop_after_passes", f"None or an int in [1, {_MAX_PASSES}]", stop_after_passes)
+            )
         default_policy = "repeat" if stop_after_passes is not None else "stop"
         policy = _per_dataset(exhausted_policy if exhausted_policy is not None else default_policy,
                               names, default=default_policy, arg="exhausted_policy")
@@ -685,7 +704,9 @@ class StaticMixtureWorkSource(WorkSource):
                     {n: policy[n] for n in bad},
                 ))
             if max_repeats is not None:
-                raise ConfigError(expected("max_repeats with stop_after_passes", "None (use one or the other)", max_repeats))
+                raise ConfigError(
+                    expected("max_repeats with stop_after_passes", "None (use one or the other)", max_repeats)
+                )
         reshuffle = _per_dataset(True if reshuffle_on_repeat is UNSET else reshuffle_on_repeat,
                                  names, default=True, arg="reshuffle_on_repeat")
         for n, v in reshuffle.items():
@@ -696,19 +717,29 @@ class StaticMixtureWorkSource(WorkSource):
             if v is not None and (not _is_int(v) or not 0 <= v <= _MAX_PASSES):
                 raise ConfigError(expected(f"max_repeats[{n!r}]", f"None or an int in [0, {_MAX_PASSES}]", v))
         has_repeat = "repeat" in policy.values()
-        for arg, given, default in (("max_repeats", max_repeats, None), ("reshuffle_on_repeat", reshuffle_on_repeat, True)):
+        for arg, given, default in (
+            ("max_repeats", max_repeats, None),
+            ("reshuffle_on_repeat", reshuffle_on_repeat, True),
+        ):
             if given is UNSET:
                 continue
             if isinstance(given, Mapping):
                 for n, v in given.items():
                     if v != default and policy[n] != "repeat":
-                        warnings.warn(f"{arg}[{n!r}]={v!r} has no effect with exhausted_policy[{n!r}]={policy[n]!r}",
-                                      RuntimeWarning, stacklevel=2)
+                        warnings.warn(
+                            f"{arg}[{n!r}]={v!r} has no effect with exhausted_policy[{n!r}]={policy[n]!r}",
+                            RuntimeWarning,
+                            stacklevel=2,
+                        )
             elif given != default and not has_repeat:
-                warnings.warn(f"{arg}={given!r} has no effect without a repeating dataset", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"{arg}={given!r} has no effect without a repeating dataset", RuntimeWarning, stacklevel=2
+                )
         for d in datasets:
             if policy[d.name] == "stop" and d.total() == 0:
-                raise ConfigError(expected(f"dataset {d.name!r}", "at least one sample with exhausted_policy='stop'", 0))
+                raise ConfigError(
+                    expected(f"dataset {d.name!r}", "at least one sample with exhausted_policy='stop'", 0)
+                )
 
         # -- build -------------------------------------------------------------------------
         self._datasets = list(datasets)
@@ -721,7 +752,9 @@ class StaticMixtureWorkSource(WorkSource):
         self._block_sizes = block_sizes
         self._lane_assignment = lane_assignment
         self._explicit = explicit
-        self._cfg = _Config(names, spec.normalized_for(names), chunk_size, policy, reshuffle, caps, stop_after_passes)
+        self._cfg = _Config(
+            names, spec.normalized_for(names), chunk_size, policy, reshuffle, caps, stop_after_passes
+        )
         self._cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards,
                                             within=shuffle_within_shard)
         self._token_estimation: TokenEstimation | None = token_estimation
@@ -754,7 +787,9 @@ class StaticMixtureWorkSource(WorkSource):
         if spec == "auto":
             biggest = max(d.max_count() for d in datasets)
             if biggest <= 0:
-                raise ConfigError(expected("shuffle_block_size='auto'", "at least one non-empty shard", "only empty shards"))
+                raise ConfigError(
+                    expected("shuffle_block_size='auto'", "at least one non-empty shard", "only empty shards")
+                )
             return {d.name: min(AUTO_BLOCK_FACTOR * biggest, d.total()) for d in datasets}
         if spec == "global":
             return {d.name: d.total() for d in datasets}
@@ -783,7 +818,9 @@ class StaticMixtureWorkSource(WorkSource):
         """
         self._check_clone_args(lane_id, canonical_replicas)
         if walk is not None and not isinstance(walk, ChunkWalk):
-            raise ConfigTypeError(expected("walk", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__))
+            raise ConfigTypeError(
+                expected("walk", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__)
+            )
         c = object.__new__(type(self))
         c.__dict__.update(self.__dict__)
         c._cursors = {n: cur.clone() for n, cur in self._cursors.items()}
@@ -834,8 +871,10 @@ class StaticMixtureWorkSource(WorkSource):
             raise TypeError("len() of an unbounded work source (a 'repeat' dataset with max_repeats=None)")
         n = self._remaining()
         if n > sys.maxsize:
-            raise ContractError(expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
-                                + "; read total_samples instead (a component's weight is tiny against its size)")
+            raise ContractError(
+                expected("len() of the work source", f"at most sys.maxsize ({sys.maxsize})", n)
+                + "; read total_samples instead (a component's weight is tiny against its size)"
+            )
         return n
 
     def _refuse_an_infinite_length(self, *, weights_given: Mapping[str, Any]) -> None:
@@ -919,7 +958,9 @@ class StaticMixtureWorkSource(WorkSource):
         keep: tuple[int, ...] = ()
         sap = cfg.stop_after_passes
         if sap is not None:
-            keep = tuple(2 if cursors[n].epoch + 1 < sap else 1 if cursors[n].epoch < sap else 0 for n in order)
+            keep = tuple(
+                2 if cursors[n].epoch + 1 < sap else 1 if cursors[n].epoch < sap else 0 for n in order
+            )
         rule = (order, tuple(cfg.weights[n] for n in order), cfg.chunk_size)
         got = walk.jump(rule, self._quota_step, g, tuple(alloc.acc[n] for n in order), target,
                         tuple(cursors[n].remaining for n in order), keep)
@@ -983,7 +1024,9 @@ class StaticMixtureWorkSource(WorkSource):
         if self.__dict__.get("_leftover_warned"):
             return
         self._leftover_warned = True
-        left = {n: c.remaining for n, c in self._cursors.items() if owner and c.epoch == 0 and c.remaining > 0}
+        left = {
+            n: c.remaining for n, c in self._cursors.items() if owner and c.epoch == 0 and c.remaining > 0
+        }
         skipped: Mapping[str, int] = self.__dict__.get("_boundary_skipped", {})
         parts = []
         if left:
@@ -1017,7 +1060,10 @@ class StaticMixtureWorkSource(WorkSource):
             "chunk_size_hint": cfg.chunk_size,
             "seed": self._seed,
             "chunk_size": cfg.chunk_size,
-            "knobs": {"shuffle_shards": self._shuffle_shards, "shuffle_within_shard": self._shuffle_within_shard},
+            "knobs": {
+                "shuffle_shards": self._shuffle_shards,
+                "shuffle_within_shard": self._shuffle_within_shard,
+            },
             "shuffle_block_size_spec": self._block_spec,
             "cursor_block_sizes": dict(self._block_sizes),
             "global_chunk_index": self._g,
@@ -1042,7 +1088,9 @@ class StaticMixtureWorkSource(WorkSource):
         if not isinstance(state, Mapping):
             raise StateFormatError(expected("work source state", "a mapping", type(state).__name__))
         if state.get("schema") != STATIC_MIXTURE_SCHEMA:
-            raise StateFormatError(expected("work source state schema", repr(STATIC_MIXTURE_SCHEMA), state.get("schema")))
+            raise StateFormatError(
+                expected("work source state schema", repr(STATIC_MIXTURE_SCHEMA), state.get("schema"))
+            )
         try:
             self._verify_base_state(state["lane_id"], state["canonical_replicas"])
             dataset_ids = {str(k): int(v) for k, v in state["dataset_ids"].items()}
@@ -1051,26 +1099,40 @@ class StaticMixtureWorkSource(WorkSource):
             layout = {str(k): [list(map(int, p)) for p in v] for k, v in state["layout"].items()}
             if layout != self._layout():
                 raise StateMismatchError(
-                    expected("state dataset layout (shard ids and counts)", "this source's layout", "a different layout")
+                    expected(
+                        "state dataset layout (shard ids and counts)",
+                        "this source's layout",
+                        "a different layout",
+                    )
                     + f"; differing datasets: {sorted(n for n in self._names if layout.get(n) != self._layout()[n])}"
                 )
             order = tuple(str(n) for n in state["component_order"])
             if order != self._names:
-                raise StateMismatchError(expected("state component_order", str(list(self._names)), list(order)))
+                raise StateMismatchError(
+                    expected("state component_order", str(list(self._names)), list(order))
+                )
             mode = state["allocation_mode"]
             if mode not in _MODES:
                 raise StateFormatError(expected("state allocation_mode", f"one of {list(_MODES)}", mode))
             seed = state["seed"]
             chunk_size = state["chunk_size"]
             if not _is_int(seed) or seed < 0 or not _is_int(chunk_size) or chunk_size <= 0:
-                raise StateFormatError(expected("state seed / chunk_size", "ints >= 0 / > 0", (seed, chunk_size)))
-            normalize_weights({str(k): v for k, v in state["weights"].items()}, what="state weights")  # validates
+                raise StateFormatError(
+                    expected("state seed / chunk_size", "ints >= 0 / > 0", (seed, chunk_size))
+                )
+            normalize_weights(
+                {str(k): v for k, v in state["weights"].items()}, what="state weights"
+            )  # validates
             weights = {n: float(state["weights"][n]) for n in order}  # stored already normalised
             policy = {n: str(state["exhausted_policy"][n]) for n in order}
             if any(p not in _POLICIES for p in policy.values()):
-                raise StateFormatError(expected("state exhausted_policy", f"values in {list(_POLICIES)}", policy))
+                raise StateFormatError(
+                    expected("state exhausted_policy", f"values in {list(_POLICIES)}", policy)
+                )
             reshuffle = {n: bool(state["reshuffle_on_repeat"][n]) for n in order}
-            caps = {n: (None if state["max_repeats"][n] is None else int(state["max_repeats"][n])) for n in order}
+            caps = {
+                n: (None if state["max_repeats"][n] is None else int(state["max_repeats"][n])) for n in order
+            }
             raw_sap = state["stop_after_passes"]
             sap = None if raw_sap is None else int(raw_sap)
             cfg = _Config(order, weights, chunk_size, policy, reshuffle, caps, sap)
@@ -1088,11 +1150,15 @@ class StaticMixtureWorkSource(WorkSource):
                                          + "; ".join(conflicts))
             lane_assignment = state["lane_assignment"]
             if lane_assignment not in ("modulo", "permute"):
-                raise StateFormatError(expected("state lane_assignment", "'modulo' or 'permute'", lane_assignment))
+                raise StateFormatError(
+                    expected("state lane_assignment", "'modulo' or 'permute'", lane_assignment)
+                )
             knobs = state["knobs"]
             shuffle_shards, within = bool(knobs["shuffle_shards"]), bool(knobs["shuffle_within_shard"])
-            block_sizes = {n: (None if state["cursor_block_sizes"][n] is None else int(state["cursor_block_sizes"][n]))
-                           for n in order}
+            block_sizes = {
+                n: (None if state["cursor_block_sizes"][n] is None else int(state["cursor_block_sizes"][n]))
+                for n in order
+            }
             g = state["global_chunk_index"]
             if not _is_int(g) or g < 0:
                 raise StateFormatError(expected("state global_chunk_index", "an int >= 0", g))
@@ -1115,13 +1181,19 @@ class StaticMixtureWorkSource(WorkSource):
                 token_alloc = _TokenAllocator(cfg, TokenCostTable(self._datasets, ratios), ratios, deficits)
             cursor_states = state["cursor_states"]
             # build the replacement completely before touching self
-            cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards, within=within)
+            cursors = self._fresh_cursors(
+                block_sizes, seed=seed, shuffle_shards=shuffle_shards, within=within
+            )
             for n in order:
                 cs = cursor_states[n]
                 ep, pos = cs["epoch"], cs["position"]
                 if not _is_int(ep) or ep < 0 or not _is_int(pos) or not 0 <= pos <= cursors[n].total:
-                    raise StateFormatError(expected(f"state cursor {n!r}", "epoch >= 0 and 0 <= position <= total", cs))
-                cursors[n].seek(ep, pos, reshuffle=reshuffle[n], block_rng_snapshot=cs.get("block_rng_snapshot"))
+                    raise StateFormatError(
+                        expected(f"state cursor {n!r}", "epoch >= 0 and 0 <= position <= total", cs)
+                    )
+                cursors[n].seek(
+                    ep, pos, reshuffle=reshuffle[n], block_rng_snapshot=cs.get("block_rng_snapshot")
+                )
             alloc = token_alloc if token_alloc is not None else _make_allocator(mode, cfg, acc)
         except (StateFormatError, StateMismatchError, ConfigError):
             raise

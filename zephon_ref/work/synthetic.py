@@ -80,7 +80,9 @@ def synthetic_corpus(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError(expected("seed", "an int >= 0", seed))
     if not isinstance(layout, Mapping):
-        raise ConfigTypeError(expected("layout", "a mapping dataset name -> shard sizes", type(layout).__name__))
+        raise ConfigTypeError(
+            expected("layout", "a mapping dataset name -> shard sizes", type(layout).__name__)
+        )
     if not layout:
         raise ConfigError(expected("layout", "at least one dataset", dict(layout)))
     for name, sizes in layout.items():
@@ -96,7 +98,9 @@ def synthetic_corpus(
             raise ConfigError(expected(arg, f"an int in [1, {hi}]", v))
     if isinstance(mean_log_words, bool) or not isinstance(mean_log_words, (int, float)) \
             or not -_MAX_LOG <= mean_log_words <= _MAX_LOG:
-        raise ConfigError(expected("mean_log_words", f"a number in [-{_MAX_LOG}, {_MAX_LOG}]", mean_log_words))
+        raise ConfigError(
+            expected("mean_log_words", f"a number in [-{_MAX_LOG}, {_MAX_LOG}]", mean_log_words)
+        )
     ranks = np.arange(1, vocab_size + 1, dtype=np.float64)
     zipf = (1.0 / ranks) / np.sum(1.0 / ranks)
     datasets = []

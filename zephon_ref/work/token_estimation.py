@@ -70,7 +70,9 @@ class TokenEstimation:
         p = self.primer
         if isinstance(p, str):
             if p != "measure":
-                raise ConfigError(expected("primer", "'measure', a mapping name -> tokens/byte, or a number > 0", p))
+                raise ConfigError(
+                    expected("primer", "'measure', a mapping name -> tokens/byte, or a number > 0", p)
+                )
         elif isinstance(p, Mapping):
             if not p:
                 raise ConfigError(expected("primer", "a non-empty mapping name -> tokens/byte", dict(p)))
@@ -83,7 +85,9 @@ class TokenEstimation:
         elif _positive_ratio(p):
             object.__setattr__(self, "primer", float(p))
         elif isinstance(p, bool) or not isinstance(p, (int, float)):
-            raise ConfigTypeError(expected("primer", "'measure', a mapping name -> tokens/byte, or a number > 0", p))
+            raise ConfigTypeError(
+                expected("primer", "'measure', a mapping name -> tokens/byte, or a number > 0", p)
+            )
         else:
             raise ConfigError(expected("primer", "a finite tokens/byte ratio > 0", p))
         if self.measure is not None and not callable(self.measure):
@@ -106,8 +110,13 @@ class TokenEstimation:
         if isinstance(p, Mapping):
             unknown = [n for n in p if n not in names]
             if unknown:
-                raise ConfigError(expected("token_estimation.primer", f"keys among the dataset names {list(names)}",
-                                           f"unknown {unknown}"))
+                raise ConfigError(
+                    expected(
+                        "token_estimation.primer",
+                        f"keys among the dataset names {list(names)}",
+                        f"unknown {unknown}",
+                    )
+                )
             missing = [n for n in names if n not in p]
             if not missing:
                 return {n: float(p[n]) for n in names}

@@ -158,7 +158,9 @@ class ChunkWalk:
         self._routes: dict[tuple[int, int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self._timelines: dict[Hashable, _QuotaTimeline] = {}
 
-    def routing(self, seed: int, canonical_replicas: int, block: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def routing(
+        self, seed: int, canonical_replicas: int, block: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(slot -> lane, lane -> slot)`` of a ``permute`` routing block."""
         key = (seed, canonical_replicas, block)
         got = self._routes.pop(key, None)
@@ -178,8 +180,16 @@ class ChunkWalk:
             return block * canonical_replicas + mine
         return (block + 1) * canonical_replicas + self.routing(seed, canonical_replicas, block + 1)[1][lane]
 
-    def jump(self, rule: Hashable, step: QuotaStep, g: int, acc: tuple[float, ...], target: int,
-             remaining: tuple[int, ...], keep: tuple[int, ...]) -> tuple[int, tuple[float, ...], tuple[int, ...]] | None:
+    def jump(
+        self,
+        rule: Hashable,
+        step: QuotaStep,
+        g: int,
+        acc: tuple[float, ...],
+        target: int,
+        remaining: tuple[int, ...],
+        keep: tuple[int, ...],
+    ) -> tuple[int, tuple[float, ...], tuple[int, ...]] | None:
         """From chunk ``g`` at accumulators ``acc`` towards ``target`` (> ``g``) under quota rule
         ``rule`` (``step`` computes one chunk of it; equal rules must have equal steps).
 

@@ -154,7 +154,12 @@ class GrainAdapter:
             return "mix draws from two shards"
         if v in ("mix", "pack") and cfg.epochs > 1:
             return "mix and pack are drawn over one epoch (their groups straddle epoch boundaries)"
-        if cfg.drop_last and cfg.batch > 1 and v not in ("map",) and not (v == "dataloader" and cfg.epochs == 1):
+        if (
+            cfg.drop_last
+            and cfg.batch > 1
+            and v not in ("map",)
+            and not (v == "dataloader" and cfg.epochs == 1)
+        ):
             return "drop_remainder on a stream across epochs drops only the stream's end"
         if v in ("window-shuffle",) and not cfg.shuffle:
             return "window-shuffle is a shuffle"
@@ -186,10 +191,17 @@ class GrainAdapter:
         ids = dataset_ids(cfg)
         v = cfg.variant
         if v == "dataloader":
-            sampler = grain.samplers.IndexSampler(num_records=len(ids), shard_options=grain.sharding.NoSharding(),
-                                                  shuffle=cfg.shuffle, num_epochs=cfg.epochs, seed=cfg.seed)
+            sampler = grain.samplers.IndexSampler(
+                num_records=len(ids),
+                shard_options=grain.sharding.NoSharding(),
+                shuffle=cfg.shuffle,
+                num_epochs=cfg.epochs,
+                seed=cfg.seed,
+            )
             ops = [grain.transforms.Batch(cfg.batch, drop_remainder=cfg.drop_last)] if cfg.batch > 1 else []
-            return grain.DataLoader(data_source=ids, sampler=sampler, operations=ops, worker_count=cfg.workers)
+            return grain.DataLoader(
+                data_source=ids, sampler=sampler, operations=ops, worker_count=cfg.workers
+            )
         src = grain.MapDataset.source(ids)
         if v == "map":
             if cfg.shuffle:
@@ -214,8 +226,9 @@ class GrainAdapter:
             return grain.IterDataset.mix([p.to_iter_dataset() for p in parts], [0.5, 0.5])
         if v == "pack":
             ds = src.map(_pack_element).to_iter_dataset()
-            return grain.experimental.FirstFitPackIterDataset(ds, length_struct={"tokens": PACK_LEN},
-                                                              num_packing_bins=2, seed=cfg.seed, shuffle_bins=False)
+            return grain.experimental.FirstFitPackIterDataset(
+                ds, length_struct={"tokens": PACK_LEN}, num_packing_bins=2, seed=cfg.seed, shuffle_bins=False
+            )
         raise ValueError(f"grain variant: expected one of {self.space['variant']}, received {v!r}")
 
     def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:

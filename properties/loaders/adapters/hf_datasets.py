@@ -105,8 +105,12 @@ class _Run:
         else:
             from torchdata.stateful_dataloader import StatefulDataLoader
 
-            kw: dict[str, Any] = {"batch_size": cfg.batch, "drop_last": cfg.drop_last, "num_workers": cfg.workers,
-                                  "persistent_workers": cfg.persistent}
+            kw: dict[str, Any] = {
+                "batch_size": cfg.batch,
+                "drop_last": cfg.drop_last,
+                "num_workers": cfg.workers,
+                "persistent_workers": cfg.persistent,
+            }
             if cfg.workers:
                 kw["multiprocessing_context"] = "fork"
             loader = StatefulDataLoader(ds, **kw)
@@ -133,15 +137,38 @@ class _Run:
 class DatasetsAdapter:
     name = "datasets"
     primed_ok = False
-    space = {"variant": {
-        "direct": {"size": (4, 1, 2, 6, 7), "shards": (1, 2, 3), "epochs": (1, 2, 3), "data_seed": (0, 1)},
-        "loader": {"size": (4, 1, 2, 6, 7), "shards": (1, 2, 3), "batch": (1, 2, 3), "drop_last": (False, True),
-                   "workers": (0, 0, 0, 2), "persistent": (False, True), "epochs": (1, 2, 3), "data_seed": (0, 1)},
-        "interleave": {"size": (4, 2, 6), "shards": (2, 3), "batch": (1, 2), "epochs": (1, 2, 3), "data_seed": (0, 1)},
-    }}
+    space = {
+        "variant": {
+            "direct": {
+                "size": (4, 1, 2, 6, 7),
+                "shards": (1, 2, 3),
+                "epochs": (1, 2, 3),
+                "data_seed": (0, 1),
+            },
+            "loader": {
+                "size": (4, 1, 2, 6, 7),
+                "shards": (1, 2, 3),
+                "batch": (1, 2, 3),
+                "drop_last": (False, True),
+                "workers": (0, 0, 0, 2),
+                "persistent": (False, True),
+                "epochs": (1, 2, 3),
+                "data_seed": (0, 1),
+            },
+            "interleave": {
+                "size": (4, 2, 6),
+                "shards": (2, 3),
+                "batch": (1, 2),
+                "epochs": (1, 2, 3),
+                "data_seed": (0, 1),
+            },
+        }
+    }
 
     def available(self) -> str | None:
-        return unavailable("datasets", "torchdata.stateful_dataloader", hint="pip install -e '.[peers]' (see README)")
+        return unavailable(
+            "datasets", "torchdata.stateful_dataloader", hint="pip install -e '.[peers]' (see README)"
+        )
 
     def version(self) -> str:
         from importlib.metadata import version

@@ -43,7 +43,9 @@ def _import_streaming() -> Any:
     try:
         import torchvision  # noqa: F401
     except Exception:  # noqa: BLE001 - absent or unloadable (a CUDA wheel on CPU torch)
-        if "torchvision" not in sys.modules or getattr(sys.modules["torchvision"], "_zephon_placeholder", False):
+        if "torchvision" not in sys.modules or getattr(
+            sys.modules["torchvision"], "_zephon_placeholder", False
+        ):
 
             class VisionDataset:
                 def __init__(self, *a: Any, **k: Any) -> None:
@@ -52,8 +54,15 @@ def _import_streaming() -> Any:
             def to_tensor(*a: Any, **k: Any) -> Any:
                 raise RuntimeError("torchvision is not installed (a placeholder for importing streaming)")
 
-            mods = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.datasets", "torchvision.transforms",
-                                                      "torchvision.transforms.functional")}
+            mods = {
+                n: types.ModuleType(n)
+                for n in (
+                    "torchvision",
+                    "torchvision.datasets",
+                    "torchvision.transforms",
+                    "torchvision.transforms.functional",
+                )
+            }
             for n, m in mods.items():
                 m.__spec__ = importlib.machinery.ModuleSpec(n, None)
             mods["torchvision"]._zephon_placeholder = True  # type: ignore[attr-defined]

@@ -222,8 +222,15 @@ class _SDLRun(_EpochLoop):
 class StatefulDataLoaderAdapter:
     name = "torchdata"
     primed_ok = False  # documented: load_state_dict applies to the NEXT iterator requested
-    _common = {"size": (5, 1, 2, 6, 7), "batch": (1, 2, 3), "drop_last": (False, True), "workers": (0, 0, 0, 2),
-               "persistent": (False, True), "epochs": (1, 2, 3), "data_seed": (0, 1)}
+    _common = {
+        "size": (5, 1, 2, 6, 7),
+        "batch": (1, 2, 3),
+        "drop_last": (False, True),
+        "workers": (0, 0, 0, 2),
+        "persistent": (False, True),
+        "epochs": (1, 2, 3),
+        "data_seed": (0, 1),
+    }
     space = {"variant": {
         "map": {**_common, "shuffle": (False, True), "seed": (0, 1)},
         "map-gen": {**_common, "shuffle": (True, False), "seed": (0, 1)},
@@ -294,8 +301,17 @@ class _NodesRun(_SDLRun):
 class NodesAdapter:
     name = "torchdata-nodes"
     primed_ok = False
-    space = {"size": (5, 1, 2, 6, 7), "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True),
-             "workers": (1, 2), "buffer": (0, 2), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+    space = {
+        "size": (5, 1, 2, 6, 7),
+        "shuffle": (False, True),
+        "batch": (1, 2, 3),
+        "drop_last": (False, True),
+        "workers": (1, 2),
+        "buffer": (0, 2),
+        "epochs": (1, 2, 3),
+        "seed": (0, 1),
+        "data_seed": (0, 1),
+    }
 
     def available(self) -> str | None:
         return unavailable("torchdata.nodes", hint="pip install -e '.[peers]' (see README)")
@@ -330,8 +346,9 @@ class NodesAdapter:
                    else SequentialSampler(ds))
         node: Any = nodes.SamplerWrapper(sampler)
         # the same graph for every worker count (a Mapper for 0 would be another graph, another state)
-        node = nodes.ParallelMapper(node, map_fn=ds.__getitem__, num_workers=max(cfg.workers, 1), in_order=True,
-                                    method="thread")
+        node = nodes.ParallelMapper(
+            node, map_fn=ds.__getitem__, num_workers=max(cfg.workers, 1), in_order=True, method="thread"
+        )
         node = nodes.Batcher(node, batch_size=cfg.batch, drop_last=cfg.drop_last)
         if cfg.buffer:
             node = nodes.Prefetcher(node, prefetch_factor=cfg.buffer)

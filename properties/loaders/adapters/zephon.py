@@ -125,7 +125,9 @@ class ZephonAdapter:
         p = Pipeline(src)
         if cfg.buffer:
             p = p.shuffle(cfg.buffer, seed=cfg.seed + epoch)
-        runner = {"runner": "inline"} if cfg.workers == 0 else {"runner": "threads", "max_workers": cfg.workers}
+        runner = (
+            {"runner": "inline"} if cfg.workers == 0 else {"runner": "threads", "max_workers": cfg.workers}
+        )
         return p.options(canonical_replicas=2, **runner)
 
     def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:

@@ -28,6 +28,8 @@ if __name__ == "__main__":
     print("delivered:", len(delivered), delivered)
     print("num_samples_yielded:", state["num_samples_yielded"], "current_epoch:", state["current_epoch"])
     if state["num_samples_yielded"] != len(delivered):
-        print(f"FAIL: the loader counts {state['num_samples_yielded']} samples, {len(delivered)} were delivered")
+        print(
+            f"FAIL: the loader counts {state['num_samples_yielded']} samples, {len(delivered)} were delivered"
+        )
         sys.exit(1)
     print("ok")

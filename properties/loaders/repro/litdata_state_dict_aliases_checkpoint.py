@@ -37,7 +37,9 @@ if __name__ == "__main__":
     print("aliased:", again["dataset"] is checkpoint["dataset"])
     changed = [f"dataset.{k}: {kept['dataset'][k]!r} -> {checkpoint['dataset'][k]!r}"
                for k in kept["dataset"] if kept["dataset"][k] != checkpoint["dataset"].get(k)]
-    changed += [f"{k}: {kept[k]!r} -> {checkpoint[k]!r}" for k in kept if k != "dataset" and kept[k] != checkpoint[k]]
+    changed += [
+        f"{k}: {kept[k]!r} -> {checkpoint[k]!r}" for k in kept if k != "dataset" and kept[k] != checkpoint[k]
+    ]
     print("the first checkpoint after state_dict() on the restored loader:", changed or "unchanged")
     if changed:
         print("FAIL: state_dict() wrote into the checkpoint that was loaded")

@@ -77,7 +77,18 @@ class _ReferenceLanes:
 
 
 class ChunkDispatcher:
-    __slots__ = ("_cids", "_datasets", "_done", "_gen", "_gets", "_ids", "_plans", "_queues", "_starts", "_tok")
+    __slots__ = (
+        "_cids",
+        "_datasets",
+        "_done",
+        "_gen",
+        "_gets",
+        "_ids",
+        "_plans",
+        "_queues",
+        "_starts",
+        "_tok",
+    )
 
     def __init__(self, source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
                  pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> None:
@@ -88,7 +99,9 @@ class ChunkDispatcher:
         self._starts = list(starts) if starts is not None else [0] * lanes  # per lane: chunks to skip
         self._datasets, self._ids, self._tok = datasets, ids, pretokenize
         self._gets = {did: d.get for did, d in datasets.items()}  # dataset id -> its row reader
-        self._plans: dict[tuple[tuple[str, int], ...], tuple[Callable[[list[Any]], Any], tuple[int, ...]]] = {}
+        self._plans: dict[
+            tuple[tuple[str, int], ...], tuple[Callable[[list[Any]], Any], tuple[int, ...]]
+        ] = {}
         self._done = False
 
     @property
@@ -193,8 +206,15 @@ class _Feed:
         return self._d._cids[self._lane]
 
 
-def lane_feeds(source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
-               pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> list[_Feed]:
+def lane_feeds(
+    source: Any,
+    lanes: int,
+    *,
+    datasets: Mapping[int, Any],
+    ids: Mapping[str, int],
+    pretokenize: tuple[str, WordIds] | None = None,
+    starts: Sequence[int] | None = None,
+) -> list[_Feed]:
     """One chunk feed per lane (``next_chunk() -> (documents, mixture) | None``), in lane order;
     lane ``i`` starts at its chunk ``starts[i]`` (the earlier ones are produced, not read)."""
     d = ChunkDispatcher(source, lanes, datasets=datasets, ids=ids, pretokenize=pretokenize, starts=starts)

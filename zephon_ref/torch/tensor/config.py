@@ -24,8 +24,18 @@ from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
-__all__ = ["REFUSED_KNOBS", "BatchSpec", "MapSpec", "MixtureSpec", "PackSpec", "ShuffleSpec", "TensorPlan", "TokenizeSpec",
-           "UnsupportedKnob", "compile_chain"]
+__all__ = [
+    "REFUSED_KNOBS",
+    "BatchSpec",
+    "MapSpec",
+    "MixtureSpec",
+    "PackSpec",
+    "ShuffleSpec",
+    "TensorPlan",
+    "TokenizeSpec",
+    "UnsupportedKnob",
+    "compile_chain",
+]
 
 #: What the tensor implementation refuses (see docs/tensor.md); everything else in the
 #: supported operators is reproduced exactly.
@@ -178,12 +188,25 @@ def _tokenize(kw: Mapping[str, Any]) -> TokenizeSpec:
         raise ConfigError(expected("tokenize max_length", "an int when split_long_samples=True", None))
     if not split and max_length is not None:
         raise _refuse("tokenize(max_length without split_long_samples)", max_length)
-    return TokenizeSpec(field, max_length, split, tok, _int("tokenize max_batch", kw.get("max_batch", 64), minimum=1))
+    return TokenizeSpec(
+        field, max_length, split, tok, _int("tokenize max_batch", kw.get("max_batch", 64), minimum=1)
+    )
 
 
 def _pack(kw: Mapping[str, Any]) -> PackSpec:
-    _only("pack_sequences", kw, {"max_length", "num_bins", "algorithm", "flush_strategy", "min_sequence_length",
-                                 "max_sequences_per_bin", "drop_oversized"})
+    _only(
+        "pack_sequences",
+        kw,
+        {
+            "max_length",
+            "num_bins",
+            "algorithm",
+            "flush_strategy",
+            "min_sequence_length",
+            "max_sequences_per_bin",
+            "drop_oversized",
+        },
+    )
     algorithm = kw.get("algorithm", "first_fit")
     if algorithm not in ("first_fit", "best_fit"):
         raise _refuse("pack_sequences(algorithm)", algorithm)
@@ -226,8 +249,9 @@ def _ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_ope
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigTypeError(expected(name, "a number", value))
     if not ((value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)):
-        raise ConfigError(expected(name, f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}",
-                                   value))
+        raise ConfigError(
+            expected(name, f"a number in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}", value)
+        )
     return float(value)
 
 
@@ -254,11 +278,15 @@ def _mixture(kw: Mapping[str, Any]) -> MixtureSpec:
         pairs = tuple(out)
     return MixtureSpec(
         max_buffer_size=_int("max_buffer_size", kw.get("max_buffer_size", 1000), minimum=1, allow_none=True),
-        drain_target_ratio=_ratio("drain_target_ratio", kw.get("drain_target_ratio", 0.8), 0, 1, lo_open=True,
-                                  hi_open=True),
-        obsolete_drain_rate=_ratio("obsolete_drain_rate", kw.get("obsolete_drain_rate", 0.1), 0, 1, lo_open=False,
-                                   hi_open=False),
-        by_samples=weight_by == "samples", mixture=pairs)
+        drain_target_ratio=_ratio(
+            "drain_target_ratio", kw.get("drain_target_ratio", 0.8), 0, 1, lo_open=True, hi_open=True
+        ),
+        obsolete_drain_rate=_ratio(
+            "obsolete_drain_rate", kw.get("obsolete_drain_rate", 0.1), 0, 1, lo_open=False, hi_open=False
+        ),
+        by_samples=weight_by == "samples",
+        mixture=pairs,
+    )
 
 
 def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mapping[str, Any]) -> TensorPlan:
@@ -287,8 +315,13 @@ def compile_chain(chain: Sequence[tuple[str, Mapping[str, Any]]], options: Mappi
     packs = [s for s in stages if isinstance(s, PackSpec)]
     kinds = [type(s).__name__ for s in stages]
     record_level = [isinstance(s, (MapSpec, TokenizeSpec)) for s in stages]
-    if len(packs) > 1 or record_level != sorted(record_level, reverse=True) or (
-            packs and any(isinstance(s, (ShuffleSpec, MixtureSpec)) for s in stages[:stages.index(packs[0])])):
+    if (
+        len(packs) > 1
+        or record_level != sorted(record_level, reverse=True)
+        or (
+            packs and any(isinstance(s, (ShuffleSpec, MixtureSpec)) for s in stages[: stages.index(packs[0])])
+        )
+    ):
         raise _refuse("operator order (record-level operators first, at most one pack_sequences, before any "
                       "shuffle)", kinds)
     for key in sorted(options):

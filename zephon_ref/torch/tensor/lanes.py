@@ -52,8 +52,13 @@ def _texts(f: str, docs: list[Doc]) -> list[str]:
             raise ConfigError(expected("tokenize input", "a payload with a text field", "token ids"))
         if isinstance(payload, Mapping):
             if f not in payload:
-                raise ConfigError(expected(f"payload of sample {tuple(d[0])!r}",
-                                           f"a {f!r} field (have {sorted(map(repr, payload))})", "no such field"))
+                raise ConfigError(
+                    expected(
+                        f"payload of sample {tuple(d[0])!r}",
+                        f"a {f!r} field (have {sorted(map(repr, payload))})",
+                        "no such field",
+                    )
+                )
             text = payload[f]
         else:
             text = str(payload)

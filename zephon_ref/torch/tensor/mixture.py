@@ -48,7 +48,9 @@ class Deficits:
 
     def __init__(self, target: Mapping[int, float]) -> None:
         total = sum(w for w in target.values() if w > 0)
-        self.target: dict[int, float] = {k: w / total for k, w in target.items() if w > 0} if total > 0 else {}
+        self.target: dict[int, float] = (
+            {k: w / total for k, w in target.items() if w > 0} if total > 0 else {}
+        )
         self.order = sorted(self.target)
         self.keys = list(self.order)  # the target's keys in tie-break order
         self.emitted: dict[int, float] = {}
@@ -110,7 +112,9 @@ class PackTable:
     def append(self, unit: Any, contrib: dict[int, float]) -> None:
         width = self.width
         if len(contrib) > width:
-            raise UnsupportedKnob(expected("ensure_mixture pack", f"at most {width} components", len(contrib)))
+            raise UnsupportedKnob(
+                expected("ensure_mixture pack", f"at most {width} components", len(contrib))
+            )
         cols = self.cols
         row_c, row_w = [0] * width, [0.0] * width
         for j, (c, w) in enumerate(contrib.items()):
@@ -228,23 +232,32 @@ class MixtureLane:
             return tokens
         d = docs[0]
         if d[6] is None:
-            raise ConfigError(expected(f"payload of sample {d[0]!r} for ensure_mixture", "a token field", d[7]))
+            raise ConfigError(
+                expected(f"payload of sample {d[0]!r} for ensure_mixture", "a token field", d[7])
+            )
         return {d[3]: float(len(d[6])) * (1 / 1)}
 
     def _set_target(self, target: dict[int, float] | None) -> None:
         prev = None if self.swrr is None else set(self.swrr.target)
         if target is None:
             if prev is not None:
-                raise UnsupportedKnob(expected("ensure_mixture target", "a fixed set of components", "no target"))
+                raise UnsupportedKnob(
+                    expected("ensure_mixture target", "a fixed set of components", "no target")
+                )
             return
         filtered = {c: w for c, w in target.items() if w > 0}
         if self.swrr is None:
             self.swrr = Deficits(filtered)
         else:
             if set(filtered) != prev:
-                raise UnsupportedKnob(expected("ensure_mixture target", f"the components {sorted(prev or ())} "
-                                               "(a change of the component set is not implemented)",
-                                               sorted(filtered)))
+                raise UnsupportedKnob(
+                    expected(
+                        "ensure_mixture target",
+                        f"the components {sorted(prev or ())} "
+                        "(a change of the component set is not implemented)",
+                        sorted(filtered),
+                    )
+                )
             self.swrr.update(filtered)
 
     def _buffer(self, unit: Any, contrib: dict[int, float]) -> None:
@@ -257,15 +270,26 @@ class MixtureLane:
                     q = self.st_singles[c] = deque()
                 q.append((unit, contrib))
                 return
-        elif target is None or target.keys() >= contrib.keys() or (
-                any(c in target for c in contrib) and not any(w > 0 and c not in target for c, w in contrib.items())):
+        elif (
+            target is None
+            or target.keys() >= contrib.keys()
+            or (
+                any(c in target for c in contrib)
+                and not any(w > 0 and c not in target for c, w in contrib.items())
+            )
+        ):
             self.st_packs.append(unit, contrib)
             counts = self.st_pack_counts
             for c in contrib:
                 counts[c] = counts.get(c, 0) + 1
             return
-        raise UnsupportedKnob(expected("ensure_mixture unit", "components within the target (obsolete records "
-                                       "are not implemented)", sorted(contrib)))
+        raise UnsupportedKnob(
+            expected(
+                "ensure_mixture unit",
+                "components within the target (obsolete records are not implemented)",
+                sorted(contrib),
+            )
+        )
 
     # -- push / emit ----------------------------------------------------------------------------
     def push(self, units: list[Any], out: list[Any]) -> None:
@@ -336,7 +360,11 @@ class MixtureLane:
         if not has_ideal:
             available = {c for c, q in singles.items() if q}
             if available:
-                chosen = swrr.best([k for k in swrr.order if k in available and k in swrr.target]) if swrr else None
+                chosen = (
+                    swrr.best([k for k in swrr.order if k in available and k in swrr.target])
+                    if swrr
+                    else None
+                )
                 if chosen is None:
                     chosen = min(available)
                 return self._finish(singles[chosen].popleft())

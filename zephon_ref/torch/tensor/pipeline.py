@@ -92,7 +92,9 @@ class TensorPipeline:
         desc = {"chain": _describe([(m, dict(kw)) for m, kw in chain]), "lanes": self.plan.canonical_replicas,
                 "k": self.plan.k,
                 "source": _describe(source.clone_for_lane(0, self.plan.canonical_replicas).state_dict())}
-        self.fingerprint = hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=16).hexdigest()
+        self.fingerprint = hashlib.blake2b(
+            json.dumps(desc, sort_keys=True).encode(), digest_size=16
+        ).hexdigest()
         self._lane_counts = [0] * self.plan.canonical_replicas
         self._next_lane = 0
         #: per lane, where its stream resumes: (flush epoch, units of that epoch already delivered)
@@ -103,8 +105,13 @@ class TensorPipeline:
             if len(mixes) > 1:
                 raise UnsupportedKnob(expected("ensure_mixture", "at most one", len(mixes)))
             if source.continues_after_exhaustion():
-                raise UnsupportedKnob(expected("work source with ensure_mixture", "no redistributing component",
-                                               sorted(source.continues_after_exhaustion())))
+                raise UnsupportedKnob(
+                    expected(
+                        "work source with ensure_mixture",
+                        "no redistributing component",
+                        sorted(source.continues_after_exhaustion()),
+                    )
+                )
             comp = dict(source.component_ids())
             if mixes[0].mixture is not None:
                 by_id: dict[int, float] = {}
@@ -141,8 +148,13 @@ class TensorPipeline:
             for i in range(n):
                 x = next(s, None)
                 if x is None:
-                    raise StateMismatchError(expected(f"lane {lane} restored position", f"{n} delivered items of "
-                                                      "this configuration's lane stream", f"a stream of {i} items"))
+                    raise StateMismatchError(
+                        expected(
+                            f"lane {lane} restored position",
+                            f"{n} delivered items of this configuration's lane stream",
+                            f"a stream of {i} items",
+                        )
+                    )
             last.append(x)
         return last
 
@@ -198,7 +210,9 @@ class TensorPipeline:
         C = self.plan.canonical_replicas
         keys = {"format", "fingerprint", "lane_delivered", "lane_resume", "next_lane"}
         if not isinstance(state, Mapping) or set(state) != keys:
-            raise StateFormatError(expected("tensor checkpoint", f"a mapping with keys {sorted(keys)}", state))
+            raise StateFormatError(
+                expected("tensor checkpoint", f"a mapping with keys {sorted(keys)}", state)
+            )
         if state["format"] != FORMAT:
             raise StateFormatError(expected("tensor checkpoint format", FORMAT, state["format"]))
         if state["fingerprint"] != self.fingerprint:
@@ -217,8 +231,9 @@ class TensorPipeline:
                     and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in p))
 
         if not isinstance(resume, list) or len(resume) != C or not all(_pos(p) for p in resume):
-            raise StateFormatError(expected("tensor checkpoint lane_resume", f"{C} pairs [epoch, units] of ints >= 0",
-                                            resume))
+            raise StateFormatError(
+                expected("tensor checkpoint lane_resume", f"{C} pairs [epoch, units] of ints >= 0", resume)
+            )
         positions = [(int(p[0]), int(p[1])) for p in resume]
         # each lane's resume point is checked now (its flush epoch is run up to the point): a
         # position past a lane's end is refused before anything changes
@@ -248,12 +263,22 @@ class TensorPipeline:
             fresh = self.source.clone_for_lane(lane, C).state_dict()
             got = ws.get(lane)
             if not isinstance(got, Mapping) or set(got) != set(fresh):
-                raise StateMismatchError(expected(f"lane {lane} work-source state", f"the keys {sorted(fresh)}",
-                                                  sorted(got) if isinstance(got, Mapping) else got))
+                raise StateMismatchError(
+                    expected(
+                        f"lane {lane} work-source state",
+                        f"the keys {sorted(fresh)}",
+                        sorted(got) if isinstance(got, Mapping) else got,
+                    )
+                )
             for key in sorted(fresh):
                 if key not in schema.SOURCE_RESTORABLE_KEYS and got[key] != fresh[key]:
-                    raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
-                                                      "configuration's source)", got[key]))
+                    raise StateMismatchError(
+                        expected(
+                            f"lane {lane} work-source {key!r}",
+                            f"{fresh[key]!r} (this configuration's source)",
+                            got[key],
+                        )
+                    )
         counts = [int(emitted.get(lane, 0)) for lane in range(C)]
         rr = state.get("rr_next_idx") or {}
         key = f"0/1:{','.join(map(str, range(C)))}"
@@ -270,6 +295,12 @@ class TensorPipeline:
             recs = recs.records if hasattr(recs, "records") else (recs,)
             mine = max(r.meta.cursor for r in recs) if monotone else recs[-1].meta.cursor
             if raw is None or SampleCursor.from_key(raw).as_key() != mine.as_key():
-                raise StateMismatchError(expected(f"lane {lane} replay cursor", f"{mine.as_key()} (the cursor of "
-                                                  f"this configuration's item {counts[lane]} of the lane)", raw))
+                raise StateMismatchError(
+                    expected(
+                        f"lane {lane} replay cursor",
+                        f"{mine.as_key()} (the cursor of "
+                        f"this configuration's item {counts[lane]} of the lane)",
+                        raw,
+                    )
+                )
         return counts, start, resume

@@ -68,7 +68,9 @@ def _pack_record(lane: int, pack: tuple[tuple[Doc, ...], tuple[bool, ...]], max_
     tags = {TAG_PACKING_METADATA: {"num_sequences": len(docs), "total_length": total,
                                    "packing_efficiency": total / max_length, "padding_length": None},
             TAG_CONTRIBUTORS: tuple(refs)}
-    meta = SampleMeta(SampleId(*first[0]), lane, first[1], first[2], samples, tokens or None, (*first[4], 0), tags)
+    meta = SampleMeta(
+        SampleId(*first[0]), lane, first[1], first[2], samples, tokens or None, (*first[4], 0), tags
+    )
     return SampleRecord(meta, {"packed_samples": [_payload(d) for d in docs]})
 
 

@@ -58,10 +58,30 @@ Chunk = tuple[int, dict[str, list[SamplePointer]], dict[str, float]]
 class _Cursor:
     """One dataset's ``(epoch, position)`` over its epoch order (shard segments)."""
 
-    __slots__ = ("base_seed", "counts", "dataset_id", "epoch", "ids", "position", "segments", "shuffle", "total")
+    __slots__ = (
+        "base_seed",
+        "counts",
+        "dataset_id",
+        "epoch",
+        "ids",
+        "position",
+        "segments",
+        "shuffle",
+        "total",
+    )
 
-    def __init__(self, dataset_id: int, ids: Sequence[int], counts: Sequence[int], *, seed: int, shuffle: bool,
-                 epoch: int, position: int, reshuffle: bool) -> None:
+    def __init__(
+        self,
+        dataset_id: int,
+        ids: Sequence[int],
+        counts: Sequence[int],
+        *,
+        seed: int,
+        shuffle: bool,
+        epoch: int,
+        position: int,
+        reshuffle: bool,
+    ) -> None:
         self.dataset_id, self.ids, self.counts = dataset_id, list(ids), list(counts)
         self.base_seed, self.shuffle = seed, shuffle
         self.total = sum(self.counts)
@@ -97,7 +117,9 @@ class _Cursor:
         for start, shard, count in self.segments:
             a, b = max(lo, start), min(hi, start + count)
             if a < b:
-                out.extend(zip(repeat(did, b - a), repeat(shard, b - a), range(a - start, b - start), strict=True))
+                out.extend(
+                    zip(repeat(did, b - a), repeat(shard, b - a), range(a - start, b - start), strict=True)
+                )
         self.position = hi
         return out
 
@@ -105,8 +127,22 @@ class _Cursor:
 class GlobalChunks:
     """The global chunk sequence of one source configuration, one chunk per :meth:`next`."""
 
-    __slots__ = ("acc", "caps", "chunk_size", "cursors", "g", "lanes", "modulo", "names", "policy", "reshuffle",
-                 "sap", "seed", "weights", "_perm")
+    __slots__ = (
+        "acc",
+        "caps",
+        "chunk_size",
+        "cursors",
+        "g",
+        "lanes",
+        "modulo",
+        "names",
+        "policy",
+        "reshuffle",
+        "sap",
+        "seed",
+        "weights",
+        "_perm",
+    )
 
     def __init__(self, state: Mapping[str, Any], datasets: Mapping[str, Any], lanes: int) -> None:
         self.names: list[str] = list(state["component_order"])
@@ -193,8 +229,10 @@ class GlobalChunks:
                     return None
                 if k > cur.total:
                     self.acc = saved
-                    raise ContractError(f"dataset {n!r} ({cur.total} samples) drew a quota of {k} in one chunk: "
-                                        "more than a full pass, so a repeat cannot fill it")
+                    raise ContractError(
+                        f"dataset {n!r} ({cur.total} samples) drew a quota of {k} in one chunk: "
+                        "more than a full pass, so a repeat cannot fill it"
+                    )
                 cur.reset(reshuffle=self.reshuffle[n])
                 self.acc = saved
                 retry = True

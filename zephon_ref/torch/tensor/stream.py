@@ -168,9 +168,17 @@ def _cascade(stages: list[Any], batch: list[Any], flush: bool, sources: list[boo
     return [x for x in batch if x is not TOMB] if tombs and TOMB in batch else batch
 
 
-def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture: dict[int, float] | None = None,
-               words: dict[int, WordIds] | None = None, *, start: tuple[int, int] = (0, 0),
-               where: list[int] | None = None) -> Iterator[Item]:
+def lane_items(
+    plan: TensorPlan,
+    lane: int,
+    feed: Any,
+    components: int,
+    mixture: dict[int, float] | None = None,
+    words: dict[int, WordIds] | None = None,
+    *,
+    start: tuple[int, int] = (0, 0),
+    where: list[int] | None = None,
+) -> Iterator[Item]:
     """One lane's items; ``feed.next_chunk()`` gives the lane's chunks as ``(documents, mixture)``.
 
     ``start = (e, u)``: begin at flush epoch ``e`` (the feed is positioned at the lane's chunk
@@ -179,7 +187,9 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
     that delivered up to that unit stopped.  Before each item is yielded, ``where`` is set to the
     position right after it (the ``start`` to resume from)."""
     chunk_mixtures: dict[int, Any] = {}
-    stages = _stages(plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components)
+    stages = _stages(
+        plan, lane, mixture, chunk_mixtures, word_tables(plan) if words is None else words, components
+    )
     sources = _tombstone_sources(stages)
     batch = plan.batch
     size = batch.microbatch_size if batch is not None else 1
@@ -232,8 +242,13 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
                 yield lane, g
             pending = []
             if skip:
-                raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush "
-                                                  f"epoch {epoch}", f"an epoch of {units} units"))
+                raise StateMismatchError(
+                    expected(
+                        f"lane {lane} resume position",
+                        f"{units + skip} units in flush epoch {epoch}",
+                        f"an epoch of {units} units",
+                    )
+                )
             if not drop_last and group:
                 where[0], where[1] = epoch, units
                 yield lane, tuple(group)
@@ -243,14 +258,22 @@ def lane_items(plan: TensorPlan, lane: int, feed: Any, components: int, mixture:
             epoch, units = epoch + 1, 0
     seen = getattr(feed, "position", cid)  # the lane's chunks, skipped ones included
     if k and seen < start[0] * k:
-        raise StateMismatchError(expected(f"lane {lane} resume epoch", f"at most {seen // k} (the lane has {seen} "
-                                          "chunks)", start[0]))
+        raise StateMismatchError(
+            expected(
+                f"lane {lane} resume epoch", f"at most {seen // k} (the lane has {seen} chunks)", start[0]
+            )
+        )
     for g, u in collect(_cascade(stages, pending, True, sources)):
         where[0], where[1] = epoch, u
         yield lane, g
     if skip:
-        raise StateMismatchError(expected(f"lane {lane} resume position", f"{units + skip} units in flush epoch "
-                                          f"{epoch}", f"an epoch of {units} units"))
+        raise StateMismatchError(
+            expected(
+                f"lane {lane} resume position",
+                f"{units + skip} units in flush epoch {epoch}",
+                f"an epoch of {units} units",
+            )
+        )
     if group and not drop_last:
         where[0], where[1] = epoch, units
         yield lane, tuple(group)

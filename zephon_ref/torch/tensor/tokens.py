@@ -219,8 +219,12 @@ class WordIds:
             return None
         raw = joined.encode("ascii")
         scratch = _SCRATCH
-        word = np.take(_WORD_LUT, np.frombuffer(raw, dtype=np.uint8), out=scratch.get("word", len(raw), np.bool_),
-                       mode="clip")
+        word = np.take(
+            _WORD_LUT,
+            np.frombuffer(raw, dtype=np.uint8),
+            out=scratch.get("word", len(raw), np.bool_),
+            mode="clip",
+        )
         change = np.not_equal(word[1:], word[:-1], out=scratch.get("change", len(raw) - 1, np.bool_))
         # the raw buffer starts and ends with whitespace, so the edges alternate (rise, fall, ...)
         edges = _nonzero(change, scratch)
@@ -248,7 +252,11 @@ class WordIds:
                 sel, m, glen, part = None, n, lens, acc
             top = min(8, maxlen - 8 * g)
             if int(glen.min()) < 8:  # mask the bytes before a short word's start
-                idx = glen if top == maxlen - 8 * g else np.minimum(glen, 8, out=scratch.get("cap8", m, np.int64))
+                idx = (
+                    glen
+                    if top == maxlen - 8 * g
+                    else np.minimum(glen, 8, out=scratch.get("cap8", m, np.int64))
+                )
                 key &= np.take(_KEEP, idx, out=scratch.get("keep", m, np.uint64), mode="clip")
             quarters = key.view("<u2").reshape(m, 4)
             index = scratch.get("quarter", m, np.intp)  # take's own index type: no converted copy
@@ -261,7 +269,9 @@ class WordIds:
                     np.take(_pair_table(g, k), index, out=part, mode="clip")
                     first = False
                 else:
-                    part ^= np.take(_pair_table(g, k), index, out=scratch.get("look", m, np.uint32), mode="clip")
+                    part ^= np.take(
+                        _pair_table(g, k), index, out=scratch.get("look", m, np.uint32), mode="clip"
+                    )
             if sel is None:
                 crc ^= part
             else:
