@@ -21,6 +21,7 @@ from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.cli import main as ckpt_main
 from zephon_ref.checkpoint.schema import (
     LANE_FIELDS,
+    LANE_FIELDS_PRESENT,
     MANIFEST_MAGIC,
     decode_manifest,
     manifest_file_name,
@@ -155,28 +156,55 @@ def test_moved_directory_still_loads(tmp_path: Path) -> None:
     assert store.load(tmp_path / "there") == s
 
 
+def _broken(change: str) -> Any:
+    """A real 2-lane state with one thing wrong (the store's check is state.validate, the one validator)."""
+    s = _state(1, canonical_replicas=2)
+    if change == "not a dict":
+        return list(s)
+    if change == "version":
+        s["version"] = 9
+    elif change == "canonical_replicas":
+        s["world"] = {**s["world"], "canonical_replicas": 0}
+    elif change == "lane out of range":
+        s["progress"] = {**s["progress"], 2: s["progress"][0]}
+    elif change == "duplicate lane":
+        s["progress"] = {**s["progress"], "0": s["progress"][0]}
+    elif change == "negative count":
+        s["lane_emitted"] = {**s["lane_emitted"], 0: -1}
+    elif change == "reserved key":
+        s[LANE_FIELDS_PRESENT] = []
+    elif change == "not finite":
+        s["work_source"] = {1.5: float("nan")}
+    return s
+
+
 @pytest.mark.parametrize(
-    "bad, match",
+    "change, match",
     [
-        ([], "a dict"),
-        ({"version": 9, "world": {"canonical_replicas": 1}}, "version"),
-        ({"version": 2, "world": {"canonical_replicas": 0}}, "canonical_replicas"),
-        ({"version": 2, "world": {"canonical_replicas": 2}, "progress": {2: {}}}, r"\[0, 2\)"),
-        ({"version": 2, "world": {"canonical_replicas": 2}, "progress": {0: 1, "0": 2}}, "unique"),
-        ({"version": 2, "world": {"canonical_replicas": 2}, "lane_emitted": {0: -1}}, ">= 0"),
-        ({"version": 2, "world": {"canonical_replicas": 1}, "work_source": {1.5: float("nan")}}, "finite"),
+        ("not a dict", "a mapping"),
+        ("version", "schema/version"),
+        ("canonical_replicas", "canonical_replicas"),
+        ("lane out of range", r"\[0, 2\)"),
+        ("duplicate lane", "unique"),
+        ("negative count", ">= 0"),
+        ("reserved key", "__lane_fields_present__"),
+        ("not finite", "finite"),
     ],
 )
-def test_bad_state_refused_before_any_file(tmp_path: Path, bad: Any, match: str) -> None:
+def test_bad_state_refused_before_any_file(tmp_path: Path, change: str, match: str) -> None:
+    bad = _broken(change)
+    before = repr(bad)
     with pytest.raises(StateFormatError, match=match):
         store.save(bad, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+    assert repr(bad) == before  # the refusal changed nothing
 
 
 def test_digit_string_lane_keys_are_normalised(tmp_path: Path) -> None:
-    s = {"version": 2, "world": {"canonical_replicas": 3}, "progress": {"2": {"chunk_id": 1, "offset": 0}}}
-    store.save(s, tmp_path)
-    assert store.load(tmp_path)["progress"] == {2: {"chunk_id": 1, "offset": 0}}
+    s = _state(2, canonical_replicas=3)
+    as_json = {**s, "progress": {str(k): v for k, v in s["progress"].items()}}
+    store.save(as_json, tmp_path)
+    assert store.load(tmp_path)["progress"] == s["progress"]
 
 
 # ---------------------------------------------------------------- refusals

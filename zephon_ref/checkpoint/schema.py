@@ -363,59 +363,19 @@ _MANIFEST_KEYS = (
 # ---------------------------------------------------------------- state split / join
 
 
-def _lane_key(raw: Any, field: str, c: int) -> int:
-    return state_schema.lane_key(raw, f"lane key of {field!r}", c)
-
-
 def validate_state(state: Any, *, fingerprint: str | None = None) -> tuple[int, int, str | None]:
-    """Check the shape the store relies on; return (engine_version, C, fingerprint).
+    """The store's use of the one validator: :func:`zephon_ref.state.validate` (shape, lanes,
+    per-lane entries; a partial state holding some lanes is accepted), then the ``fingerprint``
+    keyword of ``save()`` against the state's own.  Return (engine_version, C, fingerprint).
 
-    Raises StateFormatError / ConfigError-like typed errors; never mutates ``state``.
+    Raises what ``state.validate`` raises (StateFormatError / StateMismatchError) or
+    StateFormatError for a disagreeing keyword; never mutates ``state``.
     """
-    if not isinstance(state, dict):
-        raise StateFormatError(expected("checkpoint state", "a dict", type(state).__name__))
-    for k in state:
-        if not isinstance(k, str):
-            raise StateFormatError(expected("top-level state key", "a str", k))
-    if LANE_FIELDS_PRESENT in state:
-        raise StateFormatError(expected("top-level state key", "not the reserved name", LANE_FIELDS_PRESENT))
-    version = state.get("version")
-    if type(version) is not int or version not in KNOWN_ENGINE_VERSIONS:
-        raise StateFormatError(expected("state 'version'", f"one of {KNOWN_ENGINE_VERSIONS}", version))
-    world = state.get("world")
-    if not isinstance(world, dict):
-        raise StateFormatError(expected("state 'world'", "a dict", type(world).__name__))
-    c = world.get("canonical_replicas")
-    if type(c) is not int or c < 1:
-        raise StateFormatError(expected("world 'canonical_replicas'", "an int >= 1", c))
-    rid = state.get("last_round_id")
-    if rid is not None and not isinstance(rid, str):
-        raise StateFormatError(expected("state 'last_round_id'", "a str or None", rid))
-    rc = state.get("checkpoint_reload_count", 0)
-    if type(rc) is not int or rc < 0:
-        raise StateFormatError(expected("state 'checkpoint_reload_count'", "an int >= 0", rc))
-    for field in LANE_FIELDS:
-        if field in state:
-            sub = state[field]
-            if not isinstance(sub, dict):
-                raise StateFormatError(
-                    expected(f"state {field!r}", "a dict keyed by lane", type(sub).__name__)
-                )
-            seen: set[int] = set()
-            for raw in sub:
-                lane = _lane_key(raw, field, c)
-                if lane in seen:
-                    raise StateFormatError(expected(f"lane keys of {field!r}", "unique lanes", raw))
-                seen.add(lane)
-    for lane_raw, n in state.get("lane_emitted", {}).items():
-        if type(n) is not int or n < 0:
-            raise StateFormatError(expected(f"lane_emitted[{lane_raw!r}]", "an int >= 0", n))
-    inner_fp = state.get("fingerprint")
-    if inner_fp is not None and not isinstance(inner_fp, str):
-        raise StateFormatError(expected("state 'fingerprint'", "a str or None", inner_fp))
+    c = state_schema.validate(state)
+    inner_fp = state["fingerprint"]
     if fingerprint is not None and inner_fp is not None and fingerprint != inner_fp:
         raise StateFormatError(expected("fingerprint keyword", f"the state's own {inner_fp!r}", fingerprint))
-    return version, c, fingerprint if fingerprint is not None else inner_fp
+    return int(state["version"]), c, fingerprint if fingerprint is not None else inner_fp
 
 
 def capture_of(state: Mapping[str, Any]) -> Capture:

@@ -104,6 +104,7 @@ from zephon_ref.errors import (
     ConfigError,
     PublishConflict,
     StateFormatError,
+    StateMismatchError,
     StorageError,
     expected,
 )
@@ -468,7 +469,7 @@ def _assemble(st: Storage, root: Path, m: Manifest) -> dict[str, Any]:
     # Cross-check the assembled state against what the manifest says it captured.
     try:
         version, c, fp = validate_state(state)
-    except StateFormatError as exc:
+    except (StateFormatError, StateMismatchError) as exc:  # a lane's entries missing: a mismatch
         raise CheckpointCorrupt(f"generation {m.generation}: {exc}", reason="state-malformed") from exc
     # The fingerprint may have come from the save() keyword, so the state need not carry it.
     facts = (version, c, m.fingerprint if fp is None else fp, capture_of(state))
