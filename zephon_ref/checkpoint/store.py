@@ -108,6 +108,7 @@ from zephon_ref.errors import (
     StorageError,
     expected,
 )
+from zephon_ref.narrow import narrowed
 from zephon_ref.storage import Storage
 from zephon_ref.storage import base as _st
 from zephon_ref.storage.posix import PosixStorage
@@ -517,24 +518,13 @@ def load_checkpoint(
     return LoadedCheckpoint(generation=gen, manifest=m, state=_assemble(st, root, m))
 
 
-def load(
-    directory: PathLike,
-    generation: int | None = None,
-    *,
-    expected_fingerprint: str | None = None,
-    expected_canonical_replicas: int | None = None,
-    min_generation: int = 0,
-    storage: Storage | None = None,
-) -> dict[str, Any]:
-    """The state dict of a validated generation; see :func:`load_checkpoint`."""
-    return load_checkpoint(
-        directory,
-        generation,
-        expected_fingerprint=expected_fingerprint,
-        expected_canonical_replicas=expected_canonical_replicas,
-        min_generation=min_generation,
-        storage=storage,
-    ).state
+load = narrowed(
+    load_checkpoint,
+    lambda loaded: loaded.state,
+    name="load",
+    returns="dict[str, Any]",
+    doc="The state dict of a validated generation; see :func:`load_checkpoint`.",
+)
 
 
 def verify_generation(directory: PathLike, generation: int, *, storage: Storage | None = None) -> Manifest:

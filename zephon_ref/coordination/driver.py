@@ -64,6 +64,7 @@ from zephon_ref.coordination.protocol import (
     machine_for,
 )
 from zephon_ref.errors import ConfigError, StateFormatError, expected
+from zephon_ref.narrow import narrowed
 
 __all__ = [
     "RoundResult",
@@ -245,22 +246,12 @@ def _object_store(backend: object) -> bool:
     return isinstance(backend, ObjectStoreBackend)
 
 
-def aggregate(
-    state: Mapping[str, Any],
-    *,
-    backend: Backend | str | os.PathLike[str],
-    rank: int,
-    world_size: int,
-    run_id: str,
-    timeout_s: float,
-    worker: int = 0,
-    round_id: str | None = None,
-    poll_s: float = 0.05,
-    stale_grace_s: float = 30.0,
-    token: str | None = None,
-    warn_mid_window: bool = True,
-) -> dict[str, Any]:
-    """Merge this participant's ``state`` with every other rank's; return the merged state.
+aggregate = narrowed(
+    aggregate_round,
+    lambda result: result.merged,
+    name="aggregate",
+    returns="dict[str, Any]",
+    doc="""Merge this participant's ``state`` with every other rank's; return the merged state.
 
     Every participant (each rank, and each DataLoader worker that owns lanes)
     calls this at the same step with the same ``run_id``; rank 0 worker 0 leads.
@@ -268,21 +259,8 @@ def aggregate(
     ``"torch://"`` / ``"torch://host:port"``.  All waits share ``timeout_s``.
     Raises ConfigError / StateFormatError before any I/O for bad arguments, and
     AggregationError (AggregationTimeout, LeaderFailed) when the round fails.
-    """
-    return aggregate_round(
-        state,
-        backend=backend,
-        rank=rank,
-        world_size=world_size,
-        run_id=run_id,
-        timeout_s=timeout_s,
-        worker=worker,
-        round_id=round_id,
-        poll_s=poll_s,
-        stale_grace_s=stale_grace_s,
-        token=token,
-        warn_mid_window=warn_mid_window,
-    ).merged
+    """,
+)
 
 
 def pipeline_aggregate(
