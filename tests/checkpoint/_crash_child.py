@@ -15,31 +15,18 @@ with a dry run).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 from pathlib import Path
 
 from properties.ckpt_campaigns import CRASH_LANES as C
+from properties.ckpt_campaigns import child_loop, child_race
 from properties.ckpt_campaigns import crash_state as state_for
 from sim.storage import FaultyStorage
 from zephon_ref.checkpoint import store
 
 __all__ = ["C", "state_for"]
-
-
-def _race(directory: str, n: int, seed0: int) -> None:
-    states = [(seed0 + i, state_for(seed0 + i)) for i in range(n)]
-    print("ready", flush=True)
-    assert sys.stdin.readline().strip() == "go"
-    out: list[list[object]] = []
-    for seed, state in states:
-        try:
-            out.append([store.save(state, directory), seed])
-        except Exception as exc:  # reported to the parent, which counts and asserts
-            out.append([f"{type(exc).__name__}:{getattr(exc, 'reason', '')}", seed])
-    print(json.dumps(out), flush=True)
 
 
 def main() -> None:
@@ -48,7 +35,7 @@ def main() -> None:
     if fake:
         os.getpid = lambda: int(fake)
     if mode == "race":
-        _race(directory, n, seed)
+        child_race(directory, n, seed)
         return
     if mode == "step":
         count = 0
@@ -63,12 +50,7 @@ def main() -> None:
         store.save(state, directory, storage=FaultyStorage(after=after))
         print("completed", flush=True)
     else:
-        # Build the first states before the parent's clock starts, so the kill lands in saves.
-        ready = [state_for(seed + i) for i in range(min(n, 24))]
-        print("ready", flush=True)
-        for i in range(n):
-            store.save(ready[i] if i < len(ready) else state_for(seed + i), directory)
-
+        child_loop(directory, n, seed)
 
 if __name__ == "__main__":
     main()

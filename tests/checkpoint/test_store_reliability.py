@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from properties.ckpt_campaigns import race
 from sim.storage import Fault, FaultyStorage
 from zephon_ref.checkpoint import storage as storage_mod
 from zephon_ref.checkpoint import store
@@ -197,23 +198,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _race(d: Path, seeds: list[int], n: int, **env: str) -> list[list[Any]]:
-    procs = [
-        subprocess.Popen([sys.executable, str(CHILD), str(d), "race", str(n), str(s)], env=_env(**env),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for s in seeds
-    ]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results: list[list[Any]] = []
-    for p in procs:
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0
-        results.extend(json.loads(out.strip().splitlines()[-1]))
-    return results
+    return race([subprocess.Popen([sys.executable, str(CHILD), str(d), "race", str(n), str(s)],
+                                  env=_env(**env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for s in seeds])
 
 
 def test_two_concurrent_savers_all_succeed_on_distinct_generations(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from properties.ckpt_campaigns import crash_state
+from properties.ckpt_campaigns import child_loop, child_race, crash_state
 from zephon_ref.checkpoint import s3, store
 
 
@@ -60,25 +60,9 @@ def main() -> None:
         storage.client.meta.events.register("needs-retry.s3", after)  # once per attempt, after its answer
         store.save(crash_state(seed), url)
         print("completed", flush=True)
-    elif mode == "loop":
-        ready = [crash_state(seed + i) for i in range(min(n, 24))]
-        storage.ensure_conditional_writes()
-        print("ready", flush=True)
-        for i in range(n):
-            store.save(ready[i] if i < len(ready) else crash_state(seed + i), url)
-    elif mode == "race":
-        states = [(seed + i, crash_state(seed + i)) for i in range(n)]
-        storage.ensure_conditional_writes()
-        print("ready", flush=True)
-        assert sys.stdin.readline().strip() == "go"
-        out: list[list[object]] = []
-        for sd, state in states:
-            try:
-                out.append([store.save(state, url), sd])
-            except Exception as exc:  # reported to the parent, which counts and asserts
-                out.append([f"{type(exc).__name__}:{getattr(exc, 'reason', '')}", sd])
-        print(json.dumps(out), flush=True)
-
+    elif mode in ("loop", "race"):
+        storage.ensure_conditional_writes()  # the probe's requests before "ready", not in the kill window
+        (child_loop if mode == "loop" else child_race)(url, n, seed)
 
 if __name__ == "__main__":
     main()

@@ -13,16 +13,11 @@ index of a save once, and 3 timed kills.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,9 +25,12 @@ from properties.ckpt_campaigns import (
     Campaign,
     byte_mutations,
     crash_state,
+    race,
     restore_all,
     small_state,
+    step_kill_campaign,
     structural_cases,
+    timed_kill_campaign,
 )
 from zephon_ref.checkpoint import Manifest, store
 from zephon_ref.checkpoint.schema import manifest_file_name
@@ -154,42 +152,21 @@ def _requests_per_save(bucket: str) -> int:
     return int(proc.stdout.split()[-1])
 
 
+def _step_run(url: str, k: int, seed: int) -> tuple[int, str]:
+    proc = _child(url, "step", k, seed)
+    return proc.returncode, proc.stderr
+
+
 def _kill_campaign(bucket: str, runs: int) -> None:
     total = _requests_per_save(bucket)
     # A fresh writer process: probe (put, put, delete), list, 1 + 3 shard puts, list, manifest put.
     assert total == 3 + 1 + 4 + 1 + 1, total
-    manifest_put = total  # from this request on, generation 2 is visible
-    rnd = random.Random(20240611)
-    plan = []
-    for i in range(runs):
-        k = i % total + 1 if i < total else rnd.randint(1, total)
-        url = f"s3://{bucket}/run{i:03d}"
-        store.save(crash_state(1000 + i), url)  # generation 1, complete
-        plan.append((url, k, 5000 + i))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda r: _child(r[0], "step", r[1], r[2]), plan))
-    outcomes = {"killed": 0, "gen1": 0, "gen2": 0, "leftover_objects": 0, "gc_removed": 0}
-    for i, ((url, k, seed), proc) in enumerate(zip(plan, results, strict=True)):
-        assert proc.returncode == -signal.SIGKILL, (k, proc.returncode, proc.stderr[-2000:])
-        outcomes["killed"] += 1
-        want_gen, want_seed = (2, seed) if k >= manifest_put else (1, 1000 + i)
-        assert store.latest_complete_generation(url) == want_gen, (k, url)
-        assert store.load(url) == crash_state(want_seed)
-        assert all(isinstance(r, Manifest) for _, r in store.iter_verify(url))
-        outcomes[f"gen{want_gen}"] += 1
-        prefix = url.split("/", 3)[3]
-        files = S3Files(bucket, prefix)
-        published = store.read_manifest(url, want_gen).shards
-        outcomes["leftover_objects"] += len(files.names()) - (len(published) + 1) * want_gen
-        g = store.save(crash_state(9), url)  # recovery: the next save works, above any leftover
-        assert g > want_gen and store.load(url) == crash_state(9)
-        report = store.gc(url, keep=1)
-        outcomes["gc_removed"] += report.files_before - report.files_after
-        assert files.names() == sorted([e.file_name(g) for e in store.read_manifest(url, g).shards]
-                                       + [manifest_file_name(g)])
-    print(json.dumps({"kill_campaign": "s3: self-kill after HTTP request k", "runs": runs, **outcomes,
-                      "requests_per_save": total, "distinct_steps": len({k for _, k, _ in plan})}))
-    assert len({k for _, k, _ in plan}) == total
+    step_kill_campaign(
+        [f"s3://{bucket}/run{i:03d}" for i in range(runs)], run_step=_step_run,
+        files_for=lambda url: S3Files(bucket, url.split("/", 3)[3]), total_steps=total,
+        visible_from=total,  # the manifest put: from this request on, generation 2 is visible
+        label="s3: self-kill after HTTP request k", step_name="requests_per_save",
+    )
 
 
 def test_sigkill_after_every_request_of_a_save(bucket: str) -> None:
@@ -201,34 +178,14 @@ def test_sigkill_after_every_request_of_a_save_full(bucket: str) -> None:
     _kill_campaign(bucket, runs=120)
 
 
-def _timed_run(args: tuple[str, float, int]) -> tuple[str, int, int]:
-    url, delay, seed0 = args
-    proc = subprocess.Popen([sys.executable, str(CHILD), url, "loop", "200", str(seed0)], env=_env(),
+def _start_loop(url: str, seed0: int) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(CHILD), url, "loop", "200", str(seed0)], env=_env(),
                             stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(delay)  # clock-ok: the kill time is the thing being randomised
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    return url, proc.returncode, seed0
 
 
 def _timed_campaign(bucket: str, runs: int) -> None:
-    rnd = random.Random(77)
-    plan = [(f"s3://{bucket}/t{i:02d}", rnd.uniform(0.0, 1.0), 100 * i) for i in range(runs)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_timed_run, plan))
-    gens = []
-    for url, rc, seed0 in results:
-        assert rc == -signal.SIGKILL
-        newest = store.latest_complete_generation(url)
-        gens.append(newest or 0)
-        if newest is None:
-            continue  # killed before the first manifest: nothing was ever published
-        assert store.load(url) == crash_state(seed0 + newest - 1)
-        assert store.load(url, 1) == crash_state(seed0)
-    print(json.dumps({"kill_campaign": "s3: timed external kill", "runs": runs, "generations_seen": gens}))
-    assert sum(1 for g in gens if g > 0) >= runs // 2
+    timed_kill_campaign([f"s3://{bucket}/t{i:02d}" for i in range(runs)], start_loop=_start_loop,
+                        max_delay_s=1.0, label="s3: timed external kill", min_published=runs // 2)
 
 
 def test_sigkill_at_random_times(bucket: str) -> None:
@@ -242,20 +199,9 @@ def test_sigkill_at_random_times_full(bucket: str) -> None:
 
 def test_two_concurrent_writers(bucket: str) -> None:
     url = f"s3://{bucket}/race"
-    procs = [subprocess.Popen([sys.executable, str(CHILD), url, "race", "6", str(seed0)], env=_env(),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=str(ROOT)) for seed0 in (100, 200)]
-    for p in procs:
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    outs: list[list[Any]] = []
-    for p in procs:
-        out, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-2000:]
-        outs.extend(json.loads(out.splitlines()[-1]))
+    outs = race([subprocess.Popen([sys.executable, str(CHILD), url, "race", "6", str(seed0)], env=_env(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, cwd=str(ROOT)) for seed0 in (100, 200)], timeout_s=180)
     gens = [g for g, _ in outs]
     assert all(isinstance(g, int) for g in gens), outs  # every save published, none failed
     # Distinct generations.  Gaps are allowed: a save that finds a newer manifest before linking its own
