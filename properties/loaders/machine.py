@@ -129,10 +129,7 @@ def config_strategy(adapter: LoaderAdapter) -> st.SearchStrategy[LoaderConfig]:
     keeps the filter from rejecting most draws of an adapter whose variants take different knobs."""
     space = dict(adapter.space)
     variants = space.get("variant")
-    if isinstance(variants, Mapping):
-        per = {str(v): dict(sub) for v, sub in variants.items()}
-    else:
-        per = {"": space}
+    per = {str(v): dict(sub) for v, sub in variants.items()} if isinstance(variants, Mapping) else {"": space}
     for sub in per.values():
         unknown = sorted(set(sub) - set(KNOBS))
         if unknown:

@@ -183,10 +183,7 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
         for x in lanes_raw:
             # The common case first (an int lane in range: what _int and the check below
             # accept), so a valid shard costs no message string per lane.
-            if type(x) is int and 0 <= x < c:
-                lane = x
-            else:
-                lane = _int(x, f"{who} world.mapping[{g}] lane", lo=0)
+            lane = x if type(x) is int and 0 <= x < c else _int(x, f"{who} world.mapping[{g}] lane", lo=0)
             if lane >= c:
                 raise StateFormatError(
                     expected(f"{who} world.mapping[{g}] lane", f"a lane in [0, {c})", lane)
