@@ -828,7 +828,8 @@ def main() -> None:
         sizes = [c["bytes"] for c in ref_cuts]
         print(f"cold start (no checkpoint): {med([x['first'] for x in cold])} s")
         print(
-            f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** (issue goal <= 1.2); "
+            f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** "
+            "(issue goal <= 1.2); "
             f"checkpoint bytes largest / smallest = {max(sizes) / min(sizes):.2f}x\n"
         )
 

@@ -382,8 +382,9 @@ def _dedupe(shards: Sequence[_Shard]) -> tuple[list[_Shard], dict[str, int]]:
                             got = s.lanes[field].get(lane)
                             if lane in synced["progress"] and got != want:
                                 raise ContractError(
-                                    f"DP group {group} lane {lane}: {field} of rank {rank}: expected the value of "
-                                    f"rank {rep_rank} (the group's representative) {want!r}, received {got!r}; "
+                                    f"DP group {group} lane {lane}: {field} of rank {rank}: expected the "
+                                    f"value of rank {rep_rank} (the group's representative) {want!r}, "
+                                    f"received {got!r}; "
                                     "DP peers diverged: call a barrier before checkpoint() so every peer has "
                                     "delivered the same batches"
                                 )
