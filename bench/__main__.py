@@ -38,7 +38,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-START = "<!-- bench-results:start (written by `python -m bench --report`; edit the benchmarks, not this table) -->"
+START = (
+    "<!-- bench-results:start (written by `python -m bench --report`; "
+    "edit the benchmarks, not this table) -->"
+)
 END = "<!-- bench-results:end -->"
 KEYS = ("name", "ours", "theirs", "vs", "unit", "ratio", "note")
 UNSTATED = "? (unstated: the benchmark must say)"

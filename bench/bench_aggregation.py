@@ -7,8 +7,8 @@ run ``--rounds`` consecutive aggregation rounds over the directory backend and
 over a torch TCPStore on 127.0.0.1; the table reports the leader's median and
 max round time (from its aggregate() call to its return, i.e. including the
 wait for every ack).  Polling interval 10 ms.  Merged size: 8 ranks, real
-states (a small packing pipeline cut after a few items, see sim.cluster); bytes of the msgpack+zstd encoding of
-merge(states) and the merge time.  Prints tables only; nothing is asserted.
+states (a small packing pipeline cut after a few items, see sim.cluster); bytes
+of the msgpack+zstd encoding of merge(states) and the merge time.  Prints tables only; nothing is asserted.
 ``results()`` gives the same measurements as rows for ``python -m bench``.
 """
 
@@ -191,7 +191,8 @@ def main() -> None:
     if "tcpstore" not in kinds:
         print("(torch not importable: TCPStore rows skipped)")
     print(
-        f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms), cpus={os.cpu_count()}"
+        f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms), "
+        f"cpus={os.cpu_count()}"
     )
     print(f"{'backend':<10} {'procs':>5} {'median ms':>10} {'max ms':>8}")
     for kind in kinds:

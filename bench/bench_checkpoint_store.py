@@ -123,7 +123,8 @@ def main() -> None:
             shutil.rmtree(d)
         s_ms, l_ms = statistics.median(saves) * 1e3, statistics.median(loads) * 1e3
         print(
-            f"{lanes:>6} {items:>6} {nfiles:>5} {nbytes:>11,} {s_ms:>9.1f} {l_ms:>9.1f} {nbytes / 1e6 / (l_ms / 1e3):>9.1f}"
+            f"{lanes:>6} {items:>6} {nfiles:>5} {nbytes:>11,} {s_ms:>9.1f} {l_ms:>9.1f} "
+            f"{nbytes / 1e6 / (l_ms / 1e3):>9.1f}"
         )
     if args.dir is None:
         shutil.rmtree(base, ignore_errors=True)

@@ -229,7 +229,8 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
             None,
             f"fresh worker process (VmHWM); {s0} steps: {m0:.0f} MiB, so {per_step:.1f} MiB per "
             f"step over the first steps (the corpus is sized to the steps; the history and the "
-            f"reference grow with them); idle worker {idle:.0f} MiB; checker {'ok' if ok0 and ok1 else 'FOUND problems'}",
+            f"reference grow with them); idle worker {idle:.0f} MiB; "
+            f"checker {'ok' if ok0 and ok1 else 'FOUND problems'}",
         )
     )
     return rows

@@ -240,6 +240,7 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
             for key, r in runs.items():
                 m = r.marks
                 worst = " / ".join(f"{r.worst_at[k]}" for k in m)
+                identical = key == "demand" or (same if key != "zephon" else zsame)
                 rows.append(
                     _row(
                         f"{n} lanes {r.label}: worst inflight chunks at {m[0]:,} / {m[1]:,} / {m[2]:,} items",
@@ -248,7 +249,7 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
                         "chunks",
                         None,
                         None,
-                        f"{worst}; stream {'identical to demand' if key == 'demand' or (same if key != 'zephon' else zsame) else 'DIFFERS from demand'}",
+                        f"{worst}; stream {'identical to demand' if identical else 'DIFFERS from demand'}",
                     )
                 )
                 b0, b1 = r.bytes_at.get(m[0]), r.bytes_at.get(m[-1])

@@ -294,10 +294,7 @@ def child_make(a: dict[str, Any]) -> dict[str, Any]:
             state = pipe.checkpoint()
             for lane, m in inflight_counts(state).items():
                 worst[lane] = max(worst.get(lane, 0), m)
-            if impl == "zephon_ref":
-                hit = int(state["lane_next_cid"][0]) >= todo[0] * k + k
-            else:
-                hit = n == todo[0]
+            hit = int(state["lane_next_cid"][0]) >= todo[0] * k + k if impl == "zephon_ref" else n == todo[0]
             if hit:
                 label = todo.pop(0)
                 tc = time.perf_counter()
@@ -831,7 +828,8 @@ def main() -> None:
         sizes = [c["bytes"] for c in ref_cuts]
         print(f"cold start (no checkpoint): {med([x['first'] for x in cold])} s")
         print(
-            f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** (issue goal <= 1.2); "
+            f"ratio largest / smallest restore median = **{max(meds) / min(meds):.2f}x** "
+            "(issue goal <= 1.2); "
             f"checkpoint bytes largest / smallest = {max(sizes) / min(sizes):.2f}x\n"
         )
 

@@ -12,7 +12,8 @@ and points an :class:`~zephon_ref.checkpoint.s3.S3Storage` at it.
   of issue 14: one PUT per shard plus one for the manifest per save, one LIST per
   load.  Checked: the loaded state equals the saved one.
 * Time: median save and load (full validation) of real engine states of growing
-  size (the states of bench_checkpoint_store.py), through the local S3 server and into a local directory, in the same run.
+  size (the states of bench_checkpoint_store.py), through the local S3 server
+  and into a local directory, in the same run.
   Checked: both loads equal the saved state.  A loopback moto server costs a few
   milliseconds of Python per request; a real endpoint costs network round trips
   instead, so the ratio says little about a cloud bucket (see docs/s3.md).

@@ -142,7 +142,8 @@ def _big_rows(steps: int) -> list[dict[str, object]]:
             "theirs": None,
             "unit": "s/step",
             "ratio": None,
-            "note": f"{c.steps} steps, {c.events} events ({c.events / dt_calm:.0f} events/s), checkpoint every "
+            "note": f"{c.steps} steps, {c.events} events ({c.events / dt_calm:.0f} events/s), "
+            "checkpoint every "
             f"{c.config['checkpoint_every']} step(s): {(c.steps - 1) // c.config['checkpoint_every']} taken "
             "and included (none at the last step: the run ends there), as is building 64 engines (a few "
             f"steps over-weight it); CPU {cpu_calm / max(c.steps, 1):.2f} s/step; checker "

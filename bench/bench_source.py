@@ -146,7 +146,8 @@ def lane_scaling(quick: bool) -> None:
             many.append(docs_per_second(cfg, 64, total))
         r1, r64 = statistics.median(one), statistics.median(many)
         print(
-            f"  {name:7s} 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   ratio 64/1 = {r64 / r1:.2f}"
+            f"  {name:7s} 1 lane {r1:10.0f} docs/s   64 lanes {r64:10.0f} docs/s   "
+            f"ratio 64/1 = {r64 / r1:.2f}"
         )
     big = 64 if quick else 128
     one, many = [], []
@@ -213,7 +214,8 @@ def pipeline_lane_scaling(quick: bool) -> dict[str, object]:
     r64 = statistics.median(r["docs"] / r["cpu"] for r in many)
     rss1, rss64 = max(r["rss_mb"] for r in one), max(r["rss_mb"] for r in many)
     return {
-        "name": f"pipeline lane scaling: tokenize->pack->shuffle->batch, {ndocs:,} docs, inline, 64 lanes vs 1",
+        "name": f"pipeline lane scaling: tokenize->pack->shuffle->batch, {ndocs:,} docs, inline, "
+        "64 lanes vs 1",
         "ours": r64,
         "theirs": r1,
         "vs": "the same pipeline on 1 lane",
@@ -287,7 +289,8 @@ def main() -> None:
     if args.only == "pipeline":
         row = pipeline_lane_scaling(args.quick)
         print(
-            f"== {row['name']}\n  1 lane {row['theirs']:.0f} docs/CPU-s   64 lanes {row['ours']:.0f} docs/CPU-s   "
+            f"== {row['name']}\n  1 lane {row['theirs']:.0f} docs/CPU-s   "
+            f"64 lanes {row['ours']:.0f} docs/CPU-s   "
             f"ratio 64/1 = {row['ratio']:.2f}   ({row['note']})"
         )
         return
@@ -303,7 +306,8 @@ def main() -> None:
               + ", ".join(f"{x:.1f}" for x in res[impl]) + ")")
     if "zephon" in res:
         print(
-            f"  ratio zephon_ref / zephon = {statistics.median(res['zephon_ref']) / statistics.median(res['zephon']):.2f}x"
+            "  ratio zephon_ref / zephon = "
+            f"{statistics.median(res['zephon_ref']) / statistics.median(res['zephon']):.2f}x"
         )
     print("== state restore to first chunk (zephon_ref), median of 5")
     far = 100_000 if args.quick else 1_000_000
@@ -311,7 +315,8 @@ def main() -> None:
         t0 = time.perf_counter()
         secs, g = restore_seconds(at)
         print(
-            f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   (reaching it took {time.perf_counter() - t0:.1f} s)"
+            f"  at global chunk {g:>9,}: {secs * 1e3:7.2f} ms   "
+            f"(reaching it took {time.perf_counter() - t0:.1f} s)"
         )
     lane_scaling(args.quick)
     row = pipeline_lane_scaling(args.quick)

@@ -97,14 +97,14 @@ def eviction_timing() -> nbformat.NotebookNode:
         new_markdown_cell(
             "# Eviction timing: inflight sets, checkpoint size and replay under both feeding policies\n\n"
             "Pipeline (`sim.analysis.AnalysisConfig()`): synthetic corpus (web 0.6 / code 0.3 / books 0.1, "
-            '`exhausted_policy="repeat"`) -> crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` -> '
-            "`shuffle(64)` -> `ensure_mixture()` -> `batch(4)`, 2 lanes, `chunk_size=32`, "
+            '`exhausted_policy="repeat"`) -> crc32 token ids -> first-fit `pack_sequences(256, num_bins=4)` '
+            "-> `shuffle(64)` -> `ensure_mixture()` -> `batch(4)`, 2 lanes, `chunk_size=32`, "
             "`flush_every_k_chunks=2`, inline runner.  Two feeding policies (an execution setting, "
             "`Pipeline.options(feeding=...)`): **demand** (zephon_ref's default: a lane is fed only when the "
-            "tail multiplexer waits on it) and **round_robin** (zephon 0.2.0's: one sample per lane in turn).  "
-            "Both deliver the same stream.  Every number comes from `sim.analysis`, which drives the real "
-            "engine and only reads its state; a *step* is one delivered batch.  The conclusions are printed "
-            "by the code cells from the numbers above them (and copied into `conclusions.md`).\n\n"
+            "tail multiplexer waits on it) and **round_robin** (zephon 0.2.0's: one sample per lane in "
+            "turn).  Both deliver the same stream.  Every number comes from `sim.analysis`, which drives the "
+            "real engine and only reads its state; a *step* is one delivered batch.  The conclusions are "
+            "printed by the code cells from the numbers above them (and copied into `conclusions.md`).\n\n"
             "Size: `ZEPHON_NB_SIZE=ci` (default, what CI executes) or `full` (the stored outputs)."
         ),
         code(SETUP_EVICTION),
@@ -134,7 +134,8 @@ legend_out(axes[1])
 plt.tight_layout()
 plt.show()
 peak1 = {f: max(max(tr[f].lane_series(lane, "inflight")) for lane in tr[f].lanes) for f in POLICIES}
-sizes = {f: sorted({len([c for s2, l2, c in tr[f].left if (s2, l2) == (s, lane)]) for s, lane, _ in tr[f].left})
+sizes = {f: sorted({len([c for s2, l2, c in tr[f].left if (s2, l2) == (s, lane)])
+                    for s, lane, _ in tr[f].left})
          for f in POLICIES}
 for f in POLICIES:
     print(f"{f:12s}: largest inflight set of a lane in {N['trace']:,} steps: {peak1[f]} chunks; "
@@ -164,7 +165,8 @@ for f in POLICIES:
     cs = [c.step for c in long[f].checkpoints]
     ax[0].plot(cs, [c.nbytes for c in long[f].checkpoints], ".-", color=COLOR[f], label=f"{f}")
     ax[1].plot(cs, [c.records for c in long[f].checkpoints], ".-", color=COLOR[f], label=f"{f}: predicted")
-    ax[1].plot([r.step for r in restores[f]], [r.replayed_records for r in restores[f]], "x", ms=10, color="k",
+    ax[1].plot([r.step for r in restores[f]], [r.replayed_records for r in restores[f]], "x", ms=10,
+               color="k",
                label=f"{f}: measured after restore" if f == "demand" else "measured after restore")
 ax[0].set_ylabel("checkpoint size (bytes)")
 ax[1].set_ylabel("replay on restore (records)")
@@ -177,7 +179,8 @@ print("policy        step   predicted chunks/records   measured chunks/records  
 for f in POLICIES:
     for r in restores[f]:
         print(f"{f:12s} {r.step:>7,}  {r.predicted_chunks:>8} / {r.predicted_records:<8}      "
-              f"{r.replayed_chunks:>8} / {r.replayed_records:<8}      {r.next_items_equal!s:>5}   {r.seconds:.3f}")
+              f"{r.replayed_chunks:>8} / {r.replayed_records:<8}      "
+              f"{r.next_items_equal!s:>5}   {r.seconds:.3f}")
 assert all((r.predicted_chunks, r.predicted_records) == (r.replayed_chunks, r.replayed_records)
            and r.next_items_equal for f in POLICIES for r in restores[f])
 first_last = {}
@@ -198,7 +201,8 @@ for f in POLICIES:
 drift = {}
 for f in POLICIES:
     for seed in N["seeds"]:
-        drift[(f, seed)] = an.drift_run(replace(CFG, seed=seed, feeding=f), N["drift"], sample_every=N["drift_every"])
+        drift[(f, seed)] = an.drift_run(replace(CFG, seed=seed, feeding=f), N["drift"],
+                                        sample_every=N["drift_every"])
     print(f"{f}: {len(N['seeds'])} seeds x {N['drift']:,} steps done", flush=True)
 fig, ax = plt.subplots(1, 2)
 slopes, worst = {}, {}
@@ -208,8 +212,8 @@ for f in POLICIES:
     per_step = list(zip(*[[max(p.inflight) for p in pts] for pts in runs], strict=True))
     med = [statistics.median(v) for v in per_step]
     for a in ax:
-        a.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=COLOR[f], alpha=0.25,
-                       label=f"{f}: range over {len(runs)} seeds")
+        a.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step], color=COLOR[f],
+                       alpha=0.25, label=f"{f}: range over {len(runs)} seeds")
         a.plot(steps, med, color=COLOR[f], lw=1.2, label=f"{f}: median")
     slopes[f] = [an.loglog_slope([(p.step, max(p.inflight)) for p in pts]) for pts in runs]
     worst[f] = [max(p.max_inflight_so_far for p in pts) for pts in runs]
@@ -225,13 +229,14 @@ plt.tight_layout()
 plt.show()
 print("seed  " + "  ".join(f"{f:>26s}" for f in POLICIES))
 for i, seed in enumerate(N["seeds"]):
-    print(f"{seed:>4}  " + "  ".join(f"worst {worst[f][i]:>4} chunks, slope {slopes[f][i]:>5.2f}" for f in POLICIES))
+    print(f"{seed:>4}  " + "  ".join(f"worst {worst[f][i]:>4} chunks, slope {slopes[f][i]:>5.2f}"
+                                     for f in POLICIES))
 stats = {f: (statistics.mean(slopes[f]), statistics.pstdev(slopes[f]), min(worst[f]),
              statistics.median(worst[f]), max(worst[f])) for f in POLICIES}
 for f in POLICIES:
     m, sd, lo, md, hi = stats[f]
-    print(f"{f:12s}: log-log slope {m:.2f} +- {sd:.2f} (mean +- sd over seeds); worst inflight of any lane over the "
-          f"run: min {lo}, median {md}, max {hi} chunks")
+    print(f"{f:12s}: log-log slope {m:.2f} +- {sd:.2f} (mean +- sd over seeds); worst inflight of any lane "
+          f"over the run: min {lo}, median {md}, max {hi} chunks")
 assert max(worst["demand"]) <= BOUND < min(worst["round_robin"])"""),
         new_markdown_cell(
             "## 4. Where a checkpoint lands inside an epoch\n\n"
@@ -261,29 +266,29 @@ r_m, r_sd, r_lo, r_md, r_hi = stats["round_robin"]
 fb, fr = first_last["demand"], first_last["round_robin"]
 conclusion("DRIFT_CONCLUSION", [
     f"**Inflight growth ({len(N['seeds'])} seeds x {N['drift']:,} steps, 2 lanes, K = {CFG.k}).**  Under "
-    f"round-robin feeding (zephon 0.2.0's) the fullest lane's inflight set grows with the run: log-log slope "
+    "round-robin feeding (zephon 0.2.0's) the fullest lane's inflight set grows with the run: log-log slope "
     f"{r_m:.2f} +- {r_sd:.2f} over seeds (fitted over every measured point), and the worst lane over the run "
     f"held {r_lo} to {r_hi} chunks (median {r_md}).  Under demand feeding (zephon_ref's default) it does not "
-    f"grow: slope {d_m:.2f} +- {d_sd:.2f}, worst {d_lo} to {d_hi} chunks (median {d_md}), within the bound of "
-    f"{BOUND} chunks (sim.invariants.inflight_bound, K + ceil(W / c) with W = 0 for the inline runner) in "
-    f"every seed.",
+    f"grow: slope {d_m:.2f} +- {d_sd:.2f}, worst {d_lo} to {d_hi} chunks (median {d_md}), within the bound "
+    f"of {BOUND} chunks (sim.invariants.inflight_bound, K + ceil(W / c) with W = 0 for the inline runner) in "
+    "every seed.",
     "",
-    "*Why round robin grows.*  Both lanes are fed the same number of samples, but a lane's packed output "
-    "per sample depends on the documents it drew; the tail multiplexer takes one batch per lane in turn, so "
-    "the lane that produced more waits with its surplus, and every chunk it came from stays inflight.  The "
+    "*Why round robin grows.*  Both lanes are fed the same number of samples, but a lane's packed output per "
+    "sample depends on the documents it drew; the tail multiplexer takes one batch per lane in turn, so the "
+    "lane that produced more waits with its surplus, and every chunk it came from stays inflight.  The "
     "surplus is a running sum of zero-mean differences: a random walk.  Demand feeding feeds a lane only "
     "when the tail waits on it, so no surplus builds up.",
     "",
     f"*Checkpoints and replay* (section 2, {N['long']:,} steps): under demand feeding the checkpoint was "
-    f"{fb[0]:,} bytes at the first checkpoint and {fb[1]:,} at the last (max {fb[2]:,}), the predicted replay "
-    f"{fb[3]:,} and {fb[4]:,} records (max {fb[5]:,}); under round robin {fr[0]:,} and {fr[1]:,} bytes (max "
-    f"{fr[2]:,}), replay {fr[3]:,} and {fr[4]:,} records (max {fr[5]:,}).  Predicted replay equalled measured "
-    f"replay at every restore, and every checkpoint restored under the other policy delivered the "
-    f"uninterrupted run's next batches.",
+    f"{fb[0]:,} bytes at the first checkpoint and {fb[1]:,} at the last (max {fb[2]:,}), the predicted "
+    f"replay {fb[3]:,} and {fb[4]:,} records (max {fb[5]:,}); under round robin {fr[0]:,} and {fr[1]:,} "
+    f"bytes (max {fr[2]:,}), replay {fr[3]:,} and {fr[4]:,} records (max {fr[5]:,}).  Predicted replay "
+    "equalled measured replay at every restore, and every checkpoint restored under the other policy "
+    "delivered the uninterrupted run's next batches.",
     "",
-    f"*Phase* (section 4): under demand feeding a checkpoint in the first half of an epoch replays "
-    f"{phase['demand'][0]:,.0f} records on average, in the second half {phase['demand'][1]:,.0f}; under round "
-    f"robin {phase['round_robin'][0]:,.0f} and {phase['round_robin'][1]:,.0f}.",
+    "*Phase* (section 4): under demand feeding a checkpoint in the first half of an epoch replays "
+    f"{phase['demand'][0]:,.0f} records on average, in the second half {phase['demand'][1]:,.0f}; under "
+    f"round robin {phase['round_robin'][0]:,.0f} and {phase['round_robin'][1]:,.0f}.",
 ])"""),
         code("""
 conclusion("RECOMMEND_EVICTION", [
@@ -302,15 +307,15 @@ def flush_tradeoffs() -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(
             "# Flush trade-offs: `flush_every_k_chunks` and `chunk_size`, over 5 seeds\n\n"
-            "Same pipeline as `eviction_timing.ipynb` (pack + shuffle + ensure_mixture + batch, 2 lanes, repeat "
-            "policy, demand feeding).  Swept: K in 0 (refused on a reordering plan), 1, 2, 4, 8, 16, 32, 64 and "
-            "two chunk sizes, each arm over 5 seeds (corpus and source seed).  Measured per arm by "
-            "`sim.analysis.flush_arm`: packer padding fraction, shuffle quality (mean displacement and Spearman "
-            "rank correlation of delivery order against source order, per lane), mixture deviation from the "
-            "target per window of 64 records (total-variation distance of token shares), replay (records of "
-            "the inflight chunks at a checkpoint every 8 steps), peak inflight and checkpoint bytes.  Points are "
-            "means over seeds, error bars one standard deviation.  The conclusions are printed by the code "
-            "cells from these numbers (and copied into `conclusions.md`).\n\n"
+            "Same pipeline as `eviction_timing.ipynb` (pack + shuffle + ensure_mixture + batch, 2 lanes, "
+            "repeat policy, demand feeding).  Swept: K in 0 (refused on a reordering plan), 1, 2, 4, 8, 16, "
+            "32, 64 and two chunk sizes, each arm over 5 seeds (corpus and source seed).  Measured per arm "
+            "by `sim.analysis.flush_arm`: packer padding fraction, shuffle quality (mean displacement and "
+            "Spearman rank correlation of delivery order against source order, per lane), mixture deviation "
+            "from the target per window of 64 records (total-variation distance of token shares), replay "
+            "(records of the inflight chunks at a checkpoint every 8 steps), peak inflight and checkpoint "
+            "bytes.  Points are means over seeds, error bars one standard deviation.  The conclusions are "
+            "printed by the code cells from these numbers (and copied into `conclusions.md`).\n\n"
             "Size: `ZEPHON_NB_SIZE=ci` (default, CI) or `full` (stored outputs)."
         ),
         code(SETUP_FLUSH),
@@ -331,7 +336,8 @@ for seed in SEEDS:
     print(f"seed {seed} done", flush=True)
 print(f"{time.perf_counter() - t0:.0f} s")
 print(refused[0])
-FIELDS = ["padding", "displacement", "spearman", "mixture_dev", "replay_max", "peak_inflight_records", "ckpt_bytes_max"]
+FIELDS = ["padding", "displacement", "spearman", "mixture_dev", "replay_max", "peak_inflight_records",
+          "ckpt_bytes_max"]
 ks = [k for k in KS if k > 0]
 
 
@@ -343,12 +349,14 @@ def mean_sd(cs, k, field):
 print(f"{'K':>3} {'chunk':>5} " + " ".join(f"{f:>22s}" for f in FIELDS))
 for cs in N["chunk_sizes"]:
     for k in ks:
-        print(f"{k:>3} {cs:>5} " + " ".join(f"{mean_sd(cs, k, f)[0]:>12.4g} +-{mean_sd(cs, k, f)[1]:>8.2g}" for f in FIELDS))
+        print(f"{k:>3} {cs:>5} " + " ".join(f"{mean_sd(cs, k, f)[0]:>12.4g} +-{mean_sd(cs, k, f)[1]:>8.2g}"
+                                            for f in FIELDS))
 assert len(refused) == len(N["chunk_sizes"]) * len(SEEDS) and all("k=0" in r for r in refused)"""),
         code("""
 TITLES = {"padding": "padding (fraction of capacity)", "displacement": "mean displacement (records)",
           "spearman": "rank correlation vs source order", "mixture_dev": "mixture deviation (TV distance)",
-          "replay_max": "worst replay (records)", "peak_inflight_records": "peak inflight (records, one lane)",
+          "replay_max": "worst replay (records)",
+          "peak_inflight_records": "peak inflight (records, one lane)",
           "ckpt_bytes_max": "largest checkpoint (bytes)"}
 fig, axes = plt.subplots(2, 4, figsize=(14, 6.5))
 for ax, f in zip(axes.flat, FIELDS, strict=False):  # 7 fields, 8 panels
@@ -396,8 +404,8 @@ for length in (N["items"], short):
                    for k in (8, 16, 32, 64)}
         worse += min(dev[32], dev[64]) > max(dev[8], dev[16])
     mix[length] = worse
-    print(f"{length:,} items, chunk_size {big}: mixture deviation at K=32 and 64 above K=8 and 16 in {worse} of "
-          f"{len(SEEDS)} seeds")'''),
+    print(f"{length:,} items, chunk_size {big}: mixture deviation at K=32 and 64 above K=8 and 16 in "
+          f"{worse} of {len(SEEDS)} seeds")'''),
         code("""
 def gain(field, k, better):
     vals = [mean_sd(big, j, field)[0] for j in ks]
@@ -408,7 +416,8 @@ def gain(field, k, better):
 A = max(k for k in ks if mean_sd(big, k, "replay_max")[0] <= 4 * mean_sd(big, 1, "replay_max")[0])
 knee = [k for k in ks if gain("padding", k, min) >= 0.8 and gain("displacement", k, max) >= 0.8]
 B = min(knee) if knee else max(ks, key=lambda k: gain("padding", k, min) + gain("displacement", k, max))
-C = max(k for k in ks if mean_sd(small, k, "peak_inflight_records")[0] <= 2 * mean_sd(small, 1, "peak_inflight_records")[0])
+C = max(k for k in ks
+        if mean_sd(small, k, "peak_inflight_records")[0] <= 2 * mean_sd(small, 1, "peak_inflight_records")[0])
 rec = {}
 for name, cs, k in (("A", big, A), ("B", big, B), ("C", small, C)):
     rec[name] = (cs, k, *(mean_sd(cs, k, f)[0] for f in FIELDS))
@@ -419,14 +428,14 @@ def m(cs, k, f):
     return mean_sd(cs, k, f)[0]
 
 
-lines = [f"**Flush trade-offs** ({N['items']:,} batches per arm, {len(SEEDS)} seeds, means over seeds).  A larger "
-         f"`flush_every_k_chunks` buys less padding and more local shuffling, and pays for it in replay, memory and "
-         f"checkpoint bytes:", ""]
+lines = [f"**Flush trade-offs** ({N['items']:,} batches per arm, {len(SEEDS)} seeds, means over seeds).  "
+         "A larger `flush_every_k_chunks` buys less padding and more local shuffling, and pays for it in "
+         "replay, memory and checkpoint bytes:", ""]
 for cs in N["chunk_sizes"]:
     lines.append(
-        f"* chunk_size {cs}: padding {m(cs, 1, 'padding'):.3f} (K = 1) -> {m(cs, 8, 'padding'):.3f} (K = 8) -> "
-        f"{m(cs, 64, 'padding'):.3f} (K = 64), falling in {holds(cs, 'padding', False)} of {len(SEEDS)} seeds; "
-        f"displacement {m(cs, 1, 'displacement'):.1f} -> {m(cs, 64, 'displacement'):.1f} records "
+        f"* chunk_size {cs}: padding {m(cs, 1, 'padding'):.3f} (K = 1) -> {m(cs, 8, 'padding'):.3f} (K = 8) "
+        f"-> {m(cs, 64, 'padding'):.3f} (K = 64), falling in {holds(cs, 'padding', False)} of {len(SEEDS)} "
+        f"seeds; displacement {m(cs, 1, 'displacement'):.1f} -> {m(cs, 64, 'displacement'):.1f} records "
         f"({holds(cs, 'displacement', True)} of {len(SEEDS)}); worst replay {m(cs, 1, 'replay_max'):,.0f} -> "
         f"{m(cs, 64, 'replay_max'):,.0f} records ({holds(cs, 'replay_max', True)} of {len(SEEDS)}); largest "
         f"checkpoint {m(cs, 1, 'ckpt_bytes_max'):,.0f} -> {m(cs, 64, 'ckpt_bytes_max'):,.0f} bytes; rank "
@@ -436,17 +445,19 @@ lines += ["", (f"*Mixture deviation at large K*: at chunk_size {big} the deviati
                f"K = 8 and 16 in {mix[N['items']]} of {len(SEEDS)} seeds at {N['items']:,} batches and in "
                f"{mix[short]} of {len(SEEDS)} at {short:,}; "
                + ("the finding holds across these seeds and lengths." if held else
-                  "the earlier finding \\"mixture deviation gets worse at K >= 32\\" does not hold across seeds "
-                  "and run lengths and is withdrawn."))]
+                  "the earlier finding \\"mixture deviation gets worse at K >= 32\\" does not hold across "
+                  "seeds and run lengths and is withdrawn."))]
 conclusion("FLUSH_CONCLUSION", lines)
 names = {"A": "Preemptible pretraining fleet (the largest K whose worst replay is within 4x of K = 1's)",
-         "B": "Long stable, quality-sensitive run (the smallest K reaching 80% of the padding and shuffling gain)",
-         "C": "Many lanes on a memory-tight host (smallest chunk size; the largest K whose peak inflight is within "
-              "2x of K = 1's)"}
+         "B": "Long stable, quality-sensitive run (the smallest K reaching 80% of the padding and shuffling "
+              "gain)",
+         "C": "Many lanes on a memory-tight host (smallest chunk size; the largest K whose peak inflight is "
+              "within 2x of K = 1's)"}
 conclusion("RECOMMEND_FLUSH", [
     f"* **{names[n]}:** `chunk_size={rec[n][0]}, flush_every_k_chunks={rec[n][1]}`: padding {rec[n][2]:.3f}, "
-    f"displacement {rec[n][3]:.1f}, worst replay {rec[n][6]:,.0f} records, peak inflight {rec[n][7]:,.0f} records, "
-    f"largest checkpoint {rec[n][8]:,.0f} bytes (means over {len(SEEDS)} seeds)." for n in ("A", "B", "C")])"""),
+    f"displacement {rec[n][3]:.1f}, worst replay {rec[n][6]:,.0f} records, peak inflight "
+    f"{rec[n][7]:,.0f} records, largest checkpoint {rec[n][8]:,.0f} bytes (means over {len(SEEDS)} seeds)."
+    for n in ("A", "B", "C")])"""),
     ]
     return new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                               "language": "python"}})

@@ -73,8 +73,10 @@ FEATURES = {
     "runners": "restore_under_other_execution_settings",
     "remap": "remap (restore under another dp_degree / worker count / mapping)",
     "engine_state": "the bounded-inflight and eviction-safety invariants",
-    "deterministic_checkpoints": "checkpoint bytes: the same delivered prefix gives the same checkpoint in every run",
-    "tombstones": "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted run",
+    "deterministic_checkpoints": "checkpoint bytes: the same delivered prefix gives the same checkpoint "
+    "in every run",
+    "tombstones": "the lineage row's exact closure: observe(cfg) shows the tombstones of an uninterrupted "
+    "run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
     "(zephon_ref's own shortcut; no other implementation has it)",
 }
@@ -124,7 +126,10 @@ def not_an_adapter(obj: Any) -> str | None:
         if hasattr(obj, a) and not callable(getattr(obj, a))
     ]
     if missing:
-        return f"expected an adapter with {', '.join(REQUIRED)}, received {type(obj).__name__} lacking {', '.join(missing)}"
+        return (
+            f"expected an adapter with {', '.join(REQUIRED)}, received {type(obj).__name__} "
+            f"lacking {', '.join(missing)}"
+        )
     return None
 
 
@@ -191,9 +196,9 @@ class PipelineAdapter:
                 # (corpus_seed=2, chunk_size=6, flush_every_k_chunks=2): the stream differs from zephon_ref's,
                 # and equals it on 1 or 2 lanes
                 return (
-                    "zephon 0.2.0's ensure_mixture sees a lane's records split by other lanes' sentinels in a "
-                    "mixed micro-batch (docs/divergences.md, Engine): with several lanes its stream and its "
-                    "resume can differ"
+                    "zephon 0.2.0's ensure_mixture sees a lane's records split by other lanes' sentinels "
+                    "in a mixed micro-batch (docs/divergences.md, Engine): with several lanes its stream "
+                    "and its resume can differ"
                 )
         return None
 

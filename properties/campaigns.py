@@ -73,7 +73,8 @@ CODE_ROOTS = ("zephon_ref", "sim", "properties")
 @contextlib.contextmanager
 def hypothesis_seed(seed: int) -> Iterator[None]:
     """Every ``@given`` run inside (random, not derandomized) draws from ``Random(seed)``: Hypothesis's own
-    forced seed (``hypothesis.core.global_force_seed``, what ``pytest --hypothesis-seed`` sets), put back after."""
+    forced seed (``hypothesis.core.global_force_seed``, what ``pytest --hypothesis-seed`` sets), put back
+    after."""
     import hypothesis.core as core
 
     if not hasattr(core, "global_force_seed"):  # a Hypothesis that moved it: say so rather than run unseeded
@@ -247,7 +248,8 @@ def run_campaign(
     budget_s: float | None = None,
     progress: bool = False,
 ) -> tuple[dict[str, Any], list[Record]]:
-    """Run a campaign's shards on the executor and add them up (``kind``: conformance, checkpoints, mutation)."""
+    """Run a campaign's shards on the executor and add them up (``kind``: conformance, checkpoints,
+    mutation)."""
     own = backend is None
     be = backend if backend is not None else make_backend(jobs=jobs, ray=ray, budget_s=budget_s,
                                                           code_roots=CODE_ROOTS)
@@ -279,7 +281,8 @@ def _print(kind: str, summary: Mapping[str, Any]) -> None:
     elif kind == "checkpoints":
         t = summary["tally"]
         print(
-            f"cuts {t.get('cuts', 0)}: zephon_ref exact {t.get('ref_exact', 0)}, refused {t.get('ref_refused', 0)}, "
+            f"cuts {t.get('cuts', 0)}: zephon_ref exact {t.get('ref_exact', 0)}, "
+            f"refused {t.get('ref_refused', 0)}, "
             f"differs {t.get('ref_differs', 0)}; zephon's own resume exact {t.get('zephon_exact', 0)}, "
             f"wrong {t.get('zephon_wrong', 0)}"
         )
@@ -290,7 +293,8 @@ def _print(kind: str, summary: Mapping[str, Any]) -> None:
               f"{json.dumps(summary['checkers'], sort_keys=True)}")
     for b in summary["failed_shards"]:
         print(
-            f"FAILED shard {b.get('shard', b.get('path'))} ({b['status']}): {b['error']}\n  reproduce: {b['reproduce']}"
+            f"FAILED shard {b.get('shard', b.get('path'))} ({b['status']}): {b['error']}\n"
+            f"  reproduce: {b['reproduce']}"
         )
 
 
@@ -359,7 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = conformance_shard(a.impl, a.examples, a.shard_seed, a.property)
         for row in res["rows"]:
             print(
-                f"{row['prop']:<22} {row['examples']:>8} {row['passed']:>7}  {row['failure'] or row['skipped'] or '-'}"
+                f"{row['prop']:<22} {row['examples']:>8} {row['passed']:>7}  "
+                f"{row['failure'] or row['skipped'] or '-'}"
             )
         return 0 if res["ok"] else 1
     if a.kind == "conformance":

@@ -78,7 +78,8 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "tombstones ignored",
                 _CORE,
-                "        if not self.monotone:\n            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())\n",
+                "        if not self.monotone:\n"
+                "            self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())\n",
                 "        pass\n",
             ),
         ),
@@ -180,7 +181,8 @@ CANARIES: tuple[Canary, ...] = (
                 "notify when produced",
                 _CORE,
                 "            self._outbox.extend(out)\n            self._upstream_done = final\n",
-                "            self._outbox.extend(out)\n            for y in out:\n                if not is_sentinel(y):\n"
+                "            self._outbox.extend(out)\n            for y in out:\n"
+                "                if not is_sentinel(y):\n"
                 "                    self._notify(y)\n            self._upstream_done = final\n",
             ),
         ),
@@ -193,8 +195,10 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "remember the target's lane",
                 _RF,
-                "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n",
-                "            if rec.meta.cursor == target:\n                del self._pending[rec.meta.lane_id]\n"
+                "            if rec.meta.cursor == target:\n"
+                "                del self._pending[rec.meta.lane_id]\n",
+                "            if rec.meta.cursor == target:\n"
+                "                del self._pending[rec.meta.lane_id]\n"
                 "                self.__dict__.setdefault('_mutant_extra', set()).add(rec.meta.lane_id)\n"
                 "                out.extend(tombstones_for_record(rec))\n                continue\n",
             ),
@@ -276,7 +280,8 @@ CANARIES: tuple[Canary, ...] = (
                 "                if any(lane_of(r) == lane for r in regular):\n"
                 "                    self._push([r for r in regular if lane_of(r) == lane], out)\n"
                 "                    regular = [r for r in regular if lane_of(r) != lane]\n",
-                "                if regular:\n                    self._push(regular, out)\n                    regular = []\n",
+                "                if regular:\n                    self._push(regular, out)\n"
+                "                    regular = []\n",
             ),
         ),
     ),

@@ -26,8 +26,8 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   delivered records and tombstones close every admitted offset exactly once;
 * ``tamper refused`` [engine_state]: a checkpoint dict with one field changed, dropped
   or swapped between two lanes is refused by ``build(state=...)`` with a
-  ``ZephonRefError`` (or the adapter's ``refusal_errors``) before anything changes (the dict is untouched, and the untampered
-  checkpoint still resumes the stream);
+  ``ZephonRefError`` (or the adapter's ``refusal_errors``) before anything changes (the
+  dict is untouched, and the untampered checkpoint still resumes the stream);
 * ``resume at cuts``: checkpoint at a drawn cut schedule, restore each into a fresh run;
 * ``resume machine``: the stateful machine (:func:`properties.machines.resume_machine`),
   every rule the adapter's features allow;

@@ -21,8 +21,9 @@ checkpoint contract):
   caller is the caller's; editing it must change nothing the pipeline does later.
 
 ``python -m properties.fuzz --report`` runs the deterministic sweeps and prints the
-tables the issue asks for (``--no-restore`` / ``--no-bad-values`` for one half) (counts per entry point and per mutation kind, and every
-distinct failure with a one-line reproducer).  Example counts of the Hypothesis tests
+tables the issue asks for (``--no-restore`` / ``--no-bad-values`` for one half)
+(counts per entry point and per mutation kind, and every distinct failure with a
+one-line reproducer).  Example counts of the Hypothesis tests
 scale with ``ZEPHON_FUZZ_EXAMPLES`` (an absolute count) so CI stays cheap and a nightly
 run can raise it.
 

@@ -149,9 +149,9 @@ def _coverage_problems(cfg: PipelineConfig, corpus: Any, uses: Mapping[SampleKey
             short = sorted(s for s in samples if uses.get(s, 0) < passes)
             if len(short) >= passes * chunk:
                 return [
-                    f"global chunk sequence: {len(short)} samples of {names[i]!r} (first {short[0]}) appear fewer "
-                    f"than {passes} times, but the stream ends only after every dataset finished {passes} "
-                    f"pass(es)"
+                    f"global chunk sequence: {len(short)} samples of {names[i]!r} (first {short[0]}) "
+                    f"appear fewer than {passes} times, but the stream ends only after every dataset "
+                    f"finished {passes} pass(es)"
                 ]
         return []
     if policy == "redistribute" or (isinstance(policy, Mapping) and set(policy.values()) == {"redistribute"}):
@@ -159,8 +159,9 @@ def _coverage_problems(cfg: PipelineConfig, corpus: Any, uses: Mapping[SampleKey
             short = sorted(s for s in samples if uses.get(s, 0) != 1)
             if short:
                 return [
-                    f"global chunk sequence: sample {short[0]} of {names[i]!r} appears {uses.get(short[0], 0)} "
-                    f"times, 'redistribute' everywhere delivers each sample exactly once"
+                    f"global chunk sequence: sample {short[0]} of {names[i]!r} "
+                    f"appears {uses.get(short[0], 0)} times, 'redistribute' everywhere delivers each "
+                    f"sample exactly once"
                 ]
         return []
     if token_aware or isinstance(policy, Mapping):
@@ -302,8 +303,8 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
             if chunks is None or cid >= len(chunks) or off >= len(chunks[cid]):
                 if len(bad) < limit:
                     bad.append(
-                        f"lane {lane}, offset ({cid}, {off}), item {i}: delivered but the lane admits no such "
-                        f"offset ({0 if chunks is None else len(chunks)} chunks)"
+                        f"lane {lane}, offset ({cid}, {off}), item {i}: delivered but the lane admits "
+                        f"no such offset ({0 if chunks is None else len(chunks)} chunks)"
                     )
                 continue
             if chunks[cid][off] != sid:
@@ -424,14 +425,12 @@ def closure_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], tombst
             continue
         for cid, off in v.lost[:limit]:
             out.append(
-                f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: closed by no delivered "
-                f"record and no tombstone (dropped without its tombstone?)"
+                f"lane {lane}, offset ({cid}, {off}), sample {exp.lanes[lane][cid][off]}: "
+                f"closed by no delivered record and no tombstone (dropped without its tombstone?)"
             )
         for where, closers in v.closers[:limit]:
-            out.append(
-                f"lane {lane}, offset {where}: closed {len(closers)} times, by "
-                f"{[('record' if int(idx) < len(records) else 'tombstone', idx) for _k, idx, _key in closers]}"
-            )
+            by = [("record" if int(idx) < len(records) else "tombstone", idx) for _k, idx, _key in closers]
+            out.append(f"lane {lane}, offset {where}: closed {len(closers)} times, by {by}")
         for _kind, idx, key in v.unexpected[:limit]:
             out.append(
                 f"lane {lane}: {'record' if int(idx) < len(records) else 'tombstone'} {idx} ({key!r:.80}) "

@@ -1,4 +1,5 @@
-"""Stateful Hypothesis machines: checkpoint, restore, remap, switch settings, save, load and corrupt in any order.
+"""Stateful Hypothesis machines: checkpoint, restore, remap, switch settings, save, load and corrupt in
+any order.
 
 Theory of operation
 -------------------

@@ -1,4 +1,5 @@
-"""Operator test kit: records, streams, push splits, a serial driver and lineage checks, shared by the operator tests."""
+"""Operator test kit: records, streams, push splits, a serial driver and lineage checks, shared by the
+operator tests."""
 
 from __future__ import annotations
 

@@ -163,7 +163,8 @@ def _first_difference(got: list[Any], want: list[Any]) -> str:
 
 def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int], *, state: Any = None,
                                 runner: str | None = None) -> tuple[list[Any], dict[int, Any]]:
-    """zephon's run (item views; resumed from ``state`` if given) and a deep copy of its checkpoint at each cut."""
+    """zephon's run (item views; resumed from ``state`` if given) and a deep copy of its checkpoint at
+    each cut."""
     p = build_pipeline("zephon", cfg, **({} if runner is None else {"runner": runner}))
     if state is not None:
         p.restore(copy.deepcopy(state))

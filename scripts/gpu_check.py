@@ -93,7 +93,8 @@ def run(device_name: str, seed: int, lanes: int) -> tuple[bool, str]:
     if _per_lane([_cursor_view(b) for b in raw]) != _per_lane(reference):
         return (
             False,
-            f"per-lane streams through DataLoader(num_workers={NUM_WORKERS}) differ from the single-process run",
+            f"per-lane streams through DataLoader(num_workers={NUM_WORKERS}) differ from the "
+            "single-process run",
         )
     # check 2: collation on the device equals the CPU collation of the same batches
     on_device: list[dict[str, Any]] = []

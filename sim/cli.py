@@ -22,8 +22,9 @@ stderr, exit 2 (the project's codes, :mod:`zephon_ref.exits`; docs/cli.md).
 stderr is not a terminal, :mod:`sim.progress`), streams one JSON record per seed to the
 JSONL, and writes a JSON summary: seeds run, failures with their reproduce commands, and the
 coverage probes (:data:`sim.world.PROBES` and the engine knobs' :data:`sim.runs.KNOB_PROBES`)
-counted as the number of seeds that reached each, plus the fault kinds and knobs no seed reached.  Results are ordered by seed, so the summary does not
-depend on which process or machine finished first.  ``run --timeline F.png`` draws the run
+counted as the number of seeds that reached each, plus the fault kinds and knobs no seed reached.
+Results are ordered by seed, so the summary does not depend on which process or machine finished
+first.  ``run --timeline F.png`` draws the run
 (:mod:`sim.timeline`); ``sweep --report`` writes the report page (:mod:`sim.report`).
 
 What may not live here: simulation logic (sim.runs, sim.world).
@@ -415,14 +416,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int_at_least(1),
         default=None,
         metavar="MB",
-        help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds (default: none)",
+        help="with --ray: memory to reserve per task, so a node runs only as many seeds as it holds "
+        "(default: none)",
     )
     s.add_argument(
         "--report",
         type=writable_path,
         default=None,
         metavar="FILE.html",
-        help="write the report page (probe coverage, failures by kind, a timeline per failing seed) (default: none)",
+        help="write the report page (probe coverage, failures by kind, a timeline per failing seed) "
+        "(default: none)",
     )
     _add_overrides(s)
     sub.add_parser("scale", help="one aggregation round, star or manifest tree, at up to 200,000 ranks "

@@ -82,8 +82,9 @@ class Event:
 class Problem:
     """One violated invariant and its minimal witness."""
 
-    kind: str  # lost / duplicated / non-monotonic / unexpected / short / step-order / global-step / interleaving /
+    # lost / duplicated / non-monotonic / unexpected / short / step-order / global-step / interleaving /
     # bad-restore / lineage
+    kind: str
     message: str
     seed: int | None = None
     step: int | None = None

@@ -80,8 +80,8 @@ __all__ = [
 TIE_LABEL = "kernel/tie"
 
 _FINGERPRINT_HEADER = b"zephon-sim-trace/1\n"
-_LABEL_CACHE_LIMIT = 4096
-_FOLD_EVERY = 1024  # trace lines hashed per digest update (fingerprint() folds the rest)  # labels are kinds of event, few; a run that makes each one unique stays bounded
+_LABEL_CACHE_LIMIT = 4096  # labels are kinds of event, few; a run that makes each one unique stays bounded
+_FOLD_EVERY = 1024  # trace lines hashed per digest update (fingerprint() folds the rest)
 
 # A heap entry is a list [time, priority, seq, action, label, tied]; the action
 # slot is cleared (None) once the event has run or been cancelled; ``tied`` is

@@ -131,7 +131,8 @@ def write_report(path: Path | str, summary: Mapping[str, Any], records: Sequence
     verdict = "ok" if not summary["failed"] else "bad"
     out.append(
         f"<p>Seeds {esc(' .. '.join(map(str, seeds)))}: <b>{summary['runs']}</b> run, "
-        f"<span class='ok'>{summary['ok']} ok</span>, <span class='{verdict}'><b>{summary['failed']} failed</b></span>"
+        f"<span class='ok'>{summary['ok']} ok</span>, "
+        f"<span class='{verdict}'><b>{summary['failed']} failed</b></span>"
         f" (of which {summary.get('errors', 0)} raised, {summary.get('timeouts', 0)} timed out); "
         f"{summary['events']:,} simulated events. Overrides: <code>{esc(str(summary.get('overrides') or {}))}"
         f"</code>{'; backend: ' + esc(backend) if backend else ''}.</p>"

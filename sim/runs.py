@@ -10,9 +10,9 @@ substreams, so adding a new knob never changes the values drawn for another.  Ov
 values after the draw.  The engine knobs of the workload (packing algorithm, streaming or
 block shuffle, batch ``drop_last``, the lane mapping) come from their own substream
 ``sim.run/knobs``, so drawing them left every earlier value where it was; each knob has a
-coverage probe (:data:`KNOB_PROBES`) that a sweep counts.  The result is a plain JSON-able dict; :func:`world_config` and
-:func:`workload_of` turn it into a :class:`~sim.world.WorldConfig` and a
-:class:`~sim.workloads.Workload`.
+coverage probe (:data:`KNOB_PROBES`) that a sweep counts.  The result is a plain JSON-able
+dict; :func:`world_config` and :func:`workload_of` turn it into a
+:class:`~sim.world.WorldConfig` and a :class:`~sim.workloads.Workload`.
 
 :func:`run_seed` builds the world with ``SeededChoices(seed)``, runs it, and checks it:
 the history checker (:func:`sim.history.check_history`) against an uninterrupted

@@ -726,7 +726,8 @@ class _Tree:
             detail=detail,
             virtual_time=end,
             leader_messages=self.msgs[0] + self.ops[0],
-            # the root's own shard and manifest, plus one commitment per child (prefix + digest, about 80 bytes)
+            # the root's own shard and manifest, plus one commitment per child (prefix + digest,
+            # about 80 bytes)
             leader_bytes_held=self.root_bytes + 80 * len(self.shape.children(0)),
             storage_ops=sum(self.ops),
             storage_ops_elided=0,

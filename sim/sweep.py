@@ -87,8 +87,9 @@ CLI_OVERRIDES = frozenset(
 
 
 def reproduce(seed: int, overrides: Mapping[str, Any]) -> str:
-    """The one-line command that runs ``seed`` with ``overrides`` again: ``python -m sim run ...``, or, when an
-    override has no flag (an API caller's ``crash=[1, 300]``), ``python -c`` calling :func:`sim.runs.run_seed`."""
+    """The one-line command that runs ``seed`` with ``overrides`` again: ``python -m sim run ...``, or,
+    when an override has no flag (an API caller's ``crash=[1, 300]``), ``python -c`` calling
+    :func:`sim.runs.run_seed`."""
     if not set(overrides) <= CLI_OVERRIDES:
         kw = ", ".join(
             f"{k}={json.dumps(v) if isinstance(v, str) else repr(v)}" for k, v in sorted(overrides.items())
@@ -119,8 +120,9 @@ def seed_task(seed: int, overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def batch_task(seeds: Sequence[int], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Several seeds in one task (fewer, longer tasks for a big cluster): one record body per seed, a seed that
-    raises failing alone (:func:`sim.executor.execute` per seed); the batch's budget is the task's."""
+    """Several seeds in one task (fewer, longer tasks for a big cluster): one record body per seed, a
+    seed that raises failing alone (:func:`sim.executor.execute` per seed); the batch's budget is the
+    task's."""
     ov = dict(overrides)
     return {"records": [{**execute(seed_task, (s, ov), None), "seed": s, "reproduce": reproduce(s, ov)}
                         for s in seeds]}
@@ -211,9 +213,10 @@ def run_sweep(seeds: Sequence[int], overrides: Mapping[str, Any], *, backend: Ba
               resume: bool = False, budget_s: float | None = None, retries: int = 3, progress: bool = False,
               report: Path | str | None = None, timelines: int = 12, batch: int = 1,
               task_memory_mb: int | None = None) -> tuple[dict[str, Any], list[Record]]:
-    """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``; ``batch`` seeds per task),
-    summarise, and with ``report`` write the report page (:mod:`sim.report`).  Returns the summary and the
-    per-seed records.  ``resume`` skips every seed the JSONL has, whatever the batch size it was run with."""
+    """Run the seeds (on ``backend``, or one made from ``jobs``/``ray``/``budget_s``; ``batch`` seeds per
+    task), summarise, and with ``report`` write the report page (:mod:`sim.report`).  Returns the
+    summary and the per-seed records.  ``resume`` skips every seed the JSONL has, whatever the batch
+    size it was run with."""
     ov = dict(overrides)
     done: list[Record] = []
     if resume and jsonl is not None and Path(jsonl).exists():

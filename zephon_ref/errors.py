@@ -219,8 +219,8 @@ DROP_CAUSES: dict[str, str] = {
     "wrap_tail": "wrap's trailing tokens that did not fill a max_length bin at a flush (no segment cap)",
     "partial_batch": "the last partial micro-batch of a lane under batch(drop_last=True) at end of data",
     "strict_mixture": "records ensure_mixture (strict mode, max_buffer_size=None) discards at a flush",
-    "source_leftover": "samples the work source skipped: a pass's remainder that could not fill a quota, at an "
-    "epoch boundary or when the stream ended (there is no final partial chunk)",
+    "source_leftover": "samples the work source skipped: a pass's remainder that could not fill a quota, "
+    "at an epoch boundary or when the stream ended (there is no final partial chunk)",
 }
 
 

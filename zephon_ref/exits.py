@@ -133,7 +133,8 @@ def one_line(text: str) -> str:
 
 
 def refuse(prog: str, kind: str, message: str, code: int) -> int:
-    """Print ``PROG: KIND: message`` as one line on stderr and return ``code`` (for ``return refuse(...)``)."""
+    """Print ``PROG: KIND: message`` as one line on stderr and return ``code`` (for
+    ``return refuse(...)``)."""
     print(f"{prog}: {kind}: {one_line(message)}", file=sys.stderr)
     return code
 

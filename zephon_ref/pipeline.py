@@ -496,7 +496,8 @@ class Pipeline:
         return loaded.generation
 
     def restore(self, ckpt: Mapping[str, Any] | schema.ValidatedState) -> Pipeline:
-        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal changes nothing.
+        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal
+        changes nothing.
 
         A zephon 0.2.0 checkpoint is translated first (:mod:`zephon_ref.compat`) and sealed
         by that translation, which checks it against this pipeline; the same checks follow.

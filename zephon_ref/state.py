@@ -43,8 +43,9 @@ fields and a private copy of the state taken after the checks.  A restore of it 
 pipeline (``Pipeline.restore(validated_state)``) copies only the lanes that pipeline
 owns, so restoring one merged state into many ranks costs one validation and a copy of
 O(owned lanes) per rank.  Nothing can change the private copy (it is never handed
-out; every read builds fresh objects), so the checks it carries stay true; the pipeline-specific checks (fingerprint,
-canonical_replicas, the dry-run load of the owned lanes) still run per restore.
+out; every read builds fresh objects), so the checks it carries stay true; the
+pipeline-specific checks (fingerprint, canonical_replicas, the dry-run load of the
+owned lanes) still run per restore.
 
 What may not live here: I/O, the encoding of bytes (checkpoint/codec.py), the
 merge policy (coordination/merge.py).

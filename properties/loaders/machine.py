@@ -77,13 +77,19 @@ __all__ = ["PROPERTIES", "LoaderPropertyFailure", "PropertyResult", "check_prope
            "machine_for", "reference_stream"]
 
 PROPERTIES: dict[str, str] = {
-    "uninterrupted": "two uninterrupted runs are equal; every epoch holds each item once (or the documented subset)",
-    "resume": "restoring at any cut (within, across and exactly at the end of epochs) continues the uninterrupted stream",
+    "uninterrupted": "two uninterrupted runs are equal; every epoch holds each item once "
+    "(or the documented subset)",
+    "resume": "restoring at any cut (within, across and exactly at the end of epochs) continues the "
+    "uninterrupted stream",
     "no_skip_dup": "through any sequence of restores every epoch holds each item once",
-    "state_after_restore": "a state taken right after a restore (before and after reading more) resumes exactly",
-    "restore_twice": "one state restored twice gives the same stream both times; restore does not change the state",
-    "initial_state": "a state read before anything was consumed, and a loader built before its state is loaded, resume exactly",
-    "workers": "another worker count on restore: the same data where documented, refused (or harmless) where not",
+    "state_after_restore": "a state taken right after a restore (before and after reading more) "
+    "resumes exactly",
+    "restore_twice": "one state restored twice gives the same stream both times; restore does not "
+    "change the state",
+    "initial_state": "a state read before anything was consumed, and a loader built before its state "
+    "is loaded, resume exactly",
+    "workers": "another worker count on restore: the same data where documented, refused (or harmless) "
+    "where not",
     "counters": "the loader's own counters (epoch, items in epoch) agree with what it delivered",
 }
 
@@ -97,7 +103,8 @@ class MoveTimeout(Exception):
 
 
 def _deadline(seconds: float) -> contextlib.AbstractContextManager[None]:
-    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0; :func:`sim.executor.alarm`)."""
+    """Raise MoveTimeout in the main thread after ``seconds`` (no-op elsewhere or when 0;
+    :func:`sim.executor.alarm`)."""
     return alarm(seconds, lambda: MoveTimeout(f"no answer within {seconds:.0f} s"))
 
 
@@ -129,10 +136,7 @@ def config_strategy(adapter: LoaderAdapter) -> st.SearchStrategy[LoaderConfig]:
     keeps the filter from rejecting most draws of an adapter whose variants take different knobs."""
     space = dict(adapter.space)
     variants = space.get("variant")
-    if isinstance(variants, Mapping):
-        per = {str(v): dict(sub) for v, sub in variants.items()}
-    else:
-        per = {"": space}
+    per = {str(v): dict(sub) for v, sub in variants.items()} if isinstance(variants, Mapping) else {"": space}
     for sub in per.values():
         unknown = sorted(set(sub) - set(KNOBS))
         if unknown:

@@ -35,7 +35,8 @@ FACTORY = textwrap.dedent("""
     CFG = PipelineConfig(
         [("pack_sequences", {"max_length": 160, "num_bins": 2}), ("shuffle", {"buffer_size": 5, "seed": 1}),
          ("batch", {"microbatch_size": 2})],
-        layout={"web": (40, 25), "code": (20, 12), "books": (10,)}, source_kwargs={"chunk_size": 8, "seed": 3},
+        layout={"web": (40, 25), "code": (20, 12), "books": (10,)},
+        source_kwargs={"chunk_size": 8, "seed": 3},
         options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
 
     def make():
@@ -120,7 +121,8 @@ def test_a_target_that_never_comes_out_is_inconsistent(workdir: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
 
 
-# the project's exit codes (zephon_ref.exits, docs/cli.md): 1 corrupt/inconsistent, 2 usage, 3 mismatch, 5 missing
+# the project's exit codes (zephon_ref.exits, docs/cli.md): 1 corrupt/inconsistent, 2 usage, 3 mismatch,
+# 5 missing
 @pytest.mark.parametrize(
     "state,factory,code,prefix",
     [

@@ -7,9 +7,9 @@ obsolete drain rate drawn) and batch (drop_last both ways) on 1..8 lanes, over t
 layout or 3-4 drawn datasets, with the source's exhaustion policy drawn (default, stop,
 redistribute, per dataset, repeat for two passes); a tier that always packs into
 ensure_mixture under ``redistribute`` (the path where records retire from the target while
-buffered); plus fixed chains and regressions.  Differences are listed in docs/divergences.md; where zephon's own lanes
-depend on the other lanes of their rank (its sentinel grouping, Engine section), zephon_ref is
-compared with zephon's lane-pure run (one lane per rank) instead.
+buffered); plus fixed chains and regressions.  Differences are listed in docs/divergences.md;
+where zephon's own lanes depend on the other lanes of their rank (its sentinel grouping, Engine
+section), zephon_ref is compared with zephon's lane-pure run (one lane per rank) instead.
 """
 
 from __future__ import annotations

@@ -236,7 +236,8 @@ def test_a_zephon_state_of_another_k_is_refused() -> None:
 
 
 def test_a_zephon_block_shuffle_snapshot_past_the_first_fill_is_used() -> None:
-    """A cursor past 65,536 samples carries a block-RNG snapshot with block_count > 0; the source continues."""
+    """A cursor past 65,536 samples carries a block-RNG snapshot with block_count > 0; the source
+    continues."""
     from properties.sources import SourceConfig, build_source, chunk_view
     from zephon_ref.compat import from_zephon_state
 

@@ -29,7 +29,8 @@ def test_the_table_lists_every_property_against_inline(
         if name == "oracle" and "skipped" in line:  # zephon_ref's second opinion, zephon 0.2.0, is missing
             assert "zephon 0.2.0, its second opinion, is not installed" in line, line
             continue
-        # examples started >= passed (a gap without a failure: draws Hypothesis abandoned, e.g. a filtered one)
+        # examples started >= passed (a gap without a failure: draws Hypothesis abandoned, e.g. a
+        # filtered one)
         assert int(cols[0]) >= int(cols[1]) >= 1 and cols[3].startswith("-"), line
     # the long run delivered at least the profile's items (2,000 under ci and dev) and says how many
     long_items = int(rows["long run"].split("- (")[1].split(" items")[0])

@@ -1,8 +1,8 @@
 """Canary mutants for the simulator: each plants one realistic bug in the engine (a source patch
 at a named place, properties/canaries.py, run in a child process inside a mutated copy of the
 repository) or in the round protocol (by monkeypatch of two key functions) and the simulator must
-catch it within a fixed budget of seeds (seeds 0, 1, 2, ... in order).  A canary that survives its budget fails its test:
-the simulator has gone blind to that class of bug.
+catch it within a fixed budget of seeds (seeds 0, 1, 2, ... in order).  A canary that survives its
+budget fails its test: the simulator has gone blind to that class of bug.
 
 * engine canaries run the simulated job (sim.world.World, seeded crashes and restarts on
   other rank counts) and its checker (check_run against an uninterrupted run); an
@@ -90,7 +90,8 @@ def test_engine_canary_is_caught_by_the_simulator(name: str, reference: Path) ->
         timeout=600,
     )
     assert out.returncode == 1 and "CAUGHT" in out.tail, (
-        f"canary survived {BUDGET} seeds (or the check broke): {name!r}, exit {out.returncode}\n{out.tail[-1500:]}"
+        f"canary survived {BUDGET} seeds (or the check broke): {name!r}, exit {out.returncode}\n"
+        f"{out.tail[-1500:]}"
     )
     line = out.tail.strip().splitlines()[-1]
     if canary.check == "interleaving":

@@ -1,4 +1,5 @@
-"""The choices interface: seeded substreams, cross-process determinism, replay, Hypothesis shrinking, the string form."""
+"""The choices interface: seeded substreams, cross-process determinism, replay, Hypothesis shrinking,
+the string form."""
 
 from __future__ import annotations
 
@@ -248,7 +249,8 @@ def test_reproduce_command_is_one_quoted_line() -> None:
     line = reproduce_command(8123, text, sha="0a1b", world_size=3, unrecoverable=False, note="two words")
     assert (
         line
-        == f"python -m sim run --seed 8123 --decisions {text} --note 'two words' --sha 0a1b --unrecoverable false --world-size 3"
+        == f"python -m sim run --seed 8123 --decisions {text} --note 'two words' --sha 0a1b "
+        "--unrecoverable false --world-size 3"
     )
     assert "\n" not in line
     assert reproduce_command(None, text) == f"python -m sim run --decisions {text}"

@@ -1,4 +1,5 @@
-"""The exhaustive explorer: exact interleaving counts, the state graph, a planted deadlock and its witness, bounds."""
+"""The exhaustive explorer: exact interleaving counts, the state graph, a planted deadlock and its
+witness, bounds."""
 
 from __future__ import annotations
 

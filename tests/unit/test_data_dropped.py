@@ -199,7 +199,8 @@ def test_a_pipeline_run_warns_the_same_way_every_time_and_its_checkpoint_is_unch
     silent_out, silent_state = _silent(go)
     assert _key(out) == _key(silent_out) and state == silent_state
     assert {(w.cause, w.lane) for w in got} == {("oversized", 0), ("oversized", 1), ("partial_batch", 1)}
-    # zephon 0.2.0 logs 12 documents (244 tokens) for this configuration (tests/conformance/test_drop_warnings.py)
+    # zephon 0.2.0 logs 12 documents (244 tokens) for this configuration
+    # (tests/conformance/test_drop_warnings.py)
     assert sum(w.records for w in got if w.cause == "oversized") == 12
     assert sum(w.tokens or 0 for w in got if w.cause == "oversized") == 244
     assert [str(w) for w in _drops(go)[1]] == [str(w) for w in got]

@@ -1,4 +1,5 @@
-"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR``, ``ckpt gc DIR --keep N`` and ``ckpt check STATE.pkl --factory m:f``.
+"""``zephon-ref ckpt inspect DIR``, ``ckpt verify DIR``, ``ckpt gc DIR --keep N`` and
+``ckpt check STATE.pkl --factory m:f``.
 
 Theory of operation
 -------------------

@@ -128,7 +128,8 @@ def _lane_table(state: Mapping[str, Any], name: str) -> dict[int, Any]:
 def check_state(
     state: Any, factory: Callable[[], Any], *, show: int = 0, limit: int = DEFAULT_LIMIT
 ) -> CheckReport:
-    """Restore ``state`` into ``factory()``'s pipeline, replay it, and report (never raises a ZephonRefError)."""
+    """Restore ``state`` into ``factory()``'s pipeline, replay it, and report (never raises a
+    ZephonRefError)."""
     origin = ("zephon 0.2.0 engine state v{} (translated)".format(state.get("version"))
               if is_zephon_state(state) else "zephon_ref engine state")
     report = CheckReport(origin=origin, consistent=False)

@@ -4,7 +4,8 @@
 * :mod:`.protocol`  -- leader/follower round as sans-IO state machines
 * :mod:`.backends`  -- shared directory, torch TCPStore, in-memory storage
 * :mod:`.driver`    -- the runner real processes call: :func:`aggregate`
-* (the simulator's :mod:`sim.cluster`, outside this package) -- N participants over one in-memory store, stepped by hand
+* (the simulator's :mod:`sim.cluster`, outside this package) -- N participants over one in-memory store,
+  stepped by hand
 """
 
 from zephon_ref.coordination.backends import (

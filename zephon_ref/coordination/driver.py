@@ -120,7 +120,8 @@ def perform(cmd: Command, backend: Backend, *, now: int) -> Event:
     except Exception as exc:  # any storage failure becomes an event the machine decides on
         return IOFailed(
             now,
-            f"{type(cmd).__name__} {getattr(cmd, 'key', getattr(cmd, 'prefix', ''))!r}: {type(exc).__name__}: {exc}",
+            f"{type(cmd).__name__} {getattr(cmd, 'key', getattr(cmd, 'prefix', ''))!r}: "
+            f"{type(exc).__name__}: {exc}",
         )
     if isinstance(cmd, Sleep):
         return Woke(now)

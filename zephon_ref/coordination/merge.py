@@ -183,10 +183,7 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
         for x in lanes_raw:
             # The common case first (an int lane in range: what _int and the check below
             # accept), so a valid shard costs no message string per lane.
-            if type(x) is int and 0 <= x < c:
-                lane = x
-            else:
-                lane = _int(x, f"{who} world.mapping[{g}] lane", lo=0)
+            lane = x if type(x) is int and 0 <= x < c else _int(x, f"{who} world.mapping[{g}] lane", lo=0)
             if lane >= c:
                 raise StateFormatError(
                     expected(f"{who} world.mapping[{g}] lane", f"a lane in [0, {c})", lane)
@@ -385,8 +382,9 @@ def _dedupe(shards: Sequence[_Shard]) -> tuple[list[_Shard], dict[str, int]]:
                             got = s.lanes[field].get(lane)
                             if lane in synced["progress"] and got != want:
                                 raise ContractError(
-                                    f"DP group {group} lane {lane}: {field} of rank {rank}: expected the value of "
-                                    f"rank {rep_rank} (the group's representative) {want!r}, received {got!r}; "
+                                    f"DP group {group} lane {lane}: {field} of rank {rank}: expected the "
+                                    f"value of rank {rep_rank} (the group's representative) {want!r}, "
+                                    f"received {got!r}; "
                                     "DP peers diverged: call a barrier before checkpoint() so every peer has "
                                     "delivered the same batches"
                                 )

@@ -401,7 +401,8 @@ class Coverage:
                 expected(
                     f"one participant for rank {rank} worker {worker}",
                     self.slot_owner[slot],
-                    f"a second one, {participant}: two runs share this run_id and storage, or a process was started twice",
+                    f"a second one, {participant}: two runs share this run_id and storage, or a process "
+                    "was started twice",
                 ),
                 reason="duplicate-participant",
             )
@@ -651,7 +652,10 @@ class Machine:
         )
 
     def _timeout_text(self, now: int) -> str:
-        return f"after {now - (self.deadline - self.cfg.timeout)} of {self.cfg.timeout} ticks (aggregate_timeout_s budget)"
+        return (
+            f"after {now - (self.deadline - self.cfg.timeout)} of {self.cfg.timeout} ticks "
+            "(aggregate_timeout_s budget)"
+        )
 
 
 class Leader(Machine):
@@ -903,7 +907,8 @@ class Leader(Machine):
                 Abort(
                     AggregationTimeout(
                         expected(
-                            f"aggregation round {self.round_id}: acknowledgements {self._timeout_text(ev.now)}",
+                            f"aggregation round {self.round_id}: "
+                            f"acknowledgements {self._timeout_text(ev.now)}",
                             f"an ack from each of {len(self.states) - 1} followers",
                             f"none from {list(missing)}",
                         )
@@ -942,7 +947,8 @@ class Leader(Machine):
     def _io_failed(self, ev: IOFailed) -> Command:
         return self._fail(
             AggregationError(
-                f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}: {ev.message}",
+                f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}: "
+                f"{ev.message}",
                 reason="storage",
             )
         )
@@ -1062,10 +1068,16 @@ class Follower(Machine):
         )
         for k, want in checks:
             if ann.get(k) != want:
-                self.skipped = f"announcement of round {rid} with {k}={ann.get(k)!r}, ours is {want!r} (stale, or another run)"
+                self.skipped = (
+                    f"announcement of round {rid} with {k}={ann.get(k)!r}, ours is {want!r} "
+                    "(stale, or another run)"
+                )
                 return None
         if type(issued) is not int or now - issued > self.cfg.timeout + self.cfg.stale_grace:
-            self.skipped = f"announcement of round {rid} issued at {issued!r}, older than timeout + grace at {now} (stale)"
+            self.skipped = (
+                f"announcement of round {rid} issued at {issued!r}, older than timeout + grace at {now} "
+                "(stale)"
+            )
             return None
         return rid
 
@@ -1084,8 +1096,10 @@ class Follower(Machine):
             return Abort(
                 AggregationTimeout(
                     expected(
-                        f"rank {self.cfg.rank} worker {self.cfg.worker}: open round announcement {self._timeout_text(now)}",
-                        f"a fresh announcement at {announce_key(self.cfg.namespace)} from the leader (rank 0, worker 0)",
+                        f"rank {self.cfg.rank} worker {self.cfg.worker}: open round announcement "
+                        f"{self._timeout_text(now)}",
+                        f"a fresh announcement at {announce_key(self.cfg.namespace)} from the leader "
+                        "(rank 0, worker 0)",
                         self.skipped,
                     ),
                     waiting_for="announcement",
@@ -1121,7 +1135,8 @@ class Follower(Machine):
                 return self._withdraw(
                     AggregationTimeout(
                         expected(
-                            f"rank {self.cfg.rank} worker {self.cfg.worker}: outcome of round {self.round_id} {self._timeout_text(ev.now)}",
+                            f"rank {self.cfg.rank} worker {self.cfg.worker}: "
+                            f"outcome of round {self.round_id} {self._timeout_text(ev.now)}",
                             "a result or a failure notice from the leader (rank 0, worker 0)",
                             "neither (the leader died, or is waiting for another rank)",
                         ),
@@ -1137,7 +1152,8 @@ class Follower(Machine):
         if tag == FAILURE_TAG:
             return self._withdraw(
                 LeaderFailed(
-                    f"aggregation round {self.round_id} failed on the leader: {body.decode('utf-8', 'replace')}"
+                    f"aggregation round {self.round_id} failed on the leader: "
+                    f"{body.decode('utf-8', 'replace')}"
                 )
             )
         if tag != RESULT_TAG:

@@ -249,7 +249,8 @@ class Tokenize(BaseOp):
             raise ConfigError(
                 expected(
                     f"{which}_token_id",
-                    f"an id (the tokenizer has no {which}_token_id) for special_tokens={self.special_tokens!r}",
+                    f"an id (the tokenizer has no {which}_token_id) "
+                    f"for special_tokens={self.special_tokens!r}",
                     None,
                 )
             )

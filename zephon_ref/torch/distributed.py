@@ -163,7 +163,8 @@ def run_rank(
             if rank == 0:
                 trainer.publish(checkpoint_dir, state, extra)
         del items
-        torch.distributed.barrier()  # nobody leaves (rank 0 hosts the store) before the checkpoint is published
+        # nobody leaves (rank 0 hosts the store) before the checkpoint is published
+        torch.distributed.barrier()
         return {"steps": steps_seen, "losses": trainer.losses,
                 "params": {k: v.tolist() for k, v in trainer.model.state_dict().items()}}
     finally:

@@ -934,7 +934,8 @@ class StaticMixtureWorkSource(WorkSource):
         return self._perm[1][slot]
 
     def _quota_step(self, acc: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[int, ...]] | None:
-        """One chunk of the accumulator quota rule, from ``acc`` (a :data:`~zephon_ref.work.walk.QuotaStep`)."""
+        """One chunk of the accumulator quota rule, from ``acc`` (a
+        :data:`~zephon_ref.work.walk.QuotaStep`)."""
         order = self._cfg.order
         scratch = _AccumulatorAllocator(self._cfg, dict(zip(order, acc, strict=True)))
         try:
@@ -1104,7 +1105,8 @@ class StaticMixtureWorkSource(WorkSource):
                         "this source's layout",
                         "a different layout",
                     )
-                    + f"; differing datasets: {sorted(n for n in self._names if layout.get(n) != self._layout()[n])}"
+                    + "; differing datasets: "
+                    f"{sorted(n for n in self._names if layout.get(n) != self._layout()[n])}"
                 )
             order = tuple(str(n) for n in state["component_order"])
             if order != self._names:

@@ -21,7 +21,8 @@ __all__ = ["BUGS", "LIST_LOADER", "ListLoader"]
 BUGS = {
     "skip_on_restore": "restore skips one item (resume, no_skip_dup)",
     "end_of_epoch": "a state taken at an epoch's end restores into an empty next epoch (resume)",
-    "restore_resets_count": "a state taken right after a restore forgets the restored position (state_after_restore)",
+    "restore_resets_count": "a state taken right after a restore forgets the restored position "
+    "(state_after_restore)",
     "mutate_state": "restore writes into the state object it was given (restore_twice)",
     "initial_state": "a state read before anything was consumed restores with another seed (initial_state)",
     "workers": "restoring under another worker count silently repeats an item (workers)",

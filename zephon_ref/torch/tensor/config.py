@@ -41,8 +41,9 @@ __all__ = [
 #: supported operators is reproduced exactly.
 REFUSED_KNOBS: tuple[str, ...] = (
     "ensure_mixture(weight_by other than 'auto' / 'samples', warn_tolerance); with a source whose "
-    "exhausted_policy redistributes; and, found while running (UnsupportedKnob then), a target whose component "
-    "set changes within a flush epoch or a record outside the target (retirement groups, obsolete records)",
+    "exhausted_policy redistributes; and, found while running (UnsupportedKnob then), a target whose "
+    "component set changes within a flush epoch or a record outside the target (retirement groups, "
+    "obsolete records)",
     "any operator other than map_transform, tokenize, pack_sequences, shuffle, ensure_mixture, batch",
     "map_transform or tokenize after pack_sequences / shuffle / ensure_mixture; more than one pack_sequences",
     "pack_sequences(algorithm='wrap')",

@@ -8,9 +8,10 @@ feeds the lane's fetched documents one at a time through a cascade of stages,
 each with ``push(units, out)`` and ``flush(out)``:
 
 * counting stages (the fetch of :data:`FETCH_GROUP` samples, formed here, and
-  ``map_transform`` and ``tokenize`` with their ``max_batch``) regroup the stream and apply their pure function to
-  each full group (a boundary or the end emits the partial group): the groups
-  decide what a later ``ensure_mixture`` sees per push, so they are kept exactly;
+  ``map_transform`` and ``tokenize`` with their ``max_batch``) regroup the stream and
+  apply their pure function to each full group (a boundary or the end emits the partial
+  group): the groups decide what a later ``ensure_mixture`` sees per push, so they are
+  kept exactly;
 * the packer, the shuffles and the mixture (packing.py, shuffle.py, mixture.py).
 
 What one stage outputs for one input micro-batch (its pushes, then on a
