@@ -98,6 +98,17 @@ def encoded(state: Any) -> bytes | None:
         return None
 
 
+def growth_by_field(before: dict[str, Any], after: dict[str, Any], *, top: int = 4) -> str:
+    """Where a checkpoint's bytes grew: each top-level field encoded alone, the largest
+    growths first, and the inflight chunks held (a field that grows with the run's age
+    shows here; integers that widen as counters rise are the rest)."""
+    sizes = {k: (len(encoded(before.get(k)) or b""), len(encoded(after.get(k)) or b"")) for k in after}
+    grown = sorted(sizes.items(), key=lambda kv: kv[1][0] - kv[1][1])[:top]
+    chunks = [sum(len(v) for v in s["inflight"].values()) for s in (before, after)]
+    return ("growth by field (alone): " + ", ".join(f"{k} {a:,}->{b:,}" for k, (a, b) in grown)
+            + f"; inflight chunks held {chunks[0]} -> {chunks[1]}")
+
+
 @dataclass
 class Run:
     """One library and policy over ``items`` items."""
@@ -256,7 +267,9 @@ def measure(*, quick: bool, lanes: tuple[int, ...] | None = None, items: int | N
                 rows.append(_row(f"{n} lanes {r.label}: checkpoint bytes at {m[-1]:,} over at {m[0]:,} items",
                                  b1, b0, "bytes", None if not b0 or b1 is None else b1 / b0,
                                  f"the same run's checkpoint at {m[0]:,} items",
-                                 "goal <= 1.1 (demand)" if key == "demand" else "no bound"))
+                                 ("goal <= 1.1 (demand)" if key == "demand" else "no bound")
+                                 + ("; " + growth_by_field(r.states[m[0]], r.states[m[-1]])
+                                    if m[0] in r.states and m[-1] in r.states else "")))
                 if key in POLICIES:
                     t0, ok0 = restore_seconds(tmp, r, m[0], reps=reps)
                     t1, ok1 = restore_seconds(tmp, r, m[-1], reps=reps)
