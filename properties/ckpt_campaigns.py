@@ -52,6 +52,7 @@ __all__ = [
     "race",
     "small_state",
     "step_kill_campaign",
+    "structural_campaign",
     "structural_cases",
     "timed_kill_campaign",
 ]
@@ -183,6 +184,21 @@ def structural_cases(
             cases.append(("whole generation of another pipeline", foreign_all))
     cases.append(("delete manifest", lambda: target.delete(manifest_name)))
     return cases
+
+
+def structural_campaign(camp: Campaign, target: Files, files: dict[str, bytes], other: Files, third: Files,
+                        manifest_name: str, *, name: str) -> dict[str, Any]:
+    """Apply each of :func:`structural_cases` to ``target``, attempt a load, put the files back;
+    every case must be refused.  Returns the campaign's report."""
+    cases = structural_cases(target, files, other, third, manifest_name)
+    for label, act in cases:
+        act()
+        camp.attempt(label)
+        restore_all(target, files)
+    out = camp.report(name)
+    assert out["tried"] == len(cases) >= 12
+    assert camp.accepted == []
+    return out
 
 
 def restore_all(target: Files, files: dict[str, bytes]) -> None:
