@@ -120,10 +120,8 @@ def _alarm(budget_s: float | None) -> contextlib.AbstractContextManager[None]:
 
 def execute(fn: Callable[..., Mapping[str, Any]], args: tuple[Any, ...], budget_s: float | None) -> Record:
     """Run one attempt; always returns a record body (``status`` plus the function's dict or the failure)."""
-    t0, c0 = (
-        time.perf_counter(),
-        time.process_time(),
-    )  # clock-ok: the record's seconds, never a decision of a run
+    # clock-ok below: the record's seconds, never a decision of a run
+    t0, c0 = time.perf_counter(), time.process_time()  # clock-ok
     try:
         with _alarm(budget_s):
             out = fn(*args)

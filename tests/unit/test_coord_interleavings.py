@@ -54,8 +54,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, object]:
 def test_any_interleaving_gives_the_full_merge_or_a_clean_failure(sc: dict[str, object]) -> None:
     c, ws, dp, workers = sc["topo"]  # type: ignore[misc]
     states = topology_states(
-        sc["seed"], canonical_replicas=c, world_size=ws, dp_degree=dp, workers=workers
-    )  # type: ignore[arg-type]
+        sc["seed"], canonical_replicas=c, world_size=ws, dp_degree=dp, workers=workers  # type: ignore[arg-type]
+    )
     want = merge(list(states.values()))
     store = FailingBackend()
     io_faults: set[int] = sc["io_faults"]  # type: ignore[assignment]

@@ -63,9 +63,8 @@ class ThreadsRunner:
     def run(self, engine: Engine) -> Iterator[Any]:
         """Drive a started engine to the end; yield its delivered items."""
         stages = engine.stages
-        lock = (
-            threading.RLock()
-        )  # plain-ok: the runner's lock (owned here, per run), installed as Engine.guard
+        # the runner's lock, owned here for this run and installed as Engine.guard
+        lock = threading.RLock()  # plain-ok: the threads runner's own lock, not the engine's
         engine.guard = lock
         qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(stages) + 1)]
         stop = threading.Event()
