@@ -48,23 +48,14 @@ __all__ = [
     "tasks_for",
 ]
 
+#: probes outside the ``fault_`` family that name a fault kind too
+_FAULT_KIND_PROBES = frozenset({
+    "job_crash", "rank_crash", "planned_resize", "slow_rank", "crash_during_aggregation",
+    "crash_during_restore", "crash_between_shards_and_manifest", "restore_refused_all",
+})
+
 #: the probes that name a fault kind (a sweep lists those no seed reached)
-FAULT_PROBES: tuple[str, ...] = tuple(
-    k
-    for k in PROBES
-    if k.startswith("fault_")
-    or k
-    in (
-        "job_crash",
-        "rank_crash",
-        "planned_resize",
-        "slow_rank",
-        "crash_during_aggregation",
-        "crash_during_restore",
-        "crash_between_shards_and_manifest",
-        "restore_refused_all",
-    )
-)
+FAULT_PROBES: tuple[str, ...] = tuple(k for k in PROBES if k.startswith("fault_") or k in _FAULT_KIND_PROBES)
 
 
 #: the overrides ``python -m sim run`` takes as flags (a test keeps this equal to the parser's)

@@ -198,9 +198,8 @@ def test_two_concurrent_writers(bucket: str) -> None:
     # retries above it and leaves its number unused (zephon_ref/checkpoint/store.py, 'Concurrent savers'),
     # so 12 saves under contention may publish e.g. 1-3, 5-13 (seen in CI).
     assert len(set(gens)) == 12 and min(gens) >= 1, sorted(gens)
-    assert max(gens) <= 12 * store.DEFAULT_MAX_ATTEMPTS, sorted(
-        gens
-    )  # each save skips at most its lost attempts
+    # each save skips at most its lost attempts
+    assert max(gens) <= 12 * store.DEFAULT_MAX_ATTEMPTS, sorted(gens)
     for g, seed in outs:
         assert store.load(url, g) == crash_state(seed)  # each generation is its own saver's state
     assert all(isinstance(r, Manifest) for _, r in store.iter_verify(url))
