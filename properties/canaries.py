@@ -233,9 +233,9 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "reseed on restore",
                 "zephon_ref/ops/shuffle.py",
-                "            return StreamingShuffleAccumulator(self.buffer_size, self.seed)\n",
-                "            return StreamingShuffleAccumulator(self.buffer_size, "
-                "self.seed + (1 if ctx.get('replay_targets') else 0))\n",
+                "            return StreamingShuffleAccumulator(c.buffer_size, c.seed)\n",
+                "            return StreamingShuffleAccumulator(c.buffer_size, "
+                "c.seed + (1 if ctx.get('replay_targets') else 0))\n",
             ),
         ),
     ),

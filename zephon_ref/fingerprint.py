@@ -15,6 +15,7 @@ What may not live here: the builder, iteration, I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -49,9 +50,20 @@ def describe(value: Any, depth: int = 0) -> Any:
     return f"type:{type(value).__module__}.{type(value).__qualname__}"
 
 
-def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
-    knobs = {k: describe(v) for k, v in sorted(vars(op).items())
+def _public_knobs(op: BaseOp) -> dict[str, Any]:
+    """An operator's data knobs: the fields of its frozen config (``op.config``, a dataclass of
+    :mod:`zephon_ref.ops.knobs` fields) or, for an operator without one, its public attributes."""
+    items = {k: v for k, v in vars(op).items()
              if not k.startswith("_") and k not in ("stage_info", "parallelism")}
+    cfg = items.get("config")
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        del items["config"]
+        items.update({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    return items
+
+
+def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
+    knobs = {k: describe(v) for k, v in sorted(_public_knobs(op).items())}
     return {"name": name, "op": op.plan_identity(), "knobs": knobs}
 
 

@@ -43,19 +43,16 @@ from dataclasses import dataclass, field
 from random import Random  # seeded instances only: never the global generator
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 from zephon_ref.ops.base import (
     Accumulator,
     BaseOp,
     CountingAccumulator,
     OpTraits,
     ReadyBatch,
-    check_choice,
     check_int,
-    check_parallelism,
-    check_placement,
     lane_of,
 )
+from zephon_ref.ops.knobs import Choice, Float, Int, check_execution, check_fields, knob
 from zephon_ref.types import TAG_CONTRIBUTORS, ContributorRef, SampleMeta, SampleRecord
 
 __all__ = [
@@ -63,6 +60,7 @@ __all__ = [
     "FLUSH_SALT",
     "BlockWarmupAccumulator",
     "Shuffle",
+    "ShuffleConfig",
     "StreamingShuffleAccumulator",
     "batch_seed",
     "check_growth",
@@ -160,17 +158,14 @@ def warmup_window(buffer_size: int) -> int:
     return 0 if buffer_size <= 1 else max(1, min(128, buffer_size // 16))
 
 
+#: ``warmup_growth``: a finite number > 1.0 (inf and nan have no block size)
+GROWTH = Float(1.0, min_open=True)
+
+
 def check_growth(growth: Any) -> float:
-    """``warmup_growth``: a finite int or float > 1.0 (inf and nan have no block size)."""
-    if isinstance(growth, bool) or not isinstance(growth, (int, float)):
-        raise ConfigTypeError(expected("warmup_growth", "a finite number > 1.0", growth))
-    try:
-        value = float(growth)
-    except OverflowError:  # an int beyond the float range
-        value = math.inf
-    if not (value > 1.0 and math.isfinite(value)):
-        raise ConfigError(expected("warmup_growth", "a finite number > 1.0", growth))
-    return value
+    """``warmup_growth`` checked against :data:`GROWTH`, as a float."""
+    GROWTH.check("warmup_growth", growth)
+    return float(growth)
 
 
 # ----------------------------------------------------------------------------
@@ -367,6 +362,22 @@ class BlockWarmupAccumulator(Accumulator[SampleRecord]):
         return ready
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShuffleConfig:
+    """The data knobs of ``shuffle``: each field's domain is declared (:mod:`zephon_ref.ops.knobs`)."""
+
+    buffer_size: int = knob(DEFAULT_BUFFER_SIZE, Int(1), doc="records a lane's buffer holds")
+    seed: int = knob(0, Int(0), doc="the shuffle's own seed (not the source's)")
+    algorithm: str = knob("streaming", Choice(ALGORITHMS), doc="reservoir, fixed blocks, or growing blocks")
+    warmup_growth: float = knob(1.5, GROWTH,
+                                doc="block_warmup: each block is this much larger than the last")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        # a finite int or float > 1; kept as a float (an int beyond the float range is refused above)
+        object.__setattr__(self, "warmup_growth", float(self.warmup_growth))
+
+
 class Shuffle(BaseOp):
     """``shuffle(buffer_size=None, *, seed=0, algorithm="streaming", warmup_growth=1.5)``."""
 
@@ -382,17 +393,9 @@ class Shuffle(BaseOp):
     ) -> None:
         super().__init__()
         # execution settings: validated here, never stored, so they cannot reach the data path
-        check_placement(placement)
-        check_parallelism(parallelism)
-        if buffer_size is None:
-            buffer_size = DEFAULT_BUFFER_SIZE
-        check_int("buffer_size", buffer_size, minimum=1)
-        check_int("seed", seed, minimum=0)
-        check_choice("algorithm", algorithm, ALGORITHMS)
-        self.warmup_growth = check_growth(warmup_growth)
-        self.buffer_size = buffer_size
-        self.seed = seed
-        self.algorithm = algorithm
+        check_execution(placement=placement, parallelism=parallelism)
+        self.config = ShuffleConfig(buffer_size=DEFAULT_BUFFER_SIZE if buffer_size is None else buffer_size,
+                                    seed=seed, algorithm=algorithm, warmup_growth=warmup_growth)
 
     def traits(self) -> OpTraits:
         return OpTraits(
@@ -400,15 +403,16 @@ class Shuffle(BaseOp):
         )
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        if self.algorithm == "streaming":
-            return StreamingShuffleAccumulator(self.buffer_size, self.seed)
-        if self.algorithm == "block_warmup":
-            return BlockWarmupAccumulator(self.buffer_size, growth=self.warmup_growth)
-        return CountingAccumulator(self.buffer_size)
+        c = self.config
+        if c.algorithm == "streaming":
+            return StreamingShuffleAccumulator(c.buffer_size, c.seed)
+        if c.algorithm == "block_warmup":
+            return BlockWarmupAccumulator(c.buffer_size, growth=c.warmup_growth)
+        return CountingAccumulator(c.buffer_size)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
-        if not elems or self.algorithm == "streaming":
+        if not elems or self.config.algorithm == "streaming":
             return list(elems)
         block = list(elems)
-        Random(batch_seed(self.seed, block)).shuffle(block)
+        Random(batch_seed(self.config.seed, block)).shuffle(block)
         return move_closers_to_last(block)
