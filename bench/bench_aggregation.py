@@ -118,7 +118,7 @@ def _kinds() -> list[str]:
 def _merged_size(lanes: int) -> tuple[int, float]:
     """Bytes of the encoded merge of 8 ranks' real states over ``lanes`` lanes, and the merge seconds."""
     from sim.cluster import topology_states
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
     from zephon_ref.coordination.merge import merge
 
     states = list(topology_states(3, canonical_replicas=lanes, world_size=8).values())

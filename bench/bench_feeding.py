@@ -90,7 +90,7 @@ def docs_of(x: Any) -> int:
 
 
 def encoded(state: Any) -> bytes | None:
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     try:
         return codec.encode(state)
@@ -183,7 +183,7 @@ def child(args: dict[str, Any], out: str) -> None:
     """In a fresh process: decode the state, restore, time to the first item, check it.  The
     row uses the process's CPU seconds (single-threaded work; wall time on the shared 2-core
     machine moved the ratio by 30% with the load), wall time is kept beside it."""
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     state = codec.decode(Path(args["path"]).read_bytes())
     p = build("zephon_ref", int(args["lanes"]), str(args["feeding"]))
@@ -196,7 +196,7 @@ def child(args: dict[str, Any], out: str) -> None:
 
 
 def restore_seconds(tmp: str, r: Run, mark: int, *, reps: int) -> tuple[float, bool]:
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     path = Path(tmp) / f"{r.lanes}-{r.feeding}-{mark}.ckpt"
     path.write_bytes(codec.encode(r.states[mark]))

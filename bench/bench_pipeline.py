@@ -23,7 +23,7 @@ What is printed (measurements only: nothing asserts a speed; equality of outputs
 1. documents/s, zephon_ref inline vs zephon inline on ``T``: 3 rounds alternating, a fresh
    process each, median [min-max] and the ratio (issue goal >= 1.5x); the delivered streams of
    the two libraries must have the same digest.
-2. ``R``: checkpoint bytes (zephon_ref: ``zephon_ref.checkpoint.codec``; zephon: msgpack of its
+2. ``R``: checkpoint bytes (zephon_ref: ``zephon_ref.codec``; zephon: msgpack of its
    dict) and restore-to-first-batch time at the same phase of a flush epoch at epoch ``s`` and
    at ``s`` + 10, 100, 1,000 epochs; ratio largest / smallest median (issue goal <= 1.2).
 3. zephon_ref vs zephon restore-to-first-batch at the same cuts (same delivered prefix) of
@@ -174,7 +174,7 @@ def encode_state(impl: str, state: Any) -> bytes:
         import msgpack
 
         return bytes(msgpack.packb(state))
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     return codec.encode(state)
 
@@ -184,7 +184,7 @@ def decode_state(impl: str, blob: bytes) -> Any:
         import msgpack
 
         return msgpack.unpackb(blob, strict_map_key=False)
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     return codec.decode(blob)
 

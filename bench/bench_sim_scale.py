@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sim.scale import RoundStats, ScaleConfig, rank_state, star_round, tree_round  # noqa: E402
-from zephon_ref.checkpoint import codec  # noqa: E402
+from zephon_ref import codec  # noqa: E402
 from zephon_ref.checkpoint.schema import sha256_hex  # noqa: E402
 from zephon_ref.coordination.merge import merge  # noqa: E402
 

@@ -108,13 +108,15 @@ LANES_BIG_CHUNK = SourceConfig(  # zephon's default chunk_size
 def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
     """Documents/s of ``lanes`` lane clones that together read ``total_chunks`` chunks."""
     src = build_source("zephon_ref", cfg)
-    from zephon_ref.work import ChunkWalk
+    from zephon_ref.fast.walk import ChunkWalk
 
     per_lane = total_chunks // lanes
     docs = 0
     t0 = time.perf_counter()
     walk = ChunkWalk()  # shared by the clones, as an engine's lanes share one
-    clones = [src.clone_for_lane(lane, lanes, walk=walk) for lane in range(lanes)]
+    clones = [src.clone_for_lane(lane, lanes) for lane in range(lanes)]
+    for clone in clones:
+        clone.share_walk(walk)
     for _ in range(per_lane):
         for clone in clones:  # round robin over the lanes, as the engine's tail multiplexer reads them
             ch = clone.next_chunk()
@@ -125,11 +127,12 @@ def docs_per_second(cfg: SourceConfig, lanes: int, total_chunks: int) -> float:
 
 
 def first_chunk_seconds(cfg: SourceConfig, canonical_replicas: int) -> float:
-    from zephon_ref.work import ChunkWalk
+    from zephon_ref.fast.walk import ChunkWalk
 
     src = build_source("zephon_ref", cfg)
     t0 = time.perf_counter()
-    clone = src.clone_for_lane(canonical_replicas - 1, canonical_replicas, walk=ChunkWalk())
+    clone = src.clone_for_lane(canonical_replicas - 1, canonical_replicas)
+    clone.share_walk(ChunkWalk())
     ch = clone.next_chunk()
     assert ch is not None
     next(iter(ch))

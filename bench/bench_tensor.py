@@ -6,7 +6,7 @@ What is compared, side by side in one run (the two alternate, best of ``rounds``
   tokenize(max_length=96, split_long_samples) -> pack_sequences(256, num_bins=4,
   first_fit) -> shuffle(64) -> ensure_mixture -> batch(4), inline runner), iterated to
   the end (its delivered SampleBatch objects);
-* the tensor implementation (``zephon_ref.torch.tensor``) of the same configuration on the
+* the tensor implementation (``zephon_ref.fast.tensor``) of the same configuration on the
   same work source, iterated to the end, every batch turned into tensors (input_ids,
   position_ids, attention_mask, cu_seqlens) on the CPU, and on CUDA when present.
 
@@ -66,7 +66,7 @@ def _reference(corpus: Any, seed: int, lanes: int) -> Any:
 
 
 def _tensor(corpus: Any, seed: int, lanes: int) -> Any:
-    from zephon_ref.torch.tensor import TensorPipeline
+    from zephon_ref.fast.tensor import TensorPipeline
 
     return TensorPipeline(
         _source(corpus, seed), DEMO_CHAIN, {"runner": "inline", "canonical_replicas": lanes}

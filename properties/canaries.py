@@ -119,8 +119,8 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "flush without reset",
                 _STAGE,
-                "        # flush sentinel\n",
-                "        # flush sentinel\n        out.append((True, [s]))\n        return\n",
+                "    (Kind.FLUSH, _S): (Step.FLUSH_OR_HOLD,),\n",
+                "    (Kind.FLUSH, _S): (Step.FORWARD,),\n",
             ),
         ),
     ),
@@ -174,8 +174,8 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "no notify at delivery",
                 _CORE,
-                "            self._notify(x)\n            return x\n",
-                "            return x\n",
+                "    def _deliver_one(self, x: Any) -> None:\n        self._notify(x)\n",
+                "    def _deliver_one(self, x: Any) -> None:\n        pass\n",
             ),
             _m(
                 "notify when produced",
@@ -258,13 +258,13 @@ CANARIES: tuple[Canary, ...] = (
         (
             _m(
                 "unsorted keys",
-                "zephon_ref/checkpoint/codec.py",
+                "zephon_ref/codec.py",
                 "def _key_sort(key: Any) -> tuple[int, Any]:\n",
                 "def _key_sort(key: Any) -> tuple[int, Any]:\n    return (0, 0)\n",
             ),
             _m(
                 "unsorted fast path",
-                "zephon_ref/checkpoint/codec.py",
+                "zephon_ref/codec.py",
                 "def _first(kv: tuple[Any, Any]) -> Any:\n    return kv[0]\n",
                 "def _first(kv: tuple[Any, Any]) -> Any:\n    return 0\n",
             ),
@@ -277,11 +277,9 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "zephon's grouping",
                 _STAGE,
-                "                if any(lane_of(r) == lane for r in regular):\n"
-                "                    self._push([r for r in regular if lane_of(r) == lane], out)\n"
-                "                    regular = [r for r in regular if lane_of(r) != lane]\n",
-                "                if regular:\n                    self._push(regular, out)\n"
-                "                    regular = []\n",
+                "        mine = [r for r in self._regular if lane_of(r) == lane]\n        if mine:\n"
+                "            self._regular = [r for r in self._regular if lane_of(r) != lane]\n",
+                "        mine = list(self._regular)\n        if mine:\n            self._regular = []\n",
             ),
         ),
     ),

@@ -41,7 +41,7 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   typed, and the live run carries on;
 * ``shared walk`` [shared_walk]: zephon_ref's one shortcut, the chunk walk that the lanes
   of one engine (or every rank of a simulated world) share
-  (:class:`zephon_ref.work.walk.ChunkWalk`), gives every lane exactly the chunks and states
+  (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
@@ -545,7 +545,7 @@ def _eviction_safety(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> 
 
 
 def _checkpoint_bytes(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     n = len(_full(adapter, cfg))
     cut = data.draw(st.integers(0, n), label="cut")

@@ -420,9 +420,10 @@ def _tok_pipeline() -> Any:
 
 
 def _build_entry_points() -> list[EntryPoint]:
+    from zephon_ref.io import Dataset, InMemoryShard
     from zephon_ref.ops.map_transform import MapTransform
     from zephon_ref.pipeline import Pipeline
-    from zephon_ref.work import Dataset, InMemoryShard, MixtureSpec, StaticMixtureWorkSource
+    from zephon_ref.work import MixtureSpec, StaticMixtureWorkSource
 
     eps: list[EntryPoint] = []
     # -- datasets ---------------------------------------------------------------------------

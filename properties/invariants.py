@@ -220,7 +220,7 @@ def check_eviction_safety(cfg: PipelineConfig) -> list[str]:
 def check_checkpoint_bytes(cfg: PipelineConfig, *, cuts: Sequence[int] = (0, 1, 3, 7)) -> list[str]:
     """Two independent runs to the same cut encode to the same bytes, and so does a copy of the
     state with every dict rebuilt in reverse insertion order."""
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     problems: list[str] = []
     for cut in cuts:
@@ -243,7 +243,7 @@ def check_checkpoint_bytes(cfg: PipelineConfig, *, cuts: Sequence[int] = (0, 1, 
 
 def encoding_problems(state: Any) -> list[str]:
     """One checkpoint encodes (zephon_ref's codec) to the same bytes whatever its dicts' insertion order."""
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     return checkpoint_bytes_problems({"as built": codec.encode(state),
                                       "dicts reversed": codec.encode(reversed_dicts(state))})

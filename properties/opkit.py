@@ -3,7 +3,7 @@ operator tests."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zephon_ref.ops.base import Accumulator, BaseOp
@@ -45,10 +45,24 @@ def split(records: Sequence[Any], cuts: Sequence[int]) -> list[list[Any]]:
 
 
 def run(op: BaseOp, pushes: Sequence[Sequence[Any]], *, acc: Accumulator[Any] | None = None,
-        flush: bool = True, ctx: dict[str, Any] | None = None) -> list[Any]:
+        flush: bool = True, ctx: dict[str, Any] | None = None,
+        chunk_mixture: Callable[[int, int], Mapping[int, float]] | None = None) -> list[Any]:
+    """Push ``pushes`` through a fresh (or the given) accumulator and ``process_many``, then flush.
+
+    ``chunk_mixture(lane, cid)``: each chunk's mixture, announced to a zephon_ref accumulator
+    (``on_chunk``) before the first push holding a record of that chunk, as the engine's chunk
+    announcements do; zephon's accumulators read it through ``ctx["get_chunk_mixture"]``.
+    """
     a = acc if acc is not None else op.accumulator(deterministic=True, ctx=ctx or {})
     out: list[Any] = []
+    announced: set[tuple[int, int]] = set()
     for b in pushes:
+        if chunk_mixture is not None:
+            for r in b:
+                key = (r.meta.lane_id, r.meta.chunk_id)
+                if key not in announced:
+                    announced.add(key)
+                    a.on_chunk(key[0], key[1], chunk_mixture(*key))
         for elems, _ in a.push_many(list(b)):
             out.extend(op.process_many(list(elems)))
     if flush:

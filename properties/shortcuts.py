@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The reference keeps one algorithmic shortcut: a :class:`zephon_ref.work.ChunkWalk`, one walk
+The reference keeps one algorithmic shortcut: a :class:`zephon_ref.fast.walk.ChunkWalk`, one walk
 of the global chunk order shared by the lane clones its owner passes it to (the engine's
 lanes, the simulated world's ranks).  Its invariant is that a clone given a walk produces
 exactly the chunks and states of the same clone walking plainly.  :func:`shared_walk_problems`
@@ -96,7 +96,7 @@ class _CountingWalk:
 
     @staticmethod
     def make(window: int | None) -> Any:
-        from zephon_ref.work import ChunkWalk
+        from zephon_ref.fast.walk import ChunkWalk
 
         class Counting(ChunkWalk):
             jumps = 0
@@ -122,7 +122,9 @@ def run_walk_case(case: WalkCase, *, max_chunks: int = 1000) -> WalkReport:
     report = WalkReport([])
 
     def fresh(lane: int) -> tuple[Any, Any]:
-        return src.clone_for_lane(lane, C, walk=walk), src.clone_for_lane(lane, C)
+        shared = src.clone_for_lane(lane, C)
+        shared.share_walk(walk)
+        return shared, src.clone_for_lane(lane, C)
 
     pairs = [fresh(lane) for lane in range(C)]
     saved: list[list[dict[str, Any]]] = [

@@ -1,4 +1,4 @@
-"""The property-suite adapter for the tensor implementation (zephon_ref.torch.tensor): a loader
+"""The property-suite adapter for the tensor implementation (zephon_ref.fast.tensor): a loader
 that is not zephon_ref, plugged in from the suite's configuration alone.
 
 ``ADAPTER`` follows the protocol of :mod:`properties.adapters` (docs/properties.md explains it
@@ -31,7 +31,7 @@ DRY_RUN_ITEMS = 2000
 def tensor_pipeline(cfg: PipelineConfig, **option_overrides: Any) -> Any:
     """``cfg`` built with the tensor implementation (the same source and crc tokenizer as
     :func:`properties.pipelines.build_pipeline`)."""
-    from zephon_ref.torch.tensor import TensorPipeline
+    from zephon_ref.fast.tensor import TensorPipeline
 
     chain = [("map_transform", {"fn": crc_tokens}), *((m, dict(kw)) for m, kw in cfg.chain)]
     return TensorPipeline(work_source(cfg), chain, {**dict(cfg.options), **option_overrides})
@@ -51,7 +51,7 @@ class TensorAdapter:
         """The refusal at build time, or the one the data leads to while running (a target whose
         component set changes: the tensor implementation raises rather than drift), found by a
         dry run of at most :data:`DRY_RUN_ITEMS` items."""
-        from zephon_ref.torch.tensor import UnsupportedKnob
+        from zephon_ref.fast.tensor import UnsupportedKnob
 
         try:
             p = tensor_pipeline(cfg)

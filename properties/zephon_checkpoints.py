@@ -161,6 +161,18 @@ def _first_difference(got: list[Any], want: list[Any]) -> str:
     return f"length {len(got)} != {len(want)}"
 
 
+def restore_any(pipeline: Any, state: Any) -> Any:
+    """Restore ``state`` into ``pipeline``: a zephon 0.2.0 state into a zephon_ref pipeline through
+    the explicit translation (:func:`zephon_ref.compat.restore_zephon_state`), anything else with
+    the pipeline's own ``restore``."""
+    from zephon_ref.builder import Builder
+    from zephon_ref.compat import is_zephon_state, restore_zephon_state
+
+    if isinstance(pipeline, Builder) and is_zephon_state(state):
+        return restore_zephon_state(pipeline, state)
+    return pipeline.restore(state)
+
+
 def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int], *, state: Any = None,
                                 runner: str | None = None) -> tuple[list[Any], dict[int, Any]]:
     """zephon's run (item views; resumed from ``state`` if given) and a deep copy of its checkpoint at
@@ -183,7 +195,7 @@ def zephon_run_with_checkpoints(cfg: PipelineConfig, cuts: Sequence[int], *, sta
 def _ref_verdict(cfg: PipelineConfig, state: Any, want: list[Any]) -> tuple[str, str]:
     try:
         p = build_pipeline("zephon_ref", cfg)
-        p.restore(copy.deepcopy(state))
+        restore_any(p, copy.deepcopy(state))
         got = _views(list(p))
     except (ValueError, TypeError, RuntimeError, KeyError) as exc:
         return f"refused: {type(exc).__name__}", str(exc)[:300]

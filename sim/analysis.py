@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.engine.core import Engine
 from zephon_ref.errors import ConfigError, ZephonRefError, expected
 from zephon_ref.pipeline import Pipeline

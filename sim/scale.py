@@ -82,8 +82,8 @@ from typing import Any, Literal
 from sim.choices import SeededChoices
 from sim.cluster import contiguous_mapping
 from sim.kernel import EventHandle, Kernel
+from zephon_ref import codec
 from zephon_ref import state as schema
-from zephon_ref.checkpoint import codec
 from zephon_ref.checkpoint.schema import sha256_hex
 from zephon_ref.checkpoint.tree import (
     CapturePrefix,

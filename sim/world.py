@@ -86,15 +86,15 @@ from sim.history import Event, Problem, RunReport, check_history
 from sim.invariants import Step, bounded_inflight_problems, inflight_bound
 from sim.kernel import Kernel
 from sim.lockstep import participants
+from sim.restore_shared import SharedRestore
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
 from zephon_ref.errors import StorageError, ZephonRefError
+from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.ops.base import lane_of
-from zephon_ref.state import validated
 from zephon_ref.storage import TEMP_PREFIX, temp_target
-from zephon_ref.work.walk import ChunkWalk
 
 __all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
 
@@ -312,7 +312,7 @@ class World:
         # turns it off: 9 GB over 2,000 steps)
         self.kernel = Kernel(keep_trace=keep_trace)
         # one walk of the global chunk order for every rank's lanes (the world is one thread): a lane
-        # skips other ranks' chunks in O(log) instead of walking them (zephon_ref.work.walk)
+        # skips other ranks' chunks in O(log) instead of walking them (zephon_ref.fast.walk)
         self.walk = ChunkWalk()
         self.history: list[Event] = []
         # (global step, merged state); a restore reads only the newest, so older states are released
@@ -407,12 +407,12 @@ class World:
             warnings.simplefilter("ignore", RuntimeWarning)
             # sim.lockstep builds the (rank, worker) pipelines, in that order; each engine owns its lanes
             inc = self.incarnation
-            # validate and digest the merged state once; each pipeline copies only its own lanes
-            frozen = validated(state) if state is not None else None
+            # validate and digest the merged state once; each pipeline restores only its own lanes
+            shared = SharedRestore(state) if state is not None else None
             pipes = participants(self.build, dp, cfg.workers)
-            if frozen is not None:
+            if shared is not None:
                 for p in pipes:
-                    p.restore(frozen)
+                    p.restore(shared.for_lanes(p.world().owned_lanes))
             for k, p in enumerate(pipes):
                 eng = p.engine(on_tombstone=self._tombstone_observer(inc) if self.keep_items else None,
                                walk=self.walk)

@@ -21,6 +21,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     ZephonRefError,
 )
+from zephon_ref.io import Dataset, InMemoryShard
 from zephon_ref.pipeline import Pipeline
 from zephon_ref.types import (
     ContributorRef,
@@ -30,7 +31,7 @@ from zephon_ref.types import (
     SampleMeta,
     SampleRecord,
 )
-from zephon_ref.work import Dataset, InMemoryShard, MixtureSpec, StaticMixtureWorkSource, WorkSource
+from zephon_ref.work import MixtureSpec, StaticMixtureWorkSource, WorkSource
 
 __version__ = "0.1.0"
 

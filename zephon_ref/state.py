@@ -37,17 +37,7 @@ migration, the zephon translator) vouches for the result with :func:`seal`; the
 consistency rules above still apply to sealed states.  The merge seals its result only
 when every input's digest verifies.
 
-**Validate once, restore many.**  :func:`validated` runs :func:`validate` and
-:func:`verify_integrity` once and returns a :class:`ValidatedState`: the checked
-fields and a private copy of the state taken after the checks.  A restore of it into a
-pipeline (``Pipeline.restore(validated_state)``) copies only the lanes that pipeline
-owns, so restoring one merged state into many ranks costs one validation and a copy of
-O(owned lanes) per rank.  Nothing can change the private copy (it is never handed
-out; every read builds fresh objects), so the checks it carries stay true; the
-pipeline-specific checks (fingerprint, canonical_replicas, the dry-run load of the
-owned lanes) still run per restore.
-
-What may not live here: I/O, the encoding of bytes (checkpoint/codec.py), the
+What may not live here: I/O, the encoding of bytes (zephon_ref/codec.py), the
 merge policy (coordination/merge.py).
 """
 
@@ -56,7 +46,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +63,6 @@ __all__ = [
     "SOURCE_RESTORABLE_KEYS",
     "UNIVERSAL_FIELDS",
     "VERSION",
-    "ValidatedState",
     "Field",
     "content_digest",
     "lane_key",
@@ -82,7 +70,6 @@ __all__ = [
     "owned_copy",
     "seal",
     "validate",
-    "validated",
     "verify_integrity",
 ]
 
@@ -181,13 +168,8 @@ def _canonical(obj: Any) -> Any:
 
 
 def owned_copy(obj: Any) -> Any:
-    """A deep copy of plain state data that shares no mutable object with ``obj``: a pickle
-    round trip, equal to ``copy.deepcopy`` for dicts, lists, tuples, numbers, strings and
-    bytes (anything pickle refuses is deep-copied)."""
-    try:
-        return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
-    except (pickle.PicklingError, TypeError, AttributeError):
-        return copy.deepcopy(obj)
+    """A deep copy of plain state data that shares no mutable object with ``obj``."""
+    return copy.deepcopy(obj)
 
 
 def content_digest(state: Mapping[str, Any]) -> str:
@@ -384,60 +366,3 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
         _check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]}, c,
                     strict_cursors=strict_cursors)
     return c
-
-
-@dataclass(frozen=True, slots=True)
-class ValidatedState:
-    """A state that :func:`validate` and :func:`verify_integrity` accepted, and a private copy of it.
-
-    Build it with :func:`validated` only.  ``digest`` is the integrity digest that was
-    verified; ``lanes`` the lanes present; ``canonical_replicas`` and ``fingerprint``
-    the checked universal fields.  ``_state`` is this object's own copy, taken after the
-    checks and never handed out or changed: every read returns a fresh copy, so the checks
-    it carries stay true.
-    """
-
-    digest: str
-    canonical_replicas: int
-    fingerprint: str | None
-    lanes: tuple[int, ...]
-    _state: Mapping[str, Any]
-
-    def __copy__(self) -> ValidatedState:
-        return self  # immutable
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> ValidatedState:
-        return self  # immutable
-
-    def state(self) -> dict[str, Any]:
-        """A fresh copy of the whole state (equal to the dict that was validated)."""
-        out: dict[str, Any] = owned_copy(dict(self._state))
-        return out
-
-    def state_for(self, lanes: tuple[int, ...] | list[int]) -> dict[str, Any]:
-        """A fresh copy of the universal fields and of the given lanes' entries only (lanes
-        absent from the state are skipped; the engine's load refuses a missing owned lane)."""
-        c, wanted = self.canonical_replicas, set(lanes)
-        part: dict[str, Any] = {}
-        for name, value in self._state.items():
-            if name not in LANE_FIELDS or value is None:
-                part[name] = value
-            else:
-                part[name] = {
-                    key: v for key, v in value.items() if lane_key(key, f"lane key of {name!r}", c) in wanted
-                }
-        out: dict[str, Any] = owned_copy(part)
-        return out
-
-
-def validated(state: Any) -> ValidatedState:
-    """Validate ``state`` (a zephon_ref state: :func:`validate` with strict cursors, then
-    :func:`verify_integrity`) once and keep a private copy; raises exactly what those raise.
-    The caller's dict is not kept: later edits to it do not reach the copy."""
-    c = validate(state)
-    verify_integrity(state)
-    private: dict[str, Any] = owned_copy(dict(state))
-    lanes = sorted({lane_key(key, f"lane key of {name!r}", c)
-                    for name in LANE_FIELDS for key in (private.get(name) or {})})
-    return ValidatedState(digest=str(private["integrity"]), canonical_replicas=c,
-                          fingerprint=private["fingerprint"], lanes=tuple(lanes), _state=private)

@@ -22,7 +22,7 @@ What may not live here: any knowledge of operators, engine state, or I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeAlias
 
@@ -32,6 +32,7 @@ __all__ = [
     "EOD_CONTINUES_TAG",
     "EOD_FINAL_TAG",
     "TAG_BOUNDARY_CID",
+    "TAG_CHUNK_MIXTURE",
     "TAG_CONTRIBUTORS",
     "TAG_FLUSH_SENTINEL",
     "TAG_PACKING_METADATA",
@@ -46,6 +47,7 @@ __all__ = [
     "SampleMeta",
     "SampleRecord",
     "StreamItem",
+    "chunk_sentinel",
     "eod_sentinel",
     "flush_sentinel",
 ]
@@ -56,6 +58,8 @@ TAG_TOMBSTONE = "_tombstone"
 TAG_FLUSH_SENTINEL = "_flush_sentinel"
 TAG_BOUNDARY_CID = "_boundary_cid"
 TAG_SOURCE_EXHAUSTED = "_source_exhausted"
+#: a chunk announcement's ``{component id: weight}`` (the chunk's target or counted mixture)
+TAG_CHUNK_MIXTURE = "_chunk_mixture"
 EOD_CONTINUES_TAG = "_source_exhaustion_continues"
 EOD_FINAL_TAG = "_source_exhaustion_final"
 TAG_PACKING_METADATA = "_packing_metadata"
@@ -226,10 +230,16 @@ class SampleMeta:
         return TAG_SOURCE_EXHAUSTED in self.tags
 
     @property
+    def is_chunk_sentinel(self) -> bool:
+        return TAG_CHUNK_MIXTURE in self.tags
+
+    @property
     def is_sentinel(self) -> bool:
-        """Tombstones, flush sentinels and end-of-data sentinels are control records."""
+        """Tombstones, flush sentinels, end-of-data sentinels and chunk announcements are control
+        records."""
         t = self.tags
-        return bool(t.get(TAG_TOMBSTONE) or t.get(TAG_FLUSH_SENTINEL) or TAG_SOURCE_EXHAUSTED in t)
+        return bool(t.get(TAG_TOMBSTONE) or t.get(TAG_FLUSH_SENTINEL) or TAG_SOURCE_EXHAUSTED in t
+                    or TAG_CHUNK_MIXTURE in t)
 
     @property
     def padding_length(self) -> int | None:
@@ -302,6 +312,14 @@ def flush_sentinel(lane_id: int, boundary_cid: int) -> SampleRecord:
         _DUMMY_SID, lane_id, 0, 0,
         tags={TAG_FLUSH_SENTINEL: True, TAG_BOUNDARY_CID: boundary_cid},
     )
+    return SampleRecord(meta, None)
+
+
+def chunk_sentinel(lane_id: int, chunk_id: int, mixture: Mapping[int, float]) -> SampleRecord:
+    """The announcement that chunk ``chunk_id`` of ``lane_id`` starts, carrying its mixture
+    (component id -> weight): chunk mixtures travel forward with the data, ahead of the chunk's
+    first sample, so an operator that needs one (``ensure_mixture``) never asks the engine."""
+    meta = SampleMeta(_DUMMY_SID, lane_id, chunk_id, 0, tags={TAG_CHUNK_MIXTURE: dict(mixture)})
     return SampleRecord(meta, None)
 
 

@@ -38,12 +38,17 @@ from zephon_ref.types import SampleRecord  # noqa: E402
 pytestmark = pytest.mark.conformance
 
 
-def both(ours, theirs, pushes, *, ctx=None):  # type: ignore[no-untyped-def]
+def both(ours, theirs, pushes, *, ctx=None, chunk_mixture=None):  # type: ignore[no-untyped-def]
+    """Run both; ``chunk_mixture(lane, cid)`` reaches ours as chunk announcements (on_chunk) and
+    zephon's as ``ctx["get_chunk_mixture"]``."""
+    zctx = dict(ctx or {})
+    if chunk_mixture is not None:
+        zctx["get_chunk_mixture"] = chunk_mixture
     # the runner calls setup() once per worker before any process_many
     ours.setup(OpContext(ctx or {}))
-    theirs.setup(ZOpContext(ctx or {}))
-    mine = run(ours, pushes, ctx=ctx)
-    z = run(theirs, to_zephon_all(pushes), ctx=ctx)
+    theirs.setup(ZOpContext(zctx))
+    mine = run(ours, pushes, ctx=ctx, chunk_mixture=chunk_mixture)
+    z = run(theirs, to_zephon_all(pushes), ctx=zctx)
     return per_lane(mine), per_lane(z)
 
 
@@ -224,8 +229,8 @@ def test_ensure_mixture(knobs: dict[str, object]) -> None:
                 comp = 0 if o < 5 else (1 if o < 7 else 2)
                 recs.append(rec(lane, c, o, comp=comp))
     mix = {0: 0.6, 1: 0.4}
-    ctx = {"get_chunk_mixture": lambda lane, cid: dict(mix)}
-    a, b = both(EnsureMixture(**knobs), ZEnsureMixture(**knobs), split(recs, [5, 6, 30]), ctx=ctx)
+    a, b = both(EnsureMixture(**knobs), ZEnsureMixture(**knobs), split(recs, [5, 6, 30]),
+                chunk_mixture=lambda lane, cid: dict(mix))
     assert a == b
 
 
@@ -234,8 +239,8 @@ def test_ensure_mixture_packed_records() -> None:
         PackSequences(12, algorithm="first_fit", num_bins=2),
         [[rec(0, c, o, comp=(c + o) % 2) for c in range(3) for o in range(6)]],
     )
-    ctx = {"get_chunk_mixture": lambda lane, cid: {0: 0.5, 1: 0.5}}
-    a, b = both(EnsureMixture(max_buffer_size=4), ZEnsureMixture(max_buffer_size=4), [packed], ctx=ctx)
+    a, b = both(EnsureMixture(max_buffer_size=4), ZEnsureMixture(max_buffer_size=4), [packed],
+                chunk_mixture=lambda lane, cid: {0: 0.5, 1: 0.5})
     assert a == b
 
 

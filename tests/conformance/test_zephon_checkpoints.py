@@ -24,6 +24,7 @@ import pytest
 
 from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 from properties.sources import zephon_available
+from properties.zephon_checkpoints import restore_any
 
 pytestmark = [
     pytest.mark.conformance,
@@ -48,7 +49,7 @@ def _run(impl: str, cfg: PipelineConfig, state: Any = None, limit: int | None = 
         warnings.simplefilter("ignore")
         p = build_pipeline(impl, cfg)
         if state is not None:
-            p.restore(state)
+            restore_any(p, state)
         return [item_view(x) for x in itertools.islice(p, limit)]
 
 
@@ -215,9 +216,9 @@ def test_an_inconsistent_or_foreign_zephon_state_is_refused_and_changes_nothing(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = build_pipeline("zephon_ref", SHUFFLED)
-        p.restore(copy.deepcopy(good))
+        restore_any(p, copy.deepcopy(good))
         with pytest.raises(error) as info:
-            p.restore(mutate(copy.deepcopy(good)))
+            restore_any(p, mutate(copy.deepcopy(good)))
         assert "expected" in str(info.value)
         assert [item_view(x) for x in p] == full[7:], "the earlier accepted restore must still be pending"
 
@@ -232,7 +233,7 @@ def test_a_zephon_state_of_another_k_is_refused() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(StateMismatchError, match="flush_every_k_chunks"):
-            build_pipeline("zephon_ref", SHUFFLED).restore(state)
+            restore_any(build_pipeline("zephon_ref", SHUFFLED), state)
 
 
 def test_a_zephon_block_shuffle_snapshot_past_the_first_fill_is_used() -> None:
@@ -287,3 +288,19 @@ def test_a_legacy_fixed_zephon_state_continues_like_zephon() -> None:
     assert ours != _run("zephon_ref", cfg)[3:], (
         "legacy quotas must change the continuation, or this tests nothing"
     )
+
+
+def test_pipeline_restore_takes_its_own_states_only_and_the_translation_is_explicit() -> None:
+    from zephon_ref.compat import restore_zephon_state
+    from zephon_ref.errors import ZephonRefError
+
+    state = _zephon_state(SHUFFLED, 5)
+    before = copy.deepcopy(state)
+    p = build_pipeline("zephon_ref", SHUFFLED)
+    with pytest.raises(ZephonRefError):
+        p.restore(state)  # no sniffing: a zephon state is not a zephon_ref state
+    assert state == before
+    assert [item_view(x) for x in p] == _run("zephon_ref", SHUFFLED)  # the refusal changed nothing
+    q = build_pipeline("zephon_ref", SHUFFLED)
+    restore_zephon_state(q, state)
+    assert [item_view(x) for x in q] == _run("zephon_ref", SHUFFLED)[5:]

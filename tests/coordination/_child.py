@@ -21,7 +21,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     args = json.loads(sys.argv[1])
     from sim.cluster import topology_states
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
     from zephon_ref.coordination import aggregate_round
     from zephon_ref.errors import AggregationError, AggregationTimeout
 

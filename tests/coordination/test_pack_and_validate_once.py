@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from sim.cluster import Cluster, Participant, topology_states
 from sim.scale import MapTemplate
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination import protocol
 from zephon_ref.coordination.merge import merge, shard_world
 from zephon_ref.coordination.protocol import Follower, Leader, RoundConfig, outcome_key, shard_key

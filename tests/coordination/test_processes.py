@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sim.cluster import topology_states
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from properties.pipelines import (
     item_view,
 )
 from properties.topology import lane_streams, merged_checkpoint, participants, run_lockstep
-from zephon_ref.checkpoint.codec import decode, encode
+from zephon_ref.codec import decode, encode
 from zephon_ref.types import SampleRecord
 
 LAYOUT = {"web": (23, 14), "code": (12,), "books": (7,)}

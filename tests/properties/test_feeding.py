@@ -69,7 +69,7 @@ def test_both_policies_deliver_the_same_stream_and_restore_each_other(cfg: Pipel
 
 
 def _encode(state: Any) -> bytes:
-    from zephon_ref.checkpoint import codec
+    from zephon_ref import codec
 
     return codec.encode(state)
 

@@ -133,6 +133,6 @@ def test_the_inflight_bound_catches_an_engine_that_stops_evicting(monkeypatch: p
     from zephon_ref.engine import core
 
     assert inv.check_bounded_inflight(DROPPING) == []
-    monkeypatch.setattr(core.Engine, "_on_tombstone", lambda self, t: None)  # dropped records never close
+    monkeypatch.setattr(core.Engine, "_complete", lambda self, t: None)  # dropped records never close
     problems = inv.check_bounded_inflight(DROPPING)
     assert problems and "more than the bound" in problems[0]

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
-from zephon_ref.checkpoint.codec import decode, encode
+from zephon_ref.codec import decode, encode
 
 SMALL = {"web": (14, 9), "code": (8,), "books": (5,)}
 SRC = {"chunk_size": 6, "seed": 3, "shuffle_within_shard": True}

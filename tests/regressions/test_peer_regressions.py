@@ -7,7 +7,7 @@ import pytest
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
 from zephon_ref.checkpoint import store
-from zephon_ref.checkpoint.codec import decode, encode
+from zephon_ref.codec import decode, encode
 from zephon_ref.errors import ConfigError, ContractError, StateMismatchError
 from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sim.cluster import topology_states
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination import aggregate_round, open_backend
 from zephon_ref.coordination.driver import _object_store, round_timing
 from zephon_ref.coordination.merge import merge

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sim.scale import ScaleConfig, main, rank_state, star_round, tree_round
+from zephon_ref import codec
 from zephon_ref import state as schema
-from zephon_ref.checkpoint import codec
 from zephon_ref.checkpoint.schema import sha256_hex
 from zephon_ref.checkpoint.tree import CapturePrefix, TreeShape
 from zephon_ref.checkpoint.tree_files import publish_tree

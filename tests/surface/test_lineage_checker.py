@@ -5,7 +5,7 @@ ensure_mixture, batch, drops by map_transform; inline and threads runners) and f
 naming the offset, on hand-built bad streams: a skipped offset, a duplicated record,
 a record of another lane, an offset never admitted, a tombstone for a delivered offset.
 Tombstones are consumed by the engine, never delivered: the tests record them by
-wrapping ``Engine._on_tombstone``.
+wrapping ``Engine._complete`` (the tail step that sets a tombstone's completion bits).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ def run(cfg: PipelineConfig, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[int,
                                                                        list[SampleRecord]]:
     """(admitted offsets per lane, delivered items, tombstones) of one full run of ``cfg``."""
     tombs: list[SampleRecord] = []
-    real = Engine._on_tombstone
+    real = Engine._complete
 
     def record(self: Engine, t: SampleRecord) -> None:
         tombs.append(t)
         real(self, t)
 
-    monkeypatch.setattr(Engine, "_on_tombstone", record)
+    monkeypatch.setattr(Engine, "_complete", record)
     p = build_pipeline("zephon_ref", cfg)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

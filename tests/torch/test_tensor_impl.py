@@ -1,4 +1,4 @@
-"""The tensor implementation (zephon_ref.torch.tensor) against the reference.
+"""The tensor implementation (zephon_ref.fast.tensor) against the reference.
 
 * record for record equality (``==`` on SampleBatch / SampleRecord: cursors, lineage,
   contributors and their closing flags, sample and token counts, tags, payloads) on the
@@ -26,7 +26,7 @@ from properties.machines import MACHINE_CONFIGS, resume_machine
 from properties.pipelines import MIXTURE_GROUPING_MINIMAL, PipelineConfig, build_pipeline, item_view
 from properties.tensor_adapter import ADAPTER, tensor_pipeline
 from zephon_ref.errors import ConfigError, StateFormatError, StateMismatchError, ZephonRefError
-from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
+from zephon_ref.fast.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
 
 _L = {"web": (20, 10), "code": (10,), "books": (6,)}
 
@@ -318,8 +318,8 @@ def test_a_target_change_it_cannot_follow_raises_instead_of_drifting() -> None:
 
 
 def test_vectorised_tokenizer_equals_the_builtin_one() -> None:
+    from zephon_ref.fast.tensor.tokens import WordIds
     from zephon_ref.ops.tokenize import HashTokenizer
-    from zephon_ref.torch.tensor.tokens import WordIds
 
     tok = HashTokenizer(vocab_size=777, offset=5)
     texts = ["hello  world\tx", "", "   ", "a\x1cb\x1fc\x0bd", "x" * 60 + " y", "héllo wörld\u2003z",
@@ -364,7 +364,7 @@ def test_a_drifted_variant_is_caught() -> None:
 
 
 def test_importing_the_package_does_not_import_torch() -> None:
-    code = "import sys, zephon_ref, zephon_ref.torch.tensor; print('torch' in sys.modules)"
+    code = "import sys, zephon_ref, zephon_ref.fast.tensor; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -432,7 +432,7 @@ def test_every_lane_gets_the_reference_lane_chunks(case: tuple[dict[str, Any], b
     """The dispatcher's lane chunks (its own chunk order where it covers the source) equal each
     reference lane clone's chunks: sample ids in offset order, and the chunk's mixture."""
     from properties.pipelines import work_source
-    from zephon_ref.torch.tensor.chunks import ChunkDispatcher
+    from zephon_ref.fast.tensor.chunks import ChunkDispatcher
 
     kwargs, own = case
     for weights in (None, {"web": 0.9, "code": 0.07, "books": 0.03}):
@@ -467,7 +467,7 @@ def test_the_block_seed_hash_is_cpythons_int_tuple_hash() -> None:
     they equal CPython's hash() of the same int tuples (64-bit), edge values included."""
     import random
 
-    from zephon_ref.torch.tensor.shuffle import tuple_hash
+    from zephon_ref.fast.tensor.shuffle import tuple_hash
 
     rng = random.Random(5)
     cases: list[tuple[int, ...]] = [
@@ -493,7 +493,7 @@ def test_the_streaming_shuffle_shortcuts_equal_the_formulas() -> None:
     (seed, lane) prefix and keyed table) equal the notes' formulas spelled out step by step."""
     import random
 
-    from zephon_ref.torch.tensor import shuffle as S
+    from zephon_ref.fast.tensor import shuffle as S
 
     m32, m64 = (1 << 32) - 1, (1 << 64) - 1
 

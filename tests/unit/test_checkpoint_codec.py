@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.errors import StateFormatError
 
 _scalars = (

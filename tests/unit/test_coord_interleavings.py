@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sim.cluster import Cluster, topology_states
 from sim.storage import FailingBackend
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Abort, Finish, RoundConfig, Sleep, machine_for
 from zephon_ref.errors import AggregationError, ZephonRefError

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cluster import contiguous_mapping, topology_states
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination.merge import LANE_FIELDS, merge, shard_world
 from zephon_ref.errors import ContractError, StateFormatError, ZephonRefError
 from zephon_ref.state import verify_integrity

@@ -9,7 +9,7 @@ import pytest
 
 from sim.cluster import Cluster, Participant, topology_states
 from sim.storage import FailingBackend
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
 from zephon_ref.coordination.merge import merge

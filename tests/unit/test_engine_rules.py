@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
-from zephon_ref.checkpoint.codec import encode
+from zephon_ref.codec import encode
 from zephon_ref.engine.world import World, active_workers, lanes_for_group, worker_lanes
 from zephon_ref.errors import ConfigError, ContractError, StateFormatError, StateMismatchError
 from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits

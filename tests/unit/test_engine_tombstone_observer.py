@@ -55,12 +55,12 @@ def test_the_observer_sees_every_tombstone_once_and_changes_nothing(monkeypatch:
 
     # what the engine's own (private) tombstone handler consumed, to compare the observer with
     handled: list[SampleRecord] = []
-    real = Engine._on_tombstone
+    real = Engine._complete
 
     def spy(self: Engine, t: SampleRecord) -> None:
         handled.append(t)
         real(self, t)
-    monkeypatch.setattr(Engine, "_on_tombstone", spy)
+    monkeypatch.setattr(Engine, "_complete", spy)
 
     seen: list[SampleRecord] = []
     watched = build_pipeline("zephon_ref", CFG)

@@ -26,10 +26,10 @@ def drive(steps: list[tuple[str, Any]]) -> list[int]:
     """Run pushes and end-of-data announcements on one lane; return the emitted offsets in order."""
     continuing: set[int] = set()
     ctx = {
-        "get_chunk_mixture": lambda lane, cid: {0: 0.1, 1: 0.1, 2: 0.8},
         "get_source_exhaustion": lambda lane: SourceExhaustion(frozenset(continuing), frozenset(continuing)),
     }
     acc = EnsureMixture(weight_by="samples", obsolete_drain_rate=1.0).accumulator(deterministic=True, ctx=ctx)
+    acc.on_chunk(0, 0, {0: 0.1, 1: 0.1, 2: 0.8})  # the chunk's announcement, ahead of its records
     out: list[int] = []
     for kind, arg in steps:
         if kind == "push":

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from properties.sources import read_chunks
+from zephon_ref import io
 from zephon_ref.errors import (
     ConfigError,
     ContractError,
@@ -18,6 +19,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     ZephonRefError,
 )
+from zephon_ref.io import write_jsonl
 from zephon_ref.work import (
     Dataset,
     InMemoryShard,
@@ -346,11 +348,11 @@ def test_synthetic_corpus_is_deterministic_and_round_trips_through_jsonl(tmp_pat
         len(d1.get(s, i)["text"].split()) for s in d1.ids().tolist() for i in range(int(d1.counts()[s]))
     ]
     assert max(lengths) > 8 * np.median(lengths)  # heavy tail
-    c1.write_jsonl(tmp_path)
-    back = Dataset.from_path("web", tmp_path / "web")
+    write_jsonl(c1.datasets, tmp_path)
+    back = io.Dataset.from_path("web", tmp_path / "web")
     assert back.layout() == d1.layout() and back.get(1, 3) == d1.get(1, 3)
     with pytest.raises(ConfigError):
-        Dataset.from_path("x", tmp_path / "nope")
+        io.Dataset.from_path("x", tmp_path / "nope")
 
 
 def test_no_warning_noise_by_default():

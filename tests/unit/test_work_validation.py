@@ -16,7 +16,8 @@ import pytest
 
 from properties.sources import read_chunks
 from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError
-from zephon_ref.work import Dataset, InMemoryShard, MixtureSpec, StaticMixtureWorkSource
+from zephon_ref.io import Dataset, InMemoryShard
+from zephon_ref.work import MixtureSpec, StaticMixtureWorkSource
 
 # -- (a) JSONL: one definition of a row for counting and reading ---------------------------------
 

@@ -18,9 +18,9 @@ are :mod:`zephon_ref.storage` (``checkpoint.storage``, ``.fs`` and ``.s3`` re-ex
 """
 
 from zephon_ref.checkpoint import store as _store
-from zephon_ref.checkpoint.codec import decode, encode
 from zephon_ref.checkpoint.schema import Capture, Manifest, ShardEntry
 from zephon_ref.checkpoint.store import *  # noqa: F403 - exactly the store's __all__
+from zephon_ref.codec import decode, encode
 
 __all__ = ["Capture", "Manifest", "ShardEntry", "decode", "encode"]
 __all__ += _store.__all__

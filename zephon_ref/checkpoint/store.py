@@ -80,7 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.checkpoint.schema import (
     FORMAT_VERSION,
     Manifest,

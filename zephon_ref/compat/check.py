@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from zephon_ref import state as state_schema
-from zephon_ref.compat.zephon_state import is_zephon_state
+from zephon_ref.compat.zephon_state import is_zephon_state, restore_zephon_state
 from zephon_ref.errors import StateFormatError, StateMismatchError, ZephonRefError, expected
 from zephon_ref.exits import (
     EXIT_FAILED,
@@ -136,9 +136,11 @@ def check_state(
     pipeline = factory()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        pipeline.restore(
-            copy.deepcopy(state)
-        )  # StateFormatError / StateMismatchError propagate to the caller
+        # StateFormatError / StateMismatchError propagate to the caller
+        if is_zephon_state(state):
+            restore_zephon_state(pipeline, copy.deepcopy(state))
+        else:
+            pipeline.restore(copy.deepcopy(state))
         translated: dict[str, Any] = copy.deepcopy(pipeline.checkpoint())  # the pending (translated) state
     inflight = _lane_table(translated, "inflight")
     cursors = _lane_table(translated, "replay_cursors")

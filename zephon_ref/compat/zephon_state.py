@@ -51,12 +51,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zephon_ref import state as state_schema
+from zephon_ref.builder import Builder
 from zephon_ref.engine.core import ENGINE_SCHEMA, ENGINE_VERSION
 from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 from zephon_ref.work.base import WORK_CHUNK_VERSION, WorkChunk, WorkSource
 
 __all__ = [
     "ZEPHON_ENGINE_VERSIONS",
+    "restore_zephon_state",
     "ZEPHON_STATIC_MIXTURE_VERSION",
     "from_zephon_state",
     "is_zephon_state",
@@ -520,3 +522,18 @@ def from_zephon_state(
         "lane_emitted": emitted,
     }
     return state_schema.seal({f.name: out[f.name] for f in state_schema.FIELDS if f.name in out})
+
+
+def restore_zephon_state(pipeline: Builder, state: Mapping[str, Any]) -> Builder:
+    """Restore a zephon 0.2.0 checkpoint into ``pipeline``: translate it (:func:`from_zephon_state`,
+    checked against the pipeline's source, canonical replicas and K), validate the result once
+    (with zephon's cursor rule: zephon clears a lane's replay cursor once its chunk is evicted),
+    and hand it to the pipeline's restore.  The explicit entry point: ``Pipeline.restore`` never
+    sniffs for zephon states.  A refusal changes nothing."""
+    pipeline._refuse_while_running("restore_zephon_state()")
+    translated = from_zephon_state(  # sealed by the translation, which checked it against the pipeline
+        state, fingerprint=pipeline.fingerprint(), canonical_replicas=pipeline.world().canonical_replicas,
+        work_source=pipeline._source, flush_every_k_chunks=pipeline._resolve_k(warn=False))
+    state_schema.validate(translated, strict_cursors=False)
+    state_schema.verify_integrity(translated)
+    return pipeline._restore_checked(translated)

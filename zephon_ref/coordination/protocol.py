@@ -65,7 +65,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeAlias
 
-from zephon_ref.checkpoint import codec
+from zephon_ref import codec
 from zephon_ref.coordination.merge import ShardWorld, merge, shard_world
 from zephon_ref.errors import (
     AggregationError,
@@ -520,7 +520,7 @@ _Handler = Callable[[Any, Any], Command]
 
 
 class Packer(Protocol):
-    """What packs a participant's state: :func:`zephon_ref.checkpoint.codec.pack`, or
+    """What packs a participant's state: :func:`zephon_ref.codec.pack`, or
     something that returns exactly its bytes and raises exactly its refusals."""
 
     def __call__(self, value: Any, *, root: str = "$") -> bytes: ...

@@ -65,13 +65,13 @@ drives the steps lazily on the caller's thread; the threads runner drives the
 stages on pump threads and hands their output to :meth:`offer`; the simulator
 picks steps itself.
 
-The engine is sans-IO: it holds no lock and starts no thread.  A runner that admits on
-one thread and delivers or checkpoints on another installs a lock as
-:attr:`Engine.guard` (the threads runner does); the engine enters it around every
-read or change of the lanes' input side (admission, mixture look-ups, eviction,
-``state_dict()``), and by default it is a no-op.  ``state_dict()`` is consistent at
-any point between two delivered items.  With the inline runner
-it is the same bytes in every run that delivered the same items.
+The engine is sans-IO and needs no lock: it holds no thread, and every call that reads or
+changes it (admission, delivery, eviction, ``state_dict()``) comes from the one thread that
+drives it.  Operators never call back into it: what they need travels forward with the
+data (chunk mixtures in chunk announcements, exhaustion in end-of-data sentinels).  The
+threads runner keeps that rule: its pumps run only the operators' accumulators and
+``process_many``.  ``state_dict()`` is consistent at any point between two delivered items;
+with the inline runner it is the same bytes in every run that delivered the same items.
 
 Restore (``state=`` at construction) rebuilds every owned lane from a state that
 :func:`zephon_ref.state.validate` accepted: inflight chunks, boundaries and
@@ -82,11 +82,10 @@ chunk, and everything passes).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from zephon_ref import state as schema
@@ -94,7 +93,7 @@ from zephon_ref.engine.completion import LanePtr, LaneTracker
 from zephon_ref.engine.lanes import LaneStream
 from zephon_ref.engine.mux import TailMux
 from zephon_ref.engine.plan import FETCH_BATCH, FetchOp, build_chain
-from zephon_ref.engine.stage import OpStage, apply_entries, is_sentinel
+from zephon_ref.engine.stage import Kind, OpStage, Where, apply, apply_entries, is_sentinel, kind_of
 from zephon_ref.errors import (
     ConfigError,
     ContractError,
@@ -105,8 +104,7 @@ from zephon_ref.errors import (
 from zephon_ref.ops.base import BaseOp, lane_of
 from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
 from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
-from zephon_ref.work.base import WorkSource
-from zephon_ref.work.walk import ChunkWalk
+from zephon_ref.work.base import SharedWalk, WorkSource
 
 __all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FEEDING", "FETCH_BATCH", "Engine", "FetchOp"]
 
@@ -132,34 +130,22 @@ class Engine:
         k: int,
         monotone: bool,
         fingerprint: str,
-        runner: str = "inline",
-        workers: int = 4,
-        queue_size: int = 8,
-        deterministic: bool = True,
-        feeding: str = "demand",
         state: Mapping[str, Any] | None = None,
-        on_tombstone: Callable[[SampleRecord], None] | None = None,
-        walk: ChunkWalk | None = None,
     ) -> None:
-        if feeding not in FEEDING:
-            raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), feeding))
-        self.feeding = feeding
+        # execution settings: set by start(), never part of the state
+        self.feeding = FEEDING[0]
         #: admitted micro-batches that may be on their way through the stages at once (demand feeding)
-        self.window = max(1, queue_size)
-        #: entered around every read or change of the input side; a runner with threads installs a lock
-        self.guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        self.window = 8
+        self._deterministic = True
         self.world = world
-        self._tombstone_observer = on_tombstone
+        self._tombstone_observer: Callable[[SampleRecord], None] | None = None
         self.k = k
         self.monotone = monotone
         self.fingerprint = fingerprint
         self.lanes = world.owned_lanes
         C = world.canonical_replicas
         self._fresh_source = source
-        # the lanes share one walk of the global chunk order (the caller's, else this engine's own): a
-        # ChunkWalk is not thread-safe, and every next_chunk call happens inside self.guard (admission),
-        # which a runner with threads makes a lock
-        clones = source.clone_lanes(self.lanes, C, walk=ChunkWalk() if walk is None else walk)
+        clones = source.clone_lanes(self.lanes, C)
         self.streams = {lane: LaneStream(lane, clones[lane], k=k) for lane in self.lanes}
         self.trackers = {lane: LaneTracker(s, monotone=monotone) for lane, s in self.streams.items()}
         self.reload_count = 0
@@ -173,8 +159,6 @@ class Engine:
             targets = self._load(state)
         self._ops = list(ops)
         self._targets = targets
-        self._runner_kind, self._workers, self._queue = runner, workers, queue_size
-        self._deterministic = deterministic
         self._started = False
         self.finished = False
         self.stages: list[OpStage] = []
@@ -190,15 +174,8 @@ class Engine:
         self._index = {lane: i for i, lane in enumerate(self.lanes)}
 
     # -- plan -------------------------------------------------------------------------------
-    def _chunk_mixture(self, lane: int, cid: int) -> dict[int, float] | None:
-        stream = self.streams.get(lane)
-        with self.guard:
-            mix = None if stream is None else stream.mixture(cid)
-        return None if mix is None else {self._ids[name]: w for name, w in mix.items()}
-
     def _stages(self) -> list[OpStage]:
         ctx = {
-            "get_chunk_mixture": self._chunk_mixture,
             "get_component_id": lambda name: self._ids[name],
             "replay_targets": self._targets,
         }
@@ -241,12 +218,29 @@ class Engine:
     def started(self) -> bool:
         return self._started
 
-    def start(self) -> None:
-        """Compile the chain and open the source; the first step of every run (once)."""
+    def start(self, *, queue_size: int = 8, deterministic: bool = True, feeding: str = "demand",
+              walk: SharedWalk | None = None, on_tombstone: Callable[[SampleRecord], None] | None = None,
+              ) -> None:
+        """Compile the chain and open the source; the first step of every run (once).
+
+        The execution settings of the run, none of which reaches the state or the stream:
+        ``queue_size`` (demand feeding admits while fewer than that many items are on their
+        way), ``deterministic`` (handed to the operators' accumulators), ``feeding``
+        (:data:`FEEDING`), ``walk`` (a :class:`~zephon_ref.work.base.SharedWalk` the lanes
+        share; not thread-safe: every ``next_chunk`` call happens on the thread that admits;
+        None: every lane clone walks the global chunk order itself, the plain definition) and
+        ``on_tombstone`` (the observer above).
+        """
         if self._started:
             raise StateMismatchError(
                 "engine: expected a fresh engine per iteration, received one already run"
             )
+        if feeding not in FEEDING:
+            raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), feeding))
+        self.feeding, self.window, self._deterministic = feeding, max(1, queue_size), deterministic
+        self._tombstone_observer = on_tombstone
+        for stream in self.streams.values():
+            stream.source.share_walk(walk)
         self._started = True
         self.stages = self._stages()
         accs = [st.acc for st in self.stages if isinstance(st.acc, ReplayFilterAccumulator)]
@@ -289,16 +283,15 @@ class Engine:
         want = self._wanted(in_flight)
         if want == _NOTHING:
             return None
-        with self.guard:
-            if want != _ANY:
-                item = self._next_of(want)
-                if item is not None:
-                    return (False, [item])
-            try:
-                item = next(self._src)
-            except StopIteration:
-                self._source_done = True
-                return (True, [])
+        if want != _ANY:
+            item = self._next_of(want)
+            if item is not None:
+                return (False, [item])
+        try:
+            item = next(self._src)
+        except StopIteration:
+            self._source_done = True
+            return (True, [])
         return (False, [item])
 
     def _wanted(self, in_flight: int) -> int:
@@ -383,19 +376,13 @@ class Engine:
 
     def deliver(self) -> Any | None:
         """The next delivered item, notified; None when more input is needed or the run is over."""
-        with self.guard:
-            return self._deliver()
-
-    def _deliver(self) -> Any | None:
         while not self.finished:
             x = self._next_tail()
             if x is None:
                 return None
-            if is_sentinel(x):
-                self._on_sentinel(x)
-                continue
-            self._notify(x)
-            return x
+            apply(self, x, Where.TAIL)  # the lifecycle's tail steps (engine/stage.py LIFECYCLE)
+            if kind_of(x) is Kind.DATA:
+                return x
         return None
 
     def _next_tail(self) -> Any | None:
@@ -416,21 +403,21 @@ class Engine:
                 return x
         return mux.pop()
 
-    def _on_sentinel(self, x: SampleRecord) -> None:
-        meta = x.meta
-        if meta.tombstone:
-            self._on_tombstone(x)
-            if self._tombstone_observer is not None:
-                self._tombstone_observer(x)
-        elif meta.is_flush_sentinel:
-            boundary = int(meta.tags[TAG_BOUNDARY_CID])
-            self._check_replay_target(meta.lane_id, boundary)
-            self.streams[meta.lane_id].prune_mixtures(boundary)
+    # -- the tail's lifecycle steps (engine/stage.py LIFECYCLE, Where.TAIL) ------------------------
+    def _deliver_one(self, x: Any) -> None:
+        self._notify(x)
 
-    def _on_tombstone(self, t: SampleRecord) -> None:
+    def _complete(self, t: SampleRecord) -> None:
         """Tombstones only set completion bits (non-monotone plans); never delivered, never evict."""
         if not self.monotone:
             self.trackers[t.meta.lane_id].complete(t.meta.contribution_refs())
+
+    def _observe(self, t: SampleRecord) -> None:
+        if self._tombstone_observer is not None:
+            self._tombstone_observer(t)
+
+    def _check_target(self, s: SampleRecord) -> None:
+        self._check_replay_target(s.meta.lane_id, int(s.meta.tags[TAG_BOUNDARY_CID]))
 
     def _check_replay_target(self, lane: int, below: int | None) -> None:
         """A replay target must reappear within its epoch: once the flush sentinel of a later
@@ -468,7 +455,6 @@ class Engine:
                 tr.notify_monotone(top, x.chunk_ids.count(top), max(r.meta.cursor for r in x.records))
             else:
                 tr.notify_monotone(x.meta.chunk_id, 1, x.meta.cursor)
-            self.streams[lane].prune_mixtures(tr.ptr.chunk_id)
         else:
             recs = x.records if isinstance(x, SampleBatch) else (x,)
             refs = [ref for r in recs for ref in r.meta.contribution_refs()]
@@ -479,45 +465,16 @@ class Engine:
     def _finish(self) -> None:
         for lane in self.lanes:
             self._check_replay_target(lane, None)
-        with self.guard:
-            for lane in self.lanes:
-                if not self.monotone:
-                    self.trackers[lane].notify([], None)
-                self.streams[lane].evict(sorted(self.streams[lane].inflight))
-                self.streams[lane].prune_mixtures(self.streams[lane].next_cid)
+        for lane in self.lanes:
+            if not self.monotone:
+                self.trackers[lane].notify([], None)
+            self.streams[lane].evict(sorted(self.streams[lane].inflight))
         self.finished = True
-
-    # -- whole runs ---------------------------------------------------------------------------
-    def run(self) -> Generator[Any, None, None]:
-        """Delivered items, each notified before it is yielded, driven by the configured runner."""
-        self.start()
-        if self._runner_kind == "inline":
-            yield from self._run_inline()
-            return
-        from zephon_ref.engine.threads import ThreadsRunner
-
-        yield from ThreadsRunner(workers=self._workers, queue_size=self._queue,
-                                 deterministic=self._deterministic).run(self)
-
-    def _run_inline(self) -> Iterator[Any]:
-        """Lazy: a source item is admitted only when delivery needs input (which lane: the
-        feeding policy), and it runs through every stage before the next one is admitted (the
-        grouping of the inline runner)."""
-        while True:
-            x = self.deliver()
-            if x is not None:
-                yield x
-                continue
-            if self.finished:
-                return
-            if not self.step():  # pragma: no cover - delivery is stuck and every stage ran dry
-                raise AssertionError(f"engine: delivery waits but the {self.feeding} policy admits nothing")
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         w = self.world
-        with self.guard:
-            lane_states = {lane: self.streams[lane].state() for lane in self.lanes}
+        lane_states = {lane: self.streams[lane].state() for lane in self.lanes}
         slices: dict[int, dict[str, Any]] = {}
         for lane in self.lanes:
             trk = self.trackers[lane].state()

@@ -17,13 +17,14 @@ source items in order:
 
 Admission and boundary recording happen together in one step of the generator, so
 a checkpoint never sees a chunk without its boundary, and the work-source state it
-captures matches the admitted chunks exactly.  Nothing here locks: a runner that
-admits on one thread and checkpoints on another serializes the two itself (the
-threads runner does, :mod:`zephon_ref.engine.threads`).
+captures matches the admitted chunks exactly.  Nothing here locks: every call happens on
+the thread that drives the engine (admission, delivery and checkpoints alike).
 
 A sample is the raw tuple ``(sample_id, lane, cid, offset, component_id)``;
 sentinels are records (:func:`~zephon_ref.types.flush_sentinel`,
-:func:`~zephon_ref.types.eod_sentinel`).  Eviction is not decided here (see
+:func:`~zephon_ref.types.eod_sentinel`, and before each chunk's samples the
+:func:`~zephon_ref.types.chunk_sentinel` announcing its mixture, so operators that need
+it never ask the engine).  Eviction is not decided here (see
 ``completion.py``); it only removes chunks through :meth:`LaneStream.evict`.
 """
 
@@ -33,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from zephon_ref.errors import ContractError, StateFormatError, ZephonRefError, expected
-from zephon_ref.types import SampleRecord, eod_sentinel, flush_sentinel
+from zephon_ref.types import SampleRecord, chunk_sentinel, eod_sentinel, flush_sentinel
 from zephon_ref.work.base import WorkChunk, WorkSource
 
 __all__ = ["LaneStream", "SourceItem"]
@@ -51,10 +52,6 @@ class LaneStream:
         self.k = k
         self.next_cid = 0
         self.inflight: dict[int, WorkChunk] = {}
-        # chunk mixtures for ensure_mixture; pruned only when a flush sentinel reaches the
-        # tail (every operator has then seen the last record below it), never by eviction,
-        # so what an operator reads does not depend on how far delivery has got
-        self.mixtures: dict[int, dict[str, float]] = {}
         self.boundaries: list[int] = []
         self.chunks_in_epoch = 0
         self._ids = dict(source.component_ids())
@@ -100,21 +97,9 @@ class LaneStream:
                 )
             ) from exc
         self.inflight = chunks
-        self.mixtures = {cid: self._mixture_of(ch) for cid, ch in chunks.items()}
         self.next_cid = nxt
         self.boundaries = bounds
         self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt
-
-    @staticmethod
-    def _mixture_of(chunk: WorkChunk) -> dict[str, float]:
-        return dict(chunk.target_mixture) if chunk.target_mixture is not None else chunk.mixture
-
-    def mixture(self, cid: int) -> dict[str, float] | None:
-        return self.mixtures.get(cid)
-
-    def prune_mixtures(self, below: int) -> None:
-        for cid in [c for c in self.mixtures if c < below]:
-            del self.mixtures[cid]
 
     # -- eviction -------------------------------------------------------------------------
     def evict(self, cids: list[int]) -> None:
@@ -145,7 +130,6 @@ class LaneStream:
             cid = self.next_cid
             self.next_cid += 1
             self.inflight[cid] = chunk
-            self.mixtures[cid] = self._mixture_of(chunk)
             self.chunks_in_epoch += 1
             boundary = None
             if self.k > 0 and self.chunks_in_epoch >= self.k:
@@ -164,6 +148,9 @@ class LaneStream:
     def _chunk_items(self, cid: int, chunk: WorkChunk, announced: list[str]) -> Iterator[SourceItem]:
         lane = self.lane
         ids = self._ids
+        # the chunk's mixture travels ahead of its samples (types.chunk_sentinel)
+        mix = chunk.target_mixture if chunk.target_mixture is not None else chunk.mixture
+        yield chunk_sentinel(lane, cid, {ids[name]: w for name, w in mix.items() if name in ids})
         gone = [n for n in announced if n not in chunk.source_exhausted]
         if gone:
             raise ContractError(expected(f"lane {lane} chunk {cid} source_exhausted",

@@ -1,4 +1,4 @@
-"""The compiled chain: the implicit fetch operator, the user's operators, the replay filter.
+"""The compiled chain: the implicit fetch operator, the user's operators, the replay filter, and K.
 
 Theory of operation
 -------------------
@@ -7,7 +7,8 @@ drive: ``fetch`` first (pointer -> record, :data:`FETCH_BATCH` per micro-batch),
 then the user's operators, with the replay filter inserted immediately before
 ``batch`` (so the consumer-visible cut falls between whole batches) or appended
 at the tail when there is no batch.  The filter is named after its neighbour, as
-in zephon's ``explain()``.  Pure construction: nothing here runs data.
+in zephon's ``explain()``.  :func:`resolve_k` holds the ``flush_every_k_chunks`` rules.
+Pure construction: nothing here runs data.
 """
 
 from __future__ import annotations
@@ -15,14 +16,39 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from zephon_ref.errors import ConfigError, expected
 from zephon_ref.ops.base import BaseOp, CountingAccumulator, OpTraits
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.replay_filter import ReplayFilter
 from zephon_ref.types import SampleMeta, SampleRecord
 
-__all__ = ["FETCH_BATCH", "FetchOp", "build_chain"]
+__all__ = ["DEFAULT_K", "FETCH_BATCH", "FetchOp", "build_chain", "k_ignored", "resolve_k"]
 
 FETCH_BATCH = 64
+#: ``flush_every_k_chunks`` when it is left as None on a plan with a reordering operator
+DEFAULT_K = 8
+
+
+def resolve_k(requested: int | None, *, monotone: bool) -> int:
+    """``flush_every_k_chunks`` as the engine runs it (seed 000, "Epoch-based eviction").
+
+    None: :data:`DEFAULT_K` on a plan with a reordering operator, 0 on a monotone plan.
+    A positive value on a monotone plan becomes 0 (sentinels buy nothing there and would
+    move batch boundaries; the caller warns, :func:`k_ignored`).  0 on a plan with a
+    reordering operator is refused: without sentinels nothing could ever be evicted.
+    """
+    if requested is None:
+        return 0 if monotone else DEFAULT_K
+    if monotone:
+        return 0
+    if requested == 0:
+        raise ConfigError(expected("flush_every_k_chunks", "> 0 for a plan with a reordering operator", 0))
+    return int(requested)
+
+
+def k_ignored(requested: int | None, *, monotone: bool) -> bool:
+    """Whether :func:`resolve_k` replaced a positive ``requested`` by 0 (a monotone plan)."""
+    return monotone and requested is not None and requested > 0
 
 
 class FetchOp(BaseOp):

@@ -27,7 +27,7 @@ threads or I/O; the runner (ordering, sentinels, stalls) belongs to the engine.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -219,6 +219,12 @@ class Accumulator(ABC, Generic[T]):
     def try_epoch_reset(self, boundary_chunk_id: int, lane_id: int | None = None) -> bool:
         """Delayed reset for a stalled flush sentinel; default: only when empty."""
         return not self.has_pending_data(lane_id)
+
+    def on_chunk(self, lane_id: int, chunk_id: int, mixture: Mapping[int, float]) -> None:
+        """Chunk ``chunk_id`` of ``lane_id`` starts; ``mixture`` (component id -> weight) is its
+        target mixture, or its counted one.  Announced ahead of the chunk's first sample (chunk
+        mixtures travel forward with the data); the default ignores it.  A zephon_ref addition:
+        zephon's accumulators ask the engine (``ctx["get_chunk_mixture"]``) instead."""
 
 
 class PassthroughAccumulator(Accumulator[T]):

@@ -9,9 +9,9 @@ its order, initially sorted ids) and buffers: one FIFO per component for
 single-component records, a FIFO of multi-component (packed) records, and an
 *obsolete* FIFO for records whose contributions are off-target.
 
-* The target is adopted from the explicit ``mixture`` or the chunk's mixture
-  (``get_chunk_mixture(lane, chunk_id)``) when a record arrives with a chunk id
-  higher than the last adopted one; components removed by continuing
+* The target is adopted from the explicit ``mixture`` or the chunk's mixture (announced
+  ahead of the chunk's samples, :meth:`MixtureAccumulator.on_chunk`) when a record
+  arrives with a chunk id higher than the last adopted one; components removed by continuing
   end-of-data announcements (except the final one) are filtered out.
 * After each push, each touched lane emits while it can: every
   ``int(1 / obsolete_drain_rate)`` normal emissions one obsolete record goes
@@ -186,15 +186,16 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         obsolete_drain_rate: float = 0.1,
         weight_by: str | Callable[[SampleRecord], float] = "auto",
         mixture: Mapping[int, float] | None = None,
-        get_chunk_mixture: Callable[[int, int], Mapping[int, float] | None] | None = None,
         get_source_exhaustion: Callable[[int], SourceExhaustion] | None = None,
     ) -> None:
         self.max_buffer_size = max_buffer_size
         self.drain_target_ratio = drain_target_ratio
         self.weight_by = weight_by
         self.mixture = dict(mixture) if mixture else None
-        self.get_chunk_mixture = get_chunk_mixture
         self.get_source_exhaustion = get_source_exhaustion
+        #: per lane, the announced mixtures of chunks above the adopted one (on_chunk); a lane's
+        #: entries up to a chunk are dropped when a record of that chunk adopts its target
+        self._chunk_mixtures: dict[int, dict[int, dict[int, float]]] = {}
         self.interval = int(1.0 / obsolete_drain_rate) if obsolete_drain_rate else None
         self.discarded = 0  # diagnostics only
         self._lanes: dict[int, _MixLane] = {}
@@ -244,6 +245,19 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         return {c: total * (n / n_samples) for c, n in m.component_sample_counts.items()}
 
     # -- targets ----------------------------------------------------------------
+
+    def on_chunk(self, lane_id: int, chunk_id: int, mixture: Mapping[int, float]) -> None:
+        if self.mixture is None:  # an explicit mixture overrides every chunk's
+            self._chunk_mixtures.setdefault(lane_id, {})[chunk_id] = dict(mixture)
+
+    def _adopt_chunk_mixture(self, lane: int, cid: int) -> dict[int, float]:
+        """Chunk ``cid``'s announced mixture (empty if none was announced); forget the lane's
+        announcements up to ``cid`` (no later record adopts a chunk at or below it)."""
+        table = self._chunk_mixtures.get(lane, {})
+        got = table.get(cid, {})
+        for c in [c for c in table if c <= cid]:
+            del table[c]
+        return got
 
     def _removals(self, lane: int) -> frozenset[int]:
         if self.get_source_exhaustion is None:
@@ -346,9 +360,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             if st.target_chunk_id is None or cid > st.target_chunk_id:
                 if st.removed is None:
                     st.removed = self._removals(lane)
-                target = self.mixture
-                if not target and self.get_chunk_mixture is not None:
-                    target = dict(self.get_chunk_mixture(lane, cid) or {})
+                target = self.mixture or self._adopt_chunk_mixture(lane, cid)
                 self._set_target(st, target or None)
                 st.target_chunk_id = cid
             self._buffer(st, _Item(rec, self._contributions(rec)))
@@ -567,7 +579,6 @@ class EnsureMixture(BaseOp):
             obsolete_drain_rate=self.obsolete_drain_rate,
             weight_by=self.weight_by,
             mixture=by_id,
-            get_chunk_mixture=ctx.get("get_chunk_mixture"),
             get_source_exhaustion=ctx.get("get_source_exhaustion"),
         )
 

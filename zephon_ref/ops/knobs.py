@@ -143,7 +143,7 @@ class Float(Domain):
             " or None" if self.none else "")
 
     def classes(self) -> tuple[str, ...]:
-        out = ("None",) if self.none else ()
+        out: tuple[str, ...] = ("None",) if self.none else ()
         if self.minimum is not None and not self.min_open:
             out += ("minimum",)
         if self.maximum is not None and not self.max_open:

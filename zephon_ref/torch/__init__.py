@@ -36,11 +36,13 @@ rules, :func:`move_batch`), :mod:`.collate` (tensors, training tensors),
 :mod:`.dataset` (the IterableDataset and its worker split), :mod:`.stateful` (the
 checkpointable dataset: the state travels with each batch, ``state_dict()`` merges
 what the trainer consumed), :mod:`.trainer` (the reference trainer) and
-:mod:`.distributed` (ranks through torch.distributed), and :mod:`.tensor` (the second,
-tensor implementation of the data path, validated by the property suite); trainer and distributed are imported
-from their modules, not from here.  None of them imports :mod:`zephon_ref.pipeline` at run time (the
-pipeline imports this package, lazily, for ``Pipeline.to_torch_dataset``), so the
-two never form an import cycle.  The public names below are importable from here.
+:mod:`.distributed` (ranks through torch.distributed); trainer and distributed are imported
+from their modules, not from here.  The second, tensor implementation of the data path is
+:mod:`zephon_ref.fast.tensor` (a faster implementation beside the oracle, not part of this path).
+None of them imports the facade :mod:`zephon_ref.pipeline` (which imports this package,
+lazily, for ``Pipeline.to_torch_dataset``); they take a pipeline, typed as the semantic
+:class:`zephon_ref.builder.Builder`, so the two never form an import cycle.  The public names
+below are importable from here.
 
 What may not live here: pipeline logic (lanes, ordering, notification and
 replay all belong to the engine), and mutation of the Pipeline's state.
@@ -65,17 +67,13 @@ from zephon_ref.torch.stateful import (
     stateful_dataset_class,
     to_stateful_dataset,
 )
-from zephon_ref.torch.tensor import REFUSED_KNOBS, TensorPipeline, UnsupportedKnob
 
 __all__ = [
     "COLLATED_FIELDS",
     "IGNORE_INDEX",
-    "REFUSED_KNOBS",
     "STATE_FORMAT",
     "StampedItem",
     "TRAINING_FIELDS",
-    "TensorPipeline",
-    "UnsupportedKnob",
     "WorkerSlot",
     "collate_batch",
     "collate_for_training",

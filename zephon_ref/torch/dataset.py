@@ -1,4 +1,4 @@
-"""The dataset: an IterableDataset over a Pipeline, split across DataLoader workers.
+"""The dataset: an IterableDataset over a Builder, split across DataLoader workers.
 
 Theory of operation
 -------------------
@@ -8,10 +8,9 @@ worker yields).  The class needs torch, so it is built on first use
 (:func:`dataset_class`) and published as ``zephon_ref.torch.TorchPipelineDataset``
 (resolved lazily there, so a dataset pickled for a spawned worker unpickles).
 
-This module never imports :mod:`zephon_ref.pipeline` (the pipeline imports the torch
-path, not the other way round): the Pipeline type appears only under TYPE_CHECKING,
-and the runtime check looks the class up in ``sys.modules`` (an object can only be a
-Pipeline if that module is loaded).
+The torch path takes a pipeline: it imports the semantic builder
+(:class:`zephon_ref.builder.Builder`, the type every pipeline is) and never the facade
+:mod:`zephon_ref.pipeline`, which imports this path for ``Pipeline.to_torch_dataset``.
 
 What may not live here: pipeline logic (lanes, ordering, notification and replay
 belong to the engine), and mutation of the Pipeline's state.
@@ -19,17 +18,14 @@ belong to the engine), and mutation of the Pipeline's state.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zephon_ref.builder import Builder
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 from zephon_ref.torch.collate import collate_batch
 from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
-
-if TYPE_CHECKING:
-    from zephon_ref.pipeline import Pipeline
 
 __all__ = ["check_pipeline", "dataset_class", "device_collate", "publish_class", "to_torch_dataset"]
 
@@ -44,9 +40,9 @@ def dataset_class() -> type[Any]:
     torch = require_torch()
 
     class TorchPipelineDataset(torch.utils.data.IterableDataset):  # type: ignore[misc,name-defined]
-        """An IterableDataset over a Pipeline (see :func:`to_torch_dataset`)."""
+        """An IterableDataset over a Builder (see :func:`to_torch_dataset`)."""
 
-        def __init__(self, pipeline: Pipeline, collate: Callable[[Any], Any] | None) -> None:
+        def __init__(self, pipeline: Builder, collate: Callable[[Any], Any] | None) -> None:
             super().__init__()
             self.pipeline = pipeline
             self.collate = collate
@@ -83,15 +79,13 @@ def publish_class(cls: type[Any], name: str) -> type[Any]:
 
 
 def check_pipeline(pipeline: Any) -> None:
-    """Refuse anything but a zephon_ref Pipeline (looked up in ``sys.modules``: an object can only be a
-    Pipeline if that module is loaded, and this module must not import it)."""
-    pipeline_module = sys.modules.get("zephon_ref.pipeline")
-    if pipeline_module is None or not isinstance(pipeline, pipeline_module.Pipeline):
+    """Refuse anything but a zephon_ref pipeline."""
+    if not isinstance(pipeline, Builder):
         raise ConfigTypeError(expected("pipeline", "a zephon_ref Pipeline", type(pipeline).__name__))
 
 
 def to_torch_dataset(
-    pipeline: Pipeline,
+    pipeline: Builder,
     *,
     collate: Callable[[Any], Any] | None = None,
     device: Any = None,

@@ -67,8 +67,9 @@ import copy
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zephon_ref.builder import Builder
 from zephon_ref.coordination.merge import merge
 from zephon_ref.engine.world import active_workers
 from zephon_ref.errors import (
@@ -80,9 +81,6 @@ from zephon_ref.errors import (
 )
 from zephon_ref.torch.dataset import check_pipeline, dataset_class, device_collate, publish_class
 from zephon_ref.torch.device import require_torch, worker_slot
-
-if TYPE_CHECKING:
-    from zephon_ref.pipeline import Pipeline
 
 __all__ = ["STATE_FORMAT", "StampedItem", "stateful_dataset_class", "to_stateful_dataset"]
 
@@ -124,7 +122,7 @@ class StampedItem:
         return StampedItem(pin_tree(self.item), self.role, self.num_workers, self.state)
 
 
-def _quiet_local_state(pipeline: Pipeline) -> dict[str, Any]:
+def _quiet_local_state(pipeline: Builder) -> dict[str, Any]:
     # A DataLoader is mid-window between almost any two batches; the warning would fire every batch.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="checkpoint taken mid-window", category=RuntimeWarning)
@@ -158,14 +156,14 @@ def stateful_dataset_class() -> type[Any]:
     torch = require_torch()
 
     class StatefulPipelineDataset(dataset_class()):  # type: ignore[misc]
-        """An IterableDataset over a Pipeline with ``state_dict()`` / ``load_state_dict()``.
+        """An IterableDataset over a pipeline with ``state_dict()`` / ``load_state_dict()``.
 
         See :mod:`zephon_ref.torch.stateful`.  Iterate a DataLoader over it through
         :meth:`track`; iterated bare, it yields :class:`StampedItem` objects.  It shares the
         plain dataset's construction and pickling (``resume`` travels too).
         """
 
-        def __init__(self, pipeline: Pipeline, collate: Callable[[Any], Any] | None) -> None:
+        def __init__(self, pipeline: Builder, collate: Callable[[Any], Any] | None) -> None:
             super().__init__(pipeline, collate)
             self._resume: tuple[dict[str, Any], int, int] | None = None  # (engine, n, next_role)
             self._n = (
@@ -177,8 +175,8 @@ def stateful_dataset_class() -> type[Any]:
             self._last_state: dict[str, Any] | None = None  # state_dict() since the last observed item
 
         # -- worker side --------------------------------------------------------------------
-        def _role_pipeline(self, role: int, n: int) -> Pipeline:
-            work: Pipeline = self.pipeline.for_worker(role, n)
+        def _role_pipeline(self, role: int, n: int) -> Builder:
+            work: Builder = self.pipeline.for_worker(role, n)
             if self._resume is not None:
                 work.restore(self._resume[0])
             return work
@@ -368,7 +366,7 @@ def stateful_dataset_class() -> type[Any]:
 
 
 def to_stateful_dataset(
-    pipeline: Pipeline,
+    pipeline: Builder,
     *,
     collate: Callable[[Any], Any] | None = None,
     device: Any = None,

@@ -1,18 +1,15 @@
 """The source layer: datasets, mixtures, chunks and work sources (no I/O in the sources)."""
 
 from zephon_ref.work.base import WorkChunk, WorkSource
-from zephon_ref.work.dataset import Dataset, InMemoryShard, JsonlShard
+from zephon_ref.work.dataset import Dataset, InMemoryShard
 from zephon_ref.work.mixture import MixtureSpec
 from zephon_ref.work.static_mixture import StaticMixtureWorkSource
 from zephon_ref.work.synthetic import SyntheticCorpus, synthetic_corpus
 from zephon_ref.work.token_estimation import TokenEstimation
-from zephon_ref.work.walk import ChunkWalk
 
 __all__ = [
-    "ChunkWalk",
     "Dataset",
     "InMemoryShard",
-    "JsonlShard",
     "MixtureSpec",
     "StaticMixtureWorkSource",
     "SyntheticCorpus",

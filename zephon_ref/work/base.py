@@ -21,8 +21,8 @@ Invariants:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from zephon_ref.errors import (
     ConfigError,
@@ -34,10 +34,35 @@ from zephon_ref.errors import (
 from zephon_ref.types import SampleId
 from zephon_ref.work.mixture import normalize_weights, swrr_order
 
-if TYPE_CHECKING:
-    from zephon_ref.work.walk import ChunkWalk
+__all__ = ["WORK_CHUNK_VERSION", "QuotaStep", "SharedWalk", "WorkChunk", "WorkSource"]
 
-__all__ = ["WORK_CHUNK_VERSION", "WorkChunk", "WorkSource"]
+#: One chunk's quota computation: accumulators before it -> (accumulators after, quotas), or
+#: None where the quota rule refuses (the source's ordinary path raises at that chunk).
+QuotaStep = Callable[[tuple[float, ...]], "tuple[tuple[float, ...], tuple[int, ...]] | None"]
+
+
+@runtime_checkable
+class SharedWalk(Protocol):
+    """One walk of the global chunk order shared by the lane clones its owner passes it to: the
+    seam where a faster implementation (:class:`zephon_ref.fast.walk.ChunkWalk`) enters.
+
+    A clone given one must produce exactly the chunks and states it produces walking plainly
+    (``properties.shortcuts`` checks it).  ``routing`` answers a ``permute`` routing block
+    (``(slot -> lane, lane -> slot)``), ``next_own`` the first global chunk ``>= g`` a lane
+    owns, ``jump`` a run of chunks with no other lane's quota to compute (None: walk one).
+    """
+
+    def routing(self, seed: int, canonical_replicas: int,
+                block: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        ...
+
+    def next_own(self, seed: int, canonical_replicas: int, lane: int, g: int) -> int:
+        ...
+
+    def jump(self, rule: Hashable, step: QuotaStep, g: int, acc: tuple[float, ...], target: int,
+             remaining: tuple[int, ...],
+             keep: tuple[int, ...]) -> tuple[int, tuple[float, ...], tuple[int, ...]] | None:
+        ...
 
 WORK_CHUNK_VERSION = 3
 MAX_LANES = 1 << 20  # canonical_replicas bound: a permute block shuffles a list of that many lanes
@@ -196,16 +221,14 @@ class WorkSource:
         clone._lane, clone._canon = int(lane_id), int(canonical_replicas)
         return clone
 
-    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int, *,
-                    walk: ChunkWalk | None = None) -> dict[int, WorkSource]:
-        """One :meth:`clone_for_lane` per lane in ``lanes``.
-
-        ``walk``: a :class:`~zephon_ref.work.walk.ChunkWalk` the caller owns and shares among
-        these clones (it serialises their calls); a source that can skip other lanes' chunks
-        through it uses it, others ignore it.  The clones' chunks and states are the same
-        either way.
-        """
+    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int) -> dict[int, WorkSource]:
+        """One :meth:`clone_for_lane` per lane in ``lanes``."""
         return {lane: self.clone_for_lane(lane, canonical_replicas) for lane in lanes}
+
+    def share_walk(self, walk: SharedWalk | None) -> None:
+        """Let this lane clone use a :class:`SharedWalk` its owner shares among the clones whose
+        calls it serialises (a speed seam: a source that can skip other lanes' chunks through it
+        does; this default ignores it).  The clone's chunks and states are the same either way."""
 
     def _check_clone_args(self, lane_id: int, canonical_replicas: int) -> None:
         if self._cloned:

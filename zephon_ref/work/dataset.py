@@ -9,27 +9,23 @@ the fetch step reads rows with :meth:`Dataset.get`.  Shard ids are kept in
 ascending order, which is the order zephon's ``discover()`` yields and which the
 shard shuffle permutes.
 
-Two constructors: :meth:`Dataset.from_dict` over :class:`InMemoryShard` objects,
-and :meth:`Dataset.from_path` over a directory of JSONL shards (one file per
-shard, read lazily and cached; the shard id is the file's index in sorted name
-order).  No I/O happens in the work source.
+:meth:`Dataset.from_dict` builds one over :class:`InMemoryShard` objects.  Files
+are machinery: ``zephon_ref.io`` (zephon's ``zephon.io``) holds the JSONL shard
+and the ``Dataset`` whose ``from_path`` reads a directory of them, a subclass of
+this one.  No I/O happens here or in the work source.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
-__all__ = ["Dataset", "InMemoryShard", "JsonlShard"]
+__all__ = ["Dataset", "InMemoryShard"]
 
 
 class _Shard(Protocol):
@@ -99,85 +95,6 @@ class InMemoryShard:
         return [self._rows[i] for i in indices]
 
 
-def _jsonl_rows(path: Path) -> list[Any]:
-    """Every row of a JSONL file, parsed; the one definition of a row.
-
-    The file is UTF-8 (a byte-order mark at its very start is skipped), split with
-    universal newlines (``\n``, ``\r\n`` or ``\r``); a line whose ``str.strip()``
-    is empty (whitespace only, including NBSP, ``\x1c`` or ``\u2028``) is not a
-    row, every other line is one JSON value.  Anything else is refused with a
-    ConfigError naming the file and the 1-based line.
-    """
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")
-        ) from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        head = data[: exc.start]
-        lineno = head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1  # universal newlines
-        raise ConfigError(
-            expected(
-                f"JSONL shard {path} line {lineno}",
-                "UTF-8 text",
-                f"the byte {data[exc.start : exc.start + 1]!r} at offset {exc.start}",
-            )
-        ) from exc
-    rows = []
-    for i, line in enumerate(io.StringIO(text, newline=None), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(expected(f"JSONL shard {path} line {i}", "one JSON value per line",
-                                       f"{line.strip()[:60]!r} ({exc.msg})")) from exc
-    return rows
-
-
-class JsonlShard:
-    """One JSONL file: validated and counted at construction, rows read lazily.
-
-    Construction parses every row once (so a malformed file is refused at
-    :meth:`Dataset.from_path`, naming file and line) and keeps only the count;
-    the first read parses it again and caches the rows.
-    """
-
-    __slots__ = ("_count", "_path", "_rows")
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self._path = Path(path)
-        if not self._path.is_file():
-            raise ConfigError(
-                expected("JSONL shard", "an existing regular file (or a link to one)", str(path))
-            )
-        self._rows: list[Any] | None = None
-        self._count = len(_jsonl_rows(self._path))
-
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def raw_bytes(self) -> int:
-        """The file's size in bytes (what token estimation costs rows by)."""
-        return self._path.stat().st_size
-
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            rows = _jsonl_rows(self._path)
-            if len(rows) != self._count:
-                raise ContractError(expected(f"JSONL shard {self._path}", f"{self._count} rows (counted at "
-                                             "from_path)", f"{len(rows)} rows: the file changed"))
-            self._rows = rows
-        return self._rows
-
-    def __getitem__(self, index: int) -> Any:
-        return self._load()[index]
-
-
 class Dataset:
     """A named collection of shards with known counts."""
 
@@ -219,27 +136,6 @@ class Dataset:
     @classmethod
     def from_dict(cls, name: str, shards: Mapping[int, _Shard]) -> Dataset:
         return cls(name, shards)
-
-    @classmethod
-    def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
-        """A dataset over a directory of ``*.jsonl`` files (or one JSONL file)."""
-        if fmt not in (None, "jsonl"):
-            raise ConfigError(expected("fmt", "None or 'jsonl' (the only format zephon_ref reads)", fmt))
-        if not isinstance(name, str) or not name:
-            raise ConfigError(expected("Dataset name", "a non-empty str", name))
-        if not isinstance(path, (str, os.PathLike)):
-            raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
-        p = Path(path)
-        if p.is_file():
-            files = [p]
-        elif p.is_dir():
-            # every *.jsonl entry is a shard: a directory or a dangling link by that name is refused
-            files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl")
-        else:
-            raise ConfigError(expected("path", "an existing JSONL file or directory", str(path)))
-        if not files:
-            raise ConfigError(expected("path", "a directory holding at least one .jsonl file", str(path)))
-        return cls(name, {i: JsonlShard(f) for i, f in enumerate(files)}, path=str(p))
 
     def ids(self) -> np.ndarray:
         """Shard ids, ascending (read-only int64 array)."""

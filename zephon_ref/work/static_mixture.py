@@ -36,9 +36,9 @@ snapshot)`` and the accumulators: restore is O(1) in training progress.
 
 Skipping other lanes' chunks: a lane advances its cursors and accumulators over every
 chunk another lane owns, one by one, without building it (C lanes: O(C) quota
-computations per chunk a lane keeps).  A clone given a :class:`~zephon_ref.work.walk.ChunkWalk`
+computations per chunk a lane keeps).  A clone given a :class:`~zephon_ref.fast.walk.ChunkWalk`
 by its owner (the engine, the simulated world) jumps over a run of them instead, in
-O(datasets + log window), with the same result (:mod:`zephon_ref.work.walk` says when
+O(datasets + log window), with the same result (:mod:`zephon_ref.fast.walk` says when
 and why; ``properties.shortcuts`` checks it).
 
 What may not live here: chunk ids, inflight tracking, sentinels (the engine's).
@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from zephon_ref.errors import (
@@ -62,12 +62,12 @@ from zephon_ref.errors import (
     warn_data_dropped,
 )
 from zephon_ref.types import SampleId
-from zephon_ref.work.base import WorkChunk, WorkSource
+from zephon_ref.work.base import SharedWalk, WorkChunk, WorkSource
 from zephon_ref.work.cursor import DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
+from zephon_ref.work.routing import lane_permutation
 from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
-from zephon_ref.work.walk import ChunkWalk, lane_permutation
 
 __all__ = ["STATIC_MIXTURE_SCHEMA", "StaticMixtureWorkSource"]
 
@@ -768,7 +768,7 @@ class StaticMixtureWorkSource(WorkSource):
             raise ConfigError(expected("datasets", "at least one sample in total", 0))
         self._g = 0
         self._perm: tuple[int, tuple[int, ...]] = (-1, ())
-        self._walk: ChunkWalk | None = None  # a lane clone's shared walk, if its owner gave it one
+        self._walk: SharedWalk | None = None  # a lane clone's shared walk, if its owner gave it one
         # the first chunk must be producible; find out now, on throwaway copies
         trial = self._alloc.clone()
         if not trial.produce({n: c.clone() for n, c in self._cursors.items()}):
@@ -808,33 +808,31 @@ class StaticMixtureWorkSource(WorkSource):
         }
 
     # -- WorkSource surface -------------------------------------------------------------------
-    def clone_for_lane(self, lane_id: int, canonical_replicas: int, *,
-                       walk: ChunkWalk | None = None) -> StaticMixtureWorkSource:
-        """A lane clone sharing the immutable orders and copying only cursor state.
-
-        ``walk``: a :class:`~zephon_ref.work.walk.ChunkWalk` the caller owns and shares among
-        the clones whose calls it serialises; the clone's chunks and states are the same
-        with it or without it (it only skips other lanes' chunks faster).
-        """
+    def clone_for_lane(self, lane_id: int, canonical_replicas: int) -> StaticMixtureWorkSource:
+        """A lane clone sharing the immutable orders and copying only cursor state."""
         self._check_clone_args(lane_id, canonical_replicas)
-        if walk is not None and not isinstance(walk, ChunkWalk):
-            raise ConfigTypeError(
-                expected("walk", "None or a zephon_ref.work.ChunkWalk", type(walk).__name__)
-            )
         c = object.__new__(type(self))
         c.__dict__.update(self.__dict__)
         c._cursors = {n: cur.clone() for n, cur in self._cursors.items()}
         c._alloc = self._alloc.clone()
         c._perm = (-1, ())
-        c._walk = walk
+        c._walk = None
         c._cloned = True
         c._lane, c._canon = int(lane_id), int(canonical_replicas)
         c._leftover_warned, c._boundary_skipped = False, {}  # diagnostics of this clone's own stream
         return c
 
-    def clone_lanes(self, lanes: Iterable[int], canonical_replicas: int, *,
-                    walk: ChunkWalk | None = None) -> dict[int, WorkSource]:
-        return {lane: self.clone_for_lane(lane, canonical_replicas, walk=walk) for lane in lanes}
+    def share_walk(self, walk: SharedWalk | None) -> None:
+        """Use ``walk`` (a :class:`~zephon_ref.fast.walk.ChunkWalk` the caller owns and shares among
+        the clones whose calls it serialises) from the next chunk on; None walks plainly.  The
+        clone's chunks and states are the same either way (it only skips other lanes' chunks
+        faster)."""
+        if walk is not None and not isinstance(walk, SharedWalk):
+            raise ConfigTypeError(
+                expected("walk", "None or a shared chunk walk (zephon_ref.work.base.SharedWalk)",
+                         type(walk).__name__)
+            )
+        self._walk = walk
 
     def chunk_size_hint(self) -> int:
         return self._cfg.chunk_size
@@ -935,7 +933,7 @@ class StaticMixtureWorkSource(WorkSource):
 
     def _quota_step(self, acc: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[int, ...]] | None:
         """One chunk of the accumulator quota rule, from ``acc`` (a
-        :data:`~zephon_ref.work.walk.QuotaStep`)."""
+        :data:`~zephon_ref.work.base.QuotaStep`)."""
         order = self._cfg.order
         scratch = _AccumulatorAllocator(self._cfg, dict(zip(order, acc, strict=True)))
         try:
@@ -946,7 +944,7 @@ class StaticMixtureWorkSource(WorkSource):
 
     def _jump(self, g: int) -> bool:
         """Move from chunk ``g`` (another lane's) towards this lane's next chunk through the shared
-        walk (see :mod:`zephon_ref.work.walk`); False when it cannot (the caller walks one)."""
+        walk (see :mod:`zephon_ref.fast.walk`); False when it cannot (the caller walks one)."""
         walk, alloc, cfg = self._walk, self._alloc, self._cfg
         if walk is None or type(alloc) is not _AccumulatorAllocator or cfg.redistributing:
             return False

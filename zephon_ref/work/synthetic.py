@@ -13,10 +13,8 @@ arguments, whatever the process, and adding a dataset does not change the others
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -43,18 +41,6 @@ class SyntheticCorpus:
 
     def by_name(self) -> dict[str, Dataset]:
         return {d.name: d for d in self.datasets}
-
-    def write_jsonl(self, root: str | Path) -> Path:
-        """Write ``root/<dataset>/shard-<k>.jsonl``; :meth:`Dataset.from_path` reads it back."""
-        root = Path(root)
-        for d in self.datasets:
-            ddir = root / d.name
-            ddir.mkdir(parents=True, exist_ok=True)
-            for pos, sid in enumerate(d.ids().tolist()):
-                with (ddir / f"shard-{pos:05d}.jsonl").open("w", encoding="utf-8") as fh:
-                    for i in range(int(d.counts()[pos])):
-                        fh.write(json.dumps(d.get(sid, i), sort_keys=True) + "\n")
-        return root
 
 
 _MAX_SHARD = 1 << 24  # rows per synthetic shard

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon_ref.torch.tensor.lanes import Doc
+from zephon_ref.fast.tensor.lanes import Doc
 from zephon_ref.types import (
     TAG_CONTRIBUTORS,
     TAG_PACKING_METADATA,

@@ -11,24 +11,28 @@ ordering and elastic resume are given up.  Every pump turns one input message
 into exactly one output message, so the consumer knows how many admitted
 micro-batches are still on their way (``in_flight``).
 
-Feeding (the engine's policy, :meth:`Engine.feed <zephon_ref.engine.core.Engine.feed>`):
+Every engine call — admission, delivery, eviction, checkpoints — happens on the consumer's
+thread (the one iterating), so the engine needs no lock; the pumps run only their stage's
+accumulator (serial, as :class:`~zephon_ref.engine.stage.OpStage` requires) and hand
+``process_many`` to the pool.  Operators never call back into the engine (chunk mixtures
+and end-of-data travel with the data).
 
-* ``demand``: the consumer thread admits, when delivery is stuck, for the lane the
-  tail waits on, while fewer than ``queue_size`` admitted messages are on their way;
-  the first queue holds at most that many, so the put never blocks, and a lane is
-  never fed more than ``queue_size`` items past the point where its next item
-  appeared (the bound counts them: :func:`sim.invariants.inflight_bound`).  Every
-  message it admitted comes back (one per pump), so the consumer never waits on a
-  queue that nothing will fill: no deadlock at a lane that needs more input than the
-  queues hold, at a finished lane (the engine falls back to round robin), at end of
-  data (the close marker is one more message) or while a restored lane replays;
-* ``round_robin`` (zephon's): a feeder thread admits round robin as fast as the first
-  queue takes items.
+Feeding (the engine's policy, :meth:`Engine.feed <zephon_ref.engine.core.Engine.feed>`): when
+delivery is stuck the consumer admits while fewer than ``queue_size`` admitted messages are
+on their way (every pump answers each message with one, so it knows how many are), then
+waits for the last pump's next message:
 
-The engine is sans-IO; the lock lives here: the runner installs an ``RLock`` as the
-engine's :attr:`~zephon_ref.engine.core.Engine.guard`, which the engine enters around
-admission (feeder or consumer), mixture look-ups (pumps), eviction and ``state_dict``
-(consumer).  Threads, queues, the lock and the pool live here and nowhere else.
+* ``demand``: only for the lane the tail waits on; a lane is never fed more than
+  ``queue_size`` items past the point where its next item appeared (the bound counts them:
+  :func:`sim.invariants.inflight_bound`);
+* ``round_robin`` (zephon's): round robin over the lanes, up to ``queue_size`` in flight.
+
+The first queue holds at most ``queue_size`` messages, so a put never blocks; every admitted
+message comes back, so the consumer never waits on a queue that nothing will fill (no
+deadlock at a lane that needs more input than the queues hold, at a finished lane, at end of
+data, where the close marker is one more message, or while a restored lane replays).
+
+Threads, queues and the pool live here and nowhere else.
 """
 
 from __future__ import annotations
@@ -37,12 +41,10 @@ import queue
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from zephon_ref.engine.core import Engine
 from zephon_ref.engine.stage import Entries, OpStage
-
-if TYPE_CHECKING:
-    from zephon_ref.engine.core import Engine
 
 __all__ = ["ThreadsRunner"]
 
@@ -62,10 +64,10 @@ class ThreadsRunner:
 
     def run(self, engine: Engine) -> Iterator[Any]:
         """Drive a started engine to the end; yield its delivered items."""
+        if not engine.started:
+            raise RuntimeError("threads runner: expected a started engine (Engine.start()), "
+                               "received a fresh one")
         stages = engine.stages
-        # the runner's lock, owned here for this run and installed as Engine.guard
-        lock = threading.RLock()  # plain-ok: the threads runner's own lock, not the engine's
-        engine.guard = lock
         qs: list[queue.Queue[Any]] = [queue.Queue(self.queue_size) for _ in range(len(stages) + 1)]
         stop = threading.Event()
         errors: list[BaseException] = []
@@ -103,18 +105,6 @@ class ThreadsRunner:
         # Messages are (final, elements).  The final message of a stage carries the output
         # of its last input *and* of its close(), as one micro-batch: exactly the grouping
         # the inline runner produces at upstream close.
-        def feeder() -> None:  # round-robin feeding only
-            try:
-                while True:
-                    msg = engine.feed()
-                    if msg is None:  # pragma: no cover - round robin admits until the close marker
-                        raise AssertionError("threads runner: round-robin feeding admitted nothing")
-                    if not put(qs[0], msg) or msg[0]:
-                        return
-            except BaseException as exc:  # noqa: BLE001 (handed to the consumer)
-                errors.append(exc)
-                put(qs[0], (True, []))
-
         def pump(i: int, st: OpStage) -> None:
             try:
                 while True:
@@ -131,15 +121,13 @@ class ThreadsRunner:
                 errors.append(exc)
                 put(qs[i + 1], (True, []))
 
-        demand = engine.feeding == "demand"
-        threads = [] if demand else [threading.Thread(target=feeder, name="zephon-ref-source", daemon=True)]
-        threads += [
+        threads = [
             threading.Thread(target=pump, args=(i, st), name=f"zephon-ref-pump-{st.name}", daemon=True)
             for i, st in enumerate(stages)
         ]
         for t in threads:
             t.start()
-        in_flight = 0  # demand feeding: messages admitted here and not yet back from the last pump
+        in_flight = 0  # messages admitted here and not yet back from the last pump
         try:
             while True:
                 x = engine.deliver()
@@ -148,14 +136,12 @@ class ThreadsRunner:
                     continue
                 if engine.finished or errors:
                     break
-                if demand:
-                    while (msg := engine.feed(in_flight=in_flight)) is not None:
-                        qs[0].put(msg)  # never blocks: the queue holds at most in_flight < queue_size
-                        in_flight += 1
-                    # invariant: delivery is stuck, so either something is on its way or the policy fed
-                    assert in_flight > 0, (
-                        "threads runner: delivery waits, nothing in flight, nothing admitted"
-                    )
+                # invariant: in_flight < queue_size, so the first queue has room for every put
+                while in_flight < self.queue_size and (msg := engine.feed(in_flight=in_flight)) is not None:
+                    qs[0].put(msg)
+                    in_flight += 1
+                # invariant: delivery is stuck, so either something is on its way or the policy fed
+                assert in_flight > 0, "threads runner: delivery waits, nothing in flight, nothing admitted"
                 got = get(qs[-1])
                 if got is _DONE:
                     break

@@ -48,8 +48,8 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.torch.tensor.chunks import lane_feeds
-from zephon_ref.torch.tensor.config import (
+from zephon_ref.fast.tensor.chunks import lane_feeds
+from zephon_ref.fast.tensor.config import (
     MixtureSpec,
     PackSpec,
     TensorPlan,
@@ -57,8 +57,8 @@ from zephon_ref.torch.tensor.config import (
     UnsupportedKnob,
     compile_chain,
 )
-from zephon_ref.torch.tensor.records import to_reference
-from zephon_ref.torch.tensor.stream import Item, lane_items, word_tables
+from zephon_ref.fast.tensor.records import to_reference
+from zephon_ref.fast.tensor.stream import Item, lane_items, word_tables
 
 __all__ = ["FORMAT", "TensorPipeline"]
 
@@ -185,7 +185,7 @@ class TensorPipeline:
         return to_reference(item, pack_max_length=self._pack_max, batched=self.plan.batch is not None)
 
     def tensors(self, item: Item, *, device: Any = None) -> dict[str, Any]:
-        from zephon_ref.torch.tensor.collate import collate
+        from zephon_ref.fast.tensor.collate import collate
 
         return collate(item, device=device)
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zephon_ref.errors import StateMismatchError, expected
-from zephon_ref.torch.tensor.config import (
+from zephon_ref.fast.tensor.config import (
     MapSpec,
     MixtureSpec,
     PackSpec,
@@ -48,11 +48,11 @@ from zephon_ref.torch.tensor.config import (
     TensorPlan,
     TokenizeSpec,
 )
-from zephon_ref.torch.tensor.lanes import TOMB, map_docs, tokenize_docs
-from zephon_ref.torch.tensor.mixture import MixtureLane
-from zephon_ref.torch.tensor.packing import LanePacker
-from zephon_ref.torch.tensor.shuffle import BlockLane, StreamingLane
-from zephon_ref.torch.tensor.tokens import WordIds
+from zephon_ref.fast.tensor.lanes import TOMB, map_docs, tokenize_docs
+from zephon_ref.fast.tensor.mixture import MixtureLane
+from zephon_ref.fast.tensor.packing import LanePacker
+from zephon_ref.fast.tensor.shuffle import BlockLane, StreamingLane
+from zephon_ref.fast.tensor.tokens import WordIds
 
 __all__ = ["FETCH_GROUP", "Item", "lane_items", "word_tables"]
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from zephon_ref.errors import ConfigError, expected
-from zephon_ref.torch.tensor.config import PackSpec
-from zephon_ref.torch.tensor.lanes import TOMB, Doc
+from zephon_ref.fast.tensor.config import PackSpec
+from zephon_ref.fast.tensor.lanes import TOMB, Doc
 
 __all__ = ["LanePacker", "Pack"]
 

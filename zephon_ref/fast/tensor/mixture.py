@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, expected
-from zephon_ref.torch.tensor.config import MixtureSpec, UnsupportedKnob
+from zephon_ref.fast.tensor.config import MixtureSpec, UnsupportedKnob
 
 __all__ = ["Deficits", "MixtureLane"]
 

@@ -32,9 +32,9 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from zephon_ref.torch.tensor.order import chunk_pattern
-from zephon_ref.torch.tensor.source import GlobalChunks, own_chunks
-from zephon_ref.torch.tensor.tokens import WordIds
+from zephon_ref.fast.tensor.order import chunk_pattern
+from zephon_ref.fast.tensor.source import GlobalChunks, own_chunks
+from zephon_ref.fast.tensor.tokens import WordIds
 
 __all__ = ["PRETOK", "WINDOW_SAMPLES", "ChunkDispatcher", "LaneChunk", "lane_feeds"]
 

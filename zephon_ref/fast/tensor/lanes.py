@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, expected
-from zephon_ref.torch.tensor.chunks import PRETOK
-from zephon_ref.torch.tensor.config import MapSpec, TokenizeSpec
-from zephon_ref.torch.tensor.tokens import WordIds
+from zephon_ref.fast.tensor.chunks import PRETOK
+from zephon_ref.fast.tensor.config import MapSpec, TokenizeSpec
+from zephon_ref.fast.tensor.tokens import WordIds
 
 __all__ = ["TOMB", "Doc", "WordIds", "map_docs", "tokenize_docs"]
 

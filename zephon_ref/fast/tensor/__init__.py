@@ -19,7 +19,7 @@ Importing this package imports numpy, not torch; torch is imported by
 :func:`collate` only.
 """
 
-from zephon_ref.torch.tensor.config import REFUSED_KNOBS, TensorPlan, UnsupportedKnob, compile_chain
-from zephon_ref.torch.tensor.pipeline import FORMAT, TensorPipeline
+from zephon_ref.fast.tensor.config import REFUSED_KNOBS, TensorPlan, UnsupportedKnob, compile_chain
+from zephon_ref.fast.tensor.pipeline import FORMAT, TensorPipeline
 
 __all__ = ["FORMAT", "REFUSED_KNOBS", "TensorPipeline", "TensorPlan", "UnsupportedKnob", "compile_chain"]

@@ -1,12 +1,10 @@
-"""Restore of one validated state into many pipelines (``zephon_ref.state.validated`` and
-``Pipeline.restore(ValidatedState)``): the same resumed streams as ``restore(dict)``, every
-refusal unchanged (same type, same message), and nothing that changes the snapshot after
-its checks."""
+"""sim.restore_shared.SharedRestore: one merged state validated once and restored into many pipelines
+gives the same resumed streams as restoring the whole state into each, every refusal unchanged (same
+type, same message), and nothing that changes its copy after its checks."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import warnings
 from typing import Any
 
@@ -14,6 +12,7 @@ import pytest
 
 from properties.pipelines import PipelineConfig
 from properties.topology import merged_checkpoint, participants, run_lockstep
+from sim.restore_shared import SharedRestore
 from zephon_ref import state as schema
 from zephon_ref.errors import StateFormatError, StateMismatchError, ZephonRefError
 
@@ -40,64 +39,51 @@ def cut_state(c: int = 8, steps: int = 5) -> dict[str, Any]:
 
 
 def restored(state: Any, d: int, w: int, c: int = 8) -> list[Any]:
+    """Every participant restores ``state`` (a dict: the whole state; a SharedRestore: its own lanes)."""
     pipes = participants(cfg(c), d, w)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in pipes:
-            p.restore(state)
+            p.restore(state.for_lanes(p.world().owned_lanes) if isinstance(state, SharedRestore) else state)
     return pipes
 
 
 @pytest.mark.parametrize("d,w", [(4, 1), (1, 1), (3, 2)])
 @pytest.mark.parametrize("steps", [1, 11])
-def test_validated_restore_resumes_exactly_like_a_dict_restore(d: int, w: int, steps: int) -> None:
+def test_shared_restore_resumes_exactly_like_a_whole_state_restore(d: int, w: int, steps: int) -> None:
     state = cut_state(steps=steps)
     want, _ = run_lockstep(restored(copy.deepcopy(state), d, w))
-    frozen = schema.validated(state)
-    got, _ = run_lockstep(restored(frozen, d, w))
+    got, _ = run_lockstep(restored(SharedRestore(state), d, w))
     assert want and got == want
 
 
-def test_checkpoint_before_iteration_returns_the_whole_state() -> None:
+def test_a_slice_holds_only_the_given_lanes_and_is_sealed() -> None:
     state = cut_state()
-    frozen = schema.validated(state)
-    assert frozen.lanes == tuple(range(8)) and frozen.digest == state["integrity"]
-    p_dict, p_frozen = restored(copy.deepcopy(state), 4, 1)[1], restored(frozen, 4, 1)[1]
-    assert p_frozen.checkpoint() == p_dict.checkpoint() == state
-    assert p_frozen.local_state() == state
-    clone = p_frozen.for_worker(0, 1)  # the pending restore travels with a copy
-    assert clone.checkpoint() == state
-
-
-def test_state_for_copies_only_the_given_lanes() -> None:
-    state = cut_state()
-    frozen = schema.validated(state)
-    part = frozen.state_for((2, 3))
+    shared = SharedRestore(state)
+    assert shared.whole() == state
+    part = shared.for_lanes((2, 3))
+    schema.validate(part)
+    schema.verify_integrity(part)
     for name in schema.REQUIRED_LANE_FIELDS:
         assert sorted(schema.lane_key(k, "k", 8) for k in part[name]) == [2, 3]
         assert part[name][2] == state[name][2]
     part[schema.REQUIRED_LANE_FIELDS[0]][2] = "changed"  # a fresh copy each time
     assert (
-        frozen.state_for((2,))[schema.REQUIRED_LANE_FIELDS[0]][2] == state[schema.REQUIRED_LANE_FIELDS[0]][2]
+        shared.for_lanes((2,))[schema.REQUIRED_LANE_FIELDS[0]][2] == state[schema.REQUIRED_LANE_FIELDS[0]][2]
     )
 
 
-def test_the_snapshot_cannot_be_changed_after_its_checks() -> None:
+def test_the_copy_cannot_be_changed_after_its_checks() -> None:
     state = cut_state()
-    frozen = schema.validated(state)
+    shared = SharedRestore(state)
     want, _ = run_lockstep(restored(copy.deepcopy(state), 4, 1))
     state["progress"][0]["offset"] += 5  # the caller's dict changes after validation...
     state["lane_next_cid"][1] = 10**6
     state["fingerprint"] = "x" * 64
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        frozen.digest = "0" * 64  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        frozen._state = {}  # type: ignore[misc]
-    assert copy.deepcopy(frozen) is frozen
-    frozen.state()["progress"][0]["offset"] += 7  # a read hands out a copy: editing it changes nothing
-    frozen.state_for([0])["lane_next_cid"][0] = 10**6
-    got, _ = run_lockstep(restored(frozen, 4, 1))
-    assert got == want  # ...and the snapshot does not see it
+    shared.whole()["progress"][0]["offset"] += 7  # a read hands out a copy: editing it changes nothing
+    shared.for_lanes([0])["lane_next_cid"][0] = 10**6
+    got, _ = run_lockstep(restored(shared, 4, 1))
+    assert got == want  # ...and the shared copy does not see it
 
 
 def _refusal(fn: Any) -> tuple[type, str]:
@@ -149,11 +135,15 @@ def test_every_refusal_is_unchanged(case: int) -> None:
     before = copy.deepcopy(bad)
     want = _refusal(lambda: restored(copy.deepcopy(bad), 4, 1))
 
-    def frozen_path() -> None:
-        restored(schema.validated(bad), 4, 1)
+    def shared_path() -> None:
+        restored(SharedRestore(bad), 4, 1)
 
-    got = _refusal(frozen_path)
-    assert got == want, name
+    got = _refusal(shared_path)
+    if name == "owned lane absent":
+        # the message lists the lanes the restored state holds: all but 6 there, the owner's own here
+        assert got[0] is want[0] and "owned lane 6" in got[1] and "owned lane 6" in want[1], (got, want)
+    else:
+        assert got == want, name
     assert issubclass(got[0], (StateFormatError, StateMismatchError)), name
     assert bad == before  # a refusal changes nothing
 
@@ -162,9 +152,9 @@ def test_a_refused_restore_leaves_the_pipeline_as_it_was() -> None:
     state = cut_state()
     bad = copy.deepcopy(state)
     bad["fingerprint"] = "f" * 64
-    frozen_bad = schema.validated(schema.seal(bad))
+    shared_bad = SharedRestore(schema.seal(bad))
     p = participants(cfg(), 4, 1)[0]
     fresh = p.local_state()
     with pytest.raises(StateMismatchError):
-        p.restore(frozen_bad)
+        p.restore(shared_bad.for_lanes(p.world().owned_lanes))
     assert p.local_state() == fresh

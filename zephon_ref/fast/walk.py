@@ -1,4 +1,4 @@
-"""Routing of global chunks to lanes, and ChunkWalk: one walk of the chunk order shared by lanes.
+"""ChunkWalk: one walk of the global chunk order, shared by the lane clones of one owner.
 
 Theory of operation
 -------------------
@@ -7,8 +7,9 @@ enumerates the *whole* global chunk sequence and keeps the chunks it owns.  Two 
 that walk are the same for every lane:
 
 * *routing*: global chunk ``g`` belongs to slot ``g mod C`` of block ``g div C``, and
-  block ``b``'s lane order is :func:`lane_permutation` (``permute``), or lane ``g mod C``
-  (``modulo``).  A lane alone computes a block's permutation once per block it crosses;
+  block ``b``'s lane order is :func:`~zephon_ref.work.routing.lane_permutation`
+  (``permute``), or lane ``g mod C`` (``modulo``).  A lane alone computes a block's
+  permutation once per block it crosses;
 * *quotas*: in accumulator mode without ``redistribute`` datasets, the quotas of chunk
   ``g`` are a pure function of the accumulators before it (an exhaustion resets a cursor
   and retries from the same accumulators, so it changes which samples are taken, never
@@ -19,10 +20,14 @@ lane keeps.  A :class:`ChunkWalk` computes routing and quotas once for every clo
 given, and lets a clone whose accumulators lie on its quota chain jump to its next own
 chunk in O(datasets + log window).
 
+It is a faster implementation beside the oracle (house rule 8), entering at one seam: the
+``walk=`` argument of ``WorkSource.clone_lanes`` / ``Builder.engine`` (the protocol
+:class:`zephon_ref.work.base.SharedWalk`).  Without it every clone walks plainly.
+
 Ownership: a ChunkWalk is created and passed by whoever clones lanes *together* and
-serialises their calls: the engine for its lanes (it calls ``next_chunk`` under its lock),
-the simulated world for every rank (one thread).  It is deliberately not thread-safe and
-nothing in this module is process-global.
+serialises their calls: the pipeline facade for one engine's lanes (every ``next_chunk``
+call happens on the thread that admits), the simulated world for every rank (one thread).
+It is deliberately not thread-safe and nothing in this module is process-global.
 
 Invariant (the reason it may exist): a clone given a ChunkWalk produces exactly the chunks
 and states of the same clone walking plainly, whatever the interleaving of lanes, restores
@@ -34,36 +39,17 @@ What may not live here: cursors, samples, policies (the source's), chunk ids (th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from random import Random  # seeded instances only: never the global generator
+from collections.abc import Hashable
 
 from zephon_ref.errors import ConfigError, expected
-from zephon_ref.work.cursor import GOLDEN
+from zephon_ref.work.base import QuotaStep
+from zephon_ref.work.routing import lane_permutation, lane_slots
 
-__all__ = ["ROUTING_BLOCKS", "TIMELINE_WINDOW", "ChunkWalk", "QuotaStep", "lane_permutation", "lane_slots"]
+__all__ = ["ROUTING_BLOCKS", "TIMELINE_WINDOW", "ChunkWalk"]
 
 TIMELINE_WINDOW = 1 << 14  # global chunks a quota timeline keeps (about 6 MiB at most with three datasets)
 ROUTING_BLOCKS = 8  # routing blocks a ChunkWalk keeps (lanes of one owner move through blocks together)
 TIMELINE_RULES = 4  # quota rules a ChunkWalk keeps (one per source configuration it serves)
-
-#: One chunk's quota computation: accumulators before it -> (accumulators after, quotas), or
-#: None where the quota rule refuses (the source's ordinary path raises at that chunk).
-QuotaStep = Callable[[tuple[float, ...]], "tuple[tuple[float, ...], tuple[int, ...]] | None"]
-
-
-def lane_permutation(seed: int, block: int, canonical_replicas: int) -> tuple[int, ...]:
-    """Slot -> lane in routing block ``block`` (``permute`` lane assignment)."""
-    order = list(range(canonical_replicas))
-    Random(seed + block * GOLDEN).shuffle(order)
-    return tuple(order)
-
-
-def lane_slots(permutation: tuple[int, ...]) -> tuple[int, ...]:
-    """The inverse of a :func:`lane_permutation`: lane -> its slot."""
-    slots = [0] * len(permutation)
-    for slot, lane in enumerate(permutation):
-        slots[lane] = slot
-    return tuple(slots)
 
 
 class _QuotaTimeline:

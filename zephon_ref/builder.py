@@ -1,0 +1,560 @@
+"""The builder: a pipeline's graph, options, plan, engine, checkpoint and restore, with no machinery.
+
+Theory of operation
+-------------------
+:class:`Builder` holds a work source, the operators (each validated at its builder
+call) and options.  Options split in two, and only the first kind reaches the
+data path:
+
+* **data settings** — the work source's configuration and seed,
+  ``canonical_replicas``, the operator chain with its knobs, the batch shape
+  and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
+  carries and every restore checks;
+* **execution settings** — runner, parallelism, queue sizes, feeding policy,
+  topology — change speed and memory, never output (with ``deterministic=True``).
+  ``feeding="demand"`` (the default) feeds a lane only when delivery waits on it, so
+  inflight chunks and checkpoints stay bounded however long the run;
+  ``feeding="round_robin"`` is zephon 0.2.0's per-sample round robin
+  (:mod:`zephon_ref.engine.core`).
+
+This module is semantics (house rule 10): it imports no runner, storage, checkpoint
+store, coordination backend, torch path, translator or faster implementation.  What
+needs those is the facade, :class:`zephon_ref.pipeline.Pipeline`, which subclasses
+this one and enters at three seams: :meth:`Builder._iterate` takes the function that
+drives an engine (a runner), :meth:`Builder._default_aggregate` supplies the
+aggregation round the options name, and :meth:`Builder._build_engine` takes a shared
+chunk walk (``walk=``).
+
+Lifecycle.  ``engine()`` and ``_iterate(drive)`` build an
+:class:`~zephon_ref.engine.core.Engine` (the one a pending restore already built, if
+any) and start it.  From then until the iterator is exhausted, closed or dropped the
+pipeline is *running*: ``restore()``, ``options()``, graph changes, ``for_worker()`` and
+a second iteration refuse with ContractError.  Once a run has delivered anything (or a
+restore is pending) the pipeline has *progress*: execution settings may still change
+(they are read when an engine starts and never touch the state), data and topology
+settings and the graph may not.
+
+``checkpoint()`` returns the engine state (:mod:`zephon_ref.state`) as a value the
+caller owns: a deep copy, at every call.  With several participants it runs the
+aggregation round that is handed in (``aggregate=``) or the default one.
+``restore(state)`` validates once — the schema (:func:`zephon_ref.state.validate`), the
+integrity digest, canonical replicas, fingerprint — then loads the owned lanes once,
+into the engine the next run uses (the load checks what needs the pipeline: source
+configuration, sample ids); a refusal leaves the pipeline exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from zephon_ref import state as schema
+from zephon_ref.engine.core import FEEDING, Engine
+from zephon_ref.engine.plan import k_ignored, resolve_k
+from zephon_ref.engine.world import World
+from zephon_ref.errors import (
+    ConfigError,
+    ConfigTypeError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
+from zephon_ref.explain import explain_plan
+from zephon_ref.fingerprint import pipeline_fingerprint
+from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
+from zephon_ref.ops.batch import Batch
+from zephon_ref.ops.ensure_mixture import EnsureMixture
+from zephon_ref.ops.map_transform import MapTransform
+from zephon_ref.ops.pack import PackSequences
+from zephon_ref.ops.shuffle import Shuffle
+from zephon_ref.ops.stateful import StatefulTransform
+from zephon_ref.ops.tokenize import Tokenize
+from zephon_ref.types import SampleRecord
+from zephon_ref.work.base import SharedWalk, WorkSource
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["Aggregate", "Builder", "PipelineIterator"]
+
+#: ``aggregate(local_state, world) -> (merged_state, round_id)``: one aggregation round for
+#: this participant (every participant calls it at the same step).
+Aggregate = Callable[[dict[str, Any], World], tuple[dict[str, Any], Any]]
+
+_EXEC_OPTIONS = {
+    "runner": None, "max_workers": None, "deterministic": True, "op_queue_capacity": None,
+    "prefetch_batches": None, "run_id": "default_run_id", "world_size": 1, "global_rank": 0,
+    "dp_degree": None, "dp_group_id": None, "mapping_strategy": None, "aggregate_dir": None,
+    "aggregate_store": None, "aggregate_timeout_s": 180.0, "feeding": "demand",
+}
+_DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
+# Settings that decide which lanes this participant owns: fixed once a run has progress too.
+_TOPOLOGY_OPTIONS = ("world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy")
+_REFUSED = ("shm_min_size", "coalesce_tensors")
+
+
+class Builder:
+    """The pipeline's semantics; method names and keywords follow zephon 0.2.0.  Users build
+    :class:`zephon_ref.pipeline.Pipeline`, this class's facade."""
+
+    def __init__(self, work_source: WorkSource) -> None:
+        if not isinstance(work_source, WorkSource):
+            raise ConfigTypeError(
+                expected("work_source", "a zephon_ref WorkSource", type(work_source).__name__)
+            )
+        self._source = work_source
+        self._ops: list[tuple[str, BaseOp]] = []
+        self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
+        #: the engine of the current or next run: unstarted after a restore loaded it, None when
+        #: the graph or a data setting changed since
+        self._engine: Engine | None = None
+        #: the whole restored state while it is pending (checkpoint() returns it until a run starts)
+        self._pending: dict[str, Any] | None = None
+        self._run: weakref.ref[PipelineIterator] | None = None
+        self._warned_k = False
+        self._worker = (0, 1)  # (worker_id, num_workers) inside a torch DataLoader
+
+    # -- call-order contracts -------------------------------------------------------------------
+    @property
+    def _iterating(self) -> bool:
+        """Whether an iterator from ``iter()`` is open (neither exhausted, closed nor dropped)."""
+        run = None if self._run is None else self._run()
+        return run is not None and run.open
+
+    def _has_progress(self) -> bool:
+        return self._pending is not None or (self._engine is not None and self._engine.started)
+
+    def _refuse_while_running(self, what: str) -> None:
+        if self._iterating:
+            raise ContractError(
+                expected(
+                    what,
+                    "a pipeline with no open iterator (exhaust, close() or drop it first)",
+                    "a call mid-iteration",
+                )
+            )
+
+    # -- builder ------------------------------------------------------------------------------
+    def _add(self, name: str, op: BaseOp) -> Self:
+        self._refuse_while_running(f"adding {name}")
+        if self._has_progress():
+            raise ContractError(expected(f"adding {name}", "a pipeline that has not run (the graph is a data "
+                                         "setting)", "a pipeline with progress: build a new one"))
+        if any(isinstance(o, Batch) for _, o in self._ops):
+            raise ConfigError(expected(f"{name}", "to be added before batch()", "an operator after batch()"))
+        names = {n for n, _ in self._ops}
+        base, i = name, 1
+        while name in names:
+            i += 1
+            name = f"{base}_{i}"
+        self._ops.append((name, op))
+        self._engine = None
+        return self
+
+    def add_op(self, op: BaseOp, /, *, name: str | None = None, placement: str = "auto") -> Self:
+        if not isinstance(op, BaseOp):
+            raise ConfigTypeError(expected("add_op op", "a BaseOp instance", type(op).__name__))
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigTypeError(expected("add_op name", "None or a non-empty str", name))
+        traits = op.traits()
+        if not isinstance(traits, OpTraits):
+            raise ConfigTypeError(expected(f"{type(op).__name__}.traits()", "an OpTraits", traits))
+        return self._add(name or type(op).__name__.lower(), op)
+
+    def map_transform(self, transform_fn: Callable[[Any], Any], *, drop_none: bool = True,
+                      placement: str = "auto", parallelism: int | None = None) -> Self:
+        # None means the default; 0 or a negative count is refused (MapTransform), not read as "default"
+        return self._add("map_transform", MapTransform(transform_fn, drop_none=drop_none, placement=placement,
+                                                       parallelism=parallelism))
+
+    def stateful_transform(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
+                           flush: Callable[[Any], list[Any]] | None = None,
+                           should_flush: Callable[[Any], bool] | None = None,
+                           transform: Callable[[list[Any]], list[Any]] | None = None, placement: str = "auto",
+                           parallelism: int = 1, indexable: bool = False,
+                           preserves_cursor_order: bool = True) -> Self:
+        op = StatefulTransform(name, init_state=init_state, push=push, flush=flush, should_flush=should_flush,
+                               transform=transform, placement=placement, parallelism=parallelism,
+                               indexable=indexable, preserves_cursor_order=preserves_cursor_order)
+        return self._add(name, op)
+
+    def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
+                 placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Self:
+        if not (tokenizer_id is None or (isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__")):
+            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
+                                       tokenizer_id))
+        return self._add(
+            "tokenize",
+            Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism, **kwargs),
+        )
+
+    def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
+                       **kwargs: Any) -> Self:
+        return self._add(
+            "pack_sequences",
+            PackSequences(max_length, placement=placement, parallelism=parallelism, **kwargs),
+        )
+
+    def shuffle(
+        self,
+        buffer_size: int | None = None,
+        *,
+        seed: int = 0,
+        algorithm: str = "streaming",
+        warmup_growth: float = 1.5,
+        placement: str = "auto",
+        parallelism: int | None = None,
+    ) -> Self:
+        return self._add("shuffle_buffer", Shuffle(buffer_size, seed=seed, algorithm=algorithm,
+                                                   warmup_growth=warmup_growth, placement=placement,
+                                                   parallelism=parallelism))
+
+    def ensure_mixture(
+        self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any
+    ) -> Self:
+        check_placement(placement)
+        check_parallelism(parallelism)
+        op = EnsureMixture(**kwargs)  # validates its own arguments
+        try:
+            names = dict(self._source.component_ids())
+        except NotImplementedError:  # a custom work source without a vocabulary: nothing to check against
+            names = None
+        if op.mixture is not None and names is not None:
+            ids = set(names.values())
+            unknown = [k for k in op.mixture if not (k in names if isinstance(k, str) else k in ids)]
+            if unknown:
+                raise ConfigError(
+                    expected(
+                        "ensure_mixture(mixture=...)",
+                        f"components of the work source {sorted(names)} (names) or {sorted(ids)} (ids)",
+                        f"unknown {unknown}",
+                    )
+                )
+        if getattr(self._source, "allocation_mode", None) == "token_aware" and op.weight_by == "samples":
+            raise ConfigError(expected("ensure_mixture(weight_by=...) with a token-aware work source",
+                                       "token units ('auto', a field or a callable)", "'samples'"))
+        return self._add("ensure_mixture", op)
+
+    def batch(self, microbatch_size: int, *, drop_last: bool = True, placement: str = "auto") -> Self:
+        check_placement(placement)
+        if any(isinstance(o, Batch) for _, o in self._ops):
+            raise ConfigError(expected("batch()", "at most one batch per pipeline", "a second batch()"))
+        op = Batch(microbatch_size, drop_last=drop_last)
+        return self._add("batch", op)
+
+    def options(self, **hints: Any) -> Self:
+        """Set runtime options; unknown keys warn and are ignored (as in zephon).
+
+        Refused while an iterator is open.  Once the pipeline has progress, execution
+        settings still apply (to the next iteration; the state is untouched) and a change of
+        a data or topology setting is refused: build a new pipeline for another run.
+        """
+        self._refuse_while_running("options()")
+        for key in _REFUSED:
+            if key in hints:
+                raise ConfigTypeError(expected("options", "no removed shm option", key))
+        known = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
+        for key in sorted(hints):
+            if key not in known:
+                warnings.warn(f"options: unknown key {key!r} ignored", UserWarning, stacklevel=2)
+        new = {**self._options, **{k: v for k, v in hints.items() if k in known}}
+        if self._has_progress():
+            fixed = [k for k in (*_DATA_OPTIONS, *_TOPOLOGY_OPTIONS) if new[k] != self._options[k]]
+            if fixed:
+                raise ContractError(expected(f"options {fixed}", "unchanged once the pipeline has progress "
+                                             "(data and topology settings are fixed for a run)", "a change"))
+        for key in ("max_workers", "op_queue_capacity", "prefetch_batches"):
+            v = new[key]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ConfigError(expected(key, "None or an int >= 1", v))
+        if not isinstance(new["run_id"], str) or not new["run_id"]:
+            raise ConfigTypeError(expected("run_id", "a non-empty str", new["run_id"]))
+        runner = new["runner"]
+        if runner not in (None, "inline", "threads"):
+            raise ConfigError(expected("runner", "None, 'inline' or 'threads'", runner))
+        k = new["flush_every_k_chunks"]
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ConfigError(expected("flush_every_k_chunks", "None or an int >= 0", k))
+        if new["feeding"] not in FEEDING:
+            raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), new["feeding"]))
+        if not isinstance(new["deterministic"], bool):
+            raise ConfigTypeError(expected("deterministic", "a bool", new["deterministic"]))
+        world = self._world_of(new)  # validates topology eagerly
+        if new["aggregate_dir"] is not None and new["aggregate_store"] is not None:
+            raise ConfigError(expected("aggregate_dir / aggregate_store", "at most one of the two",
+                                       "both set"))
+        if world.world_size > 1 and new["aggregate_dir"] is None and new["aggregate_store"] is None:
+            raise ContractError(expected(f"aggregation backend for world_size={world.world_size}",
+                                         "aggregate_dir or aggregate_store", "neither"))
+        t = new["aggregate_timeout_s"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+            raise ConfigError(expected("aggregate_timeout_s", "a number > 0", t))
+        changed_data = any(new[k] != self._options[k] for k in (*_DATA_OPTIONS, *_TOPOLOGY_OPTIONS))
+        self._options = new
+        if changed_data:
+            self._engine = None
+        return self
+
+    # -- plan ---------------------------------------------------------------------------------
+    def world(self) -> World:
+        """This pipeline's resolved topology (its rank's DP group, owned lanes, worker split) under
+        the current options: the lanes ``iter()`` would run.  A zephon_ref extension (zephon
+        resolves it inside the engine only); read-only, it changes nothing."""
+        return self._world_of(self._options)
+
+    def runtime_options(self) -> dict[str, Any]:
+        """A copy of the options in effect (defaults filled in), as ``options()`` set them."""
+        return dict(self._options)
+
+    def _world_of(self, opts: Mapping[str, Any]) -> World:
+        worker_id, num_workers = getattr(self, "_worker", (0, 1))
+        return World.resolve(world_size=opts["world_size"], global_rank=opts["global_rank"],
+                             dp_degree=opts["dp_degree"], dp_group_id=opts["dp_group_id"],
+                             canonical_replicas=opts["canonical_replicas"],
+                             mapping_strategy=opts["mapping_strategy"], worker_id=worker_id,
+                             num_workers=num_workers)
+
+    def for_worker(self, worker_id: int, num_workers: int) -> Self:
+        """A copy of this pipeline for DataLoader worker ``worker_id`` of ``num_workers``.
+
+        The worker owns the lanes of its DP group at list indices ``i`` with
+        ``i mod active == worker_id`` (``active`` = the largest count <= num_workers
+        dividing the group's lane count); a worker beyond ``active`` owns none.  A
+        pending restore travels with the copy.
+        """
+        self._refuse_while_running("for_worker()")
+        clone = copy.copy(self)
+        clone._ops = list(self._ops)
+        clone._options = dict(self._options)
+        clone._engine = None
+        clone._run = None
+        clone._pending = copy.deepcopy(self._pending)
+        clone._worker = (worker_id, num_workers)
+        clone._world_of(clone._options)  # validates the worker arguments
+        return clone
+
+    @property
+    def preserves_cursor_order(self) -> bool:
+        return all(op.traits().preserves_cursor_order for _, op in self._ops)
+
+    def _resolve_k(self, *, warn: bool = True) -> int:
+        """``flush_every_k_chunks`` as the engine runs it (:func:`zephon_ref.engine.plan.resolve_k`);
+        warns once per pipeline when a positive value on a monotone plan is ignored."""
+        k, monotone = self._options["flush_every_k_chunks"], self.preserves_cursor_order
+        if warn and not self._warned_k and k_ignored(k, monotone=monotone):
+            self._warned_k = True
+            warnings.warn(f"flush_every_k_chunks={k} has no effect on a monotone plan (every operator "
+                          "preserves cursor order); using 0", UserWarning, stacklevel=3)
+        return resolve_k(k, monotone=monotone)
+
+    def fingerprint(self) -> str:
+        """Digest of the data settings: a checkpoint restores only into the same fingerprint
+        (:func:`zephon_ref.fingerprint.pipeline_fingerprint`)."""
+        return pipeline_fingerprint(self._source, self._ops,
+                                    canonical_replicas=self._world_of(self._options).canonical_replicas,
+                                    flush_every_k_chunks=self._resolve_k(warn=False))
+
+    def explain(self) -> str:
+        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`)."""
+        return explain_plan(self._ops, runner=self._options["runner"] or "threads",
+                            preserves_cursor_order=self.preserves_cursor_order)
+
+    # -- iteration ------------------------------------------------------------------------------
+    def _pending_state(self) -> dict[str, Any]:
+        """An owned copy of the whole pending restore."""
+        assert self._pending is not None
+        return copy.deepcopy(self._pending)
+
+    def _build_engine(self, state: Mapping[str, Any] | None) -> Engine:
+        """An unstarted engine over this pipeline's data settings, loading ``state``'s owned
+        lanes (the one load of a restore)."""
+        return Engine(
+            source=self._source, ops=self._ops, world=self._world_of(self._options), k=self._resolve_k(),
+            monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(), state=state,
+        )
+
+    def _shared_walk(self) -> SharedWalk | None:
+        """The chunk walk an engine's lanes share when the caller gives none: None here (every lane
+        clone walks the global chunk order itself, the plain definition); the facade shares a
+        :class:`zephon_ref.fast.walk.ChunkWalk` (a seam: the same chunks, faster)."""
+        return None
+
+    def _started_engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
+                        walk: SharedWalk | None = None) -> Engine:
+        """The engine of the next run, started with the execution settings now in effect: the one
+        a pending restore loaded, else a fresh one.  ``walk``: the lanes' shared chunk walk
+        (default :meth:`_shared_walk`)."""
+        engine = self._engine
+        if engine is None or engine.started:
+            engine = self._build_engine(self._pending)
+        opts = self._options
+        engine.start(queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
+                     feeding=opts["feeding"], walk=walk if walk is not None else self._shared_walk(),
+                     on_tombstone=on_tombstone)
+        self._pending = None
+        self._engine = engine
+        return engine
+
+    def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
+               walk: SharedWalk | None = None) -> Engine:
+        """A started engine for a run that the caller drives step by step (the simulator).
+
+        It starts from the pending restore if there is one, like iteration; afterwards
+        :meth:`checkpoint` reads its state.  The caller calls ``admit()``, ``run_stage(i)``
+        and ``deliver()`` in any order (``runnable()`` lists what can run); the delivered
+        stream is the one iteration gives.
+
+        ``on_tombstone`` (off by default; zephon has no such hook): called with every
+        tombstone record that reaches the tail, in tail order, on the thread that calls
+        ``deliver()``; tombstones are never delivered, so this is how a lineage check
+        sees the offsets that dropped records closed.  An observer only: it changes
+        nothing the engine does (see :mod:`zephon_ref.engine.core`).
+
+        ``walk``: a shared chunk walk (:class:`~zephon_ref.work.base.SharedWalk`, e.g.
+        :class:`zephon_ref.fast.walk.ChunkWalk`) the caller owns and shares among the engines
+        it drives from one thread (the simulated world shares one among every rank).  It
+        changes no chunk or state.
+        """
+        if on_tombstone is not None and not callable(on_tombstone):
+            raise ConfigTypeError(
+                expected(
+                    "engine(on_tombstone=...)", "a callable taking a tombstone record, or None", on_tombstone
+                )
+            )
+        self._refuse_while_running("engine()")
+        if walk is not None and not isinstance(walk, SharedWalk):
+            raise ConfigTypeError(
+                expected("engine(walk=...)", "None or a shared chunk walk (zephon_ref.fast.walk.ChunkWalk)",
+                         type(walk).__name__)
+            )
+        return self._started_engine(on_tombstone=on_tombstone, walk=walk)
+
+    def __iter__(self) -> PipelineIterator:
+        """A builder has no runner: iterate a :class:`zephon_ref.pipeline.Pipeline` (the facade)."""
+        raise ContractError(expected("iter()", "a zephon_ref.Pipeline (a builder has no runner)",
+                                     type(self).__name__))
+
+    def _iterate(self, drive: Callable[[Engine], Iterator[Any]]) -> PipelineIterator:
+        """Start the next run and iterate it with ``drive`` (a runner: a started engine -> its
+        delivered items).  The facade's ``__iter__`` passes the runner the options name."""
+        if self._iterating:
+            raise ContractError(
+                "pipeline: expected one iteration at a time, received a second concurrent iter()"
+            )
+        run = PipelineIterator(drive(self._started_engine()))
+        self._run = weakref.ref(run)
+        return run
+
+    # -- checkpoint / restore ---------------------------------------------------------------------
+    def checkpoint(self, *, aggregate: Aggregate | None = None) -> dict[str, Any]:
+        """The state to resume from: after the last delivered item (or the pending restore).
+
+        With several participants (``world_size > 1`` or several DataLoader workers) every one
+        must call this at the same step (barrier first): they run one aggregation round,
+        ``aggregate`` or :meth:`_default_aggregate`, and each returns the same merged state,
+        covering every lane.
+        """
+        if self._pending is not None:
+            return self._pending_state()
+        local = self.local_state()
+        engine = self._engine
+        assert engine is not None  # local_state() built it
+        w = engine.world
+        if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
+            return local  # the only participant, or an idle DataLoader worker
+        if aggregate is None:
+            aggregate = self._default_aggregate()
+        merged, round_id = aggregate(local, w)
+        engine.last_round_id = round_id
+        return copy.deepcopy(merged)
+
+    def _default_aggregate(self) -> Aggregate:
+        """The aggregation round used when ``checkpoint()`` is given none: the semantics have no
+        backend, so a builder alone needs ``aggregate=``; the facade answers with the round its
+        ``aggregate_dir`` / ``aggregate_store`` options name."""
+        raise ContractError(expected("checkpoint() with several participants", "aggregate=<a round>",
+                                     "none (a Builder has no aggregation backend; use zephon_ref.Pipeline)"))
+
+    def local_state(self) -> dict[str, Any]:
+        """This participant's own state (its lanes only; no aggregation round), as an owned copy."""
+        if self._pending is not None:
+            return self._pending_state()
+        engine = self._engine if self._engine is not None else self._build_engine(None)
+        self._engine = engine
+        out: dict[str, Any] = copy.deepcopy(engine.state_dict())
+        return out
+
+    def restore(self, ckpt: Mapping[str, Any]) -> Self:
+        """Validate ``ckpt`` (zephon's parameter name) now; apply it at the next iteration.  A refusal
+        changes nothing.
+
+        One validation (schema, integrity, canonical_replicas, fingerprint) and one load of the
+        owned lanes, into the engine the next run starts.  A checkpoint of zephon 0.2.0 is
+        translated explicitly first (:func:`zephon_ref.compat.from_zephon_state`).
+        """
+        self._refuse_while_running("restore()")
+        if not isinstance(ckpt, Mapping):
+            raise StateFormatError(expected("checkpoint", "a mapping (an engine state)", type(ckpt).__name__))
+        schema.validate(ckpt)
+        schema.verify_integrity(ckpt)
+        return self._restore_checked(ckpt)
+
+    def _restore_checked(self, ckpt: Mapping[str, Any]) -> Self:
+        """Restore a state whose schema and integrity were already checked (by :meth:`restore`, or
+        by the durable store's load, which validates every file it reads)."""
+        self._check_against_pipeline(ckpt["world"].get("canonical_replicas"), ckpt.get("fingerprint"))
+        private = copy.deepcopy(dict(ckpt))  # detached from the caller's dict
+        engine = self._build_engine(private)  # the one load: raises, changing nothing
+        self._pending = private
+        self._engine = engine
+        return self
+
+    def _check_against_pipeline(self, c: Any, got_fp: Any) -> None:
+        """Refuse a state of another canonical_replicas or another fingerprint."""
+        world = self._world_of(self._options)
+        if c != world.canonical_replicas:
+            raise StateMismatchError(
+                expected("checkpoint canonical_replicas", f"{world.canonical_replicas}", c)
+                + "; changing canonical_replicas needs a migration"
+            )
+        fp = self.fingerprint()
+        if got_fp != fp:
+            raise StateMismatchError(
+                expected(
+                    "checkpoint fingerprint",
+                    f"{fp[:16]}... (this pipeline's data settings)",
+                    str(got_fp)[:16] + "...",
+                )
+                + "; the checkpoint belongs to a pipeline with other data settings"
+            )
+
+
+class PipelineIterator(Iterator[Any]):
+    """The iterator iteration returns: the pipeline is running while it is open."""
+
+    def __init__(self, deliveries: Iterator[Any]) -> None:
+        self._gen = deliveries
+        self.open = True
+
+    def __next__(self) -> Any:
+        if not self.open:
+            raise StopIteration
+        try:
+            return next(self._gen)
+        except BaseException:
+            self.open = False
+            raise
+
+    def close(self) -> None:
+        """Stop the run (threads stop too); the pipeline keeps its progress for checkpoint()."""
+        self.open = False
+        close = getattr(self._gen, "close", None)
+        if close is not None:
+            close()
+
+    def __del__(self) -> None:
+        self.open = False

@@ -1,0 +1,10 @@
+"""Faster implementations beside the oracle, each entering at one seam and checked against the plain
+definition by the property suite (house rule 8).
+
+* :mod:`zephon_ref.fast.walk` — :class:`~zephon_ref.fast.walk.ChunkWalk`, one walk of the global
+  chunk order shared by lane clones (seam: ``walk=``; checked by the suite's ``shared walk`` row);
+* :mod:`zephon_ref.fast.tensor` — the array implementation of the hot path (seam: its own
+  ``TensorPipeline`` built from a configuration; checked record for record by the suite).
+
+Nothing in the semantics imports this package.
+"""
