@@ -1,0 +1,261 @@
+"""Files: JSONL and Parquet shards, the ``Dataset`` that reads a directory of them, the writers.
+
+This is zephon's ``zephon.io.dataset`` for the formats the reference reads.  The
+semantics (``zephon_ref.work.dataset``) know a dataset as shard ids, counts and
+rows by index; everything that touches a file system is here, so the semantics
+import no I/O (house rule 10, ``tests/surface/test_import_direction.py``).
+
+:class:`Dataset` is the semantic dataset plus :meth:`Dataset.from_path`; the
+top-level ``zephon_ref.Dataset`` is this one, as ``zephon.Dataset`` is
+``zephon.io.Dataset``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
+from zephon_ref.work import dataset as _semantic
+
+__all__ = ["Dataset", "JsonlShard", "ParquetShard", "write_jsonl", "write_parquet"]
+
+#: The formats :meth:`Dataset.from_path` reads, by ``fmt`` and file suffix.
+FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+
+
+def _jsonl_rows(path: Path) -> list[Any]:
+    """Every row of a JSONL file, parsed; the one definition of a row.
+
+    The file is UTF-8 (a byte-order mark at its very start is skipped), split with
+    universal newlines (``\n``, ``\r\n`` or ``\r``); a line whose ``str.strip()``
+    is empty (whitespace only, including NBSP, ``\x1c`` or ``\u2028``) is not a
+    row, every other line is one JSON value.  Anything else is refused with a
+    ConfigError naming the file and the 1-based line.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")
+        ) from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        head = data[: exc.start]
+        lineno = head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n") + 1  # universal newlines
+        raise ConfigError(
+            expected(
+                f"JSONL shard {path} line {lineno}",
+                "UTF-8 text",
+                f"the byte {data[exc.start : exc.start + 1]!r} at offset {exc.start}",
+            )
+        ) from exc
+    rows = []
+    for i, line in enumerate(io.StringIO(text, newline=None), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(expected(f"JSONL shard {path} line {i}", "one JSON value per line",
+                                       f"{line.strip()[:60]!r} ({exc.msg})")) from exc
+    return rows
+
+
+class JsonlShard:
+    """One JSONL file: validated and counted at construction, rows read lazily.
+
+    Construction parses every row once (so a malformed file is refused at
+    :meth:`Dataset.from_path`, naming file and line) and keeps only the count;
+    the first read parses it again and caches the rows.
+    """
+
+    __slots__ = ("_count", "_path", "_rows")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = Path(path)
+        if not self._path.is_file():
+            raise ConfigError(
+                expected("JSONL shard", "an existing regular file (or a link to one)", str(path))
+            )
+        self._rows: list[Any] | None = None
+        self._count = len(_jsonl_rows(self._path))
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def raw_bytes(self) -> int:
+        """The file's size in bytes (what token estimation costs rows by)."""
+        return self._path.stat().st_size
+
+    def _load(self) -> list[Any]:
+        if self._rows is None:
+            rows = _jsonl_rows(self._path)
+            if len(rows) != self._count:
+                raise ContractError(expected(f"JSONL shard {self._path}", f"{self._count} rows (counted at "
+                                             "from_path)", f"{len(rows)} rows: the file changed"))
+            self._rows = rows
+        return self._rows
+
+    def __getitem__(self, index: int) -> Any:
+        return self._load()[index]
+
+
+def _pyarrow() -> Any:
+    """pyarrow, or a ConfigError saying how to get it (the ``parquet`` extra)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - exercised only without pyarrow
+        raise ConfigError(expected("fmt='parquet'", "pyarrow installed (pip install zephon_ref[parquet])",
+                                   f"ImportError: {exc}")) from exc
+    return pq
+
+
+def _numeric(t: Any) -> bool:
+    import pyarrow.types as pat
+
+    return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t))
+
+
+def _parquet_value(scalar: Any) -> Any:
+    """One cell as zephon 0.2.0 delivers it (found by running it; tests/conformance/test_parquet_rows.py).
+
+    null -> None; an integer or float column -> a numpy scalar of the column's type; a bool
+    column -> a Python bool; a list of integers, floats or bools with no null element -> a numpy
+    array of the element type; anything else (strings, bytes, structs, nested or null-holding
+    lists) -> the Python value (``as_py()``).
+    """
+    import pyarrow.types as pat
+
+    if not scalar.is_valid:
+        return None
+    t = scalar.type
+    if pat.is_boolean(t):
+        return bool(scalar.as_py())
+    if pat.is_integer(t) or pat.is_floating(t):
+        return np.array(scalar.as_py(), dtype=t.to_pandas_dtype())[()]
+    if (pat.is_list(t) or pat.is_large_list(t)) and _numeric(t.value_type):
+        values = scalar.values
+        if values.null_count == 0:
+            return values.to_numpy(zero_copy_only=False).astype(t.value_type.to_pandas_dtype(), copy=True)
+    return scalar.as_py()
+
+
+class ParquetShard:
+    """One Parquet file: its row count read from the footer at construction, rows read lazily.
+
+    The first read decodes the whole file (every row group, every column) and keeps the rows;
+    a row is a dict ``column -> value`` (see :func:`_parquet_value`).
+    """
+
+    __slots__ = ("_count", "_path", "_rows")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = Path(path)
+        if not self._path.is_file():
+            raise ConfigError(
+                expected("Parquet shard", "an existing regular file (or a link to one)", str(path))
+            )
+        pq = _pyarrow()
+        try:
+            self._count = int(pq.ParquetFile(self._path).metadata.num_rows)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ConfigError(expected("Parquet shard", "a readable Parquet file", f"{path}: {exc}")) from exc
+        self._rows: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def raw_bytes(self) -> int:
+        """The file's size in bytes (what token estimation costs rows by)."""
+        return self._path.stat().st_size
+
+    def _load(self) -> list[Any]:
+        if self._rows is None:
+            table = _pyarrow().read_table(self._path)
+            if table.num_rows != self._count:
+                raise ContractError(expected(f"Parquet shard {self._path}", f"{self._count} rows (counted at "
+                                             "from_path)", f"{table.num_rows} rows: the file changed"))
+            columns = {name: table.column(name) for name in table.column_names}
+            self._rows = [{name: _parquet_value(col[i]) for name, col in columns.items()}
+                          for i in range(table.num_rows)]
+        return self._rows
+
+    def __getitem__(self, index: int) -> Any:
+        return self._load()[index]
+
+
+class Dataset(_semantic.Dataset):
+    """A dataset; :meth:`from_path` reads JSONL or Parquet files (zephon's ``zephon.io.Dataset``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
+        """A dataset over a directory of ``*.jsonl`` or ``*.parquet`` files (or one such file).
+
+        One shard per file, in sorted file-name order, shard ids 0, 1, ...; subdirectories are not
+        read (as in zephon).  ``fmt`` None picks JSONL when the directory holds a ``.jsonl`` file,
+        else Parquet when it holds a ``.parquet`` file.
+        """
+        if fmt is not None and fmt not in FORMATS:
+            raise ConfigError(expected("fmt", f"None or one of {sorted(FORMATS)} (the formats zephon_ref "
+                                       "reads)", fmt))
+        if not isinstance(name, str) or not name:
+            raise ConfigError(expected("Dataset name", "a non-empty str", name))
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
+        p = Path(path)
+        if p.is_file():
+            kind = fmt or next((k for k, suffix in FORMATS.items() if p.suffix == suffix), "jsonl")
+            files = [p]
+        elif p.is_dir():
+            entries = sorted(p.iterdir())
+            kind = fmt or next((k for k, suffix in FORMATS.items() if any(f.suffix == suffix for f in entries)),
+                               "jsonl")
+            # every *.<suffix> entry is a shard: a directory or a dangling link by that name is refused
+            files = [f for f in entries if f.suffix == FORMATS[kind]]
+        else:
+            raise ConfigError(expected("path", "an existing JSONL or Parquet file or directory", str(path)))
+        if not files:
+            raise ConfigError(expected("path", f"a directory holding at least one {FORMATS[kind]} file",
+                                       str(path)))
+        shard = JsonlShard if kind == "jsonl" else ParquetShard
+        return cls(name, {i: shard(f) for i, f in enumerate(files)}, path=str(p))
+
+
+def write_jsonl(datasets: Iterable[_semantic.Dataset], root: str | Path) -> Path:
+    """Write ``root/<dataset>/shard-<k>.jsonl`` for each dataset; :meth:`Dataset.from_path` reads it back.
+
+    Rows are written as canonical JSON (sorted keys), one per line, shards in id order.
+    """
+    root = Path(root)
+    for d in datasets:
+        ddir = root / d.name
+        ddir.mkdir(parents=True, exist_ok=True)
+        for pos, sid in enumerate(d.ids().tolist()):
+            with (ddir / f"shard-{pos:05d}.jsonl").open("w", encoding="utf-8") as fh:
+                for i in range(int(d.counts()[pos])):
+                    fh.write(json.dumps(d.get(sid, i), sort_keys=True) + "\n")
+    return root
+
+
+def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | Path, *, row_group_size: int | None = None) -> Path:
+    """Write ``rows`` (dicts with the same keys) as one Parquet file; pyarrow infers the column types."""
+    import pyarrow as pa
+
+    pq = _pyarrow()
+    table = pa.Table.from_pylist([dict(r) for r in rows])
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out, row_group_size=row_group_size)
+    return out
