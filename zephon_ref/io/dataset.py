@@ -220,8 +220,8 @@ class Dataset(_semantic.Dataset):
             files = [p]
         elif p.is_dir():
             entries = sorted(p.iterdir())
-            kind = fmt or next((k for k, suffix in FORMATS.items() if any(f.suffix == suffix for f in entries)),
-                               "jsonl")
+            present = {f.suffix for f in entries}
+            kind = fmt or next((k for k, suffix in FORMATS.items() if suffix in present), "jsonl")
             # every *.<suffix> entry is a shard: a directory or a dangling link by that name is refused
             files = [f for f in entries if f.suffix == FORMATS[kind]]
         else:
@@ -249,7 +249,8 @@ def write_jsonl(datasets: Iterable[_semantic.Dataset], root: str | Path) -> Path
     return root
 
 
-def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | Path, *, row_group_size: int | None = None) -> Path:
+def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | Path, *,
+                  row_group_size: int | None = None) -> Path:
     """Write ``rows`` (dicts with the same keys) as one Parquet file; pyarrow infers the column types."""
     import pyarrow as pa
 

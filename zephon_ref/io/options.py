@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -67,7 +66,8 @@ def parse_size_bytes(value: str | int | None) -> int | None:
     if isinstance(value, int):
         return value
     if not isinstance(value, str):
-        raise ConfigTypeError(expected("size", "None, an int or a string such as '50gb'", type(value).__name__))
+        raise ConfigTypeError(expected("size", "None, an int or a string such as '50gb'",
+                                       type(value).__name__))
     text = value.strip().lower()
     if not text:
         return None
@@ -77,7 +77,9 @@ def parse_size_bytes(value: str | int | None) -> int | None:
             try:
                 amount = float(number)
             except ValueError:
-                raise ConfigError(expected("size", "a number before the unit (e.g. '1.5gb')", value)) from None
+                raise ConfigError(
+                    expected("size", "a number before the unit (e.g. '1.5gb')", value)
+                ) from None
             try:
                 return int(amount * unit)
             except OverflowError:
@@ -174,8 +176,8 @@ class _Options:
     def merge(self: _O, other: _O) -> _O:
         """A new object: ``self`` with the fields ``other`` was given laid over it (nested ones merged)."""
         if not isinstance(other, type(self)):
-            raise ConfigTypeError(expected(f"{type(self).__name__}.merge argument", f"a {type(self).__name__}",
-                                           type(other).__name__))
+            name = type(self).__name__
+            raise ConfigTypeError(expected(f"{name}.merge argument", f"a {name}", type(other).__name__))
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
@@ -327,8 +329,9 @@ class StoreOptions(_Options):
 
         ``enabled`` None: on when the shard cache is on or a root is given; enabled without a root
         needs the shard cache.  ``limit_bytes`` omitted: the deprecated ``cache.rg_cache_bytes``
-        when set (which warns DeprecationWarning whenever set, as zephon does), else the larger of 4 GiB and a tenth of the shard
-        cache's limit.  The root stays ``None`` when omitted (zephon puts it under the shard cache).
+        when set, else the larger of 4 GiB and a tenth of the shard cache's limit (when the shard
+        cache is on).  A set ``cache.rg_cache_bytes`` warns DeprecationWarning, as in zephon.  The
+        root stays ``None`` when omitted (zephon puts it under the shard cache).
         """
         rg, cache = self.parquet.rg_cache, self.cache
         enabled = rg.enabled if rg.enabled is not None else bool(cache.enabled) or rg.root is not None
@@ -343,7 +346,7 @@ class StoreOptions(_Options):
             if cache.rg_cache_bytes is not None:
                 limit = cache.rg_cache_bytes
             else:
-                tenth = int(cache.limit_bytes * 0.1) if cache.limit_bytes is not None else 0
+                tenth = int(cache.limit_bytes * 0.1) if cache.enabled and cache.limit_bytes is not None else 0
                 limit = max(4 * GIB, tenth)
         return ParquetRGCacheOptions(enabled=enabled, root=rg.root, limit_bytes=limit,
                                      min_free_bytes=rg.min_free_bytes)
