@@ -38,14 +38,27 @@ __all__ = [
     "TAG_PACKING_METADATA",
     "TAG_SOURCE_EXHAUSTED",
     "TAG_TOMBSTONE",
+    "ChunkId",
+    "ChunkOffset",
+    "ComponentId",
     "ContributorRef",
+    "DatasetId",
+    "LaneId",
+    "LineageIndex",
     "LineagePath",
+    "LocalSampleId",
     "SampleBatch",
     "SampleCursor",
     "SampleCursorKey",
     "SampleId",
     "SampleMeta",
+    "SampleNumeric",
+    "SamplePayload",
+    "SamplePayloadArray",
+    "SamplePayloadAtom",
+    "SamplePayloadDict",
     "SampleRecord",
+    "ShardId",
     "StreamItem",
     "chunk_sentinel",
     "eod_sentinel",
@@ -63,6 +76,23 @@ TAG_CHUNK_MIXTURE = "_chunk_mixture"
 EOD_CONTINUES_TAG = "_source_exhaustion_continues"
 EOD_FINAL_TAG = "_source_exhaustion_final"
 TAG_PACKING_METADATA = "_packing_metadata"
+
+# The names zephon 0.2.0 gives the ints and payloads of a record (documentation only: each is
+# the builtin type itself, as in zephon, so ``ChunkId is int``).
+ChunkId: TypeAlias = int
+ChunkOffset: TypeAlias = int
+ComponentId: TypeAlias = int
+DatasetId: TypeAlias = int
+LaneId: TypeAlias = int
+LineageIndex: TypeAlias = int
+LocalSampleId: TypeAlias = int
+ShardId: TypeAlias = int
+#: numpy scalars and arrays are payload values too; Any stands for them, as in zephon
+SampleNumeric: TypeAlias = "int | float | complex | Any"
+SamplePayloadArray: TypeAlias = Any
+SamplePayloadAtom: TypeAlias = "bytes | memoryview | str | int | float | complex | Any | None"
+SamplePayload: TypeAlias = "SamplePayloadAtom | list[SamplePayload] | dict[Any, SamplePayload]"
+SamplePayloadDict: TypeAlias = "dict[Any, SamplePayload]"
 
 LineagePath: TypeAlias = tuple[int, ...]
 

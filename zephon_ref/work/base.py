@@ -33,8 +33,17 @@ from zephon_ref.errors import (
 )
 from zephon_ref.types import SampleId
 from zephon_ref.work.mixture import normalize_weights, swrr_order
+from zephon_ref.work.read_config import (
+    ComponentOrder,
+    MixtureComponent,
+    MixtureReadConfig,
+    MixtureReadMode,
+    SamplesPerComponent,
+    SourcedSampleId,
+)
 
-__all__ = ["WORK_CHUNK_VERSION", "QuotaStep", "SharedWalk", "WorkChunk", "WorkSource"]
+__all__ = ["WORK_CHUNK_VERSION", "ComponentOrder", "MixtureComponent", "MixtureReadConfig", "MixtureReadMode",
+           "QuotaStep", "SamplesPerComponent", "SharedWalk", "SourcedSampleId", "WorkChunk", "WorkSource"]
 
 #: One chunk's quota computation: accumulators before it -> (accumulators after, quotas), or
 #: None where the quota rule refuses (the source's ordinary path raises at that chunk).

@@ -50,7 +50,7 @@ import math
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from zephon_ref.errors import (
     ConfigError,
@@ -69,7 +69,10 @@ from zephon_ref.work.mixture import MixtureSpec, normalize_weights
 from zephon_ref.work.routing import lane_permutation
 from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
 
-__all__ = ["STATIC_MIXTURE_SCHEMA", "StaticMixtureWorkSource"]
+__all__ = ["STATIC_MIXTURE_SCHEMA", "ShuffleBlockSpec", "StaticMixtureWorkSource"]
+
+#: What ``shuffle_block_size`` takes (zephon's name for it): a size, ``"auto"``, ``"global"`` or None.
+ShuffleBlockSpec: TypeAlias = "int | Literal['auto', 'global'] | None"
 
 STATIC_MIXTURE_SCHEMA = "zephon_ref.static_mixture/1"
 AUTO_BLOCK_FACTOR = 8
