@@ -1,10 +1,11 @@
 """``Dataset.from_path(fmt="parquet")``: zephon_ref delivers the rows zephon 0.2.0 delivers.
 
 The same Parquet files (several shards, several row groups, columns of every kind the reader
-distinguishes: ints and floats of two widths, bools, strings, bytes, structs, nested lists,
-numeric lists with and without nulls, nulls everywhere) are read by both implementations through
+distinguishes: ints and floats of several widths, bools, strings, bytes, structs, nested and
+large lists, numeric lists with and without nulls, nulls everywhere) are read by both implementations through
 ``StaticMixtureWorkSource`` and a plain ``Pipeline``; the delivered records agree one by one in
 sample id, lane, chunk id and offset, and in every payload value *and its Python/numpy type*.
+The same rows written as JSONL agree too.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def rows(seed: int, n: int) -> list[dict[str, Any]]:
 
 
 def build(z: Any, root: Path) -> list[Any]:
-    a = z.Dataset.from_path(name="a", path=str(root / "a"), fmt="parquet")
+    a = z.Dataset.from_path(name="a", path=str(root / "a"), fmt=None)
     b = z.Dataset.from_path(name="b", path=str(root / "b"))  # fmt detected
     src = z.StaticMixtureWorkSource([a, b], {"a": 0.6, "b": 0.4}, chunk_size=3, seed=11,
                                     exhausted_policy="stop")
@@ -99,6 +100,60 @@ def test_parquet_stream_equals_zephons(parquet_root: Path) -> None:
     assert len(ours) == len(theirs) > 10
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert a == b, f"record {i}\nzephon_ref: {a}\nzephon:     {b}"
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_jsonl_stream_equals_zephons(tmp_path: Path) -> None:
+    """The same rows as JSONL (bytes left out): both read them as json.loads does."""
+    import json
+
+    import zephon
+
+    for name, parts in (("a", ((1, 7), (2, 5))), ("b", ((3, 9),))):
+        for k, (seed, n) in enumerate(parts):
+            f = tmp_path / name / f"part-{k}.jsonl"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text("".join(json.dumps({c: v for c, v in r.items() if c != "blob"}) + "\n"
+                                 for r in rows(seed, n)), encoding="utf-8")
+    ours = [record_view(r) for r in build(zephon_ref, tmp_path)]
+    theirs = [record_view(r) for r in build(zephon, tmp_path)]
+    assert len(ours) == len(theirs) > 10
+    assert ours == theirs
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_narrow_and_nested_column_types_equal_zephons(tmp_path: Path) -> None:
+    """int8/int32/uint16/float32 scalars and lists, bool lists, large lists and strings, structs of lists."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zephon
+
+    n = 6
+    table = pa.table({
+        "i8": pa.array([i - 3 if i % 4 else None for i in range(n)], pa.int8()),
+        "i32": pa.array(list(range(n)), pa.int32()),
+        "u16": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.uint16())),
+        "f32": pa.array([i / 4 for i in range(n)], pa.float32()),
+        "lf32": pa.array([[i / 2] if i % 3 else [None] for i in range(n)], pa.list_(pa.float32())),
+        "lb": pa.array([[bool(i % 2)] * (i % 3) for i in range(n)], pa.list_(pa.bool_())),
+        "big": pa.array([list(range(i)) for i in range(n)], pa.large_list(pa.int64())),
+        "ls": pa.array([f"s{i}" * i for i in range(n)], pa.large_string()),
+        "st": pa.array([{"v": [i], "w": None} for i in range(n)],
+                       pa.struct([("v", pa.list_(pa.int32())), ("w", pa.float64())])),
+    })
+    (tmp_path / "t").mkdir()
+    pq.write_table(table, tmp_path / "t" / "t.parquet", row_group_size=4)
+
+    def stream(z: Any) -> list[Any]:
+        d = z.Dataset.from_path(name="t", path=str(tmp_path / "t"), fmt="parquet")
+        src = z.StaticMixtureWorkSource([d], {"t": 1.0}, chunk_size=2, seed=5, exhausted_policy="stop")
+        return [record_view(r) for r in z.Pipeline(src)]
+
+    ours, theirs = stream(zephon_ref), stream(zephon)
+    assert len(ours) == n
+    assert ours == theirs
 
 
 def test_the_type_check_can_fail() -> None:
