@@ -205,6 +205,34 @@ def test_the_audit_can_fail() -> None:
     assert "copied" in audit(modules, table, a_copy)
 
 
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_mirrored_literals_enums_and_configs_hold_zephons_values() -> None:
+    """The names that are values, not behaviour: the same literal strings, enum members, fields, defaults."""
+    import dataclasses
+    import typing
+
+    import zephon.ops.config
+    import zephon.types
+    import zephon.work.base
+
+    import zephon_ref.ops.config
+    import zephon_ref.work.base
+
+    for n in zephon.ops.config.__all__:
+        mine, theirs = getattr(zephon_ref.ops.config, n), getattr(zephon.ops.config, n)
+        assert typing.get_args(mine) == typing.get_args(theirs), n
+    for n in ("ComponentOrder", "MixtureReadMode"):
+        z_enum, r_enum = getattr(zephon.work.base, n), getattr(zephon_ref.work.base, n)
+        assert [(m.name, m.value) for m in r_enum] == [(m.name, m.value) for m in z_enum], n
+        assert issubclass(r_enum, str) == issubclass(z_enum, str), n
+    z_cfg, r_cfg = zephon.work.base.MixtureReadConfig, zephon_ref.work.base.MixtureReadConfig
+    assert [(f.name, f.default) for f in dataclasses.fields(r_cfg)] == \
+        [(f.name, f.default) for f in dataclasses.fields(z_cfg)]
+    for n in ("ChunkId", "ChunkOffset", "ComponentId", "DatasetId", "LaneId", "LineageIndex", "LocalSampleId",
+              "ShardId"):
+        assert getattr(zephon_ref.types, n) is getattr(zephon.types, n) is int, n
+
+
 def test_sample_id_is_a_tuple() -> None:
     from zephon_ref.types import SampleId
 
