@@ -47,6 +47,10 @@ def test_a_file_changed_after_from_path_is_refused(tmp_path: Path) -> None:
     write_parquet([{"a": 1}], f)
     with pytest.raises(ContractError, match="changed"):
         shard[0]
+    gone = ParquetShard(write_parquet([{"a": 1}], tmp_path / "g.parquet"))
+    (tmp_path / "g.parquet").unlink()
+    with pytest.raises(ContractError, match="still readable"):
+        gone[0]
 
 
 def test_mixture_read_config_checks_its_fields() -> None:

@@ -181,7 +181,11 @@ class ParquetShard:
 
     def _load(self) -> list[Any]:
         if self._rows is None:
-            table = _pyarrow().read_table(self._path)
+            try:
+                table = _pyarrow().read_table(self._path)
+            except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                raise ContractError(expected(f"Parquet shard {self._path}", "the file counted at from_path, "
+                                             "still readable", str(exc))) from exc
             if table.num_rows != self._count:
                 raise ContractError(expected(f"Parquet shard {self._path}", f"{self._count} rows (counted at "
                                              "from_path)", f"{table.num_rows} rows: the file changed"))
