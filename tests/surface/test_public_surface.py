@@ -92,6 +92,8 @@ def test_in_memory_shard_has_zephons_constructor() -> None:
     assert params == ["rows"], params
     shard = zephon_ref.InMemoryShard(rows=[{"a": 1}, {"a": 2}])
     assert len(shard) == 2 and shard.getsamples([1]) == [{"a": 2}]
+    shard.close()  # a no-op in zephon too: the rows stay readable
+    assert shard.getsamples([0]) == [{"a": 1}]
     ds = zephon_ref.Dataset.from_dict("d", {0: shard})
     assert ds.total() == 2
 
@@ -231,6 +233,21 @@ def test_mirrored_literals_enums_and_configs_hold_zephons_values() -> None:
     for n in ("ChunkId", "ChunkOffset", "ComponentId", "DatasetId", "LaneId", "LineageIndex", "LocalSampleId",
               "ShardId"):
         assert getattr(zephon_ref.types, n) is getattr(zephon.types, n) is int, n
+
+
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_dataset_and_shard_methods_are_zephons() -> None:
+    """Every public method of zephon's Dataset and InMemoryShard exists here with the same parameter names."""
+    import zephon
+
+    for cls in ("Dataset", "InMemoryShard"):
+        theirs, mine = getattr(zephon, cls), getattr(zephon_ref, cls)
+        for n in sorted(public(dir(theirs))):
+            assert hasattr(mine, n), f"zephon_ref.{cls} lacks {n}"
+            if callable(getattr(theirs, n)) and not inspect.isclass(getattr(theirs, n)):
+                z_params = list(inspect.signature(getattr(theirs, n)).parameters)
+                r_params = list(inspect.signature(getattr(mine, n)).parameters)
+                assert r_params == z_params, f"{cls}.{n}: zephon {z_params}, zephon_ref {r_params}"
 
 
 def test_sample_id_is_a_tuple() -> None:

@@ -94,6 +94,9 @@ class InMemoryShard:
     def getsamples(self, indices: Sequence[int]) -> list[Any]:
         return [self._rows[i] for i in indices]
 
+    def close(self) -> None:
+        """Nothing to release (zephon's ``close()`` is a no-op for in-memory rows too: they stay readable)."""
+
 
 class Dataset:
     """A named collection of shards with known counts."""
