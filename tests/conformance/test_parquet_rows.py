@@ -156,6 +156,48 @@ def test_narrow_and_nested_column_types_equal_zephons(tmp_path: Path) -> None:
     assert ours == theirs
 
 
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_compressed_jsonl_stream_equals_zephons(tmp_path: Path) -> None:
+    """Shards as .jsonl, .jsonl.gz, .jsonl.bz2, .jsonl.xz and .jsonl.zst in one directory: the same rows."""
+    import bz2
+    import gzip
+    import json
+    import lzma
+
+    import zephon
+    from backports import zstd
+
+    packers = {".jsonl": bytes, ".jsonl.gz": gzip.compress, ".jsonl.bz2": bz2.compress,
+               ".jsonl.xz": lzma.compress, ".jsonl.zst": zstd.compress}
+    (tmp_path / "a").mkdir()
+    for k, (suffix, pack) in enumerate(packers.items()):
+        text = "".join(json.dumps({c: v for c, v in r.items() if c != "blob"}) + "\n" for r in rows(k, 3 + k))
+        (tmp_path / "a" / f"part-{k}{suffix}").write_bytes(pack(text.encode("utf-8")))
+    (tmp_path / "a" / "README.txt").write_text("not a shard")
+
+    def stream(z: Any) -> list[Any]:
+        d = z.Dataset.from_path(name="a", path=str(tmp_path / "a"))
+        assert d.counts().tolist() == [3, 4, 5, 6, 7]
+        src = z.StaticMixtureWorkSource([d], {"a": 1.0}, chunk_size=4, seed=9, exhausted_policy="stop")
+        return [record_view(r) for r in z.Pipeline(src)]
+
+    ours, theirs = stream(zephon_ref), stream(zephon)
+    assert len(ours) == 24 and ours == theirs  # 25 rows, chunks of 4: the partial last chunk is not read
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_a_missing_path_is_file_not_found_in_both(tmp_path: Path) -> None:
+    import zephon
+
+    for z in (zephon, zephon_ref):
+        with pytest.raises(FileNotFoundError):
+            z.Dataset.from_path(name="x", path=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError):  # and a ConfigError, as every bad path
+        zephon_ref.Dataset.from_path(name="x", path=str(tmp_path / "nowhere"))
+
+
 def test_the_type_check_can_fail() -> None:
     assert canon({"n": np.int64(1)}) != canon({"n": 1})
     assert canon([np.array([1])]) != canon([[1]])

@@ -3,8 +3,8 @@
 The semantics (``zephon_ref.work.dataset``) know a dataset as shard ids, counts and rows by
 index; everything that touches a file system is here, so the semantics import no I/O (house rule
 10, ``tests/surface/test_import_direction.py``).  As in zephon 0.2.0 the package has three
-modules: :mod:`~zephon_ref.io.dataset` (the file-backed :class:`Dataset`, JSONL and Parquet
-shards, the writers), :mod:`~zephon_ref.io.memory` (:class:`InMemoryShard`) and
+modules: :mod:`~zephon_ref.io.dataset` (the file-backed :class:`Dataset`, JSONL shards, plain or
+gzip/zstd/bz2/xz-compressed, and Parquet shards, the writers), :mod:`~zephon_ref.io.memory` (:class:`InMemoryShard`) and
 :mod:`~zephon_ref.io.options` (the storage option objects, execution settings that never change
 a stream).  The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.Dataset`` is
 ``zephon.io.Dataset``.
@@ -12,7 +12,14 @@ a stream).  The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.
 
 from __future__ import annotations
 
-from zephon_ref.io.dataset import Dataset, JsonlShard, ParquetShard, write_jsonl, write_parquet
+from zephon_ref.io.dataset import (
+    Dataset,
+    DatasetNotFound,
+    JsonlShard,
+    ParquetShard,
+    write_jsonl,
+    write_parquet,
+)
 from zephon_ref.io.memory import InMemoryShard
 from zephon_ref.io.options import (
     ArrowOptions,
@@ -25,6 +32,6 @@ from zephon_ref.io.options import (
     parse_size_bytes,
 )
 
-__all__ = ["ArrowOptions", "CacheOptions", "Dataset", "InMemoryShard", "JsonlShard", "LanceOptions",
-           "ParquetOptions", "ParquetRGCacheOptions", "ParquetShard", "StoreOptions", "VortexOptions",
-           "parse_size_bytes", "write_jsonl", "write_parquet"]
+__all__ = ["ArrowOptions", "CacheOptions", "Dataset", "DatasetNotFound", "InMemoryShard", "JsonlShard",
+           "LanceOptions", "ParquetOptions", "ParquetRGCacheOptions", "ParquetShard", "StoreOptions",
+           "VortexOptions", "parse_size_bytes", "write_jsonl", "write_parquet"]

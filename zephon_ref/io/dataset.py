@@ -24,10 +24,58 @@ import numpy as np
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 from zephon_ref.work import dataset as _semantic
 
-__all__ = ["Dataset", "JsonlShard", "ParquetShard", "write_jsonl", "write_parquet"]
+__all__ = ["Dataset", "DatasetNotFound", "JsonlShard", "ParquetShard", "write_jsonl", "write_parquet"]
 
-#: The formats :meth:`Dataset.from_path` reads, by ``fmt`` and file suffix.
-FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+#: The formats :meth:`Dataset.from_path` reads, by ``fmt``, and the file names that are their shards
+#: (JSONL plain or compressed, as zephon 0.2.0 reads them).
+FORMATS: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz"),
+    "parquet": (".parquet",),
+}
+
+
+class DatasetNotFound(ConfigError, FileNotFoundError):
+    """``from_path`` was given a path that does not exist (zephon raises FileNotFoundError)."""
+
+
+def _decompress(path: Path, data: bytes) -> bytes:
+    """The bytes of a ``.jsonl.gz`` / ``.zst`` / ``.bz2`` / ``.xz`` file decompressed (others as they are)."""
+    name = path.name
+    try:
+        if name.endswith(".gz"):
+            import gzip
+
+            return gzip.decompress(data)
+        if name.endswith(".bz2"):
+            import bz2
+
+            return bz2.decompress(data)
+        if name.endswith(".xz"):
+            import lzma
+
+            return lzma.decompress(data)
+        if name.endswith(".zst"):
+            return _zstd_decompress(data)
+    except (OSError, EOFError, ValueError) as exc:  # gzip/bz2/lzma/zstd errors
+        raise ConfigError(expected(f"JSONL shard {path}", "a complete compressed file", str(exc))) from exc
+    return data
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    try:
+        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
+    except ImportError:
+        try:
+            from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError as exc:
+            raise ConfigError(expected(".jsonl.zst shard", "a zstd module (Python 3.14, or pip install "
+                                       "backports.zstd)", "none installed")) from exc
+    out: bytes = zstd.decompress(data)
+    return out
+
+
+def _shard_files(entries: list[Path], kind: str) -> list[Path]:
+    return [f for f in entries if f.name.endswith(FORMATS[kind])]
 
 
 def _jsonl_rows(path: Path) -> list[Any]:
@@ -45,6 +93,7 @@ def _jsonl_rows(path: Path) -> list[Any]:
         raise ConfigError(
             expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")
         ) from exc
+    data = _decompress(path, data)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -205,7 +254,8 @@ class Dataset(_semantic.Dataset):
 
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
-        """A dataset over a directory of ``*.jsonl`` or ``*.parquet`` files (or one such file).
+        """A dataset over a directory of JSONL (``.jsonl``, or compressed ``.jsonl.gz`` / ``.zst`` /
+        ``.bz2`` / ``.xz``) or ``.parquet`` files, or over one such file.
 
         One shard per file, in sorted file-name order, shard ids 0, 1, ...; subdirectories are not
         read (as in zephon).  ``fmt`` None picks JSONL when the directory holds a ``.jsonl`` file,
@@ -220,19 +270,21 @@ class Dataset(_semantic.Dataset):
             raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
         p = Path(path)
         if p.is_file():
-            kind = fmt or next((k for k, suffix in FORMATS.items() if p.suffix == suffix), "jsonl")
+            kind = fmt or next((k for k in FORMATS if _shard_files([p], k)), "jsonl")
             files = [p]
         elif p.is_dir():
             entries = sorted(p.iterdir())
-            present = {f.suffix for f in entries}
-            kind = fmt or next((k for k, suffix in FORMATS.items() if suffix in present), "jsonl")
-            # every *.<suffix> entry is a shard: a directory or a dangling link by that name is refused
-            files = [f for f in entries if f.suffix == FORMATS[kind]]
+            kind = fmt or next((k for k in FORMATS if _shard_files(entries, k)), "jsonl")
+            # every entry named like a shard is one: a directory or a dangling link by that name is refused
+            files = _shard_files(entries, kind)
+        elif not p.exists():  # a dangling link too
+            raise DatasetNotFound(expected("path", "an existing JSONL or Parquet file or directory",
+                                           str(path)))
         else:
-            raise ConfigError(expected("path", "an existing JSONL or Parquet file or directory", str(path)))
+            raise ConfigError(expected("path", "a JSONL or Parquet file or a directory", str(path)))
         if not files:
-            raise ConfigError(expected("path", f"a directory holding at least one {FORMATS[kind]} file",
-                                       str(path)))
+            names = " / ".join(FORMATS[kind])
+            raise ConfigError(expected("path", f"a directory holding at least one {names} file", str(path)))
         shard = JsonlShard if kind == "jsonl" else ParquetShard
         return cls(name, {i: shard(f) for i, f in enumerate(files)}, path=str(p))
 
