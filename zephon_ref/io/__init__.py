@@ -5,8 +5,8 @@ index; everything that touches a file system is here, so the semantics import no
 10, ``tests/surface/test_import_direction.py``).  As in zephon 0.2.0 the package has three
 modules: :mod:`~zephon_ref.io.dataset` (the file-backed :class:`Dataset`, JSONL shards, plain or
 gzip/zstd/bz2/xz-compressed, and Parquet shards, the writers), :mod:`~zephon_ref.io.memory`
-(:class:`InMemoryShard`) and :mod:`~zephon_ref.io.options` (the storage option objects, execution settings that never change
-a stream).  The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.Dataset`` is
+(:class:`InMemoryShard`) and :mod:`~zephon_ref.io.options` (the storage option objects,
+execution settings that never change a stream).  The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.Dataset`` is
 ``zephon.io.Dataset``.
 """
 
