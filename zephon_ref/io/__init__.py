@@ -3,10 +3,15 @@
 The semantics (``zephon_ref.work.dataset``) know a dataset as shard ids, counts and rows by
 index; everything that touches a file system is here, so the semantics import no I/O (house rule
 10, ``tests/surface/test_import_direction.py``).  As in zephon 0.2.0 the package has three
-modules: :mod:`~zephon_ref.io.dataset` (the file-backed :class:`Dataset`, JSONL shards, plain or
-gzip/zstd/bz2/xz-compressed, and Parquet shards, the writers), :mod:`~zephon_ref.io.memory`
-(:class:`InMemoryShard`) and :mod:`~zephon_ref.io.options` (the storage option objects,
-execution settings that never change a stream).  The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.Dataset`` is
+modules:
+
+* :mod:`~zephon_ref.io.dataset`: the file-backed :class:`Dataset`, JSONL shards (plain or
+  gzip/zstd/bz2/xz-compressed) and Parquet shards, the writers;
+* :mod:`~zephon_ref.io.memory`: :class:`InMemoryShard`;
+* :mod:`~zephon_ref.io.options`: the storage option objects, execution settings that never
+  change a stream.
+
+The top-level ``zephon_ref.Dataset`` is this package's, as ``zephon.Dataset`` is
 ``zephon.io.Dataset``.
 """
 
