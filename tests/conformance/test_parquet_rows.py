@@ -180,9 +180,10 @@ def test_compressed_jsonl_stream_equals_zephons(tmp_path: Path) -> None:
         d = z.Dataset.from_path(name="a", path=str(tmp_path / "a"))
         assert d.counts().tolist() == [3, 4, 5, 6, 7]
         src = z.StaticMixtureWorkSource([d], {"a": 1.0}, chunk_size=4, seed=9, exhausted_policy="stop")
-        return [record_view(r) for r in z.Pipeline(src)]
+        return [d.raw_bytes().tolist(), *(record_view(r) for r in z.Pipeline(src))]
 
-    ours, theirs = stream(zephon_ref), stream(zephon)
+    (our_bytes, *ours), (their_bytes, *theirs) = stream(zephon_ref), stream(zephon)
+    assert our_bytes == their_bytes  # a compressed shard's bytes are its content's (token-aware costs)
     assert len(ours) == 24 and ours == theirs  # 25 rows, chunks of 4: the partial last chunk is not read
 
 

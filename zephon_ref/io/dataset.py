@@ -78,22 +78,28 @@ def _shard_files(entries: list[Path], kind: str) -> list[Path]:
     return [f for f in entries if f.name.endswith(FORMATS[kind])]
 
 
-def _jsonl_rows(path: Path) -> list[Any]:
-    """Every row of a JSONL file, parsed; the one definition of a row.
-
-    The file is UTF-8 (a byte-order mark at its very start is skipped), split with
-    universal newlines (``\n``, ``\r\n`` or ``\r``); a line whose ``str.strip()``
-    is empty (whitespace only, including NBSP, ``\x1c`` or ``\u2028``) is not a
-    row, every other line is one JSON value.  Anything else is refused with a
-    ConfigError naming the file and the 1-based line.
-    """
+def _jsonl_bytes(path: Path) -> bytes:
+    """A JSONL file's bytes, decompressed when its name says so (``.gz``, ``.zst``, ``.bz2``, ``.xz``)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(
             expected("JSONL shard", "a readable regular file", f"{path}: {exc.strerror or exc}")
         ) from exc
-    data = _decompress(path, data)
+    return _decompress(path, data)
+
+
+def _jsonl_rows(path: Path, data: bytes | None = None) -> list[Any]:
+    """Every row of a JSONL file (whose bytes are ``data`` when given), parsed; the one definition of a row.
+
+    The text is UTF-8 (a byte-order mark at its very start is skipped), split with
+    universal newlines (``\n``, ``\r\n`` or ``\r``); a line whose ``str.strip()``
+    is empty (whitespace only, including NBSP, ``\x1c`` or ``\u2028``) is not a
+    row, every other line is one JSON value.  Anything else is refused with a
+    ConfigError naming the file and the 1-based line.
+    """
+    if data is None:
+        data = _jsonl_bytes(path)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -126,7 +132,7 @@ class JsonlShard:
     the first read parses it again and caches the rows.
     """
 
-    __slots__ = ("_count", "_path", "_rows")
+    __slots__ = ("_count", "_path", "_raw_bytes", "_rows")
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
@@ -135,15 +141,18 @@ class JsonlShard:
                 expected("JSONL shard", "an existing regular file (or a link to one)", str(path))
             )
         self._rows: list[Any] | None = None
-        self._count = len(_jsonl_rows(self._path))
+        data = _jsonl_bytes(self._path)
+        self._raw_bytes = len(data)
+        self._count = len(_jsonl_rows(self._path, data))
 
     def __len__(self) -> int:
         return self._count
 
     @property
     def raw_bytes(self) -> int:
-        """The file's size in bytes (what token estimation costs rows by)."""
-        return self._path.stat().st_size
+        """The shard's bytes at ``from_path``, decompressed (what token estimation costs rows by):
+        a plain file's size; for a compressed one the size of its content, as zephon counts it."""
+        return self._raw_bytes
 
     def _load(self) -> list[Any]:
         if self._rows is None:
