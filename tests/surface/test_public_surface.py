@@ -114,12 +114,19 @@ def covered(path: str, table: Mapping[str, str]) -> bool:
 
 
 def import_ours(module: str) -> ModuleType | None:
+    """The module of this checkout's zephon_ref, or None where it has none.
+
+    A module found outside this checkout's package directory does not count: an editable install
+    of another checkout can otherwise answer for a submodule this tree lacks.
+    """
     try:
-        return importlib.import_module(module)
+        found = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name is not None and module.startswith(exc.name):
             return None  # that module (or a package above it) does not exist
         raise
+    here = Path(zephon_ref.__file__).resolve().parent
+    return found if Path(str(found.__file__)).resolve().is_relative_to(here) else None
 
 
 #: Names both have whose kind differs on purpose, with the reason.
