@@ -304,8 +304,11 @@ class World:
 
     def __init__(self, cfg: WorldConfig, build: Callable[..., Any], choices: Choices, *,
                  view: View = repr, keep_items: bool = False, record_deliveries: bool = True,
-                 keep_trace: bool = True) -> None:
+                 keep_trace: bool = True, check_engines: bool = True) -> None:
         self.cfg, self.build, self.choices, self.view = cfg, build, choices, view
+        # check_engines: Engine.check() after every step (the default; off only where a benchmark
+        # measures the simulator's own speed and says so)
+        self.check_engines = check_engines
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
         # keep_trace=False: the fingerprint reads the kernel's running digest either way; a kept trace
         # (a tuple per event) grows a 64-rank 512-lane run by about 4.6 MB per global step (run_seed
@@ -503,6 +506,7 @@ class World:
                 part.engine.admit()
             elif step == "deliver":
                 x = part.engine.deliver()
+                self._stepped(part)
                 if x is not None:
                     v = (lane_of(x), self.view(x))
                     part.share.append(v)
@@ -526,10 +530,17 @@ class World:
                     return
             else:
                 part.engine.run_stage(int(step.split(":")[1]))
+            if step != "deliver":  # a delivery was checked above
+                self._stepped(part)
             self._refresh(part)
         self._maybe_take_step()
         if not self.ended and incarnation == self.incarnation and not self._paused:
             self._schedule(i, incarnation)
+
+    def _stepped(self, part: Any) -> None:
+        """After every engine step: the engine's invariants (Engine.check) hold."""
+        if self.check_engines and part.engine is not None:
+            part.engine.check()
 
     def _maybe_take_step(self) -> bool:
         """Take the global step if every participant has its share; True when it did (or the data ended)."""

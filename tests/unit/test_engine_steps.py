@@ -35,6 +35,7 @@ def reference(name: str) -> list[Any]:
 def drive(engine: Any, data: st.DataObject, *, limit: int | None = None) -> list[Any]:
     """Run drawn steps until the run ends (or ``limit`` items were delivered)."""
     out: list[Any] = []
+    engine.check()
     while not engine.finished and (limit is None or len(out) < limit):
         steps = engine.runnable()
         assert steps, "a run that is not finished always has a step it can take"
@@ -47,6 +48,7 @@ def drive(engine: Any, data: st.DataObject, *, limit: int | None = None) -> list
                 out.append(item_view(x))
         else:
             engine.run_stage(int(step.split(":")[1]))
+        engine.check()  # every engine and lane invariant, after every step
     return out
 
 
@@ -79,9 +81,12 @@ def test_a_checkpoint_between_any_two_steps_resumes_exactly(name: str, data: st.
             engine.admit()
         else:
             engine.run_stage(int(step.split(":")[1]))
+        engine.check()
     ck = p.checkpoint()
     q = build_pipeline("zephon_ref", CONFIGS[name]).restore(ck)
-    assert head + [item_view(x) for x in q] == ref
+    restored = q.engine()
+    restored.check()  # a restored engine holds every invariant before its first step
+    assert head + drive(restored, data) == ref
 
 
 def test_steps_reject_a_second_start() -> None:
@@ -108,3 +113,23 @@ def test_world_and_runtime_options_describe_the_lanes_iter_runs_and_change_nothi
     first = next(it)
     it.close()
     assert sorted({r.meta.lane_id for r in first.records}) == list(w.group_lanes) == [1]
+
+
+def test_the_invariant_check_fails_on_a_broken_field() -> None:
+    import pytest
+
+    engine = build_pipeline("zephon_ref", CONFIGS["pack+shuffle+mix+batch"]).engine()
+    data_steps = 0
+    while engine.streams[engine.lanes[0]].next_cid == 0 and data_steps < 10_000:
+        engine.admit()
+        data_steps += 1
+    engine.check()
+    stream = engine.streams[engine.lanes[0]]
+    stream.next_cid += 1  # a chunk id skipped
+    with pytest.raises(AssertionError):
+        engine.check()
+    stream.next_cid -= 1
+    engine.check()
+    stream.boundaries.append(stream.next_cid + 1)  # a boundary past the admitted chunks
+    with pytest.raises(AssertionError):
+        engine.check()

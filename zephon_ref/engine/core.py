@@ -173,6 +173,29 @@ class Engine:
         self._replay_filter: ReplayFilterAccumulator | None = None
         self._index = {lane: i for i, lane in enumerate(self.lanes)}
 
+    # -- invariants ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """Assert every engine and lane invariant (the comments beside the fields).
+
+        Valid between any two steps; the simulator runs it after every step and the stepping
+        tests after each of theirs.  It reads only: a check changes nothing.
+        """
+        lanes = self.lanes
+        assert list(self.streams) == list(lanes) == list(self.trackers), (lanes, list(self.streams))
+        assert self._index == {lane: i for i, lane in enumerate(lanes)}, self._index
+        assert self._lanes_done <= set(lanes), (sorted(self._lanes_done), lanes)
+        for lane in lanes:
+            self.streams[lane].check()
+            self.trackers[lane].check()
+        if self._started:
+            # one inbox per stage
+            assert len(self._inbox) == len(self.stages), (len(self._inbox), len(self.stages))
+        if self.finished:
+            # a finished engine holds no chunk: the close evicted every lane's inflight set
+            assert not any(self.streams[lane].inflight for lane in lanes), "finished with inflight chunks"
+        if self._rr_key in self.rr_next_idx and lanes:
+            assert 0 <= self.rr_next_idx[self._rr_key] < len(lanes), self.rr_next_idx
+
     # -- plan -------------------------------------------------------------------------------
     def _stages(self) -> list[OpStage]:
         ctx = {
@@ -468,7 +491,7 @@ class Engine:
         for lane in self.lanes:
             if not self.monotone:
                 self.trackers[lane].notify([], None)
-            self.streams[lane].evict(sorted(self.streams[lane].inflight))
+            self.trackers[lane].close()
         self.finished = True
 
     # -- checkpoint -----------------------------------------------------------------------------
