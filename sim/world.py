@@ -87,6 +87,7 @@ from sim.invariants import Step, bounded_inflight_problems, inflight_bound
 from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.restore_shared import SharedRestore
+from sim.steps import runnable, take
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
@@ -496,16 +497,14 @@ class World:
                 self._crash_rank(part.rank)
                 return
         if len(part.share) < len(part.lanes) and not part.engine.finished:
-            steps = part.engine.runnable()
+            steps = runnable(part.engine)
             step = (
                 "deliver"
                 if "deliver" in steps and self.choices.chance(f"deliver/{part.rank}", 1, 2)
                 else self.choices.choose(f"step/{part.rank}", steps)
             )
-            if step == "admit":
-                part.engine.admit()
-            elif step == "deliver":
-                x = part.engine.deliver()
+            if step == "deliver":
+                x = take(part.engine, step)
                 self._stepped(part)
                 if x is not None:
                     v = (lane_of(x), self.view(x))
@@ -529,8 +528,7 @@ class World:
                         self._schedule(i, incarnation)
                     return
             else:
-                part.engine.run_stage(int(step.split(":")[1]))
-            if step != "deliver":  # a delivery was checked above
+                take(part.engine, step)
                 self._stepped(part)
             self._refresh(part)
         self._maybe_take_step()

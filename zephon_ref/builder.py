@@ -405,7 +405,8 @@ class Builder:
 
         It starts from the pending restore if there is one, like iteration; afterwards
         :meth:`checkpoint` reads its state.  The caller calls ``admit()``, ``run_stage(i)``
-        and ``deliver()`` in any order (``runnable()`` lists what can run); the delivered
+        and ``deliver()`` in any order (``can_admit()``, ``ready_stages()`` and
+        ``can_deliver()`` say what can run; sim/steps.py names the steps); the delivered
         stream is the one iteration gives.
 
         ``on_tombstone`` (off by default; zephon has no such hook): called with every

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from sim.steps import runnable, take
 
 _SMALL = {"web": (24, 12), "code": (12,), "books": (8,)}
 CONFIGS = {
@@ -37,17 +38,11 @@ def drive(engine: Any, data: st.DataObject, *, limit: int | None = None) -> list
     out: list[Any] = []
     engine.check()
     while not engine.finished and (limit is None or len(out) < limit):
-        steps = engine.runnable()
+        steps = runnable(engine)
         assert steps, "a run that is not finished always has a step it can take"
-        step = data.draw(st.sampled_from(steps))
-        if step == "admit":
-            engine.admit()
-        elif step == "deliver":
-            x = engine.deliver()
-            if x is not None:
-                out.append(item_view(x))
-        else:
-            engine.run_stage(int(step.split(":")[1]))
+        x = take(engine, data.draw(st.sampled_from(steps)))
+        if x is not None:
+            out.append(item_view(x))
         engine.check()  # every engine and lane invariant, after every step
     return out
 
@@ -73,14 +68,10 @@ def test_a_checkpoint_between_any_two_steps_resumes_exactly(name: str, data: st.
     head = drive(engine, data, limit=cut)
     # run a few more non-delivering steps ahead, as the threads runner would
     for _ in range(data.draw(st.integers(0, 20))):
-        steps = [s for s in engine.runnable() if s != "deliver"]
+        steps = [s for s in runnable(engine) if s != "deliver"]
         if not steps:
             break
-        step = data.draw(st.sampled_from(steps))
-        if step == "admit":
-            engine.admit()
-        else:
-            engine.run_stage(int(step.split(":")[1]))
+        take(engine, data.draw(st.sampled_from(steps)))
         engine.check()
     ck = p.checkpoint()
     q = build_pipeline("zephon_ref", CONFIGS[name]).restore(ck)

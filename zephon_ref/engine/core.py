@@ -383,13 +383,19 @@ class Engine:
             return None
         return mux.lanes[mux.p]
 
-    def runnable(self) -> list[str]:
-        """The steps that can do something now: 'admit', 'stage:<i>', 'deliver'."""
-        steps = ["admit"] if self._wanted(self._queued()) != _NOTHING else []
-        steps += [f"stage:{i}" for i, q in enumerate(self._inbox) if q]
-        if not self.finished and (self._outbox or self._upstream_done or (self._mux and self._mux.ready())):
-            steps.append("deliver")
-        return steps
+    # -- what can run now (a driver picks among these; sim/steps.py names them) ------------------
+    def can_admit(self) -> bool:
+        """The feeding policy admits an item now."""
+        return self._wanted(self._queued()) != _NOTHING
+
+    def ready_stages(self) -> list[int]:
+        """The stages with queued input, in chain order."""
+        return [i for i, q in enumerate(self._inbox) if q]
+
+    def can_deliver(self) -> bool:
+        """:meth:`deliver` can make progress (an item, a notification or the end of the run)."""
+        return not self.finished and bool(self._outbox or self._upstream_done
+                                          or (self._mux and self._mux.ready()))
 
     def offer(self, items: Sequence[Any], *, final: bool = False) -> None:
         """Hand tail output produced elsewhere (the threads runner) to the multiplexer's queue."""
