@@ -371,6 +371,26 @@ def test_every_runtime_option_of_zephon_is_accepted_with_its_default() -> None:
     assert EXEC_DEFAULTS["execution_tracking"] == opts.execution_tracking.value
 
 
+def test_runtime_options_mirror_zephons_and_apply_through_options() -> None:
+    from zephon_ref.options import RuntimeOptions
+
+    opts = RuntimeOptions(runner="process", mtp_mode=True, prefetch_batches=0, canonical_replicas=2)
+    p = _pipeline().options(**vars(opts))
+    assert {k: p.runtime_options()[k] for k in ("runner", "mtp_mode", "prefetch_batches")} == \
+        {"runner": "process", "mtp_mode": True, "prefetch_batches": 0}
+    assert _stream(p) == BASELINE
+    defaults = vars(RuntimeOptions())
+    # one default per key: the record's equals what options() starts from
+    assert all(defaults[k] == EXEC_DEFAULTS[k] for k in defaults if k in EXEC_DEFAULTS)
+    assert set(defaults) == set(EXEC_DEFAULTS) - {"feeding"} | {"canonical_replicas", "flush_every_k_chunks"}
+    if zephon_available():
+        import dataclasses
+
+        from zephon.options import RuntimeOptions as Theirs
+
+        assert [f.name for f in dataclasses.fields(Theirs)] == list(defaults)
+
+
 #: the zephon.Pipeline methods this test owns: the execution, validation and monitoring surface
 EXECUTION_METHODS = ("prefetch", "fetch", "fetch_parallelism", "validate", "preflight_tokenizers",
                      "enable_observability", "inflight_summary", "metrics_snapshot", "fetch_timing_snapshot",
