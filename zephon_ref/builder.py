@@ -11,7 +11,11 @@ data path:
   and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
   carries and every restore checks;
 * **execution settings** — runner, parallelism, queue sizes, feeding policy,
-  topology — change speed and memory, never output (with ``deterministic=True``).
+  topology, and every other key of zephon 0.2.0's RuntimeOptions (MTP, IPC, SHM,
+  store options: :mod:`zephon_ref.settings`), plus ``prefetch()`` / ``fetch()`` /
+  ``enable_observability()`` — change speed and memory, never output (with
+  ``deterministic=True``); each is checked at its call as zephon checks it and held,
+  and none reaches the engine or the fingerprint (seed 002, docs/options.md).
   ``feeding="demand"`` (the default) feeds a lane only when delivery waits on it, so
   inflight chunks and checkpoints stay bounded however long the run;
   ``feeding="round_robin"`` is zephon 0.2.0's per-sample round robin
