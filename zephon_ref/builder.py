@@ -122,6 +122,8 @@ class Builder:
         self._prefetch: tuple[int, int | None, str] | None = None
         self._fetch: tuple[int | None, int | None] = (None, None)
         self._metrics_sink: Any = None
+        #: materialize() calls: (placement, parallelism) each; identity here, held for is_indexable
+        self._materialize: tuple[tuple[str, int | None], ...] = ()
         #: the engine of the current or next run: unstarted after a restore loaded it, None when
         #: the graph or a data setting changed since
         self._engine: Engine | None = None
@@ -336,6 +338,25 @@ class Builder:
     def fetch_parallelism(self, parallelism: int | None, max_batch: int | None = None) -> Self:
         """The same as :meth:`fetch` (zephon's other name for it)."""
         return self.fetch(parallelism, max_batch)
+
+    def materialize(self, placement: str = "auto", parallelism: int | None = None) -> Self:
+        """zephon's Materialize operator: "force evaluation of upstream iterables without altering
+        records" (an identity on records, not indexable).  zephon_ref's upstream yields no lazy
+        iterables, so it is held as an execution setting: the stream and the fingerprint are
+        unchanged; ``is_indexable`` turns False, as in zephon."""
+        self._refuse_while_running("materialize()")
+        check_placement(placement)
+        check_parallelism(parallelism)
+        self._materialize = (*self._materialize, (placement, parallelism))
+        return self
+
+    @property
+    def is_indexable(self) -> bool:
+        """Whether the plan supports random access, as zephon defines it: every operator indexable
+        (no materialize()) and the work source ``supports_indexing()``.  Changes nothing."""
+        ops = all(op.traits().indexable for _, op in self._ops) and not self._materialize
+        supports = getattr(self._source, "supports_indexing", None)
+        return bool(ops and callable(supports) and supports())
 
     def enable_observability(self, tracking: Any = "nodes", *, sink: Any = None) -> Self:
         """Set ``execution_tracking`` (zephon's ExecutionTrackingMode or its value; ValueError for

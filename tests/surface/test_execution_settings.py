@@ -96,6 +96,9 @@ METHOD_SETTINGS: list[tuple[str, Setting]] = [
     ("fetch(3).fetch(1)", lambda p: p.fetch(3).fetch(1)),
     ("fetch_parallelism(4)", lambda p: p.fetch_parallelism(4)),
     ("fetch_parallelism(None, 16)", lambda p: p.fetch_parallelism(None, 16)),
+    ("materialize()", lambda p: p.materialize()),
+    ("materialize('local', 2).materialize()", lambda p: p.materialize("local", 2).materialize()),
+    ("is_indexable", lambda p: (p.is_indexable, p)[1]),
     ("enable_observability()", lambda p: p.enable_observability()),
     ("enable_observability('stages', sink=None)", lambda p: p.enable_observability("stages", sink=None)),
     ("enable_observability('off')", lambda p: p.enable_observability("off")),
@@ -261,6 +264,8 @@ BAD_METHODS: list[tuple[str, Setting, type[BaseException], bool]] = [
     ("fetch_parallelism('x')", lambda p: p.fetch_parallelism("x"), TypeError, True),
     ("enable_observability('x')", lambda p: p.enable_observability("x"), ValueError, True),
     ("enable_observability(0)", lambda p: p.enable_observability(0), ValueError, True),
+    ("materialize(placement=0)", lambda p: p.materialize(placement=0), TypeError, False),
+    ("materialize(parallelism=0)", lambda p: p.materialize(parallelism=0), ValueError, False),
     # zephon accepts these (no meaning); zephon_ref refuses (stricter)
     ("prefetch(parallelism=0)", lambda p: p.prefetch(parallelism=0), ValueError, False),
     ("prefetch(placement=0)", lambda p: p.prefetch(placement=0), TypeError, False),
@@ -347,6 +352,24 @@ def test_inflight_summary_counts_owned_lanes_and_snapshots_are_none() -> None:
             p.mtp_queue_stats()) == (None, None, None, None)
 
 
+def test_is_indexable_follows_zephons_definition() -> None:
+    from zephon_ref.work.base import WorkSource
+
+    class Indexed(WorkSource):  # a source that says it supports indexing, nothing else
+        def supports_indexing(self) -> bool:
+            return True
+
+    plain = build_pipeline("zephon_ref", PipelineConfig([]))
+    assert plain.is_indexable is False  # StaticMixtureWorkSource does not support indexing (as zephon's)
+    p = build_pipeline("zephon_ref", PipelineConfig([]))
+    p._source = Indexed.__new__(Indexed)
+    assert p.is_indexable is True  # map_transform only: every op indexable
+    assert p.materialize().is_indexable is False  # zephon's Materialize is not indexable
+    if zephon_available():
+        z = build_pipeline("zephon", PipelineConfig([]))
+        assert z.is_indexable is False and z.materialize().is_indexable is False
+
+
 def test_io_options_merge_as_zephons_do() -> None:
     p = _pipeline().options(io_options={"cache": {"enabled": False}}).options(io_options={"arrow": {}})
     assert p.runtime_options()["io_options"] == {"cache": {"enabled": False}, "arrow": {}}
@@ -394,7 +417,7 @@ def test_runtime_options_mirror_zephons_and_apply_through_options() -> None:
 #: the zephon.Pipeline methods this test owns: the execution, validation and monitoring surface
 EXECUTION_METHODS = ("prefetch", "fetch", "fetch_parallelism", "validate", "preflight_tokenizers",
                      "enable_observability", "inflight_summary", "metrics_snapshot", "fetch_timing_snapshot",
-                     "prefetch_timing_snapshot", "mtp_queue_stats", "options")
+                     "prefetch_timing_snapshot", "mtp_queue_stats", "materialize", "options")
 
 
 @pytest.mark.skipif(not zephon_available(), reason="needs zephon 0.2.0 (the conformance extra)")
