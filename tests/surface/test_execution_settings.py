@@ -48,7 +48,8 @@ def _zephon_object(path: str, name: str) -> Any:
 
 
 #: options() settings, each with a value other than its default (zephon_ref's extension ``feeding``
-#: too).  Topology keys (world_size, global_rank, dp_degree, dp_group_id, mapping_strategy) decide
+#: too; the aggregation backends are read only with several participants, so one rank writes
+#: nothing).  Topology keys (world_size, global_rank, dp_degree, dp_group_id, mapping_strategy) decide
 #: which lanes a participant owns and are checked elsewhere; ``deterministic=False`` relaxes the
 #: ordering guarantee by definition (seed 002) and is not an execution setting of this kind.
 OPTION_VALUES: list[tuple[str, Any]] = [
@@ -66,7 +67,8 @@ OPTION_VALUES: list[tuple[str, Any]] = [
     ("shm_enabled", False), ("shm_coalesce", False), ("shm_min_item_bytes", 0),
     ("shm_min_new_allocation_bytes", 0), ("shm_min_forward_bytes", 0), ("shm_compact_above_ratio", None),
     ("shm_compact_above_ratio", 1.5), ("shm_compact_min_savings_bytes", 0), ("shm_max_coalesced_bytes", None),
-    ("max_worker_retries", 0), ("aggregate_timeout_s", 5.0), ("aggregate_serializer", "json"),
+    ("max_worker_retries", 0), ("aggregate_dir", "/nonexistent/zephon_ref_agg"), ("aggregate_store", "torch://"),
+    ("aggregate_timeout_s", 5.0), ("aggregate_serializer", "json"),
     ("aggregate_compressor", "none"), ("execution_tracking", "nodes"), ("feeding", "round_robin"),
 ]
 if zephon_available():
