@@ -59,6 +59,8 @@ _RF, _CORE, _LANES = (
     "zephon_ref/engine/lanes.py",
 )
 _STAGE, _COMPL = "zephon_ref/engine/stage.py", "zephon_ref/engine/completion.py"
+_EPOCH_COUNT = ("        self.chunks_in_epoch = nxt - bounds[-1] if bounds else "
+                "(nxt % self.k if self.k > 0 else nxt)\n")
 
 _FILTER_LE = _m("replay filter matches <=", _RF, "            if rec.meta.cursor == target:\n",
                 "            if rec.meta.cursor <= target:\n")
@@ -91,9 +93,9 @@ CANARIES: tuple[Canary, ...] = (
             _m(
                 "trailing boundary dropped",
                 _LANES,
-                "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n",
-                "        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt\n"
-                "        if self.boundaries and self.inflight and self.boundaries[-1] > max(self.inflight):\n"
+                _EPOCH_COUNT,
+                _EPOCH_COUNT + "        if self.boundaries and self.inflight"
+                " and self.boundaries[-1] > max(self.inflight):\n"
                 "            self.boundaries = self.boundaries[:-1]\n",
             ),
         ),

@@ -556,12 +556,27 @@ def _build_entry_points() -> list[EntryPoint]:
                        positional=("microbatch_size",), caps={"microbatch_size": 4096})
     eps += _kw_entries("Pipeline.add_op", then_finish(Pipeline.add_op), {"op": MapTransform(ident)},
                        ["op", "name", "placement"], base_pipeline, _use_pipeline, positional=("op",))
+    # execution settings outside options() (docs/options.md)
+    eps += _kw_entries("Pipeline.prefetch", then_finish(Pipeline.prefetch), {},
+                       ["buffer_size", "parallelism", "placement"], base_pipeline, _use_pipeline,
+                       positional=("buffer_size",), caps={"buffer_size": 4096})
+    eps += _kw_entries("Pipeline.fetch", then_finish(Pipeline.fetch), {}, ["parallelism", "max_batch"],
+                       base_pipeline, _use_pipeline)
+    eps += _kw_entries("Pipeline.fetch_parallelism", then_finish(Pipeline.fetch_parallelism),
+                       {"parallelism": 2}, ["parallelism", "max_batch"], base_pipeline, _use_pipeline,
+                       positional=("parallelism",))
+    eps += _kw_entries("Pipeline.enable_observability", then_finish(Pipeline.enable_observability), {},
+                       ["tracking", "sink"], base_pipeline, _use_pipeline, positional=("tracking",))
 
     # -- options: every key (threads runner where the key only matters there) ----------------------
     threaded = {"max_workers", "deterministic", "op_queue_capacity", "prefetch_batches"}
-    for key in ("runner", "max_workers", "deterministic", "op_queue_capacity", "prefetch_batches", "run_id",
-                "world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy", "aggregate_dir",
-                "aggregate_store", "aggregate_timeout_s", "canonical_replicas", "flush_every_k_chunks"):
+    from zephon_ref.settings import EXEC_DEFAULTS
+
+    listed = ("runner", "max_workers", "deterministic", "op_queue_capacity", "prefetch_batches", "run_id",
+              "world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy", "aggregate_dir",
+              "aggregate_store", "aggregate_timeout_s", "canonical_replicas", "flush_every_k_chunks")
+    # and every other execution setting zephon 0.2.0 accepts (zephon_ref.settings), in table order
+    for key in (*listed, *(k for k in EXEC_DEFAULTS if k not in listed)):
         def call_opt(p: Any, v: Any, key: str = key) -> Any:
             extra = {"runner": "threads"} if key in threaded else {}
             opts = {**BASE_OPTIONS, **extra}

@@ -87,6 +87,7 @@ from sim.invariants import Step, bounded_inflight_problems, inflight_bound
 from sim.kernel import Kernel
 from sim.lockstep import participants
 from sim.restore_shared import SharedRestore
+from sim.steps import runnable, take
 from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
@@ -304,8 +305,11 @@ class World:
 
     def __init__(self, cfg: WorldConfig, build: Callable[..., Any], choices: Choices, *,
                  view: View = repr, keep_items: bool = False, record_deliveries: bool = True,
-                 keep_trace: bool = True) -> None:
+                 keep_trace: bool = True, check_engines: bool = True) -> None:
         self.cfg, self.build, self.choices, self.view = cfg, build, choices, view
+        # check_engines: Engine.check() after every step (the default; off only where a benchmark
+        # measures the simulator's own speed and says so)
+        self.check_engines = check_engines
         self.keep_items, self.record_deliveries = keep_items, record_deliveries
         # keep_trace=False: the fingerprint reads the kernel's running digest either way; a kept trace
         # (a tuple per event) grows a 64-rank 512-lane run by about 4.6 MB per global step (run_seed
@@ -493,16 +497,15 @@ class World:
                 self._crash_rank(part.rank)
                 return
         if len(part.share) < len(part.lanes) and not part.engine.finished:
-            steps = part.engine.runnable()
+            steps = runnable(part.engine)
             step = (
                 "deliver"
                 if "deliver" in steps and self.choices.chance(f"deliver/{part.rank}", 1, 2)
                 else self.choices.choose(f"step/{part.rank}", steps)
             )
-            if step == "admit":
-                part.engine.admit()
-            elif step == "deliver":
-                x = part.engine.deliver()
+            if step == "deliver":
+                x = take(part.engine, step)
+                self._stepped(part)
                 if x is not None:
                     v = (lane_of(x), self.view(x))
                     part.share.append(v)
@@ -525,11 +528,17 @@ class World:
                         self._schedule(i, incarnation)
                     return
             else:
-                part.engine.run_stage(int(step.split(":")[1]))
+                take(part.engine, step)
+                self._stepped(part)
             self._refresh(part)
         self._maybe_take_step()
         if not self.ended and incarnation == self.incarnation and not self._paused:
             self._schedule(i, incarnation)
+
+    def _stepped(self, part: Any) -> None:
+        """After every engine step: the engine's invariants (Engine.check) hold."""
+        if self.check_engines and part.engine is not None:
+            part.engine.check()
 
     def _maybe_take_step(self) -> bool:
         """Take the global step if every participant has its share; True when it did (or the data ended)."""

@@ -11,7 +11,7 @@ Importing this package never imports torch: the torch path (:mod:`zephon_ref.tor
 imports it on first use.
 """
 
-from zephon_ref import ops, pipeline, types, work
+from zephon_ref import ops, options, pipeline, types, validation, work
 from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
@@ -57,7 +57,9 @@ __all__ = [
     "ZephonRefError",
     "__version__",
     "ops",
+    "options",
     "pipeline",
     "types",
+    "validation",
     "work",
 ]

@@ -11,7 +11,11 @@ data path:
   and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
   carries and every restore checks;
 * **execution settings** — runner, parallelism, queue sizes, feeding policy,
-  topology — change speed and memory, never output (with ``deterministic=True``).
+  topology, and every other key of zephon 0.2.0's RuntimeOptions (MTP, IPC, SHM,
+  store options: :mod:`zephon_ref.settings`), plus ``prefetch()`` / ``fetch()`` /
+  ``enable_observability()`` — change speed and memory, never output (with
+  ``deterministic=True``); each is checked at its call as zephon checks it and held,
+  and none reaches the engine or the fingerprint (seed 002, docs/options.md).
   ``feeding="demand"`` (the default) feeds a lane only when delivery waits on it, so
   inflight chunks and checkpoints stay bounded however long the run;
   ``feeding="round_robin"`` is zephon 0.2.0's per-sample round robin
@@ -73,6 +77,14 @@ from zephon_ref.ops.pack import PackSequences
 from zephon_ref.ops.shuffle import Shuffle
 from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
+from zephon_ref.settings import (
+    EXEC_DEFAULTS,
+    check_exec,
+    check_fetch,
+    check_prefetch,
+    check_tracking,
+    merge_io_options,
+)
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.base import SharedWalk, WorkSource
 
@@ -85,12 +97,7 @@ __all__ = ["Aggregate", "Builder", "PipelineIterator"]
 #: this participant (every participant calls it at the same step).
 Aggregate = Callable[[dict[str, Any], World], tuple[dict[str, Any], Any]]
 
-_EXEC_OPTIONS = {
-    "runner": None, "max_workers": None, "deterministic": True, "op_queue_capacity": None,
-    "prefetch_batches": None, "run_id": "default_run_id", "world_size": 1, "global_rank": 0,
-    "dp_degree": None, "dp_group_id": None, "mapping_strategy": None, "aggregate_dir": None,
-    "aggregate_store": None, "aggregate_timeout_s": 180.0, "feeding": "demand",
-}
+_EXEC_OPTIONS = EXEC_DEFAULTS  # every execution setting zephon 0.2.0 accepts (zephon_ref.settings)
 _DATA_OPTIONS = {"canonical_replicas": None, "flush_every_k_chunks": None}
 # Settings that decide which lanes this participant owns: fixed once a run has progress too.
 _TOPOLOGY_OPTIONS = ("world_size", "global_rank", "dp_degree", "dp_group_id", "mapping_strategy")
@@ -108,7 +115,15 @@ class Builder:
             )
         self._source = work_source
         self._ops: list[tuple[str, BaseOp]] = []
-        self._options: dict[str, Any] = {**_EXEC_OPTIONS, **_DATA_OPTIONS}
+        self._options: dict[str, Any] = copy.deepcopy({**_EXEC_OPTIONS, **_DATA_OPTIONS})
+        #: execution settings outside options(): prefetch(...) as (buffer_size, parallelism,
+        #: placement) once called, fetch(...) as (parallelism, max_batch), and
+        #: enable_observability's sink; none reaches the engine or the fingerprint
+        self._prefetch: tuple[int, int | None, str] | None = None
+        self._fetch: tuple[int | None, int | None] = (None, None)
+        self._metrics_sink: Any = None
+        #: materialize() calls: (placement, parallelism) each; identity here, held for is_indexable
+        self._materialize: tuple[tuple[str, int | None], ...] = ()
         #: the engine of the current or next run: unstarted after a restore loaded it, None when
         #: the graph or a data setting changed since
         self._engine: Engine | None = None
@@ -261,28 +276,25 @@ class Builder:
         for key in sorted(hints):
             if key not in known:
                 warnings.warn(f"options: unknown key {key!r} ignored", UserWarning, stacklevel=2)
+            else:
+                check_exec(key, hints[key])  # each execution setting as zephon checks it, eagerly
         new = {**self._options, **{k: v for k, v in hints.items() if k in known}}
+        if "io_options" in hints:  # merged into the ones already set, as zephon does
+            new["io_options"] = merge_io_options(self._options["io_options"], hints["io_options"])
+        if "execution_tracking" in hints:
+            new["execution_tracking"] = check_tracking("execution_tracking", hints["execution_tracking"])
         if self._has_progress():
             fixed = [k for k in (*_DATA_OPTIONS, *_TOPOLOGY_OPTIONS) if new[k] != self._options[k]]
             if fixed:
                 raise ContractError(expected(f"options {fixed}", "unchanged once the pipeline has progress "
                                              "(data and topology settings are fixed for a run)", "a change"))
-        for key in ("max_workers", "op_queue_capacity", "prefetch_batches"):
-            v = new[key]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(expected(key, "None or an int >= 1", v))
         if not isinstance(new["run_id"], str) or not new["run_id"]:
             raise ConfigTypeError(expected("run_id", "a non-empty str", new["run_id"]))
-        runner = new["runner"]
-        if runner not in (None, "inline", "threads"):
-            raise ConfigError(expected("runner", "None, 'inline' or 'threads'", runner))
         k = new["flush_every_k_chunks"]
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
             raise ConfigError(expected("flush_every_k_chunks", "None or an int >= 0", k))
         if new["feeding"] not in FEEDING:
             raise ConfigError(expected("feeding", " or ".join(repr(f) for f in FEEDING), new["feeding"]))
-        if not isinstance(new["deterministic"], bool):
-            raise ConfigTypeError(expected("deterministic", "a bool", new["deterministic"]))
         world = self._world_of(new)  # validates topology eagerly
         if new["aggregate_dir"] is not None and new["aggregate_store"] is not None:
             raise ConfigError(expected("aggregate_dir / aggregate_store", "at most one of the two",
@@ -298,6 +310,90 @@ class Builder:
         if changed_data:
             self._engine = None
         return self
+
+    # -- execution settings outside options() -------------------------------------------------
+    # Seed 002: these change how zephon runs (its prefetch and fetch operators, its metrics),
+    # never the data.  zephon_ref checks them as zephon does and holds them; the engine, the
+    # stream and the fingerprint never read them (docs/options.md).
+    def prefetch(self, buffer_size: int = 1024, parallelism: int | None = None, *,
+                 placement: str = "local") -> Self:
+        """zephon's read-ahead operator before fetch (at most one per pipeline, RuntimeError for a
+        second call, as in zephon).  An execution setting here: held, the stream is unchanged."""
+        self._refuse_while_running("prefetch()")
+        check_prefetch(buffer_size, parallelism, placement)
+        if self._prefetch is not None:
+            raise ContractError(expected("prefetch()", "at most one call per pipeline (as in zephon)",
+                                         "a second call"))
+        self._prefetch = (buffer_size, parallelism, placement)
+        return self
+
+    def fetch(self, parallelism: int | None = None, max_batch: int | None = None) -> Self:
+        """zephon's fetch operator's parallelism and micro-batch size (the last call wins, as in
+        zephon).  An execution setting here: held, the stream is unchanged."""
+        self._refuse_while_running("fetch()")
+        check_fetch(parallelism, max_batch)
+        self._fetch = (parallelism, max_batch)
+        return self
+
+    def fetch_parallelism(self, parallelism: int | None, max_batch: int | None = None) -> Self:
+        """The same as :meth:`fetch` (zephon's other name for it)."""
+        return self.fetch(parallelism, max_batch)
+
+    def materialize(self, placement: str = "auto", parallelism: int | None = None) -> Self:
+        """zephon's Materialize operator: "force evaluation of upstream iterables without altering
+        records" (an identity on records, not indexable).  zephon_ref's upstream yields no lazy
+        iterables, so it is held as an execution setting: the stream and the fingerprint are
+        unchanged; ``is_indexable`` turns False, as in zephon."""
+        self._refuse_while_running("materialize()")
+        check_placement(placement)
+        check_parallelism(parallelism)
+        self._materialize = (*self._materialize, (placement, parallelism))
+        return self
+
+    @property
+    def is_indexable(self) -> bool:
+        """Whether the plan supports random access, as zephon defines it: every operator indexable
+        (no materialize()) and the work source ``supports_indexing()``.  Changes nothing."""
+        ops = all(op.traits().indexable for _, op in self._ops) and not self._materialize
+        supports = getattr(self._source, "supports_indexing", None)
+        return bool(ops and callable(supports) and supports())
+
+    def enable_observability(self, tracking: Any = "nodes", *, sink: Any = None) -> Self:
+        """Set ``execution_tracking`` (zephon's ExecutionTrackingMode or its value; ValueError for
+        another, as in zephon) and the metrics sink.  zephon_ref collects no timings: the
+        snapshot methods return None whatever this says (docs/options.md)."""
+        self._refuse_while_running("enable_observability()")
+        mode = check_tracking("enable_observability tracking", tracking)
+        self._options["execution_tracking"] = mode
+        self._metrics_sink = sink
+        return self
+
+    def inflight_summary(self) -> dict[int, int]:
+        """``{lane: number of inflight chunks}`` of this participant's lanes in the current or last
+        run; ``{}`` before any run (as zephon).  The counts depend on feeding and read-ahead (an
+        execution matter): they are not zephon's numbers, only its shape.  Changes nothing."""
+        engine = self._engine
+        if engine is None or not engine.started:
+            return {}
+        return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
+
+    def metrics_snapshot(self) -> None:
+        """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
+        when observability is off)."""
+        return None
+
+    def fetch_timing_snapshot(self) -> None:
+        """zephon's fetch timings; None here (see :meth:`metrics_snapshot`)."""
+        return None
+
+    def prefetch_timing_snapshot(self) -> None:
+        """zephon's prefetch timings; None here (see :meth:`metrics_snapshot`)."""
+        return None
+
+    def mtp_queue_stats(self) -> None:
+        """zephon's MTP queue statistics; None here: no engine subprocess runs (``mtp_mode=True``
+        runs in this process; zephon returns None without MTP too)."""
+        return None
 
     # -- plan ---------------------------------------------------------------------------------
     def world(self) -> World:
@@ -405,7 +501,8 @@ class Builder:
 
         It starts from the pending restore if there is one, like iteration; afterwards
         :meth:`checkpoint` reads its state.  The caller calls ``admit()``, ``run_stage(i)``
-        and ``deliver()`` in any order (``runnable()`` lists what can run); the delivered
+        and ``deliver()`` in any order (``can_admit()``, ``ready_stages()`` and
+        ``can_deliver()`` say what can run; sim/steps.py names the steps); the delivered
         stream is the one iteration gives.
 
         ``on_tombstone`` (off by default; zephon has no such hook): called with every

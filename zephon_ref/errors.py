@@ -41,6 +41,7 @@ __all__ = [
     "CheckpointNotFound",
     "CheckpointRefused",
     "ConfigError",
+    "ConfigNotImplemented",
     "ConfigTypeError",
     "ContractError",
     "StateFormatError",
@@ -64,6 +65,11 @@ class ConfigError(ZephonRefError, ValueError):
 
 class ConfigTypeError(ZephonRefError, TypeError):
     """An argument has the wrong type."""
+
+
+class ConfigNotImplemented(ZephonRefError, NotImplementedError):
+    """A configuration value zephon 0.2.0 reserves and refuses with NotImplementedError (a
+    RuntimeError): ``options(worker_allocation="autotune")``."""
 
 
 class ContractError(ZephonRefError, RuntimeError):

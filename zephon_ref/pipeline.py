@@ -8,8 +8,9 @@ restore — is :class:`~zephon_ref.builder.Builder`, which imports no machinery 
 adds only what needs the machinery, each entering the builder at one seam:
 
 * iteration: ``iter(pipeline)`` drives the engine with the runner ``options(runner=...)``
-  names (:mod:`zephon_ref.runners`: ``inline``, or ``threads`` for None / "threads" and
-  zephon's "process" / "remote", which run as threads here);
+  names (:mod:`zephon_ref.runners`: ``inline`` for None / "auto" / "inline" and zephon's
+  "process", ``threads`` for "threads" and zephon's "remote"; docs/options.md);
+* validation: ``validate()`` and ``preflight_tokenizers()`` (:mod:`zephon_ref.validation`);
 * the shared chunk walk: every engine's lanes share one
   :class:`~zephon_ref.fast.walk.ChunkWalk` (the same chunks as walking plainly, faster);
 * aggregation: with several participants ``checkpoint()`` runs the round the
@@ -37,6 +38,7 @@ from zephon_ref.engine.core import Engine
 from zephon_ref.errors import ConfigTypeError, expected
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.runners import drive
+from zephon_ref.validation import ValidationError, ValidationReport, preflight_tokenizers, validate_pipeline
 from zephon_ref.work.base import SharedWalk, WorkSource
 
 __all__ = ["Aggregate", "Pipeline", "PipelineIterator"]
@@ -55,8 +57,11 @@ class Pipeline(Builder):
 
     def _drive(self, engine: Engine) -> Iterator[Any]:
         opts = self._options
-        # None ("auto") is the inline runner here; every other runner name runs as threads
-        runner = "inline" if opts["runner"] in (None, "inline") else "threads"
+        # None, "" and "auto" choose the inline runner here, and so does "process" (zephon's worker
+        # processes exist for GIL isolation, which an oracle does not need); "threads" and "remote"
+        # (zephon's Ray actors) run as threads.  mtp_mode runs the engine in this process.  The
+        # stream is the same under every runner (docs/options.md).
+        runner = "threads" if opts["runner"] in ("threads", "remote") else "inline"
         return drive(engine, runner=runner, workers=opts["max_workers"] or 4,
                      queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"])
 
@@ -67,6 +72,22 @@ class Pipeline(Builder):
         from zephon_ref.coordination.driver import pipeline_aggregate
 
         return pipeline_aggregate(self._options)
+
+    # -- validation -----------------------------------------------------------------------------
+    def validate(self, *, strict: bool = False) -> ValidationReport:
+        """zephon's validation report (:func:`zephon_ref.validation.validate_pipeline`); with
+        ``strict`` a report with an error raises ValidationError (a RuntimeError).  Changes nothing."""
+        report = validate_pipeline(self)
+        if strict and not report.ok:
+            raise ValidationError(report)
+        return report
+
+    def preflight_tokenizers(self, *, strict: bool = True) -> ValidationReport:
+        """zephon's tokenizer preflight (:func:`zephon_ref.validation.preflight_tokenizers`)."""
+        report = preflight_tokenizers(self)
+        if strict and not report.ok:
+            raise ValidationError(report)
+        return report
 
     # -- the torch path -------------------------------------------------------------------------
     def to_torch_dataset(self, *, collate: Any = None, device: Any = None) -> Any:

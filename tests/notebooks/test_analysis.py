@@ -80,10 +80,10 @@ def test_demand_feeding_keeps_the_stream_and_bounds_inflight() -> None:
 
 def test_admit_lane_refuses_a_lane_it_does_not_own_and_changes_nothing() -> None:
     e = build_pipeline(CFG).engine()
-    before = e.runnable()
+    before = (e.can_admit(), e.ready_stages(), e.can_deliver())
     with pytest.raises(ContractError, match="owned lane"):
         e.admit(lane=7)
-    assert e.runnable() == before
+    assert (e.can_admit(), e.ready_stages(), e.can_deliver()) == before
     assert all(not s.inflight for s in e.streams.values())
 
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
+from sim.steps import runnable, take
 
 _SMALL = {"web": (24, 12), "code": (12,), "books": (8,)}
 CONFIGS = {
@@ -35,18 +36,14 @@ def reference(name: str) -> list[Any]:
 def drive(engine: Any, data: st.DataObject, *, limit: int | None = None) -> list[Any]:
     """Run drawn steps until the run ends (or ``limit`` items were delivered)."""
     out: list[Any] = []
+    engine.check()
     while not engine.finished and (limit is None or len(out) < limit):
-        steps = engine.runnable()
+        steps = runnable(engine)
         assert steps, "a run that is not finished always has a step it can take"
-        step = data.draw(st.sampled_from(steps))
-        if step == "admit":
-            engine.admit()
-        elif step == "deliver":
-            x = engine.deliver()
-            if x is not None:
-                out.append(item_view(x))
-        else:
-            engine.run_stage(int(step.split(":")[1]))
+        x = take(engine, data.draw(st.sampled_from(steps)))
+        if x is not None:
+            out.append(item_view(x))
+        engine.check()  # every engine and lane invariant, after every step
     return out
 
 
@@ -71,17 +68,16 @@ def test_a_checkpoint_between_any_two_steps_resumes_exactly(name: str, data: st.
     head = drive(engine, data, limit=cut)
     # run a few more non-delivering steps ahead, as the threads runner would
     for _ in range(data.draw(st.integers(0, 20))):
-        steps = [s for s in engine.runnable() if s != "deliver"]
+        steps = [s for s in runnable(engine) if s != "deliver"]
         if not steps:
             break
-        step = data.draw(st.sampled_from(steps))
-        if step == "admit":
-            engine.admit()
-        else:
-            engine.run_stage(int(step.split(":")[1]))
+        take(engine, data.draw(st.sampled_from(steps)))
+        engine.check()
     ck = p.checkpoint()
     q = build_pipeline("zephon_ref", CONFIGS[name]).restore(ck)
-    assert head + [item_view(x) for x in q] == ref
+    restored = q.engine()
+    restored.check()  # a restored engine holds every invariant before its first step
+    assert head + drive(restored, data) == ref
 
 
 def test_steps_reject_a_second_start() -> None:
@@ -108,3 +104,23 @@ def test_world_and_runtime_options_describe_the_lanes_iter_runs_and_change_nothi
     first = next(it)
     it.close()
     assert sorted({r.meta.lane_id for r in first.records}) == list(w.group_lanes) == [1]
+
+
+def test_the_invariant_check_fails_on_a_broken_field() -> None:
+    import pytest
+
+    engine = build_pipeline("zephon_ref", CONFIGS["pack+shuffle+mix+batch"]).engine()
+    data_steps = 0
+    while engine.streams[engine.lanes[0]].next_cid == 0 and data_steps < 10_000:
+        engine.admit()
+        data_steps += 1
+    engine.check()
+    stream = engine.streams[engine.lanes[0]]
+    stream.next_cid += 1  # a chunk id skipped
+    with pytest.raises(AssertionError):
+        engine.check()
+    stream.next_cid -= 1
+    engine.check()
+    stream.boundaries.append(stream.next_cid + 1)  # a boundary past the admitted chunks
+    with pytest.raises(AssertionError):
+        engine.check()

@@ -50,11 +50,29 @@ class LaneTracker:
     def __init__(self, stream: LaneStream, *, monotone: bool) -> None:
         self.stream = stream
         self.monotone = monotone
+        #: per inflight chunk with a closed offset: one byte per offset, 1 = closed (non-monotone
+        #: plans only; keys a subset of stream.inflight, each as long as its chunk)
         self.bits: dict[int, bytearray] = {}
+        #: closed offsets per chunk: done[cid] == sum(bits[cid]), same keys as bits
         self.done: dict[int, int] = {}
+        #: the progress pointer a checkpoint writes (zephon's ``progress``)
         self.ptr = LanePtr()
+        #: the cursor of the last delivered record (the replay filter's target on restore)
         self.cursor: SampleCursor | None = None
+        #: records delivered from this lane, >= 0
         self.emitted = 0
+
+    def check(self) -> None:
+        """Assert the invariants written beside the fields."""
+        inflight = self.stream.inflight
+        lane = self.stream.lane
+        assert self.bits.keys() == self.done.keys(), (lane, sorted(self.bits), sorted(self.done))
+        assert not (self.monotone and self.bits), (lane, "a monotone plan keeps no bitmaps")
+        for cid, bm in self.bits.items():
+            assert cid in inflight, (lane, cid, "bitmap of an evicted chunk")
+            assert len(bm) == len(inflight[cid]), (lane, cid, len(bm), len(inflight[cid]))
+            assert self.done[cid] == sum(bm), (lane, cid, self.done[cid], sum(bm))
+        assert type(self.emitted) is int and self.emitted >= 0, (lane, self.emitted)
 
     # -- monotone ---------------------------------------------------------------------------
     def notify_monotone(self, max_cid: int, add_k: int, max_cursor: SampleCursor) -> None:
@@ -111,6 +129,12 @@ class LaneTracker:
                 self.bits.pop(cid, None)
                 self.done.pop(cid, None)
             stream.evict(queued)
+
+    def close(self) -> None:
+        """End of the run: every inflight chunk is evicted, with its bitmap."""
+        self.bits.clear()
+        self.done.clear()
+        self.stream.evict(sorted(self.stream.inflight))
 
     # -- checkpoint ---------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -173,6 +173,29 @@ class Engine:
         self._replay_filter: ReplayFilterAccumulator | None = None
         self._index = {lane: i for i, lane in enumerate(self.lanes)}
 
+    # -- invariants ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """Assert every engine and lane invariant (the comments beside the fields).
+
+        Valid between any two steps; the simulator runs it after every step and the stepping
+        tests after each of theirs.  It reads only: a check changes nothing.
+        """
+        lanes = self.lanes
+        assert list(self.streams) == list(lanes) == list(self.trackers), (lanes, list(self.streams))
+        assert self._index == {lane: i for i, lane in enumerate(lanes)}, self._index
+        assert self._lanes_done <= set(lanes), (sorted(self._lanes_done), lanes)
+        for lane in lanes:
+            self.streams[lane].check()
+            self.trackers[lane].check()
+        if self._started:
+            # one inbox per stage
+            assert len(self._inbox) == len(self.stages), (len(self._inbox), len(self.stages))
+        if self.finished:
+            # a finished engine holds no chunk: the close evicted every lane's inflight set
+            assert not any(self.streams[lane].inflight for lane in lanes), "finished with inflight chunks"
+        if self._rr_key in self.rr_next_idx and lanes:
+            assert 0 <= self.rr_next_idx[self._rr_key] < len(lanes), self.rr_next_idx
+
     # -- plan -------------------------------------------------------------------------------
     def _stages(self) -> list[OpStage]:
         ctx = {
@@ -360,13 +383,19 @@ class Engine:
             return None
         return mux.lanes[mux.p]
 
-    def runnable(self) -> list[str]:
-        """The steps that can do something now: 'admit', 'stage:<i>', 'deliver'."""
-        steps = ["admit"] if self._wanted(self._queued()) != _NOTHING else []
-        steps += [f"stage:{i}" for i, q in enumerate(self._inbox) if q]
-        if not self.finished and (self._outbox or self._upstream_done or (self._mux and self._mux.ready())):
-            steps.append("deliver")
-        return steps
+    # -- what can run now (a driver picks among these; sim/steps.py names them) ------------------
+    def can_admit(self) -> bool:
+        """The feeding policy admits an item now."""
+        return self._wanted(self._queued()) != _NOTHING
+
+    def ready_stages(self) -> list[int]:
+        """The stages with queued input, in chain order."""
+        return [i for i, q in enumerate(self._inbox) if q]
+
+    def can_deliver(self) -> bool:
+        """:meth:`deliver` can make progress (an item, a notification or the end of the run)."""
+        return not self.finished and bool(self._outbox or self._upstream_done
+                                          or (self._mux and self._mux.ready()))
 
     def offer(self, items: Sequence[Any], *, final: bool = False) -> None:
         """Hand tail output produced elsewhere (the threads runner) to the multiplexer's queue."""
@@ -468,7 +497,7 @@ class Engine:
         for lane in self.lanes:
             if not self.monotone:
                 self.trackers[lane].notify([], None)
-            self.streams[lane].evict(sorted(self.streams[lane].inflight))
+            self.trackers[lane].close()
         self.finished = True
 
     # -- checkpoint -----------------------------------------------------------------------------

@@ -49,14 +49,34 @@ class LaneStream:
     def __init__(self, lane: int, source: WorkSource, *, k: int) -> None:
         self.lane = lane
         self.source = source
-        self.k = k
+        self.k = k  # flush_every_k_chunks (0: never); fixed
+        #: the id the next admitted chunk takes; every inflight id is below it, and the newest
+        #: inflight chunk is the last admitted one (next_cid == max(inflight) + 1 when any)
         self.next_cid = 0
+        #: admitted chunks not yet evicted, by id: the only chunks a restore replays
         self.inflight: dict[int, WorkChunk] = {}
+        #: flush boundaries (chunk ids that start an epoch) not yet evicted: strictly ascending,
+        #: each in 1..next_cid
         self.boundaries: list[int] = []
+        #: chunks admitted since the last boundary: 0 <= chunks_in_epoch < k (k > 0)
         self.chunks_in_epoch = 0
         self._ids = dict(source.component_ids())
         self._continuing = frozenset(source.continues_after_exhaustion())
+        #: the source returned no chunk; nothing is admitted after
         self.exhausted = False
+
+    def check(self) -> None:
+        """Assert the invariants written beside the fields (tests and the simulator, after every step)."""
+        lane = self.lane
+        assert type(self.next_cid) is int and self.next_cid >= 0, (lane, self.next_cid)
+        if self.inflight:
+            assert self.next_cid == max(self.inflight) + 1, (lane, self.next_cid, sorted(self.inflight))
+            assert min(self.inflight) >= 0, (lane, sorted(self.inflight))
+        b = self.boundaries
+        assert all(x < y for x, y in zip(b, b[1:], strict=False)), (lane, b)
+        assert all(1 <= x <= self.next_cid for x in b), (lane, b, self.next_cid)
+        if self.k > 0:
+            assert 0 <= self.chunks_in_epoch < self.k, (lane, self.chunks_in_epoch, self.k)
 
     # -- checkpoint ---------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -99,7 +119,9 @@ class LaneStream:
         self.inflight = chunks
         self.next_cid = nxt
         self.boundaries = bounds
-        self.chunks_in_epoch = nxt - bounds[-1] if bounds else nxt
+        # boundaries lie on the K grid (every k-th chunk id); with none left (a lane whose source
+        # ended evicts them all) the grid still says where the epoch began
+        self.chunks_in_epoch = nxt - bounds[-1] if bounds else (nxt % self.k if self.k > 0 else nxt)
 
     # -- eviction -------------------------------------------------------------------------
     def evict(self, cids: list[int]) -> None:
