@@ -35,8 +35,9 @@ from typing import Any
 from zephon_ref.builder import Aggregate, Builder, PipelineIterator
 from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import Engine
-from zephon_ref.errors import ConfigTypeError, expected
+from zephon_ref.errors import ConfigTypeError, ZephonRefError, expected
 from zephon_ref.fast.walk import ChunkWalk
+from zephon_ref.io.options import StoreOptions
 from zephon_ref.runners import drive
 from zephon_ref.validation import ValidationError, ValidationReport, preflight_tokenizers, validate_pipeline
 from zephon_ref.work.base import SharedWalk, WorkSource
@@ -74,6 +75,20 @@ class Pipeline(Builder):
         return pipeline_aggregate(self._options)
 
     # -- validation -----------------------------------------------------------------------------
+    def options(self, **hints: Any) -> Pipeline:
+        """The builder's options; an ``io_options`` dict is read as zephon reads it,
+        at the call (sizes, nested caches, ranges: :meth:`zephon_ref.io.options.StoreOptions.from_any`),
+        so a bad value is refused before anything changes.  An execution setting: the data never
+        depend on it (seed 002)."""
+        io = hints.get("io_options")
+        if isinstance(io, dict):  # other shapes (a StoreOptions, zephon's too) the builder checks
+            try:
+                StoreOptions.from_any(io)
+            except ZephonRefError as exc:
+                raise type(exc)(f"io_options: {exc}") from exc
+        super().options(**hints)
+        return self
+
     def validate(self, *, strict: bool = False) -> ValidationReport:
         """zephon's validation report (:func:`zephon_ref.validation.validate_pipeline`); with
         ``strict`` a report with an error raises ValidationError (a RuntimeError).  Changes nothing."""

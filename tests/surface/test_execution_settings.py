@@ -441,3 +441,25 @@ def test_docs_options_has_a_line_per_setting() -> None:
     rows = set(re.findall(r"^\| `([a-z_]+)`", text, flags=re.M))
     assert set(EXEC_DEFAULTS) - rows == set()
     assert set(EXECUTION_METHODS) - {"options"} - {r.rstrip("()") for r in rows} == set()
+
+
+@pytest.mark.parametrize(("io_options", "builtin"), [
+    ({"cache": {"limit_bytes": "5x"}}, ValueError),
+    ({"cache": "x"}, TypeError),
+    ({"metadata_cache_entries": -1}, ValueError),
+])
+def test_bad_io_options_are_refused_at_the_call_as_zephon_does(io_options: Any, builtin: type) -> None:
+    p = _pipeline()
+    before = p.fingerprint()
+    with pytest.raises(builtin) as info:
+        p.options(io_options=io_options)
+    assert isinstance(info.value, ZephonRefError) and "io_options" in str(info.value)
+    assert p.fingerprint() == before and p._options["io_options"] is None  # changed nothing
+    if zephon_available():
+        import zephon
+
+        zp = zephon.Pipeline(zephon.StaticMixtureWorkSource(
+            [zephon.Dataset.from_dict("a", {0: zephon.InMemoryShard(rows=[{"x": 1}])})], {"a": 1.0},
+            chunk_size=1))
+        with pytest.raises(builtin):
+            zp.options(io_options=io_options)
