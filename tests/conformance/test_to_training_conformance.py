@@ -43,11 +43,12 @@ DTYPES: list[Any] = ["auto", None, np.int64, np.int32, np.float32, np.dtype("int
 
 @st.composite
 def packed_row(draw: st.DrawFn, width: int, pad_id: int) -> dict[str, Any]:
-    """One packed row: documents ending in EOS, then padding; positions restart per document."""
+    """One packed row: documents ending in EOS, then padding (sometimes all of it); positions restart per
+    document."""
     tokens: list[int] = []
     positions: list[int] = []
     mask: list[int] = []
-    while len(tokens) < width and draw(st.booleans() if tokens else st.just(True)):
+    while len(tokens) < width and draw(st.booleans() if tokens else st.sampled_from([True] * 5 + [False])):
         room = width - len(tokens)
         n = draw(st.integers(1, room))
         doc = draw(st.lists(st.integers(3, 40), min_size=n - 1, max_size=n - 1)) + [EOS]
@@ -77,7 +78,7 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
     with_mask = draw(st.booleans())
     with_attention = draw(st.booleans())
     with_text = draw(st.booleans())
-    mask_values = draw(st.sampled_from(["int", "float", "bool"]))
+    mask_values = draw(st.sampled_from(["float", "int", "bool"]))
     ragged = draw(st.integers(0, 9)) == 0
     broken = draw(st.sampled_from([None] * 12 + ["positions_offset", "positions_missing", "mask_short",
                                                 "not_dict", "padding_over"]))
@@ -95,7 +96,7 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
                 payload["positions"] = row["positions"]
             if with_mask:
                 m = row["loss_mask"]
-                payload["loss_mask"] = ([v * 0.75 + (0.25 if v else 0.0) for v in m] if mask_values == "float"
+                payload["loss_mask"] = ([v * draw(st.sampled_from([0.5, 1.0])) for v in m] if mask_values == "float"
                                         else [bool(v) for v in m] if mask_values == "bool" else m)
             if with_attention:
                 payload["attention_mask"] = [1] * len(row["tokens"])
