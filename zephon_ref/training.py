@@ -91,6 +91,16 @@ class Tensorizer(Protocol):
         """The finished array as the library's value of ``kind``."""
         ...
 
+    def scalar(self, value: Any) -> Any:
+        """``value`` as the library sees it when compared with an array of the compute dtype."""
+        ...
+
+    def fill(self, array: np.ndarray, where: np.ndarray, value: Any, *, promote: bool) -> np.ndarray:
+        """A copy of ``array`` holding ``value`` where ``where`` is True, by the library's casting
+        rule: ``promote`` asks for the dtype a select would give (numpy's ``where``) rather than
+        an assignment into the array's own dtype."""
+        ...
+
 
 class TensorLibrary(Protocol):
     """A tensor library ``dtype`` can name.  ``name`` is the marker looked for in a dtype's name."""
@@ -133,6 +143,16 @@ class _NumpyTensorizer:
         if kind == "data":
             return array
         return array.astype({"float32": np.float32, "bool": np.bool_, "int32": np.int32}[kind])
+
+    def scalar(self, value: Any) -> Any:
+        return value
+
+    def fill(self, array: np.ndarray, where: np.ndarray, value: Any, *, promote: bool) -> np.ndarray:
+        if promote:
+            return np.where(where, value, array)
+        out = array.copy()
+        out[where] = value
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,17 +377,18 @@ def _padding_mask(tokens: Any, pads: list[int], shifted: bool) -> Any:
             for n, length in zip(pads, lengths, strict=True)]
 
 
-def _mask_tails(labels: Any, counts: list[int], value: int) -> Any:
+def _mask_tails(labels: Any, counts: list[int], value: int, tz: Tensorizer | None) -> Any:
     """Set the last ``counts[i]`` labels of row ``i`` to ``value``."""
     if isinstance(labels, np.ndarray):
+        assert tz is not None
         width = labels.shape[-1]
-        out = labels.copy()
+        tail = np.zeros(labels.shape, dtype=bool)
         for i, n in enumerate(counts):
             if not 0 <= n <= width:
                 raise ConfigError(expected(f"padding_length of record {i}", f"within [0, {width + 1}]", n))
             if n:
-                out[i, ..., width - n:] = value
-        return out
+                tail[i, ..., width - n:] = True
+        return tz.fill(labels, tail, value, promote=False) if tail.any() else labels
     rows = []
     for i, (row, n) in enumerate(zip(labels, counts, strict=True)):
         if not 0 <= n <= len(row):
@@ -379,12 +400,11 @@ def _mask_tails(labels: Any, counts: list[int], value: int) -> Any:
     return rows
 
 
-def _mask_where(labels: Any, drop: Any, value: int) -> Any:
+def _mask_where(labels: Any, drop: Any, value: int, tz: Tensorizer | None) -> Any:
     """Labels with ``value`` where ``drop`` (an array of bools, or per-row predicates' results)."""
     if isinstance(labels, np.ndarray):
-        out = labels.copy()
-        out[drop] = value
-        return out
+        assert tz is not None
+        return tz.fill(labels, drop, value, promote=True)
     return [[value if d else lab for lab, d in zip(row, drow, strict=True)]
             for row, drow in zip(labels, drop, strict=True)]
 
@@ -436,7 +456,12 @@ def _sequence_positions(inputs: Any) -> Any:
     if isinstance(inputs, np.ndarray):
         if inputs.ndim != 2:
             raise ConfigError(expected("position_mode='sequence'", "2-D input_ids", f"{inputs.ndim}-D"))
-        return np.tile(np.arange(inputs.shape[1], dtype=inputs.dtype), (inputs.shape[0], 1))
+        try:
+            numbers = np.arange(inputs.shape[1], dtype=inputs.dtype)
+        except TypeError as exc:  # bool holds no 0..S-1
+            raise ConfigTypeError(expected("position_mode='sequence'", "an input dtype that counts",
+                                           inputs.dtype)) from exc
+        return np.tile(numbers, (inputs.shape[0], 1))
     if not all(_is_scalar(v) for row in inputs for v in row):
         raise ConfigError(expected("position_mode='sequence'", "2-D input_ids", "nested values"))
     return [list(range(len(row))) for row in inputs]
@@ -453,13 +478,13 @@ def _flat(x: Any) -> Any:
 def _rename_exclude(out: dict[str, Any], rename: Mapping[str, str] | None, exclude: Sequence[str],
                     *, empty: bool) -> dict[str, Any]:
     if rename:
-        if not isinstance(rename, Mapping):
-            raise ConfigTypeError(expected("rename_fields", "a mapping {emitted key: new key}",
-                                           type(rename).__name__))
         missing = [k for k in rename if k not in out]
         if missing and not empty:
             raise ConfigError(expected("rename_fields source keys", f"among the emitted keys {list(out)}",
                                        missing))
+        if not isinstance(rename, Mapping):
+            raise ConfigTypeError(expected("rename_fields", "a mapping {emitted key: new key}",
+                                           type(rename).__name__))
         finals = Counter(rename.get(k, k) for k in out)
         clashes = sorted(k for k, n in finals.items() if n > 1)
         if clashes:
@@ -545,7 +570,7 @@ def to_training(
         if any(pads):
             # an all-padding row lost one of its pad labels to the shift
             tails = [n - int(0 < n == len(row)) for n, row in zip(pads, ex.tokens, strict=True)]
-            labels = _mask_tails(labels, tails, ignore_index)
+            labels = _mask_tails(labels, tails, ignore_index, tz)
         out["labels"] = labels
         kinds["labels"] = "data"
     else:
@@ -573,27 +598,27 @@ def to_training(
                 drop = shifted == 0
             else:
                 drop = [[not m for m in row] for row in shifted]
-            out["labels"] = _mask_where(out["labels"], drop, ignore_index)
+            out["labels"] = _mask_where(out["labels"], drop, ignore_index, tz)
         elif "loss_mask" not in out:
             out["loss_mask"] = masks
             kinds["loss_mask"] = "data"
 
     if eos_mask_loss:
         inputs = out["input_ids"]
-        at_eos = (inputs == eos_token_id if isinstance(inputs, np.ndarray)
+        at_eos = (inputs == tz.scalar(eos_token_id) if isinstance(inputs, np.ndarray) and tz is not None
                   else [[tok == eos_token_id for tok in row] for row in inputs])
-        out["labels"] = _mask_where(out["labels"], at_eos, ignore_index)
+        out["labels"] = _mask_where(out["labels"], at_eos, ignore_index, tz)
 
     if return_loss_mask:
         lab = out["labels"]
-        out["loss_mask"] = ((lab != ignore_index) if isinstance(lab, np.ndarray)
+        out["loss_mask"] = ((lab != tz.scalar(ignore_index)) if isinstance(lab, np.ndarray) and tz is not None
                             else [[float(v != ignore_index) for v in row] for row in lab])
         kinds["loss_mask"] = "float32"
 
     valid: int | None = None
     if return_num_valid_tokens:
         lab = out["labels"]
-        valid = (int((lab != ignore_index).sum()) if isinstance(lab, np.ndarray)
+        valid = (int((lab != tz.scalar(ignore_index)).sum()) if isinstance(lab, np.ndarray) and tz is not None
                  else int(sum(v != ignore_index for row in lab for v in row)))
 
     boundaries: dict[str, Any] = {}

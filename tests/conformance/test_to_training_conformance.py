@@ -35,7 +35,9 @@ EOS = 2
 BUILTINS = (TypeError, ValueError, RuntimeError, OverflowError, KeyError, AttributeError, AssertionError)
 
 DTYPES: list[Any] = ["auto", None, np.int64, np.int32, np.float32, np.dtype("int16"), torch.long,
-                     torch.int32, torch.float32, torch.float64, torch.bfloat16, torch.float16, "int64", int]
+                     torch.int32, torch.float32, torch.float64, torch.bfloat16, torch.float16, "int64", int,
+                     # dtypes where the libraries' casting rules show: -100 next to uint8, bool labels
+                     torch.uint8, torch.int8, np.uint8, np.bool_, np.float16]
 
 
 # -- batches ---------------------------------------------------------------------------------
@@ -96,7 +98,8 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
                 payload["positions"] = row["positions"]
             if with_mask:
                 m = row["loss_mask"]
-                payload["loss_mask"] = ([v * draw(st.sampled_from([0.5, 1.0])) for v in m] if mask_values == "float"
+                weight = draw(st.sampled_from([0.5, 1.0]))
+                payload["loss_mask"] = ([v * weight for v in m] if mask_values == "float"
                                         else [bool(v) for v in m] if mask_values == "bool" else m)
             if with_attention:
                 payload["attention_mask"] = [1] * len(row["tokens"])
@@ -121,9 +124,8 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
             p["loss_mask"] = p["loss_mask"][:-1]
         elif broken == "padding_over":
             length = len(p[token_name]) if isinstance(p, dict) else len(p)
-            records[-1] = SampleRecord(
-                SampleMeta(last.meta.sample_id, 0, 0, 0, tags={TAG_PACKING_METADATA: {"padding_length": length + 1}}),
-                p)
+            over = {TAG_PACKING_METADATA: {"padding_length": length + 1}}
+            records[-1] = SampleRecord(SampleMeta(last.meta.sample_id, 0, 0, 0, tags=over), p)
     return records, token_name
 
 

@@ -33,15 +33,21 @@ from zephon_ref.training import Kind, Tensorizer, install_tensor_library
 __all__ = ["TorchLibrary", "install"]
 
 
-def _compute_dtype(torch: Any, dtype: Any) -> Any:
-    if dtype == torch.bfloat16:
-        return np.float64
-    name = str(dtype).removeprefix("torch.")
+def _numpy_twin(dtype: Any) -> Any:
+    """numpy's dtype of the same name, or None (bfloat16, the float8s, quantized dtypes)."""
     try:
-        return np.dtype(name)
-    except TypeError as exc:
-        raise ConfigTypeError(expected("dtype", "a torch dtype numpy has a twin of (or torch.bfloat16)",
-                                       dtype)) from exc
+        return np.dtype(str(dtype).removeprefix("torch."))
+    except TypeError:
+        return None
+
+
+def _compute_dtype(dtype: Any) -> Any:
+    twin = _numpy_twin(dtype)
+    if twin is not None:
+        return twin
+    if getattr(dtype, "is_floating_point", False):
+        return np.float64  # every value of a narrower float is exact in float64
+    raise ConfigTypeError(expected("dtype", "a torch dtype numpy has a twin of, or a floating one", dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +74,7 @@ class _TorchTensorizer:
                 raise ConfigError(msg) from exc
             raise ContractError(msg) from exc
         t = t.detach().cpu()
-        if t.dtype == torch.bfloat16:
+        if _numpy_twin(t.dtype) is None:
             t = t.to(torch.float64)
         return np.asarray(t.numpy(), dtype=self.compute)
 
@@ -77,6 +83,21 @@ class _TorchTensorizer:
         target = {"data": self.dtype, "float32": torch.float32, "bool": torch.bool,
                   "int32": torch.int32}[kind]
         return torch.from_numpy(np.ascontiguousarray(array)).to(dtype=target)
+
+    def _cast(self, value: Any, dtype: Any) -> Any:
+        t = self.torch.tensor(value).to(dtype)
+        return (t.to(self.torch.float64) if _numpy_twin(dtype) is None else t).item()
+
+    def scalar(self, value: Any) -> Any:
+        # torch compares a tensor with a Python scalar in their common dtype (a same-kind scalar
+        # takes the tensor's dtype: -100 next to uint8 is 156)
+        return self._cast(value, self.torch.result_type(self.torch.empty(0, dtype=self.dtype), value))
+
+    def fill(self, array: np.ndarray, where: np.ndarray, value: Any, *, promote: bool) -> np.ndarray:
+        # masked_fill keeps the tensor's dtype, casting the value into it
+        out = array.copy()
+        out[where] = self._cast(value, self.dtype)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +118,7 @@ class TorchLibrary:
 
         if isinstance(dtype, str) and dtype == "auto":
             dtype = torch.long
-        return _TorchTensorizer(torch, dtype, _compute_dtype(torch, dtype))
+        return _TorchTensorizer(torch, dtype, _compute_dtype(dtype))
 
 
 def install() -> None:
