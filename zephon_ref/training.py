@@ -150,7 +150,7 @@ class _NumpyTensorizer:
     def fill(self, array: np.ndarray, where: np.ndarray, value: Any, *, promote: bool) -> np.ndarray:
         if promote:
             return np.where(where, value, array)
-        out = array.copy()
+        out: np.ndarray = array.copy()
         out[where] = value
         return out
 

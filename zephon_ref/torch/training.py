@@ -95,7 +95,7 @@ class _TorchTensorizer:
 
     def fill(self, array: np.ndarray, where: np.ndarray, value: Any, *, promote: bool) -> np.ndarray:
         # masked_fill keeps the tensor's dtype, casting the value into it
-        out = array.copy()
+        out: np.ndarray = array.copy()
         out[where] = self._cast(value, self.dtype)
         return out
 
