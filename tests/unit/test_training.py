@@ -160,3 +160,13 @@ def test_dtype_choice() -> None:
     out = to_training(batch().records, dtype="auto", libraries=(NumpyLibrary(),))
     assert out["input_ids"].dtype == np.int64
     assert isinstance(batch().to_training(dtype=np.float32)["input_ids"], np.ndarray)
+
+
+def test_auto_without_torch_is_numpy_int64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """zephon's rule: torch.long if torch imports, else np.int64."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    out = batch().to_training(return_labels=True, return_loss_mask=True)
+    assert isinstance(out["input_ids"], np.ndarray) and out["input_ids"].dtype == np.int64
+    assert out["loss_mask"].dtype == np.float32
