@@ -81,6 +81,7 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
     with_attention = draw(st.booleans())
     with_text = draw(st.booleans())
     mask_values = draw(st.sampled_from(["float", "int", "bool"]))
+    row_kind = draw(st.sampled_from(["list"] * 4 + ["numpy", "torch"]))  # a dict's token field
     ragged = draw(st.integers(0, 9)) == 0
     broken = draw(st.sampled_from([None] * 12 + ["positions_offset", "positions_missing", "mask_short",
                                                 "not_dict", "padding_over"]))
@@ -93,7 +94,9 @@ def batches(draw: st.DrawFn) -> tuple[list[SampleRecord], str]:
             tags[TAG_PACKING_METADATA] = {"padding_length": row["pad"] if draw(st.integers(0, 5)) else None}
         payload: Any
         if kind == "dict":
-            payload = {token_name: row["tokens"]}
+            payload = {token_name: row["tokens"] if row_kind == "list" else
+                       np.asarray(row["tokens"], dtype=np.int64) if row_kind == "numpy" else
+                       torch.tensor(row["tokens"], dtype=torch.int32)}
             if with_positions:
                 payload["positions"] = row["positions"]
             if with_mask:
@@ -195,6 +198,10 @@ def same(a: Any, b: Any, where: str) -> None:
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape, (where, a, b)
         assert np.array_equal(a, b), (where, a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b), (where, list(a), list(b))
+        for key in a:
+            same(a[key], b[key], f"{where}[{key!r}]")
     elif isinstance(a, list):
         assert len(a) == len(b), (where, a, b)
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
