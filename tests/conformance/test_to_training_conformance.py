@@ -29,7 +29,8 @@ from zephon import types as zt  # noqa: E402
 from properties.zephon_records import to_zephon  # noqa: E402
 from zephon_ref.types import TAG_PACKING_METADATA, SampleBatch, SampleMeta, SampleRecord  # noqa: E402
 
-pytestmark = pytest.mark.conformance
+# one xdist group: the coverage check reads the counts the main test leaves in this module
+pytestmark = [pytest.mark.conformance, pytest.mark.xdist_group("to_training")]
 
 EOS = 2
 BUILTINS = (TypeError, ValueError, RuntimeError, OverflowError, KeyError, AttributeError, AssertionError)
