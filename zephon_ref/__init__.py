@@ -23,6 +23,7 @@ from zephon_ref.errors import (
 )
 from zephon_ref.io import Dataset, InMemoryShard
 from zephon_ref.pipeline import Pipeline
+from zephon_ref.torch.training import install as _install_torch_tensors
 from zephon_ref.types import (
     ContributorRef,
     SampleBatch,
@@ -32,6 +33,10 @@ from zephon_ref.types import (
     SampleRecord,
 )
 from zephon_ref.work import MixtureSpec, StaticMixtureWorkSource, WorkSource
+
+# SampleBatch.to_training's dtype="auto" means torch.long where torch imports (zephon's rule); the
+# semantics never name torch, so the package installs it as a tensor library (torch is not imported).
+_install_torch_tensors()
 
 __version__ = "0.1.0"
 
