@@ -7,9 +7,10 @@ call) and options.  Options split in two, and only the first kind reaches the
 data path:
 
 * **data settings** — the work source's configuration and seed,
-  ``canonical_replicas``, the operator chain with its knobs, the batch shape
+  ``canonical_replicas``, the operator chain with its knobs, ``drop_last``
   and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
-  carries and every restore checks;
+  carries and every restore checks (the micro-batch size shapes data too, but a
+  restore may change it: :mod:`zephon_ref.fingerprint`, seed 002);
 * **execution settings** — runner, parallelism, queue sizes, feeding policy,
   topology — change speed and memory, never output (with ``deterministic=True``).
   ``feeding="demand"`` (the default) feeds a lane only when delivery waits on it, so
