@@ -5,8 +5,9 @@ Theory of operation
 A fingerprint is the sha256 of a canonical JSON document of the *data settings*: the
 engine schema, ``canonical_replicas``, ``flush_every_k_chunks``, ``batch(drop_last=...)``,
 every operator's plan identity and public knobs (callables by qualified name), and the work
-source's type and configuration (its lane-0 state without the position keys,
-:data:`zephon_ref.state.SOURCE_POSITION_KEYS`).  Execution settings (runner, workers,
+source's type and configuration (what it names configuration in its lane-0 state,
+``WorkSource.state_configuration``: for StaticMixtureWorkSource the state without the position
+keys, :data:`zephon_ref.state.SOURCE_POSITION_KEYS`; for a source whose state is its own, None).  Execution settings (runner, workers,
 queue depths) never enter it.
 
 The micro-batch size does not enter it either (:data:`RESUMABLE_KNOBS`): seed 002 promises
@@ -85,10 +86,12 @@ def pipeline_fingerprint(source: WorkSource, ops: Sequence[tuple[str, BaseOp]], 
     """The digest of a pipeline's data settings (see the module docstring)."""
     batch = next((op for _, op in ops if isinstance(op, Batch)), None)
     try:
-        src_state = source.clone_for_lane(0, 1).state_dict()
-    except ContractError:
-        src_state = {}
-    src = {k: v for k, v in src_state.items() if k not in schema.SOURCE_POSITION_KEYS}
+        lane0 = source.clone_for_lane(0, 1)
+    except ContractError:  # a lane clone given as the template: nothing of its state to describe
+        src: Any = {}
+    else:
+        src_state = lane0.state_dict()
+        src = lane0.state_configuration(src_state) if isinstance(src_state, Mapping) else None
     doc = {
         "engine": schema.SCHEMA,
         "canonical_replicas": canonical_replicas,

@@ -184,3 +184,71 @@ def test_microbatch_and_dp_degree_changes_keep_the_global_steps_as_zephon_does()
     # and every two global steps on 2 ranks take one batch from each of the 4 lanes
     for pair in zip(ref[1][0::2], ref[1][1::2], strict=True):
         assert sorted(item[0][0] for step in pair for item in step) == [0, 1, 2, 3]
+
+
+# -- 2. a user-defined WorkSource whose state has its own keys ------------------------------------
+def _counting_pipeline(impl: str, n: int = 40) -> Any:
+    """A pipeline over a user's WorkSource (written against ``impl``'s API) that deals chunks of 3
+    rows round robin over the lanes and keeps its position under its own key, ``pos``."""
+    if impl == "zephon":
+        from zephon import Dataset, InMemoryShard, Pipeline
+        from zephon.work import WorkChunk, WorkSource
+    else:
+        from zephon_ref import Dataset, InMemoryShard, Pipeline  # type: ignore[assignment]
+        from zephon_ref.work import WorkChunk, WorkSource  # type: ignore[assignment]
+    rows = Dataset.from_dict("web", {0: InMemoryShard([{"text": f"doc {i}", "i": i} for i in range(n)])})
+
+    class Counting(WorkSource):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.pos = 0
+
+        def next_chunk(self) -> Any:
+            start = (self.pos * self._canon + self._lane) * 3
+            if start >= n:
+                return None
+            self.pos += 1
+            return WorkChunk({"web": [(0, 0, i) for i in range(start, min(start + 3, n))]}, seed=0)
+
+        def component_ids(self) -> dict[str, int]:
+            return {"web": 0}
+
+        @property
+        def datasets_by_id(self) -> dict[int, Any]:
+            return {0: rows}
+
+        def state_dict(self) -> dict[str, Any]:
+            return {**super().state_dict(), "pos": self.pos}
+
+        def load_state_dict(self, state: Any) -> None:
+            super().load_state_dict(state)
+            self.pos = int(state["pos"])
+
+    return Pipeline(Counting()).map_transform(lambda r: r).options(runner="inline", canonical_replicas=2)
+
+
+@pytest.mark.parametrize("cut", [0, 4, 7, 19])
+def test_a_custom_work_sources_own_state_round_trips(cut: int) -> None:
+    tails = {}
+    for impl in IMPLS:
+        whole = [item_view(x) for x in _counting_pipeline(impl)]
+        p = _counting_pipeline(impl)
+        head = [item_view(x) for x in itertools.islice(p, cut)]
+        state = copy.deepcopy(p.checkpoint())
+        assert any(ws.get("pos") for ws in state["lane_ws_state"].values()) or cut == 0
+        q = _counting_pipeline(impl)
+        q.restore(state)
+        tails[impl] = [item_view(x) for x in q]
+        assert head + tails[impl] == whole, impl
+    assert tails["zephon_ref"] == tails["zephon"]
+
+
+def test_a_zephon_checkpoint_of_a_custom_work_source_restores_into_zephon_ref() -> None:
+    z = _counting_pipeline("zephon")
+    it = iter(z)
+    list(itertools.islice(it, 9))
+    state = copy.deepcopy(z.checkpoint())
+    want = [item_view(x) for x in it]
+    r = _counting_pipeline("zephon_ref")
+    restore_any(r, state)
+    assert [item_view(x) for x in r] == want

@@ -563,10 +563,14 @@ class Engine:
 
     def _check_source_config(self, lane: int, ws_state: Any) -> None:
         """A lane's source state must carry this pipeline's source configuration (seed, weights,
-        policies, ...): only the position fields may differ from a fresh clone's."""
-        fresh = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas).state_dict()
-        if not isinstance(fresh, Mapping):
-            return  # a custom source with a non-mapping state checks its own
+        policies, ...): only the position fields may differ from a fresh clone's.  A source whose
+        state carries no configuration (``state_configuration`` None: the WorkSource default, as
+        seed 000 leaves a state's content to the implementation) checks its own in
+        ``load_state_dict``."""
+        clone = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas)
+        fresh = clone.state_dict()
+        if not isinstance(fresh, Mapping) or clone.state_configuration(fresh) is None:
+            return  # a custom source's state: its own load_state_dict judges it
         if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
             raise StateMismatchError(
                 expected(
