@@ -252,3 +252,41 @@ def test_a_zephon_checkpoint_of_a_custom_work_source_restores_into_zephon_ref() 
     r = _counting_pipeline("zephon_ref")
     restore_any(r, state)
     assert [item_view(x) for x in r] == want
+
+
+# -- 3. the built-in tokenizer's special tokens ------------------------------------------------------
+_TEXTS = ["one two three four five six seven eight nine ten", "Hello, World! x", ""]
+
+
+def _tokenized(impl: str, **knobs: Any) -> list[Any]:
+    mod: Any
+    if impl == "zephon":
+        import zephon as mod
+    else:
+        import zephon_ref as mod
+    ds = mod.Dataset.from_dict("web", {0: mod.InMemoryShard([{"text": t} for t in _TEXTS])})
+    src = mod.StaticMixtureWorkSource([ds], {"web": 1.0}, chunk_size=3, seed=0, exhausted_policy="stop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = mod.Pipeline(src).tokenize(field="text", **knobs).options(runner="inline")
+        out = []
+        for r in p:
+            payload = r.data if hasattr(r, "data") else r.payload
+            # the word ids differ (zephon's built-in tokenizer hashes words with the salted str
+            # hash(), docs/divergences.md); the specials (pad 0, bos 1, eos 2) and the shape may not
+            out.append(([i if i < 3 else "w" for i in payload["input_ids"]], list(payload["attention_mask"])))
+    return out
+
+
+@pytest.mark.parametrize("knobs", [
+    {"special_tokens": "tokenizer_default"},
+    {"special_tokens": "tokenizer_default", "truncation": True, "max_length": 4},
+    {"special_tokens": "tokenizer_default", "padding": "max_length", "max_length": 12},
+    {}, {"special_tokens": "bos"}, {"special_tokens": "eos"}, {"special_tokens": "none"},
+    {"truncation": True, "max_length": 4},
+], ids=lambda k: "-".join(map(str, k.values())) or "default")
+def test_the_builtin_tokenizer_adds_the_specials_zephon_adds(knobs: dict[str, Any]) -> None:
+    ref = _tokenized("zephon_ref", **knobs)
+    assert ref == _tokenized("zephon", **knobs)
+    if knobs == {"special_tokens": "tokenizer_default"}:
+        assert [len(ids) for ids, _ in ref] == [10, 3, 0]
