@@ -268,10 +268,12 @@ class Builder:
             if fixed:
                 raise ContractError(expected(f"options {fixed}", "unchanged once the pipeline has progress "
                                              "(data and topology settings are fixed for a run)", "a change"))
-        for key in ("max_workers", "op_queue_capacity", "prefetch_batches"):
+        # prefetch_batches=0 is zephon's "no tail prefetch": an execution setting like the others,
+        # accepted and never read by the data path (the inline and threads runners prefetch nothing)
+        for key, least in (("max_workers", 1), ("op_queue_capacity", 1), ("prefetch_batches", 0)):
             v = new[key]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ConfigError(expected(key, "None or an int >= 1", v))
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+                raise ConfigError(expected(key, f"None or an int >= {least}", v))
         if not isinstance(new["run_id"], str) or not new["run_id"]:
             raise ConfigTypeError(expected("run_id", "a non-empty str", new["run_id"]))
         runner = new["runner"]
@@ -466,6 +468,8 @@ class Builder:
         assert engine is not None  # local_state() built it
         w = engine.world
         if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
+            if w.owned_lanes:  # the whole state (several participants: the round's merge warns)
+                _warn_if_mid_window(local, stacklevel=3)
             return local  # the only participant, or an idle DataLoader worker
         if aggregate is None:
             aggregate = self._default_aggregate()
@@ -532,6 +536,23 @@ class Builder:
                 )
                 + "; the checkpoint belongs to a pipeline with other data settings"
             )
+
+
+def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
+    """A RuntimeWarning when the lanes of a whole state have delivered unequal counts: the
+    checkpoint falls inside a global window, so a resume onto another topology permutes the rest
+    of that window (seed 002: "checkpoint at global step boundaries").  zephon 0.2.0 warns at
+    every such checkpoint() on one rank too; a multi-participant state warns in its merge."""
+    counts = dict(state.get("lane_emitted") or {})
+    if len(set(counts.values())) > 1:
+        lo, hi = min(counts.values()), max(counts.values())
+        warnings.warn(
+            f"checkpoint taken mid-window: per-lane delivered counts range over [{lo}..{hi}] across "
+            f"{len(counts)} lanes; resuming on another topology permutes the rest of the current "
+            "window (nothing is lost or repeated); checkpoint at global-step boundaries to avoid it",
+            RuntimeWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 class PipelineIterator(Iterator[Any]):

@@ -53,7 +53,8 @@ _CHAIN: list[tuple[str, dict[str, Any]]] = [
 def _batched(mb: int, *, lanes: int = 4) -> PipelineConfig:
     return PipelineConfig([*_CHAIN, ("batch", {"microbatch_size": mb})], layout=_LAYOUT,
                           source_kwargs={"chunk_size": 8, "seed": 3},
-                          options={"runner": "inline", "canonical_replicas": lanes, "flush_every_k_chunks": 2})
+                          options={"runner": "inline", "canonical_replicas": lanes,
+                                   "flush_every_k_chunks": 2})
 
 
 def _checkpoint_all(pipes: Sequence[Any]) -> dict[str, Any]:
@@ -290,3 +291,102 @@ def test_the_builtin_tokenizer_adds_the_specials_zephon_adds(knobs: dict[str, An
     assert ref == _tokenized("zephon", **knobs)
     if knobs == {"special_tokens": "tokenizer_default"}:
         assert [len(ids) for ids, _ in ref] == [10, 3, 0]
+
+
+# -- 4. the mid-window warning -------------------------------------------------------------------------
+def _warned(impl: str, lanes: int, cut: int, mb: int = 2) -> bool:
+    cfg = PipelineConfig([("batch", {"microbatch_size": mb})],
+                         options={"runner": "inline", "canonical_replicas": lanes})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = build_pipeline(impl, cfg)
+        it = iter(p)
+        list(itertools.islice(it, cut))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p.checkpoint()
+    return any(issubclass(w.category, RuntimeWarning) and "mid-window" in str(w.message).lower()
+               for w in caught)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3])
+def test_a_mid_window_checkpoint_warns_on_one_rank_as_on_zephon(lanes: int) -> None:
+    """zephon warns at every checkpoint() whose lanes have delivered unequal counts (found by
+    experiment: 1 lane never; 2 lanes after an odd count; 3 lanes off multiples of 3)."""
+    ref = [_warned("zephon_ref", lanes, n) for n in range(7)]
+    assert ref == [_warned("zephon", lanes, n) for n in range(7)]
+    assert ref == [n % lanes != 0 for n in range(7)]
+
+
+def test_a_checkpoint_after_a_restore_does_not_warn() -> None:
+    """A pending restore's checkpoint() hands the restored state back, with no warning on either."""
+    cfg = PipelineConfig([("batch", {"microbatch_size": 2})],
+                         options={"runner": "inline", "canonical_replicas": 2})
+    for impl in IMPLS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = build_pipeline(impl, cfg)
+            list(itertools.islice(p, 1))
+            state = copy.deepcopy(p.checkpoint())
+            q = build_pipeline(impl, cfg)
+            q.restore(state)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            q.checkpoint()
+        assert not [w for w in caught if "mid-window" in str(w.message).lower()], impl
+
+
+def test_a_mid_window_checkpoint_on_two_ranks_warns_once_on_the_leader_as_on_zephon() -> None:
+    cfg = PipelineConfig([("batch", {"microbatch_size": 2})],
+                         options={"runner": "inline", "canonical_replicas": 4})
+    seen: dict[str, list[list[int]]] = {}
+    for impl in IMPLS:
+        seen[impl] = []
+        for cut in (1, 2, 3):
+            counts = [0, 0]
+
+            def show(message: Any, category: Any, *_: Any, counts: list[int] = counts, **__: Any) -> None:
+                if issubclass(category, RuntimeWarning) and "mid-window" in str(message).lower():
+                    counts[int(threading.current_thread().name[-1])] += 1  # one list slot per thread
+
+            with warnings.catch_warnings(), tempfile.TemporaryDirectory() as agg:
+                warnings.simplefilter("ignore")
+                pipes = [build_pipeline(impl, cfg, world_size=2, global_rank=r, dp_degree=2,
+                                        aggregate_dir=agg) for r in range(2)]
+                its = [iter(p) for p in pipes]
+                for it in its:
+                    list(itertools.islice(it, cut))
+                warnings.simplefilter("always")
+                warnings.showwarning = show
+                threads = [threading.Thread(target=p.checkpoint, name=f"rank{r}")
+                           for r, p in enumerate(pipes)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+            seen[impl].append(counts)
+    assert seen["zephon_ref"] == seen["zephon"] == [[1, 0], [0, 0], [1, 0]]
+
+
+# -- 5. prefetch_batches=0 -------------------------------------------------------------------------------
+@pytest.mark.parametrize("runner", ["inline", "threads"])
+def test_prefetch_batches_zero_is_accepted_and_changes_no_data(runner: str) -> None:
+    cfg = _batched(4, lanes=2)
+    runs = {}
+    for impl in IMPLS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs[impl] = [item_view(x) for x in build_pipeline(impl, cfg, runner=runner, prefetch_batches=0)]
+            assert runs[impl] == [item_view(x) for x in build_pipeline(impl, cfg, runner=runner)], impl
+    assert runs["zephon_ref"] == runs["zephon"]
+
+
+def test_a_negative_prefetch_batches_is_still_refused_with_a_typed_error() -> None:
+    """zephon 0.2.0 takes -1 unchecked; zephon_ref refuses it (docs/divergences.md)."""
+    from zephon_ref.errors import ConfigError
+
+    p = build_pipeline("zephon_ref", _batched(4, lanes=2))
+    before = p.runtime_options()
+    with pytest.raises(ConfigError, match="prefetch_batches"):
+        p.options(prefetch_batches=-1)
+    assert p.runtime_options() == before
