@@ -390,3 +390,58 @@ def test_a_negative_prefetch_batches_is_still_refused_with_a_typed_error() -> No
     with pytest.raises(ConfigError, match="prefetch_batches"):
         p.options(prefetch_batches=-1)
     assert p.runtime_options() == before
+
+
+# -- 6. MixtureSpec ----------------------------------------------------------------------------------------
+def _spec(impl: str) -> Any:
+    if impl == "zephon":
+        from zephon.work import MixtureSpec
+    else:
+        from zephon_ref.work import MixtureSpec  # type: ignore[assignment]
+    return MixtureSpec
+
+
+def test_mixture_spec_normalized_is_one_dict_as_on_zephon() -> None:
+    for impl in IMPLS:
+        spec = _spec(impl)({"a": 1, "b": 3})
+        assert type(spec.normalized) is dict and spec.normalized is spec.normalized, impl
+        assert spec.normalized == {"a": 0.25, "b": 0.75}
+        assert repr(spec) == "MixtureSpec(weights={'a': 1, 'b': 3})"
+
+
+def test_editing_normalized_changes_no_share_of_zephon_refs_source() -> None:
+    """zephon_ref keeps its own copy: the stream of a source built from an edited spec is unchanged."""
+    from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
+
+    def chunk(spec: Any) -> Any:
+        ds = [Dataset.from_dict(n, {0: InMemoryShard(list(range(40)))}) for n in ("a", "b")]
+        return StaticMixtureWorkSource(ds, spec, chunk_size=8).clone_for_lane(0, 1).next_chunk()
+
+    spec = _spec("zephon_ref")({"a": 1, "b": 3})
+    want = chunk(spec)
+    spec.normalized["a"] = 99.0
+    assert chunk(spec) == want
+
+
+#: inputs both refuse; the builtin each raises must agree (the ones only zephon_ref refuses, NaN,
+#: infinity, an overflowing sum, bool weights, numeric text and non-str names, are in
+#: docs/divergences.md)
+BAD_SPECS: list[Any] = [None, 3, "ab", {}, {"a": 0}, {"a": -1}, {"a": "x"}, {"a": None}, {"a": [1]},
+                        {"a": 1j}, {"a": 0, "b": 0}, {"a": 1, "b": -1}, [("a", 1, 2)], [3], object()]
+
+
+@pytest.mark.parametrize("weights", BAD_SPECS, ids=repr)
+def test_bad_mixture_spec_input_raises_zephons_builtin_type(weights: Any) -> None:
+    from zephon_ref.errors import ZephonRefError
+
+    builtins = (TypeError, ValueError)
+    with pytest.raises(builtins) as z:
+        _spec("zephon")(weights)
+    with pytest.raises(ZephonRefError) as r:
+        _spec("zephon_ref")(weights)
+    assert [b for b in builtins if isinstance(r.value, b)] == [b for b in builtins if isinstance(z.value, b)]
+
+
+def test_name_weight_pairs_are_taken_as_on_zephon() -> None:
+    pairs = [("a", 1), ("b", 3)]
+    assert _spec("zephon_ref")(pairs).normalized == _spec("zephon")(pairs).normalized
