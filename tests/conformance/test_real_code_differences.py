@@ -445,3 +445,55 @@ def test_bad_mixture_spec_input_raises_zephons_builtin_type(weights: Any) -> Non
 def test_name_weight_pairs_are_taken_as_on_zephon() -> None:
     pairs = [("a", 1), ("b", 3)]
     assert _spec("zephon_ref")(pairs).normalized == _spec("zephon")(pairs).normalized
+
+
+# -- 7. to_torch_dataset() is stateful by default -------------------------------------------------------
+def _loader_resume(impl: str, workers: int, cut: int) -> tuple[list[Any], list[Any]]:
+    """(uninterrupted items, items before the cut + items after a StatefulDataLoader resume)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    cfg = _batched(2)
+
+    def loader() -> Any:
+        return StatefulDataLoader(build_pipeline(impl, cfg).to_torch_dataset(), batch_size=None,
+                                  num_workers=workers)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = [item_view(x) for x in loader()]
+        dl = loader()
+        it = iter(dl)
+        head = [item_view(next(it)) for _ in range(cut)]
+        state = dl.state_dict()
+        del it
+        again = loader()
+        again.load_state_dict(state)
+        return full, head + [item_view(x) for x in again]
+
+
+@pytest.mark.parametrize("cut", [0, 1, 7, 13])
+def test_a_stateful_dataloader_resumes_as_on_zephon(cut: int) -> None:
+    pytest.importorskip("torchdata.stateful_dataloader")
+    for impl in IMPLS:
+        ds = build_pipeline(impl, _batched(2)).to_torch_dataset()
+        assert callable(getattr(ds, "state_dict", None)) and callable(getattr(ds, "load_state_dict", None))
+    full, resumed = _loader_resume("zephon_ref", 0, cut)
+    assert resumed == full
+    assert (full, resumed) == _loader_resume("zephon", 0, cut)
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_stateful_dataloader_with_workers_resumes_every_worker_exactly(workers: int) -> None:
+    """zephon_ref only (its workers hand torchdata no state, so the loader replays the consumed
+    items): zephon 0.2.0's worker states run an aggregation round inside each worker, which on this
+    pipeline (4 lanes, 2 workers) times out after aggregate_timeout_s (docs/divergences.md)."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    for cut in (1, 7):
+        full, resumed = _loader_resume("zephon_ref", workers, cut)
+        assert resumed == full, cut
+
+
+def test_stateful_false_gives_the_plain_dataset() -> None:
+    pytest.importorskip("torch")
+    ds = build_pipeline("zephon_ref", _batched(2)).to_torch_dataset(stateful=False)
+    assert not hasattr(ds, "state_dict")
