@@ -7,9 +7,10 @@ call) and options.  Options split in two, and only the first kind reaches the
 data path:
 
 * **data settings** — the work source's configuration and seed,
-  ``canonical_replicas``, the operator chain with its knobs, the batch shape
+  ``canonical_replicas``, the operator chain with its knobs, ``drop_last``
   and ``flush_every_k_chunks`` — form the *fingerprint* that every checkpoint
-  carries and every restore checks;
+  carries and every restore checks (the micro-batch size shapes data too, but a
+  restore may change it: :mod:`zephon_ref.fingerprint`, seed 002);
 * **execution settings** — runner, parallelism, queue sizes, feeding policy,
   topology, and every other key of zephon 0.2.0's RuntimeOptions (MTP, IPC, SHM,
   store options: :mod:`zephon_ref.settings`), plus ``prefetch()`` / ``fetch()`` /
@@ -562,6 +563,8 @@ class Builder:
         assert engine is not None  # local_state() built it
         w = engine.world
         if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
+            if w.owned_lanes:  # the whole state (several participants: the round's merge warns)
+                _warn_if_mid_window(local, stacklevel=3)
             return local  # the only participant, or an idle DataLoader worker
         if aggregate is None:
             aggregate = self._default_aggregate()
@@ -628,6 +631,23 @@ class Builder:
                 )
                 + "; the checkpoint belongs to a pipeline with other data settings"
             )
+
+
+def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
+    """A RuntimeWarning when the lanes of a whole state have delivered unequal counts: the
+    checkpoint falls inside a global window, so a resume onto another topology permutes the rest
+    of that window (seed 002: "checkpoint at global step boundaries").  zephon 0.2.0 warns at
+    every such checkpoint() on one rank too; a multi-participant state warns in its merge."""
+    counts = dict(state.get("lane_emitted") or {})
+    if len(set(counts.values())) > 1:
+        lo, hi = min(counts.values()), max(counts.values())
+        warnings.warn(
+            f"checkpoint taken mid-window: per-lane delivered counts range over [{lo}..{hi}] across "
+            f"{len(counts)} lanes; resuming on another topology permutes the rest of the current "
+            "window (nothing is lost or repeated); checkpoint at global-step boundaries to avoid it",
+            RuntimeWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 class PipelineIterator(Iterator[Any]):

@@ -3,11 +3,20 @@
 Theory of operation
 -------------------
 A fingerprint is the sha256 of a canonical JSON document of the *data settings*: the
-engine schema, ``canonical_replicas``, ``flush_every_k_chunks``, the batch shape, every
-operator's plan identity and public knobs (callables by qualified name), and the work
-source's type and configuration (its lane-0 state without the position keys,
-:data:`zephon_ref.state.SOURCE_POSITION_KEYS`).  Execution settings (runner, workers,
-queue depths) never enter it.  Each work source and operator answers for its own
+engine schema, ``canonical_replicas``, ``flush_every_k_chunks``, ``batch(drop_last=...)``,
+every operator's plan identity and public knobs (callables by qualified name), and the work
+source's type and configuration (what it names configuration in its lane-0 state,
+``WorkSource.state_configuration``: for StaticMixtureWorkSource the state without the position
+keys, :data:`zephon_ref.state.SOURCE_POSITION_KEYS`; for a source whose state is its own,
+None).  Execution settings (runner, workers, queue depths) never enter it.
+
+The micro-batch size does not enter it either (:data:`RESUMABLE_KNOBS`): seed 002 promises
+that a run resumed with another per-device micro-batch size keeps its global steps ("the
+round-robin still cycles the same lanes producing the same data"), and zephon 0.2.0 restores
+such a checkpoint and continues exactly.  That holds because ``batch`` is the last operator
+and the replay filter cuts before it (seed 000), so no state depends on the batch size: the
+per-lane record streams are the same at every size, and a restore rebatches the remainder
+from an empty buffer.  Each work source and operator answers for its own
 identity (``state_dict``, ``plan_identity``); this module only canonicalises.
 
 What may not live here: the builder, iteration, I/O.
@@ -27,7 +36,11 @@ from zephon_ref.ops.base import BaseOp
 from zephon_ref.ops.batch import Batch
 from zephon_ref.work.base import WorkSource
 
-__all__ = ["describe", "pipeline_fingerprint"]
+__all__ = ["RESUMABLE_KNOBS", "describe", "pipeline_fingerprint"]
+
+#: Knobs a checkpoint may be restored across, by operator type: they shape what a consumer
+#: receives, never a lane's record stream or the state (see the module docstring).
+RESUMABLE_KNOBS: Mapping[type[BaseOp], frozenset[str]] = {Batch: frozenset({"microbatch_size"})}
 
 
 def describe(value: Any, depth: int = 0) -> Any:
@@ -63,7 +76,8 @@ def _public_knobs(op: BaseOp) -> dict[str, Any]:
 
 
 def _op_identity(name: str, op: BaseOp) -> dict[str, Any]:
-    knobs = {k: describe(v) for k, v in sorted(_public_knobs(op).items())}
+    resumable = RESUMABLE_KNOBS.get(type(op), frozenset())
+    knobs = {k: describe(v) for k, v in sorted(_public_knobs(op).items()) if k not in resumable}
     return {"name": name, "op": op.plan_identity(), "knobs": knobs}
 
 
@@ -72,15 +86,17 @@ def pipeline_fingerprint(source: WorkSource, ops: Sequence[tuple[str, BaseOp]], 
     """The digest of a pipeline's data settings (see the module docstring)."""
     batch = next((op for _, op in ops if isinstance(op, Batch)), None)
     try:
-        src_state = source.clone_for_lane(0, 1).state_dict()
-    except ContractError:
-        src_state = {}
-    src = {k: v for k, v in src_state.items() if k not in schema.SOURCE_POSITION_KEYS}
+        lane0 = source.clone_for_lane(0, 1)
+    except ContractError:  # a lane clone given as the template: nothing of its state to describe
+        src: Any = {}
+    else:
+        src_state = lane0.state_dict()
+        src = lane0.state_configuration(src_state) if isinstance(src_state, Mapping) else None
     doc = {
         "engine": schema.SCHEMA,
         "canonical_replicas": canonical_replicas,
         "flush_every_k_chunks": flush_every_k_chunks,
-        "batch": None if batch is None else [batch.microbatch_size, batch.drop_last],
+        "batch": None if batch is None else [batch.drop_last],
         "ops": [_op_identity(n, op) for n, op in ops],
         "work_source": {"type": f"{type(source).__module__}.{type(source).__qualname__}",
                         "config": describe(src)},

@@ -105,11 +105,12 @@ class Pipeline(Builder):
         return report
 
     # -- the torch path -------------------------------------------------------------------------
-    def to_torch_dataset(self, *, collate: Any = None, device: Any = None) -> Any:
-        """A torch IterableDataset over this pipeline (see :mod:`zephon_ref.torch`)."""
+    def to_torch_dataset(self, stateful: bool = True, *, collate: Any = None, device: Any = None) -> Any:
+        """A torch IterableDataset over this pipeline (see :mod:`zephon_ref.torch`); stateful (for
+        torchdata's StatefulDataLoader) by default, as zephon 0.2.0's."""
         from zephon_ref.torch import to_torch_dataset
 
-        return to_torch_dataset(self, collate=collate, device=device)
+        return to_torch_dataset(self, stateful, collate=collate, device=device)
 
     def for_worker(self, worker_id: int, num_workers: int) -> Pipeline:
         clone = super().for_worker(worker_id, num_workers)

@@ -83,7 +83,6 @@ chunk, and everything passes).
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -513,14 +512,9 @@ class Engine:
                 "lane_ws_state": ls["lane_ws_state"], "replay_cursors": trk["replay_cursor"],
                 "epoch_boundaries": ls["epoch_boundaries"], "lane_emitted": trk["lane_emitted"],
             }
-        mid_window = len({s["lane_emitted"] for s in slices.values()}) > 1
-        if mid_window and w.dp_degree * w.num_workers > 1:
-            warnings.warn(
-                "checkpoint taken mid-window: per-lane delivered counts differ; resuming on another "
-                "topology permutes the rest of the current window (nothing is lost or repeated)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        # a checkpoint taken mid-window warns once per checkpoint() over the whole state: the
+        # builder's on one participant, the aggregation round's merge on several (as zephon's
+        # leader does), never here (a participant's own lanes are not the window)
         return schema.new_state(
             fingerprint=self.fingerprint,
             world={"canonical_replicas": w.canonical_replicas, "world_size": w.world_size,
@@ -592,10 +586,14 @@ class Engine:
 
     def _check_source_config(self, lane: int, ws_state: Any) -> None:
         """A lane's source state must carry this pipeline's source configuration (seed, weights,
-        policies, ...): only the position fields may differ from a fresh clone's."""
-        fresh = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas).state_dict()
-        if not isinstance(fresh, Mapping):
-            return  # a custom source with a non-mapping state checks its own
+        policies, ...): only the position fields may differ from a fresh clone's.  A source whose
+        state carries no configuration (``state_configuration`` None: the WorkSource default, as
+        seed 000 leaves a state's content to the implementation) checks its own in
+        ``load_state_dict``."""
+        clone = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas)
+        fresh = clone.state_dict()
+        if not isinstance(fresh, Mapping) or clone.state_configuration(fresh) is None:
+            return  # a custom source's state: its own load_state_dict judges it
         if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
             raise StateMismatchError(
                 expected(

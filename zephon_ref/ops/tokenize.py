@@ -21,7 +21,10 @@ accumulator is a count-only :class:`CountingAccumulator`).  Per record:
 
 :class:`HashTokenizer` is the built-in tokenizer: whitespace words, each id =
 ``crc32(word utf-8) % vocab_size + offset``; no download, identical in every
-process (crc32 is not salted, unlike ``hash()`` of a string).
+process (crc32 is not salted, unlike ``hash()`` of a string).  Like zephon 0.2.0's
+built-in tokenizer it adds no special tokens of its own (``add_special_tokens`` is
+accepted and ignored): it only reserves the BOS/EOS ids that the bracket modes splice in,
+so ``special_tokens="tokenizer_default"`` gives the words' ids alone.
 
 What may not live here: batch-shape dependent behaviour (padding to the batch
 longest is refused), downloads, or per-call state.
@@ -61,7 +64,10 @@ MISSING_FIELD_MODES = ("error", "empty")
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
     """Deterministic, download-free tokenizer with the HF call convention: a word's id is
-    ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).
+    ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).  It adds no
+    special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
+    a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
+    ``bos_token_id`` / ``eos_token_id`` are the ids the operator's bracket modes use.
 
     The ids come out of one immutable tuple of the id range, built at construction when
     ``vocab_size <= ID_TABLE_LIMIT`` (a plain table of values, not a memo: it never changes
@@ -107,9 +113,7 @@ class HashTokenizer:
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids_out: list[list[int]] = []
         for text in batch:
-            ids = self.encode(text)
-            if add_special_tokens:
-                ids = [self.bos_token_id, *ids, self.eos_token_id]
+            ids = self.encode(text)  # no specials, with or without add_special_tokens (see above)
             if truncation and max_length is not None:
                 ids = ids[:max_length]
             ids_out.append(ids)

@@ -59,7 +59,7 @@ from zephon_ref.torch.collate import (
     collate_batch,
     collate_for_training,
 )
-from zephon_ref.torch.dataset import dataset_class, to_torch_dataset
+from zephon_ref.torch.dataset import dataset_class, loader_stateful_class, to_torch_dataset
 from zephon_ref.torch.device import WorkerSlot, move_batch, resolve_device, worker_slot
 from zephon_ref.torch.stateful import (
     STATE_FORMAT,
@@ -92,4 +92,6 @@ def __getattr__(name: str) -> Any:
         return dataset_class()
     if name == "StatefulPipelineDataset":
         return stateful_dataset_class()
+    if name == "LoaderStatefulPipelineDataset":
+        return loader_stateful_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,16 +18,18 @@ belong to the engine), and mutation of the Pipeline's state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import copy
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref.builder import Builder
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, StateMismatchError, expected
 from zephon_ref.torch.collate import collate_batch
 from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 
-__all__ = ["check_pipeline", "dataset_class", "device_collate", "publish_class", "to_torch_dataset"]
+__all__ = ["LOADER_STATE_FORMAT", "check_pipeline", "dataset_class", "device_collate",
+           "loader_stateful_class", "publish_class", "to_torch_dataset"]
 
 _DATASET_CLASS: type[Any] | None = None
 
@@ -70,6 +72,109 @@ def dataset_class() -> type[Any]:
     return _DATASET_CLASS
 
 
+#: the ``format`` of a :func:`loader_stateful_class` dataset's ``state_dict()``
+LOADER_STATE_FORMAT = "zephon_ref.torch.loader_state/1"
+_LOADER_STATEFUL_CLASS: type[Any] | None = None
+
+
+def loader_stateful_class() -> type[Any]:
+    """Build (once) the dataset ``to_torch_dataset()`` returns by default: the plain dataset with
+    ``state_dict()`` / ``load_state_dict()`` in the protocol of torchdata's ``StatefulDataLoader``.
+
+    That loader calls ``state_dict()`` where the dataset runs (the main process with
+    ``num_workers=0``, else inside each worker, right after the worker produced an item), keeps
+    per worker the state that came with the last item it handed out, and on resume calls
+    ``load_state_dict()`` with that state in the same worker before iterating.  So the state is
+    the *local* state of the pipeline this copy iterates (:meth:`~zephon_ref.builder.Builder.local_state`),
+    tagged with its place, and a resume continues the stream exactly (zephon 0.2.0's
+    ``to_torch_dataset(stateful=True)`` default).  Inside DataLoader workers ``state_dict()`` is
+    None for now, so the loader replays the consumed items instead (exact, slower; see
+    :meth:`state_dict`); the track()-based dataset (:func:`zephon_ref.torch.to_stateful_dataset`)
+    merges the workers' states.  A state of another place is refused with a typed error.
+    """
+    global _LOADER_STATEFUL_CLASS
+    if _LOADER_STATEFUL_CLASS is not None:
+        return _LOADER_STATEFUL_CLASS
+
+    class LoaderStatefulPipelineDataset(dataset_class()):  # type: ignore[misc]
+        """The plain dataset with a StatefulDataLoader's ``state_dict`` / ``load_state_dict``."""
+
+        def __init__(self, pipeline: Builder, collate: Callable[[Any], Any] | None) -> None:
+            super().__init__(pipeline, collate)
+            self._resume: dict[str, Any] | None = None  # a load_state_dict() the next iteration starts from
+            self._work: Builder | None = None  # the pipeline this copy iterates (after iter())
+
+        @staticmethod
+        def _place() -> tuple[int, int]:
+            slot = worker_slot()
+            return (slot.worker_id, slot.num_workers) if slot.in_loader else (0, 1)
+
+        def _fresh_work(self) -> Builder:
+            """A throwaway copy of the pipeline as this place runs it (for checks)."""
+            wid, n = self._place()
+            work: Builder = self.pipeline.for_worker(wid, n)
+            return work
+
+        def _own_work(self) -> Builder:
+            """The pipeline this place iterates: outside a loader (or with ``num_workers=0``) the
+            pipeline itself, as the plain dataset iterates it (so ``pipeline.checkpoint()`` still
+            reads its progress); in a worker, the worker's copy."""
+            return self._fresh_work() if worker_slot().in_loader else self.pipeline
+
+        def __iter__(self) -> Iterator[Any]:
+            work = self._own_work()
+            if self._resume is not None:
+                work.restore(self._resume["engine"])  # checked at load_state_dict(); raises, changing nothing
+                self._resume = None
+            self._work = work
+            items: Iterator[Any] = iter(work)
+            if self.collate is None:
+                return items
+            collate = self.collate
+            return (collate(x) for x in items)
+
+        def state_dict(self) -> dict[str, Any] | None:
+            """This copy's local state after the last item it produced (see the class docstring);
+            None inside a DataLoader worker (see below)."""
+            wid, n = self._place()
+            if worker_slot().in_loader:
+                # torchdata 0.11's StatefulDataLoader was seen handing worker 1 the snapshot worker 0
+                # produced (issue 34; cause not established), and a worker cannot rebuild its lanes
+                # from another worker's state.  None makes the loader fall back to replaying the
+                # consumed items (exact, as before, not fast); num_workers=0 resumes from the state.
+                return None
+            if self._resume is not None:
+                return copy.deepcopy(self._resume)
+            work = self._work if self._work is not None else self._own_work()
+            return {"format": LOADER_STATE_FORMAT, "worker_id": wid, "num_workers": n,
+                    "engine": work.local_state()}
+
+        def load_state_dict(self, state: Mapping[str, Any]) -> None:
+            """Start the next iteration from ``state`` (a :meth:`state_dict` of the same worker)."""
+            if not isinstance(state, Mapping) or state.get("format") != LOADER_STATE_FORMAT:
+                raise StateFormatError(expected("torch dataset state", f"a state_dict() of format "
+                                                f"{LOADER_STATE_FORMAT!r}", state if not isinstance(
+                                                    state, Mapping) else state.get("format")))
+            place = self._place()
+            if (state.get("worker_id"), state.get("num_workers")) != place:
+                raise StateMismatchError(expected("torch dataset state's (worker_id, num_workers)",
+                                                  f"{place} (this DataLoader worker's)",
+                                                  (state.get("worker_id"), state.get("num_workers"))))
+            self._fresh_work().restore(state["engine"])  # dry run: a refusal changes nothing
+            self._resume = copy.deepcopy(dict(state))
+            self._work = None
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {**super().__getstate__(), "resume": self._resume}
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            super().__setstate__(state)
+            self._resume = state["resume"]
+
+    _LOADER_STATEFUL_CLASS = publish_class(LoaderStatefulPipelineDataset, "LoaderStatefulPipelineDataset")
+    return _LOADER_STATEFUL_CLASS
+
+
 def publish_class(cls: type[Any], name: str) -> type[Any]:
     """Name a dataset class built at first use as ``zephon_ref.torch.<name>`` (pickled by reference to
     the package, which resolves it lazily, so a dataset pickled for a spawned worker unpickles)."""
@@ -86,11 +191,16 @@ def check_pipeline(pipeline: Any) -> None:
 
 def to_torch_dataset(
     pipeline: Builder,
+    stateful: bool = True,
     *,
     collate: Callable[[Any], Any] | None = None,
     device: Any = None,
 ) -> Any:
     """An IterableDataset yielding the pipeline's delivered items (see the module docstring).
+
+    ``stateful=True`` (zephon 0.2.0's default) gives it ``state_dict()`` / ``load_state_dict()``
+    for torchdata's ``StatefulDataLoader`` (:func:`loader_stateful_class`); ``stateful=False``
+    the plain dataset, which iterates ``pipeline`` itself.
 
     ``collate`` (called on each item, inside the worker that produced it)
     replaces the item with its result; with ``collate=None`` and a ``device``,
@@ -99,7 +209,10 @@ def to_torch_dataset(
     ``DataLoader(dataset, batch_size=None)``: the pipeline batches already.
     """
     check_pipeline(pipeline)
-    return dataset_class()(pipeline, device_collate(collate, device))
+    if not isinstance(stateful, bool):
+        raise ConfigTypeError(expected("to_torch_dataset stateful", "a bool", stateful))
+    cls = loader_stateful_class() if stateful else dataset_class()
+    return cls(pipeline, device_collate(collate, device))
 
 
 def device_collate(collate: Callable[[Any], Any] | None, device: Any) -> Callable[[Any], Any] | None:

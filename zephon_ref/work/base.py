@@ -299,6 +299,19 @@ class WorkSource:
             "chunk_size_hint": self.chunk_size_hint(),
         }
 
+    def state_configuration(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The configuration inside ``state`` (a lane state of this source), or None.
+
+        The fingerprint digests a fresh lane-0 clone's, and a restore refuses a lane state whose
+        configuration differs from a fresh clone's (StateMismatchError) before anything loads.
+        None, the default, means the state is the implementation's alone (seed 000: "what goes
+        into that last one is up to the implementation"): zephon_ref reads none of it, and the
+        source's own :meth:`load_state_dict` checks what it needs, as zephon's does.  A source that
+        carries its configuration in its state (:class:`~zephon_ref.work.StaticMixtureWorkSource`)
+        returns that part, so another configuration is refused with a typed error.
+        """
+        return None
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if not isinstance(state, Mapping) or "lane_id" not in state or "canonical_replicas" not in state:
             raise StateFormatError(

@@ -39,6 +39,8 @@ def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") 
     for name, raw in weights.items():
         if not isinstance(name, str):
             raise ConfigTypeError(expected(f"{what} component name", "a str", name))
+        if isinstance(raw, str):  # a ValueError, as zephon's float(weight) raises for text
+            raise ConfigError(expected(f"{what} weight for {name!r}", "a real number > 0, not text", raw))
         if isinstance(raw, bool) or not isinstance(raw, numbers.Real):
             raise ConfigTypeError(expected(f"{what} weight for {name!r}", "a real number > 0", raw))
         v = float(raw)
@@ -58,17 +60,28 @@ def normalize_weights(weights: Mapping[str, Any], *, what: str = "MixtureSpec") 
 
 
 class MixtureSpec:
-    """Mixture weights over named components (normalised eagerly)."""
+    """Mixture weights over named components (normalised eagerly).
 
-    __slots__ = ("_normalized", "weights")
+    ``weights`` is a mapping or, as zephon 0.2.0 takes it, anything ``dict()`` takes: (name,
+    weight) pairs.  A refusal raises the builtin zephon raises for the same input: TypeError for
+    what ``dict()`` cannot iterate or a weight that is not a number, ValueError for a malformed
+    pair, a text weight, and a weight or sum that does not normalise to positive finite shares.
+    """
+
+    __slots__ = ("_normalized", "_shown", "weights")
 
     def __init__(self, weights: Mapping[str, Any]) -> None:
+        if not isinstance(weights, Mapping):
+            weights = _pairs(weights)
         self._normalized = normalize_weights(weights)
         self.weights = dict(weights)
+        #: the dict ``normalized`` returns, one object for the spec's life as in zephon; the
+        #: spec reads only its own copy, so a caller's edit of it changes no share
+        self._shown = dict(self._normalized)
 
     @property
     def normalized(self) -> dict[str, float]:
-        return dict(self._normalized)
+        return self._shown
 
     def validate_for(self, components: Sequence[str]) -> None:
         """Refuse a spec whose names differ from ``components``."""
@@ -88,12 +101,23 @@ class MixtureSpec:
         return {n: self._normalized[n] for n in components}
 
     def __repr__(self) -> str:
-        return f"MixtureSpec({self.weights!r})"
+        return f"MixtureSpec(weights={self.weights!r})"  # zephon 0.2.0's repr
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, MixtureSpec) and self._normalized == other._normalized
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _pairs(weights: Any) -> dict[Any, Any]:
+    """``dict(weights)`` for a non-mapping, refusals typed as ``dict()`` types them."""
+    want = "a mapping name -> positive weight, or (name, weight) pairs"
+    try:
+        return dict(weights)
+    except TypeError:
+        raise ConfigTypeError(expected("MixtureSpec", want, type(weights).__name__)) from None
+    except ValueError:
+        raise ConfigError(expected("MixtureSpec", want, weights)) from None
 
 
 def swrr_order(components: Mapping[str, Sequence[T]]) -> Iterator[tuple[T, str]]:

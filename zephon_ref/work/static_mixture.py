@@ -61,6 +61,7 @@ from zephon_ref.errors import (
     expected,
     warn_data_dropped,
 )
+from zephon_ref.state import SOURCE_POSITION_KEYS
 from zephon_ref.types import SampleId
 from zephon_ref.work.base import SharedWalk, WorkChunk, WorkSource
 from zephon_ref.work.cursor import DatasetCursor
@@ -1050,6 +1051,12 @@ class StaticMixtureWorkSource(WorkSource):
     # -- state ----------------------------------------------------------------------------
     def _layout(self) -> dict[str, list[list[int]]]:
         return {d.name: [list(p) for p in d.layout()] for d in self._datasets}
+
+    def state_configuration(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Every key of the state but the positions (:data:`zephon_ref.state.SOURCE_POSITION_KEYS`):
+        seed, weights, policies, layout, ... (a restore may still take ``allocation_mode`` from the
+        state: :data:`zephon_ref.state.SOURCE_RESTORABLE_KEYS`)."""
+        return {k: v for k, v in state.items() if k not in SOURCE_POSITION_KEYS}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a fresh clone of the same source needs to continue identically."""
