@@ -270,6 +270,9 @@ class Dataset(_semantic.Dataset):
         read (as in zephon).  ``fmt`` None picks JSONL when the directory holds a ``.jsonl`` file,
         else Parquet when it holds a ``.parquet`` file.
         """
+        if fmt is not None and not isinstance(fmt, str):
+            raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(FORMATS)}",
+                                           type(fmt).__name__))
         if fmt is not None and fmt not in FORMATS:
             raise ConfigError(expected("fmt", f"None or one of {sorted(FORMATS)} (the formats zephon_ref "
                                        "reads)", fmt))
