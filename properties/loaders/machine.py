@@ -276,12 +276,19 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             upto = max(len(ref), len(self.flat)) if self.ended else len(self.flat)
             for e in range(0, upto, L):
                 got, want = self.flat[e:e + L], ref[e:e + L]
+                if not want:
+                    out.append(f"after the run's end: {got}")
+                    break
                 c = Counter(got)
                 repeated = sorted((c - universe).elements())
                 complete = len(got) == len(want) or self.ended
                 lost = sorted((Counter(want) - c).elements()) if complete else []
+                skipped = [] if complete else sorted((Counter(want[:len(got)]) - c).elements())
                 if repeated or lost:
                     out.append(f"epoch {e // L}: lost {lost}, repeated {repeated}")
+                elif skipped:
+                    out.append(f"epoch {e // L} so far: {skipped} skipped (not delivered where the "
+                               f"uninterrupted run has them)")
                 elif got != want[:len(got)]:
                     out.append(f"epoch {e // L}: same items, reordered ({got} instead of {want[:len(got)]})")
             return "; ".join(out) or "no item lost, repeated or reordered so far"
