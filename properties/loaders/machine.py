@@ -472,8 +472,8 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             if P == "restore_twice":
                 given = state
                 if _snapshot(state) != snap:
-                    self.fail("the state object changed after it was returned (the loader kept writing "
-                              "into it)", {"position": pos})
+                    self.fail("the state object changed after it was returned (written by the loader that "
+                              "returned it, or by one restored from it)", {"position": pos})
             elif P == "serialised":
                 given = self.call("deserialise the state", lambda: _deserialise(adapter, pristine))
             else:
@@ -629,7 +629,8 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
         def restore_twice(self, i: int, m: int) -> None:
             pos, state, snap, cfg, _, _ = self.pick(i)
             if _snapshot(state) != snap:
-                self.fail("the state object changed after it was returned (the loader kept writing into it)",
+                self.fail("the state object changed after it was returned (written by the loader that "
+                          "returned it, or by one restored from it)",
                           {"position": pos})
             first = self.open(cfg, state)
             a = _flat(self.call(f"next({m}) after the first restore", lambda: first.next(m)))
