@@ -4,10 +4,10 @@ batch too many (the first batch after a restore is counted twice).
 A state saved after k batches, loaded into a fresh Loader, then one more batch read: ``state_dict()``
 says ``num_yielded`` = k + 2, the uninterrupted loader says k + 1 at the same place.  Every later state
 carries the extra count (a trainer that derives its step from it is off by one per resume).  Found by
-``python -m properties.loaders --loader torchdata-nodes`` (property counters).  Upstream: the same as
-meta-pytorch/data #1453, cited by docs/loaders.md for ``num_yielded`` after a restore (not
-re-checked here).  Needs only torchdata (and torch).  Exits 1
-while the bug exists.
+``python -m properties.loaders --loader torchdata-nodes`` (property counters).
+Upstream: docs/loaders.md cited
+meta-pytorch/data #1453 for ``num_yielded`` after a restore (not re-checked here).  Needs only
+torchdata (and torch).  Exits 1 while the bug exists.
 """
 
 import sys
