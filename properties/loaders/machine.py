@@ -253,6 +253,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             self.steps: list[str] = []
             self.exact = True  # the reference order applies (False after a 'set' worker change)
             self.lossy = False  # a documented lossy resume happened: only repeats are checked
+            self.cuts: list[int] = []  # where the lossy restores of the current timeline cut it
             self.ended = False
             self.last = ""  # the last move's kind: a restore right after a restore adds nothing
 
@@ -377,6 +378,17 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                               f"is documented, a repeating one is not)", {"position": j, "got": x})
             if len(self.flat) > self.spec.length * E:
                 self.fail(f"the run delivered {len(self.flat)} items, more than {self.spec.length * E}")
+            L = self.spec.length
+            if len(self.cuts) == 1 and L and self.cuts[0] // L == E - 1:
+                # one lossy restore, in the last epoch: what follows the cut may lose items of that
+                # epoch, never repeat one delivered before the cut
+                cut = self.cuts[0]
+                before, after = Counter(self.flat[(E - 1) * L:cut]), Counter(self.flat[cut:])
+                again = sorted((before + after - universe).elements())
+                if again:
+                    self.fail(f"items {again} delivered before the cut come again after the restore, in the "
+                              f"same (last) epoch (a lossy resume is documented, a repeating one is not)",
+                              {"position": cut, "where": self.where(cut), "repeated": again})
 
         def check_epochs(self, *, final: bool) -> None:
             assert self.cfg is not None
@@ -482,6 +494,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             self.cfg = cfg
             if self.spec.lossy_resume:
                 self.lossy = True
+                self.cuts = [c for c in self.cuts if c < pos] + [pos]
             if P == "restore_twice" and _snapshot(state) != snap:
                 self.fail("restore changed the state object it was given", {"position": pos})
             self.rollback(upto)

@@ -162,10 +162,10 @@ class DatasetsAdapter:
                 "data_seed": (0, 1),
             },
             "buffer": {  # ds.shuffle(seed, buffer_size): the resume loses the buffer (documented)
-                "size": (4, 2, 6, 7),
+                "size": (6, 4, 7, 2),  # a resume past the buffer's size is where items repeat
                 "shards": (1, 2),
                 "shuffle": (True,),
-                "buffer": (2, 3),
+                "buffer": (3, 2),
                 "epochs": (1, 2),
                 "set_epoch": (True, False),
                 "seed": (0, 1),
