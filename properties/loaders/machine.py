@@ -330,7 +330,7 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             return f"epoch {pos // L}, item {pos % L}"
 
         def deliver(self, got: list[list[int]], asked: int | None) -> None:
-            self.last = "read"
+            self.last = "read" if got else "empty"  # an empty read moved nothing: restore again is allowed
             start = len(self.flat)
             self.yields += got
             self.flat += _flat(got)
@@ -597,6 +597,16 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
                 (len(self.flat), state, snap, self.cfg, [list(y) for y in self.yields], pristine)
             )
             self.steps.append(f"save() at {self.where(len(self.flat))}")
+
+        @precondition(lambda self: self.run is not None and not self.ended and P not in (
+            "uninterrupted", "workers"))
+        @rule(n=st.integers(1, _MAX_READ))
+        @_move
+        def read_and_save(self, n: int) -> None:
+            """A training step then a checkpoint: the cut users make most, mid-epoch."""
+            self.read(n)
+            if not self.ended:
+                self.save()
 
         @precondition(
             lambda self: (
