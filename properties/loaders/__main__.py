@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         sys.stderr.write(f"python -m properties.loaders: --loader {args.loader}: {missing}\n")
         return 2
-    try:  # Streaming keeps shared-memory handles per dataset object; a long run opens many
+    try:  # headroom for worker processes and pipes (Streaming's own leak: adapters/streaming.py)
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -61,6 +61,8 @@ class LoaderConfig:
     workers: int = 0
     persistent: bool = False
     epochs: int = 1
+    set_epoch: bool = True  # the user calls the library's optional per-epoch hook (datasets' set_epoch)
+    dups: int = 0  # the dataset's last ``dups`` items repeat values of earlier ones (duplicate-valued items)
     seed: int = 0
     data_seed: int = 0
 
@@ -76,8 +78,12 @@ KNOBS = tuple(f.name for f in dataclasses.fields(LoaderConfig))
 
 def dataset_ids(cfg: LoaderConfig) -> list[int]:
     """The dataset: ``cfg.size`` distinct ids drawn from ``cfg.data_seed`` (not 0..n-1, so an
-    index leaking into the stream in place of an item shows)."""
-    return random.Random(cfg.data_seed).sample(range(100, 100 + 50 * max(cfg.size, 1)), cfg.size)
+    index leaking into the stream in place of an item shows); with ``cfg.dups`` the last items repeat the
+    first ones' values (a loader that dedups, or keys its state by value, shows)."""
+    ids = random.Random(cfg.data_seed).sample(range(100, 100 + 50 * max(cfg.size, 1)), cfg.size)
+    for j in range(min(cfg.dups, cfg.size - 1)):  # item size-1-j takes item j's value
+        ids[cfg.size - 1 - j] = ids[j]
+    return ids
 
 
 def shard_ids(cfg: LoaderConfig) -> list[list[int]]:
@@ -100,6 +106,9 @@ class EpochSpec:
     length: int
     subset: bool = False
     why_subset: str = ""
+    #: the library documents that a resume loses items (datasets' shuffle buffer): after a restore the
+    #: suite checks only that nothing is repeated or invented, and the run is not longer than it should be
+    lossy_resume: str = ""
 
 
 def default_epoch_spec(cfg: LoaderConfig) -> EpochSpec:

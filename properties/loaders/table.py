@@ -32,6 +32,24 @@ def render(docs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def render_failures(docs: list[dict]) -> str:
+    """One line per failing property of every loader: what failed, its witness (what happened to the
+    data), the minimal configuration and how many state-machine runs reached it."""
+    out = []
+    for d in docs:
+        for r in d["results"]:
+            if r["status"] != "FAIL":
+                continue
+            f = r.get("failure") or {}
+            wrong = f.get("first_wrong") or {}
+            witness = wrong.get("witness", "")
+            cfg = f.get("config_text") or "?"
+            at = f"run {r['to_failure']}" if r.get("to_failure") else "?"
+            out.append(f"* {d['loader']} / {r['prop']} ({at}): {r['reason']}"
+                       + (f"; {witness}" if witness else "") + f"; `{cfg}`")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     files = sys.argv[1:] if argv is None else argv
     if not files:
@@ -47,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
     print(render(docs))
+    print()
+    print(render_failures(docs))
     return 0
 
 

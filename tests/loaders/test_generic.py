@@ -119,7 +119,7 @@ def test_cli_exits_1_on_a_failure() -> None:
     code = ("import sys; from properties.loaders.__main__ import main; "
             "from properties.loaders.adapters import reference; "
             "reference.BUGGY = reference.ListLoader('skip_on_restore'); "
-            "sys.exit(main(['--loader', 'properties.loaders.adapters.reference:BUGGY', '--examples', '20', "
+            "sys.exit(main(['--loader', 'properties.loaders.adapters.reference:BUGGY', '--examples', '40', "
             "'--property', 'resume']))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr

@@ -69,10 +69,38 @@ KNOWN = [
     ),
     (
         "litdata",
-        "no_skip_dup",
+        "restore_twice",
         {"size": 5, "batch": 1, "shards": 1, "workers": 0, "epochs": 1, "shuffle": False},
         ("litdata",),
         "litdata_state_dict_aliases_checkpoint.py",
+    ),
+    (
+        "torchdata-nodes",
+        "resume",
+        {"size": 5, "shuffle": True, "workers": 1, "epochs": 2, "batch": 1, "buffer": 0},
+        ("torchdata",),
+        "torchdata_nodes_shuffle_epoch.py",
+    ),
+    (
+        "torchdata-nodes",
+        "initial_state",
+        {"size": 5, "shuffle": False, "workers": 1, "epochs": 2, "batch": 1, "buffer": 0},
+        ("torchdata",),
+        "torchdata_nodes_state_before_load.py",
+    ),
+    (
+        "torchdata-nodes",
+        "counters",
+        {"size": 5, "shuffle": False, "workers": 1, "epochs": 1, "batch": 1, "buffer": 0},
+        ("torchdata",),
+        "torchdata_nodes_num_yielded_after_restore.py",
+    ),
+    (
+        "datasets",
+        "serialised",
+        {"variant": "direct", "size": 4, "shards": 1, "epochs": 2, "set_epoch": False, "dups": 0},
+        ("datasets",),
+        "datasets_resume_without_set_epoch.py",
     ),
 ]
 

@@ -78,14 +78,17 @@ def _ids_of(el: Any, variant: str) -> list[int]:
 
 
 class _Run:
-    def __init__(self, a: GrainAdapter, cfg: LoaderConfig, state: Any, primed: bool) -> None:
+    def __init__(self, a: GrainAdapter, cfg: LoaderConfig, state: Any, primed: bool,
+                 prep: str | None = None) -> None:
         self.a, self.cfg = a, cfg
         self.it = iter(a.pipeline(cfg))
-        if primed:
+        if primed or prep == "used":
             with contextlib.suppress(StopIteration):
                 next(self.it)
+        elif prep == "state":
+            self.it.get_state()
         if state is not None:
-            self.it.set_state(json.loads(state) if cfg.variant != "dataloader" else state)
+            self.it.set_state(state)  # exactly what get_state() returned (a dict, or the DataLoader's bytes)
 
     def next(self, n: int) -> list[list[int]]:
         out: list[list[int]] = []
@@ -97,13 +100,12 @@ class _Run:
         return out
 
     def state(self) -> Any:
-        s = self.it.get_state()
-        return s if self.cfg.variant == "dataloader" else json.dumps(s, sort_keys=True, default=repr)
+        return self.it.get_state()
 
     def counters(self) -> Mapping[str, int] | None:
         if self.cfg.variant != "map":
             return None
-        nxt = int(json.loads(self.state())["next_index"])
+        nxt = int(self.it.get_state()["next_index"])
         b, n = self.cfg.batch, self.cfg.size
         per = n // b if self.cfg.drop_last else -(-n // b)
         spec = default_epoch_spec(self.cfg)
@@ -119,6 +121,7 @@ class _Run:
 class GrainAdapter:
     name = "grain"
     primed_ok = True
+    preps = ("state", "used")  # set_state on an iterator that already produced elements is documented
     _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
     space = {"variant": {
         "map": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True)},
@@ -186,6 +189,14 @@ class GrainAdapter:
     def worker_change(self, cfg: LoaderConfig) -> str:
         return "refuse"  # DataLoader validates worker_count on restore
 
+    def serialise(self, state: Any) -> Any:
+        """What Grain's checkpoint handlers write: the DataLoader's state is already JSON bytes; a dataset
+        iterator's state dict goes through ``json.dumps`` (grain.checkpoint's JSON handler)."""
+        return state if isinstance(state, bytes) else json.dumps(state)
+
+    def deserialise(self, blob: Any) -> Any:
+        return blob if isinstance(blob, bytes) else json.loads(blob)
+
     def pipeline(self, cfg: LoaderConfig) -> Any:
         grain = _grain()
         ids = dataset_ids(cfg)
@@ -231,8 +242,9 @@ class GrainAdapter:
             )
         raise ValueError(f"grain variant: expected one of {self.space['variant']}, received {v!r}")
 
-    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:
-        return _Run(self, cfg, state, primed)
+    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False,
+              prep: str | None = None) -> _Run:
+        return _Run(self, cfg, state, primed, prep)
 
 
 GRAIN = GrainAdapter()

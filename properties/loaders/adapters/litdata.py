@@ -57,10 +57,11 @@ def optimized_dir(ids: list[int], chunk_size: int) -> str:
 class _Run(_EpochLoop):
     straight_on = True  # an end-of-epoch state resumes with the next epoch (see the module docstring)
 
-    def __init__(self, a: LitDataAdapter, cfg: LoaderConfig, state: Any) -> None:
+    def __init__(self, a: LitDataAdapter, cfg: LoaderConfig, state: Any, prep: str | None = None) -> None:
         self.cfg = cfg
         super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
+            self.prepare(prep)
             self.loader.load_state_dict(state["loader"])
 
     def ids(self, batch: Any) -> list[int]:
@@ -79,6 +80,7 @@ class _Run(_EpochLoop):
 class LitDataAdapter:
     name = "litdata"
     primed_ok = False
+    preps = ("state", "used")  # the loader's load_state_dict applies to the next iter()
     space = {"size": (5, 1, 2, 6, 7), "shards": (1, 2, 3), "shuffle": (False, True), "batch": (1, 2, 3),
              "drop_last": (False, True), "workers": (0, 0, 0, 2), "epochs": (1, 2, 3), "seed": (0, 1),
              "data_seed": (0, 1)}
@@ -124,8 +126,9 @@ class LitDataAdapter:
             kw["multiprocessing_context"] = "fork"
         return litdata.StreamingDataLoader(ds, **kw)
 
-    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _Run:
-        return _Run(self, cfg, state)
+    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False,
+              prep: str | None = None) -> _Run:
+        return _Run(self, cfg, state, prep)
 
 
 LITDATA = LitDataAdapter()

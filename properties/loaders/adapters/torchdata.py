@@ -162,6 +162,18 @@ class _EpochLoop:
     def ids(self, batch: Any) -> list[int]:
         return _ints(batch)
 
+    def prepare(self, prep: str | None) -> None:
+        """What the user did to the fresh loader before loading the state: ``state``, read its state
+        (a checkpoint hook that runs first); ``used``, iterated it (one batch of an abandoned iterator).
+        Both are allowed by the library's docs ("load_state_dict applies to the next iter()")."""
+        if prep == "state":
+            self.loader.state_dict()
+        elif prep == "used":
+            it = iter(self.loader)
+            next(it, None)
+        elif prep is not None:
+            raise ValueError(f"prep: expected None, 'state' or 'used', received {prep!r}")
+
     def begin_epoch(self) -> None:
         """Called before each ``iter(loader)`` (datasets' ``set_epoch``)."""
 
@@ -199,10 +211,11 @@ class _SDLRun(_EpochLoop):
     """A run of a loader whose whole state is ``state_dict()`` / ``load_state_dict()`` (``a``: an
     adapter with ``loader(cfg)`` and ``epoch_spec(cfg)``: StatefulDataLoader or torchdata.nodes)."""
 
-    def __init__(self, a: Any, cfg: LoaderConfig, state: Any) -> None:
+    def __init__(self, a: Any, cfg: LoaderConfig, state: Any, prep: str | None = None) -> None:
         self.cfg = cfg
         super().__init__(a.loader(cfg), cfg.epochs, state, a.epoch_spec(cfg).length)
         if state is not None:
+            self.prepare(prep)
             self.loader.load_state_dict(state["loader"])
 
     def state(self) -> Any:
@@ -222,6 +235,7 @@ class _SDLRun(_EpochLoop):
 class StatefulDataLoaderAdapter:
     name = "torchdata"
     primed_ok = False  # documented: load_state_dict applies to the NEXT iterator requested
+    preps = ("state", "used")  # so a loader whose state was read, or that iterated, then loads, is fine
     _common = {
         "size": (5, 1, 2, 6, 7),
         "batch": (1, 2, 3),
@@ -285,8 +299,9 @@ class StatefulDataLoaderAdapter:
         ds = (stateful if cfg.variant == "iterable-stateful" else plain)(ids)
         return StatefulDataLoader(ds, **kw)
 
-    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _SDLRun:
-        return _SDLRun(self, cfg, state)
+    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False,
+              prep: str | None = None) -> _SDLRun:
+        return _SDLRun(self, cfg, state, prep)
 
 
 class _NodesRun(_SDLRun):
@@ -295,12 +310,19 @@ class _NodesRun(_SDLRun):
     straight_on = True
 
     def counters(self) -> Mapping[str, int] | None:
-        return None
+        """``num_yielded`` of ``Loader.state_dict()``: the batches the current iterator yielded (reset
+        by each ``iter``), so items = batches x batch size, the last one partial."""
+        if self.it is None or self.epoch >= self.epochs:
+            return None  # between epochs: the next iter() resets it
+        n = int(self.loader.state_dict()["num_yielded"])
+        length = default_epoch_spec(self.cfg).length
+        return {"epoch": self.epoch, "items_in_epoch": min(n * self.cfg.batch, length)}
 
 
 class NodesAdapter:
     name = "torchdata-nodes"
     primed_ok = False
+    preps = ("state", "used")  # Loader.load_state_dict: "used to initialize the next iter() requested"
     space = {
         "size": (5, 1, 2, 6, 7),
         "shuffle": (False, True),
@@ -322,7 +344,7 @@ class NodesAdapter:
         return f"torchdata {version('torchdata')} (nodes)"
 
     def declared(self) -> Mapping[str, str]:
-        return {"counters": "Loader exposes no delivered-item counter (node states are per node)"}
+        return {}
 
     def unsupported(self, cfg: LoaderConfig) -> str | None:
         return None
@@ -354,8 +376,9 @@ class NodesAdapter:
             node = nodes.Prefetcher(node, prefetch_factor=cfg.buffer)
         return nodes.Loader(node, restart_on_stop_iteration=True)
 
-    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False) -> _NodesRun:
-        return _NodesRun(self, cfg, state)
+    def build(self, cfg: LoaderConfig, state: Any = None, *, primed: bool = False,
+              prep: str | None = None) -> _NodesRun:
+        return _NodesRun(self, cfg, state, prep)
 
 
 STATEFUL_DATALOADER = StatefulDataLoaderAdapter()

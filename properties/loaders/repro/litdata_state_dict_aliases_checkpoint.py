@@ -2,8 +2,8 @@
 ``dataset`` dict of the checkpoint it loaded, and writes into it: the checkpoint object the caller
 still holds changes (``current_epoch`` 2 -> 1 here), so retrying from it is not the same restore.
 
-Found by ``python -m properties.loaders --loader litdata`` (properties no_skip_dup and
-state_after_restore: "restore changed the state object it was given").  Needs only litdata (and
+Found by ``python -m properties.loaders --loader litdata`` (property restore_twice: "the state object
+changed after it was returned"; the data properties restore a fresh copy and hold).  Needs only litdata (and
 torch).  Exits 1 while the bug exists.
 """
 
