@@ -41,7 +41,7 @@ KNOWN = [
     ),
     (
         "torchdata",
-        "resume",
+        "state_after_restore",  # restore an end-of-epoch state, save at once, restore that
         {"variant": "iterable", "size": 5, "epochs": 1, "workers": 0, "batch": 1},
         ("torchdata",),
         "torchdata_iterable_end_of_epoch.py",
