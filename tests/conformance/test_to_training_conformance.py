@@ -260,6 +260,7 @@ def compare(records: list[SampleRecord], kw: dict[str, Any]) -> str:
 SEEN: dict[str, int] = {}
 
 
+@pytest.mark.xdist_group("to_training_coverage")  # the coverage test below reads SEEN in the same worker
 @settings(max_examples=800)
 @given(data=st.data())
 def test_to_training_equals_zephon(data: st.DataObject) -> None:
@@ -269,6 +270,7 @@ def test_to_training_equals_zephon(data: st.DataObject) -> None:
     SEEN[verdict] = SEEN.get(verdict, 0) + 1
 
 
+@pytest.mark.xdist_group("to_training_coverage")
 def test_the_generated_cases_reach_outputs_and_errors() -> None:
     """The main test's draws are not all refusals (run after it in file order)."""
     if not SEEN:
