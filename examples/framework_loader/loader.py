@@ -286,6 +286,9 @@ def build_pipeline(z: ModuleType, cfg: LoaderConfig, topo: Topology, *,
     opts: dict[str, Any] = {**cfg.execution, "world_size": topo.world_size, "global_rank": topo.rank,
                             "dp_degree": topo.dp_degree, "dp_group_id": topo.dp_rank,
                             "canonical_replicas": cfg.canonical_replicas}
+    if aggregate_dir is None and topo.world_size > 1:
+        raise ValueError(f"aggregate_dir: expected a directory every rank can reach (world_size="
+                         f"{topo.world_size} checkpoints in an aggregation round), received None")
     if aggregate_dir is not None:
         opts["aggregate_dir"] = os.fspath(aggregate_dir)
     return p.options(**opts)

@@ -70,10 +70,11 @@ def tensors(micro_batch: dict[str, Any]) -> dict[str, tuple[str, list[Any]]]:
     return out
 
 
-def run_steps(raw: dict[str, Any], backend: str, steps: int, topo: Topology | None = None) -> list[list[Any]]:
+def run_steps(raw: dict[str, Any], backend: str, steps: int, topo: Topology | None = None,
+              aggregate_dir: Path | None = None) -> list[list[Any]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loader = FrameworkLoader(LoaderConfig.from_dict(raw), topo, backend=backend)
+        loader = FrameworkLoader(LoaderConfig.from_dict(raw), topo, backend=backend, aggregate_dir=aggregate_dir)
         return [[tensors(mb) for mb in loader.next_step()] for _ in range(steps)]
 
 
@@ -103,11 +104,12 @@ def test_zephon_and_zephon_ref_give_the_same_training_tensors(raw_config: dict[s
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
 @pytest.mark.parametrize("rank", [0, 1])
-def test_each_rank_of_two_reads_the_same_tensors_on_both(raw_config: dict[str, Any], rank: int) -> None:
+def test_each_rank_of_two_reads_the_same_tensors_on_both(raw_config: dict[str, Any], rank: int,
+                                                         tmp_path: Path) -> None:
     topo = Topology(rank=rank, world_size=2)
-    want = run_steps(raw_config, "zephon", 4, topo)
+    want = run_steps(raw_config, "zephon", 4, topo, tmp_path / "z")
     assert all(len(step) == 1 for step in want), "2 lanes on 2 ranks: one micro-batch per rank and step"
-    assert run_steps(raw_config, "zephon_ref", 4, topo) == want
+    assert run_steps(raw_config, "zephon_ref", 4, topo, tmp_path / "r") == want
 
 
 @pytest.mark.conformance
@@ -205,7 +207,10 @@ def test_bad_topology_and_tokenizer_are_refused(raw_config: dict[str, Any]) -> N
     with pytest.raises(ValueError, match="tp_size: expected a divisor"):
         Topology(world_size=3, tp_size=2)
     with pytest.raises(ValueError, match="dp_degree dividing canonical_replicas=2"):
-        FrameworkLoader(LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=3), backend="zephon_ref")
+        FrameworkLoader(LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=3), backend="zephon_ref",
+                        aggregate_dir="agg")
+    with pytest.raises(ValueError, match="aggregate_dir: expected a directory"):
+        FrameworkLoader(LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=2), backend="zephon_ref")
     with pytest.raises(ValueError, match="a local directory"):
         load_tokenizer("hf:/nonexistent/tokenizer")
     with pytest.raises(RuntimeError, match="at most 4 tokens"):
