@@ -2,7 +2,7 @@
 
 * The same config gives the same training tensors on both (``to_training``'s tensors compared: values,
   dtypes and shapes), per rank of a 2-rank topology too, whatever the execution settings.
-* A resume is exact: 2 ranks -> checkpoint -> 1 rank, and 1 -> 2, each rank a process under torchrun
+* A resume is exact: 2 ranks -> checkpoint -> 1 rank -> checkpoint -> 2, each rank a process under torchrun
   (``python -m torch.distributed.run``, gloo on CPU, a localhost rendezvous on a free port), give the
   global batches of the uninterrupted run, step for step, on both libraries.
 """
@@ -169,18 +169,22 @@ def torchrun(tmp: Path, tag: str, nproc: int, backend: str, steps: int, *extra: 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)], ids=["2-to-1", "1-to-2"])
-def test_an_elastic_resume_under_torchrun_gives_the_uninterrupted_global_batches(
-        raw_config: dict[str, Any], backend: str, before: int, after: int, tmp_path: Path) -> None:
+def test_elastic_resumes_under_torchrun_give_the_uninterrupted_global_batches(
+        raw_config: dict[str, Any], backend: str, tmp_path: Path) -> None:
+    """2 ranks -> checkpoint -> 1 rank -> checkpoint -> 2 ranks (both changes, three jobs, and the
+    second checkpoint is taken by a resumed run), two steps each, against one uninterrupted run."""
     (tmp_path / "config.json").write_text(json.dumps(raw_config))
-    ckpt = str(tmp_path / "ckpt")
-    first = torchrun(tmp_path, "first", before, backend, 2, "--save", ckpt)
-    second = torchrun(tmp_path, "second", after, backend, 2, "--resume", ckpt)
-    assert [line["step"] for line in first + second] == [1, 2, 3, 4]
-    observed = [global_step([mb for rank in line["ranks"] for mb in rank]) for line in first + second]
-    want = [global_step(step) for step in run_steps(raw_config, backend, 4)]
+    jobs = [torchrun(tmp_path, "a", 2, backend, 2, "--save", str(tmp_path / "ckpt-a")),
+            torchrun(tmp_path, "b", 1, backend, 2, "--resume", str(tmp_path / "ckpt-a"),
+                     "--save", str(tmp_path / "ckpt-b")),
+            torchrun(tmp_path, "c", 2, backend, 2, "--resume", str(tmp_path / "ckpt-b"))]
+    lines = [line for job in jobs for line in job]
+    assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
+    observed = [global_step([mb for rank in line["ranks"] for mb in rank]) for line in lines]
+    want = [global_step(step) for step in run_steps(raw_config, backend, 6)]
     assert all(len(step) == 2 for step in want)
-    assert observed == want
+    for i, (w, o) in enumerate(zip(want, observed, strict=True)):
+        assert o == w, f"global step {i + 1} (job {'abc'[i // 2]})"
 
 
 # -- the config refuses bad input -------------------------------------------------------------------------
