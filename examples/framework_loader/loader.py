@@ -62,8 +62,16 @@ BACKENDS = ("zephon", "zephon_ref")
 BACKEND_ENV = "ZEPHON_BACKEND"
 PACKINGS = ("sequences", "flat")
 STATE_FILE = "data_state.pkl"
-TOPOLOGY_OPTIONS = ("world_size", "global_rank", "dp_degree", "dp_group_id", "canonical_replicas",
-                    "mapping_strategy", "aggregate_dir", "aggregate_store")
+TOPOLOGY_OPTIONS = (
+    "world_size",
+    "global_rank",
+    "dp_degree",
+    "dp_group_id",
+    "canonical_replicas",
+    "mapping_strategy",
+    "aggregate_dir",
+    "aggregate_store",
+)
 
 
 def import_backend(backend: str | None = None) -> ModuleType:
@@ -111,8 +119,12 @@ class LoaderConfig:
     shuffle_buffer: int = 16
     pad_token_id: int = 0
     to_training: Mapping[str, Any] = field(
-        default_factory=lambda: {"return_labels": True, "return_loss_mask": True,
-                                 "return_num_valid_tokens": True})
+        default_factory=lambda: {
+            "return_labels": True,
+            "return_loss_mask": True,
+            "return_num_valid_tokens": True,
+        }
+    )
     #: execution settings for ``Pipeline.options`` (runner, prefetch_batches, max_workers, ...): they
     #: change how fast the data come, never which data (so a resume may change them)
     execution: Mapping[str, Any] = field(default_factory=dict)
@@ -120,27 +132,39 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         if not self.datasets or not all(isinstance(d, DataSpec) for d in self.datasets):
-            raise TypeError(f"LoaderConfig.datasets: expected a non-empty tuple of DataSpec, "
-                            f"received {self.datasets!r}")
+            raise TypeError(
+                f"LoaderConfig.datasets: expected a non-empty tuple of DataSpec, received {self.datasets!r}"
+            )
         names = [d.name for d in self.datasets]
         if len(set(names)) != len(names):
             raise ValueError(f"LoaderConfig.datasets: expected distinct names, received {names}")
-        for key in ("seq_len", "micro_batch_size", "canonical_replicas", "chunk_size", "num_bins",
-                    "shuffle_buffer"):
+        for key in (
+            "seq_len",
+            "micro_batch_size",
+            "canonical_replicas",
+            "chunk_size",
+            "num_bins",
+            "shuffle_buffer",
+        ):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"LoaderConfig.{key}: expected an int >= 1, received {v!r}")
         if self.packing not in PACKINGS:
             raise ValueError(f"LoaderConfig.packing: expected one of {PACKINGS}, received {self.packing!r}")
         if not isinstance(self.tokenizer, str) or self.tokenizer.partition(":")[0] not in ("words", "hf"):
-            raise ValueError("LoaderConfig.tokenizer: expected 'words:<vocab size>' or 'hf:<directory>', "
-                             f"received {self.tokenizer!r}")
+            raise ValueError(
+                "LoaderConfig.tokenizer: expected 'words:<vocab size>' or 'hf:<directory>', "
+                f"received {self.tokenizer!r}"
+            )
         if not isinstance(self.execution, Mapping) or set(self.execution) & set(TOPOLOGY_OPTIONS):
-            raise ValueError("LoaderConfig.execution: expected a mapping of execution settings (the topology "
-                             f"comes from Topology), received {self.execution!r}")
+            raise ValueError(
+                "LoaderConfig.execution: expected a mapping of execution settings (the topology "
+                f"comes from Topology), received {self.execution!r}"
+            )
         if self.backend is not None and self.backend not in BACKENDS:
-            raise ValueError(f"LoaderConfig.backend: expected None or one of {BACKENDS}, "
-                             f"received {self.backend!r}")
+            raise ValueError(
+                f"LoaderConfig.backend: expected None or one of {BACKENDS}, received {self.backend!r}"
+            )
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> LoaderConfig:
@@ -172,11 +196,19 @@ class Topology:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Topology.{key}: expected an int >= 1, received {v!r}")
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"Topology.rank: expected an int in [0, {self.world_size}), received {self.rank!r}")
+        if (
+            isinstance(self.rank, bool)
+            or not isinstance(self.rank, int)
+            or not 0 <= self.rank < self.world_size
+        ):
+            raise ValueError(
+                f"Topology.rank: expected an int in [0, {self.world_size}), received {self.rank!r}"
+            )
         if self.world_size % self.tp_size:
-            raise ValueError(f"Topology.tp_size: expected a divisor of world_size={self.world_size}, "
-                             f"received {self.tp_size}")
+            raise ValueError(
+                f"Topology.tp_size: expected a divisor of world_size={self.world_size}, "
+                f"received {self.tp_size}"
+            )
 
     @property
     def dp_degree(self) -> int:
@@ -189,8 +221,11 @@ class Topology:
     @classmethod
     def from_env(cls, *, tp_size: int = 1) -> Topology:
         """The topology torchrun (``torch.distributed.run``) describes in RANK / WORLD_SIZE."""
-        return cls(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")),
-                   tp_size=tp_size)
+        return cls(
+            rank=int(os.environ.get("RANK", "0")),
+            world_size=int(os.environ.get("WORLD_SIZE", "1")),
+            tp_size=tp_size,
+        )
 
 
 # -- tokenizers -----------------------------------------------------------------------------------------
@@ -205,9 +240,16 @@ class WordTokenizer:
     bos_token_id: int = 1
     eos_token_id: int = 2
 
-    def __call__(self, texts: str | Sequence[str], *, add_special_tokens: bool = True,
-                 padding: bool | str = False, truncation: bool = False, max_length: int | None = None,
-                 **_: Any) -> dict[str, list[list[int]]]:
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        **_: Any,
+    ) -> dict[str, list[list[int]]]:
         # the operator adds bos/eos itself (tokenize(special_tokens="bos_eos")): none here
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids = [[crc32(w.encode("utf-8")) % self.vocab_size + 3 for w in t.split()] for t in batch]
@@ -260,35 +302,53 @@ class FlattenPack:
         n, pad = len(ids), self.seq_len - len(ids)
         if pad < 0:
             raise RuntimeError(f"pack: expected at most {self.seq_len} tokens per pack, received {n}")
-        return {"input_ids": ids + [self.pad_token_id] * pad, "attention_mask": [1] * n + [0] * pad,
-                "loss_mask": [1] * n + [0] * pad, "positions": positions + list(range(pad))}
+        return {
+            "input_ids": ids + [self.pad_token_id] * pad,
+            "attention_mask": [1] * n + [0] * pad,
+            "loss_mask": [1] * n + [0] * pad,
+            "positions": positions + list(range(pad)),
+        }
 
 
-def build_pipeline(z: ModuleType, cfg: LoaderConfig, topo: Topology, *,
-                   aggregate_dir: str | os.PathLike[str] | None = None) -> Any:
+def build_pipeline(
+    z: ModuleType, cfg: LoaderConfig, topo: Topology, *, aggregate_dir: str | os.PathLike[str] | None = None
+) -> Any:
     """The zephon pipeline of ``cfg`` for this rank, built with module ``z`` (zephon or zephon_ref)."""
     datasets = [z.io.Dataset.from_path(name=d.name, path=d.path, fmt="jsonl") for d in cfg.datasets]
-    source = z.StaticMixtureWorkSource(datasets, {d.name: float(d.weight) for d in cfg.datasets},
-                                       chunk_size=cfg.chunk_size, seed=cfg.seed)
-    p = z.Pipeline(source).tokenize(load_tokenizer(cfg.tokenizer), field=cfg.text_field,
-                                    max_length=cfg.seq_len, truncation=True)
+    source = z.StaticMixtureWorkSource(
+        datasets, {d.name: float(d.weight) for d in cfg.datasets}, chunk_size=cfg.chunk_size, seed=cfg.seed
+    )
+    p = z.Pipeline(source).tokenize(
+        load_tokenizer(cfg.tokenizer), field=cfg.text_field, max_length=cfg.seq_len, truncation=True
+    )
     p = p.shuffle(cfg.shuffle_buffer, seed=cfg.seed)
     if cfg.packing == "flat":
-        p = p.pack_flat(cfg.seq_len, num_bins=cfg.num_bins, pad_token_id=cfg.pad_token_id,
-                        emit_positions=True)
+        p = p.pack_flat(
+            cfg.seq_len, num_bins=cfg.num_bins, pad_token_id=cfg.pad_token_id, emit_positions=True
+        )
     else:
         p = p.pack_sequences(cfg.seq_len, num_bins=cfg.num_bins).map_transform(
-            FlattenPack(cfg.seq_len, cfg.pad_token_id))
+            FlattenPack(cfg.seq_len, cfg.pad_token_id)
+        )
     p = p.batch(cfg.micro_batch_size)
     if topo.dp_degree > cfg.canonical_replicas or cfg.canonical_replicas % topo.dp_degree:
-        raise ValueError(f"topology: expected dp_degree dividing canonical_replicas={cfg.canonical_replicas}, "
-                         f"received dp_degree={topo.dp_degree}")
-    opts: dict[str, Any] = {**cfg.execution, "world_size": topo.world_size, "global_rank": topo.rank,
-                            "dp_degree": topo.dp_degree, "dp_group_id": topo.dp_rank,
-                            "canonical_replicas": cfg.canonical_replicas}
+        raise ValueError(
+            f"topology: expected dp_degree dividing canonical_replicas={cfg.canonical_replicas}, "
+            f"received dp_degree={topo.dp_degree}"
+        )
+    opts: dict[str, Any] = {
+        **cfg.execution,
+        "world_size": topo.world_size,
+        "global_rank": topo.rank,
+        "dp_degree": topo.dp_degree,
+        "dp_group_id": topo.dp_rank,
+        "canonical_replicas": cfg.canonical_replicas,
+    }
     if aggregate_dir is None and topo.world_size > 1:
-        raise ValueError(f"aggregate_dir: expected a directory every rank can reach (world_size="
-                         f"{topo.world_size} checkpoints in an aggregation round), received None")
+        raise ValueError(
+            f"aggregate_dir: expected a directory every rank can reach (world_size="
+            f"{topo.world_size} checkpoints in an aggregation round), received None"
+        )
     if aggregate_dir is not None:
         opts["aggregate_dir"] = os.fspath(aggregate_dir)
     return p.options(**opts)
@@ -297,8 +357,14 @@ def build_pipeline(z: ModuleType, cfg: LoaderConfig, topo: Topology, *,
 class FrameworkLoader:
     """What the trainer holds: steps of training tensors, and the data state to checkpoint."""
 
-    def __init__(self, cfg: LoaderConfig, topo: Topology | None = None, *, backend: str | None = None,
-                 aggregate_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: LoaderConfig,
+        topo: Topology | None = None,
+        *,
+        backend: str | None = None,
+        aggregate_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.config = cfg
         self.topology = topo if topo is not None else Topology()
         self.zephon = import_backend(backend if backend is not None else cfg.backend)
@@ -329,11 +395,15 @@ class FrameworkLoader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`'s value (saved on any rank count); before the first step."""
         if self._it is not None:
-            raise RuntimeError("load_state_dict: expected a loader that has not started, received one "
-                               f"{self.steps_done} steps in")
+            raise RuntimeError(
+                "load_state_dict: expected a loader that has not started, received one "
+                f"{self.steps_done} steps in"
+            )
         if not isinstance(state, Mapping) or set(state) != {"zephon", "steps_done"}:
-            raise ValueError("load_state_dict: expected {'zephon': ..., 'steps_done': ...}, received "
-                             f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
+            raise ValueError(
+                "load_state_dict: expected {'zephon': ..., 'steps_done': ...}, received "
+                f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}"
+            )
         self.pipeline.restore(state["zephon"])
         self.steps_done = int(state["steps_done"])
 

@@ -27,7 +27,9 @@ from loader import FrameworkLoader, LoaderConfig, Topology  # noqa: E402
 
 def as_lists(micro_batch: dict[str, Any]) -> dict[str, Any]:
     """The tensors of one ``to_training`` result as ``[dtype, values]`` (the other keys are bookkeeping)."""
-    return {k: [str(v.dtype), v.tolist()] for k, v in sorted(micro_batch.items()) if isinstance(v, torch.Tensor)}
+    return {
+        k: [str(v.dtype), v.tolist()] for k, v in sorted(micro_batch.items()) if isinstance(v, torch.Tensor)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the example converts batches to torch tensors (zephon_ref[torch])")
+torch = pytest.importorskip(
+    "torch", reason="the example converts batches to torch tensors (zephon_ref[torch])"
+)
 
 from examples.framework_loader.loader import (  # noqa: E402
     DataSpec,
@@ -38,7 +40,9 @@ TRAIN = ROOT / "examples" / "framework_loader" / "train.py"
 
 needs_zephon = [
     pytest.mark.conformance,
-    pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"),
+    pytest.mark.skipif(
+        not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])"
+    ),
 ]
 BACKENDS = [pytest.param("zephon", marks=needs_zephon), "zephon_ref"]
 
@@ -52,10 +56,19 @@ def write_corpus(root: Path) -> dict[str, Any]:
                 for i in range(docs):
                     words = " ".join(f"{name}{f}.{i}.{j}" for j in range(2 + (i * 7 + f) % 11))
                     out.write(json.dumps({"text": words, "id": f"{name}-{f}-{i}"}) + "\n")
-    return {"datasets": [{"name": "web", "path": str(root / "web"), "weight": 2.0},
-                         {"name": "code", "path": str(root / "code"), "weight": 1.0}],
-            "seq_len": 24, "micro_batch_size": 2, "canonical_replicas": 2, "seed": 7, "chunk_size": 12,
-            "num_bins": 3, "shuffle_buffer": 8}
+    return {
+        "datasets": [
+            {"name": "web", "path": str(root / "web"), "weight": 2.0},
+            {"name": "code", "path": str(root / "code"), "weight": 1.0},
+        ],
+        "seq_len": 24,
+        "micro_batch_size": 2,
+        "canonical_replicas": 2,
+        "seed": 7,
+        "chunk_size": 12,
+        "num_bins": 3,
+        "shuffle_buffer": 8,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +78,25 @@ def raw_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def tensors(micro_batch: dict[str, Any]) -> dict[str, tuple[str, list[Any]]]:
     """The tensors of one ``to_training`` result: name -> (dtype, values as nested lists)."""
-    out = {k: (str(v.dtype), v.tolist()) for k, v in sorted(micro_batch.items()) if isinstance(v, torch.Tensor)}
+    out = {
+        k: (str(v.dtype), v.tolist()) for k, v in sorted(micro_batch.items()) if isinstance(v, torch.Tensor)
+    }
     assert {"input_ids", "labels", "loss_mask", "positions"} <= set(out), sorted(micro_batch)
     return out
 
 
-def run_steps(raw: dict[str, Any], backend: str, steps: int, topo: Topology | None = None,
-              aggregate_dir: Path | None = None) -> list[list[Any]]:
+def run_steps(
+    raw: dict[str, Any],
+    backend: str,
+    steps: int,
+    topo: Topology | None = None,
+    aggregate_dir: Path | None = None,
+) -> list[list[Any]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loader = FrameworkLoader(LoaderConfig.from_dict(raw), topo, backend=backend, aggregate_dir=aggregate_dir)
+        loader = FrameworkLoader(
+            LoaderConfig.from_dict(raw), topo, backend=backend, aggregate_dir=aggregate_dir
+        )
         return [[tensors(mb) for mb in loader.next_step()] for _ in range(steps)]
 
 
@@ -86,10 +108,14 @@ def global_step(micro_batches: list[dict[str, Any]]) -> list[str]:
 # -- the same batches on both libraries ----------------------------------------------------------------
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
-@pytest.mark.parametrize("execution", [{}, {"runner": "inline"}, {"runner": "threads", "prefetch_batches": 2}],
-                         ids=["default", "inline", "threads"])
-def test_zephon_and_zephon_ref_give_the_same_training_tensors(raw_config: dict[str, Any],
-                                                              execution: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "execution",
+    [{}, {"runner": "inline"}, {"runner": "threads", "prefetch_batches": 2}],
+    ids=["default", "inline", "threads"],
+)
+def test_zephon_and_zephon_ref_give_the_same_training_tensors(
+    raw_config: dict[str, Any], execution: dict[str, Any]
+) -> None:
     raw = {**raw_config, "execution": execution}
     want = run_steps(raw, "zephon", 6)
     got = run_steps(raw, "zephon_ref", 6)
@@ -104,8 +130,9 @@ def test_zephon_and_zephon_ref_give_the_same_training_tensors(raw_config: dict[s
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
 @pytest.mark.parametrize("rank", [0, 1])
-def test_each_rank_of_two_reads_the_same_tensors_on_both(raw_config: dict[str, Any], rank: int,
-                                                         tmp_path: Path) -> None:
+def test_each_rank_of_two_reads_the_same_tensors_on_both(
+    raw_config: dict[str, Any], rank: int, tmp_path: Path
+) -> None:
     topo = Topology(rank=rank, world_size=2)
     want = run_steps(raw_config, "zephon", 4, topo, tmp_path / "z")
     assert all(len(step) == 1 for step in want), "2 lanes on 2 ranks: one micro-batch per rank and step"
@@ -114,7 +141,9 @@ def test_each_rank_of_two_reads_the_same_tensors_on_both(raw_config: dict[str, A
 
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
-def test_the_flatten_after_pack_sequences_lays_packs_out_as_pack_flat_does(raw_config: dict[str, Any]) -> None:
+def test_the_flatten_after_pack_sequences_lays_packs_out_as_pack_flat_does(
+    raw_config: dict[str, Any],
+) -> None:
     """packing="flat" (zephon's pack_flat) and "sequences" (pack_sequences + FlattenPack) give the same
     tensors on zephon 0.2.0, so switching the config from one to the other changes no batch."""
     assert run_steps({**raw_config, "packing": "flat"}, "zephon", 4) == run_steps(raw_config, "zephon", 4)
@@ -124,13 +153,45 @@ def test_pack_flat_on_zephon_ref_matches_the_flattened_packs(raw_config: dict[st
     z = import_backend("zephon_ref")
     if not hasattr(z.Pipeline, "pack_flat"):
         pytest.skip("zephon_ref has no pack_flat yet (issue 30): packing='sequences' is the path it runs")
-    assert run_steps({**raw_config, "packing": "flat"}, "zephon_ref", 4) == run_steps(raw_config, "zephon_ref", 4)
+    assert run_steps({**raw_config, "packing": "flat"}, "zephon_ref", 4) == run_steps(
+        raw_config, "zephon_ref", 4
+    )
+
+
+def save_word_level_tokenizer(directory: Path) -> None:
+    """A Hugging Face tokenizer built offline (word level, the corpus's vocabulary), saved like a
+    downloaded one: ``AutoTokenizer.from_pretrained(directory)`` loads it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    words = ["<pad>", "<s>", "</s>", "<unk>", "web0", "web1", "code0", ".", *map(str, range(48))]
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>")
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()  # "web0.3.1" -> web0 . 3 . 1
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(directory)
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_a_hugging_face_tokenizer_from_a_local_directory_gives_the_same_tensors_on_both(
+    raw_config: dict[str, Any], tmp_path: Path
+) -> None:
+    """tokenizer="hf:<dir>" is the one-line switch from the word tokenizer to a framework's own."""
+    save_word_level_tokenizer(tmp_path / "tok")
+    raw = {**raw_config, "tokenizer": f"hf:{tmp_path / 'tok'}"}
+    want = run_steps(raw, "zephon", 4)
+    assert run_steps(raw, "zephon_ref", 4) == want
+    ids = [t for step in want for mb in step for row in mb["input_ids"][1] for t in row]
+    assert 3 not in ids, "every word of the corpus is in the vocabulary (no <unk>)"
+    assert want != run_steps(raw_config, "zephon", 4), "another tokenizer, other tensors"
 
 
 # -- resume ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_resume_in_one_process_continues_the_stream(raw_config: dict[str, Any], backend: str,
-                                                      tmp_path: Path) -> None:
+def test_a_resume_in_one_process_continues_the_stream(
+    raw_config: dict[str, Any], backend: str, tmp_path: Path
+) -> None:
     want = run_steps(raw_config, backend, 5)
     cfg = LoaderConfig.from_dict(raw_config)
     with warnings.catch_warnings():
@@ -154,12 +215,33 @@ def free_port() -> int:
 def torchrun(tmp: Path, tag: str, nproc: int, backend: str, steps: int, *extra: str) -> list[dict[str, Any]]:
     """One job of ``nproc`` ranks under torchrun; the global steps rank 0 wrote."""
     config, out = tmp / "config.json", tmp / f"{tag}.jsonl"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", str(TRAIN), "--config", str(config),
-           "--backend", backend, "--steps", str(steps), "--aggregate-dir", str(tmp / f"{tag}-agg"),
-           "--out", str(out), *extra]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        str(TRAIN),
+        "--config",
+        str(config),
+        "--backend",
+        backend,
+        "--steps",
+        str(steps),
+        "--aggregate-dir",
+        str(tmp / f"{tag}-agg"),
+        "--out",
+        str(out),
+        *extra,
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
@@ -170,14 +252,26 @@ def torchrun(tmp: Path, tag: str, nproc: int, backend: str, steps: int, *extra: 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_elastic_resumes_under_torchrun_give_the_uninterrupted_global_batches(
-        raw_config: dict[str, Any], backend: str, tmp_path: Path) -> None:
+    raw_config: dict[str, Any], backend: str, tmp_path: Path
+) -> None:
     """2 ranks -> checkpoint -> 1 rank -> checkpoint -> 2 ranks (both changes, three jobs, and the
     second checkpoint is taken by a resumed run), two steps each, against one uninterrupted run."""
     (tmp_path / "config.json").write_text(json.dumps(raw_config))
-    jobs = [torchrun(tmp_path, "a", 2, backend, 2, "--save", str(tmp_path / "ckpt-a")),
-            torchrun(tmp_path, "b", 1, backend, 2, "--resume", str(tmp_path / "ckpt-a"),
-                     "--save", str(tmp_path / "ckpt-b")),
-            torchrun(tmp_path, "c", 2, backend, 2, "--resume", str(tmp_path / "ckpt-b"))]
+    jobs = [
+        torchrun(tmp_path, "a", 2, backend, 2, "--save", str(tmp_path / "ckpt-a")),
+        torchrun(
+            tmp_path,
+            "b",
+            1,
+            backend,
+            2,
+            "--resume",
+            str(tmp_path / "ckpt-a"),
+            "--save",
+            str(tmp_path / "ckpt-b"),
+        ),
+        torchrun(tmp_path, "c", 2, backend, 2, "--resume", str(tmp_path / "ckpt-b")),
+    ]
     lines = [line for job in jobs for line in job]
     assert [line["step"] for line in lines] == [1, 2, 3, 4, 5, 6]
     observed = [global_step([mb for rank in line["ranks"] for mb in rank]) for line in lines]
@@ -188,18 +282,22 @@ def test_elastic_resumes_under_torchrun_give_the_uninterrupted_global_batches(
 
 
 # -- the config refuses bad input -------------------------------------------------------------------------
-@pytest.mark.parametrize(("change", "error", "needle"), [
-    ({"seq_len": 0}, ValueError, "seq_len"),
-    ({"packing": "bins"}, ValueError, "packing"),
-    ({"tokenizer": "bpe"}, ValueError, "tokenizer"),
-    ({"backend": "zephyr"}, ValueError, "backend"),
-    ({"execution": {"world_size": 2}}, ValueError, "execution"),
-    ({"datasets": "web"}, TypeError, "datasets"),
-    ({"datasets": [{"name": "a", "path": "x", "weight": 0}]}, ValueError, "weight"),
-    ({"shards": 3}, ValueError, "unknown ['shards']"),
-])
-def test_bad_config_is_refused_with_a_typed_error(raw_config: dict[str, Any], change: dict[str, Any],
-                                                  error: type[Exception], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "error", "needle"),
+    [
+        ({"seq_len": 0}, ValueError, "seq_len"),
+        ({"packing": "bins"}, ValueError, "packing"),
+        ({"tokenizer": "bpe"}, ValueError, "tokenizer"),
+        ({"backend": "zephyr"}, ValueError, "backend"),
+        ({"execution": {"world_size": 2}}, ValueError, "execution"),
+        ({"datasets": "web"}, TypeError, "datasets"),
+        ({"datasets": [{"name": "a", "path": "x", "weight": 0}]}, ValueError, "weight"),
+        ({"shards": 3}, ValueError, "unknown ['shards']"),
+    ],
+)
+def test_bad_config_is_refused_with_a_typed_error(
+    raw_config: dict[str, Any], change: dict[str, Any], error: type[Exception], needle: str
+) -> None:
     with pytest.raises(error, match="expected") as info:
         LoaderConfig.from_dict({**raw_config, **change})
     assert needle in str(info.value)
@@ -211,10 +309,16 @@ def test_bad_topology_and_tokenizer_are_refused(raw_config: dict[str, Any]) -> N
     with pytest.raises(ValueError, match="tp_size: expected a divisor"):
         Topology(world_size=3, tp_size=2)
     with pytest.raises(ValueError, match="dp_degree dividing canonical_replicas=2"):
-        FrameworkLoader(LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=3), backend="zephon_ref",
-                        aggregate_dir="agg")
+        FrameworkLoader(
+            LoaderConfig.from_dict(raw_config),
+            Topology(rank=0, world_size=3),
+            backend="zephon_ref",
+            aggregate_dir="agg",
+        )
     with pytest.raises(ValueError, match="aggregate_dir: expected a directory"):
-        FrameworkLoader(LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=2), backend="zephon_ref")
+        FrameworkLoader(
+            LoaderConfig.from_dict(raw_config), Topology(rank=0, world_size=2), backend="zephon_ref"
+        )
     with pytest.raises(ValueError, match="a local directory"):
         load_tokenizer("hf:/nonexistent/tokenizer")
     with pytest.raises(RuntimeError, match="at most 4 tokens"):
