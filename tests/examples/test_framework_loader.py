@@ -139,6 +139,23 @@ def test_each_rank_of_two_reads_the_same_tensors_on_both(
     assert run_steps(raw_config, "zephon_ref", 4, topo, tmp_path / "r") == want
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_ranks_of_a_tensor_parallel_group_read_the_same_data(
+    raw_config: dict[str, Any], backend: str, tmp_path: Path
+) -> None:
+    """4 ranks, tp_size=2: ranks 0 and 1 are data-parallel rank 0, ranks 2 and 3 rank 1; each pair
+    reads what rank 0 and rank 1 of a 2-rank job read."""
+    for dp_rank in (0, 1):
+        want = run_steps(raw_config, backend, 3, Topology(rank=dp_rank, world_size=2), tmp_path / "a")
+        for rank in (2 * dp_rank, 2 * dp_rank + 1):
+            topo = Topology(rank=rank, world_size=4, tp_size=2)
+            assert (topo.dp_degree, topo.dp_rank) == (2, dp_rank)
+            assert run_steps(raw_config, backend, 3, topo, tmp_path / "b") == want
+    assert run_steps(raw_config, backend, 3, Topology(rank=0, world_size=2), tmp_path / "a") != run_steps(
+        raw_config, backend, 3, Topology(rank=1, world_size=2), tmp_path / "a"
+    )
+
+
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
 def test_the_flatten_after_pack_sequences_lays_packs_out_as_pack_flat_does(
