@@ -125,6 +125,16 @@ def test_zephon_and_zephon_ref_give_the_same_training_tensors(
     # not a vacuous comparison: real documents of several lengths, packed with padding and boundaries
     flat = [t for step in want for mb in step for row in mb["positions"][1] for t in row]
     assert flat.count(0) > 12 and max(flat) >= 8
+    # and the bookkeeping beside the tensors: each row's primary sample (dataset, shard, index)
+    assert primary_ids(raw, "zephon_ref", 6) == primary_ids(raw, "zephon", 6)
+
+
+def primary_ids(raw: dict[str, Any], backend: str, steps: int) -> list[list[tuple[int, ...]]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = FrameworkLoader(LoaderConfig.from_dict(raw), backend=backend)
+        mbs = [mb for _ in range(steps) for mb in loader.next_step()]
+    return [[tuple(int(x) for x in sid) for sid in mb["ids"]] for mb in mbs]
 
 
 @pytest.mark.conformance
