@@ -283,10 +283,11 @@ class Builder:
                      groups: DomainGroups | Mapping[str, Sequence[str]] | None) -> DomainGroups | None:
         """``groups`` as a DomainGroups checked against the source's component names (as zephon does
         at the builder call); a component in no group packs alone, which warns."""
-        if groups is not None and homogeneity != "group":
+        grouped = isinstance(homogeneity, str) and homogeneity == "group"  # no arbitrary __eq__
+        if groups is not None and not grouped:
             raise ConfigError(expected("groups", f"None for homogeneity={homogeneity!r}", groups))
         if groups is None:
-            if homogeneity == "group":
+            if grouped:
                 raise ConfigError(expected("groups", "a DomainGroups or {group: [component, ...]} for "
                                            "homogeneity='group'", None))
             return None

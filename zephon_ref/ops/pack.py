@@ -125,6 +125,7 @@ from zephon_ref.types import (
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_CANDIDATE_POOL_SIZE",
+    "MAX_FLAT_LENGTH",
     "TOKEN_FIELD_CANDIDATES",
     "PackConfig",
     "PackSequences",
@@ -139,6 +140,8 @@ TOKEN_FIELD_CANDIDATES = ("input_ids", "tokens", "token_ids", "ids")
 ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
 SLICING = ("wrap", "best_fit_wrap")
 DEFAULT_CANDIDATE_POOL_SIZE = 1024
+#: the longest pack_flat row: its ``positions`` are int32
+MAX_FLAT_LENGTH = 2**31 - 1
 #: ``max_candidate_age`` defaults to this many times ``candidate_pool_size``
 AGE_PER_CANDIDATE = 8
 
@@ -443,6 +446,9 @@ class PackConfig:
         if slicing and self.drop_oversized:
             raise ConfigError(expected("drop_oversized", f"False or None for algorithm={alg!r} (it splits)",
                                        True))
+        if flat and self.max_length > MAX_FLAT_LENGTH:
+            raise ConfigError(expected("max_length", f"an int <= {MAX_FLAT_LENGTH} for pack_flat (its positions "
+                                       "are int32)", self.max_length))
         if flat and (alg != "wrap" or self.max_sequences_per_bin is not None) and self.pad_token_id is None:
             raise ConfigError(expected("pad_token_id", f"an int >= 0 (pack_flat with algorithm={alg!r} pads "
                                        "partial bins to max_length)", None))
