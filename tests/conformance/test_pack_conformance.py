@@ -25,7 +25,6 @@ as tests/conformance/test_pipeline_conformance.py does).
 from __future__ import annotations
 
 import copy
-import itertools
 import os
 import random
 import tempfile
@@ -185,17 +184,19 @@ def op_case(seed: int) -> tuple[dict[str, Any], Any, Any, bool]:
 
 def test_generated_operator_configurations_match_zephon() -> None:
     seen: dict[str, int] = {}
-    raised = 0
+    raised = unflagged = 0
     for seed in range(OP_CONFIGS):
         knobs, mine, z, children = op_case(seed)
         if mine != z and children and knobs["algorithm"] in REORDERING and "raised" not in (mine[0], z[0]):
             # docs/divergences.md row 1 (closing flag of a child moved to its last-emitted sibling)
             mine, z = _unflag(mine), _unflag(z)
+            unflagged += 1
         assert mine == z, f"seed {seed}: {knobs}\nzephon_ref: {mine}\nzephon:     {z}"
         raised += isinstance(mine, tuple)
         key = f"{knobs['algorithm']}/{knobs.get('output', 'envelope')}/{knobs.get('homogeneity', 'none')}"
         seen[key] = seen.get(key, 0) + 1
-    print(f"\n{OP_CONFIGS} operator configurations equal to zephon ({raised} raise in both): {sorted(seen.items())}")
+    print(f"\n{OP_CONFIGS} operator configurations equal to zephon ({raised} raise in both, {unflagged} "
+          f"equal with child closing flags cleared): {sorted(seen.items())}")
     assert len(seen) == 4 * 2 * 3 or OP_CONFIGS < 200, f"every algorithm x output x homogeneity drawn: {seen}"
 
 
@@ -275,7 +276,7 @@ def test_generated_pipelines_match_zephon_and_resume_exactly(seed: int) -> None:
         assert ours == mine[cut:], f"zephon_ref resume at cut {cut}\n{cfg.describe()}"
         if want == _by_lane(z):  # zephon's checkpoint cuts zephon's (deterministic) stream
             theirs = _views("zephon_ref", cfg, _checkpoint_at("zephon", cfg, cut))
-            assert theirs == z[cut:], f"zephon checkpoint at cut {cut} restored into zephon_ref\n{cfg.describe()}"
+            assert theirs == z[cut:], f"zephon checkpoint at cut {cut} into zephon_ref\n{cfg.describe()}"
 
 
 def test_the_generators_cover_every_new_mode() -> None:
