@@ -447,8 +447,8 @@ class PackConfig:
             raise ConfigError(expected("drop_oversized", f"False or None for algorithm={alg!r} (it splits)",
                                        True))
         if flat and self.max_length > MAX_FLAT_LENGTH:
-            raise ConfigError(expected("max_length", f"an int <= {MAX_FLAT_LENGTH} for pack_flat (its positions "
-                                       "are int32)", self.max_length))
+            raise ConfigError(expected("max_length", f"an int <= {MAX_FLAT_LENGTH} for pack_flat (its "
+                                       "positions are int32)", self.max_length))
         if flat and (alg != "wrap" or self.max_sequences_per_bin is not None) and self.pad_token_id is None:
             raise ConfigError(expected("pad_token_id", f"an int >= 0 (pack_flat with algorithm={alg!r} pads "
                                        "partial bins to max_length)", None))
