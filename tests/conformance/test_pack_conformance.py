@@ -205,8 +205,6 @@ def draw_pipeline(seed: int) -> PipelineConfig:
     r = random.Random(10_000 + seed)
     knobs = draw_knobs(r, ["web", "code", "books"], r.choice([32, 64, 96, 160]))
     method = "pack_flat" if knobs.pop("output", "envelope") == "flat" else "pack_sequences"
-    if method == "pack_flat":
-        knobs.pop("tokens_field", None)
     chain: list[tuple[str, dict[str, Any]]] = [(method, knobs)]
     if r.random() < 0.3:
         chain.append(("shuffle", {"buffer_size": r.randint(1, 6), "seed": r.randint(0, 9)}))

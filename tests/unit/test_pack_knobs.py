@@ -186,3 +186,15 @@ def test_zephon_raises_the_same_builtin(kw: dict[str, Any], err: type[Exception]
         pytest.skip("zephon does not check this type (docs/divergences.md)")
     with pytest.raises(builtin):
         ZPack(8, **z)
+
+
+def test_the_groups_are_part_of_the_fingerprint() -> None:
+    """Another grouping packs other records together: a checkpoint must not restore across it."""
+    def fp(groups: dict[str, list[str]]) -> str:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p = build_pipeline("zephon_ref", CFG)
+            return str(p.pack_sequences(32, num_bins=2, homogeneity="group", groups=groups).fingerprint())
+
+    assert fp({"g": ["web"]}) != fp({"g": ["code"]})
+    assert fp({"g": ["web"]}) == fp({"g": ["web"]})
