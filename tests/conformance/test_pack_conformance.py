@@ -283,3 +283,15 @@ def test_the_generators_cover_every_new_mode() -> None:
     assert any(m == "pack_flat" for m, _ in chains)
     assert any(k["algorithm"] == "best_fit_wrap" for _, k in chains)
     assert {k.get("homogeneity", "none") for _, k in chains} >= {"none", "full", "group"}
+
+
+@pytest.mark.parametrize("method", ["pack_sequences", "pack_flat"])
+def test_the_builder_methods_take_zephons_keywords_and_defaults(method: str) -> None:
+    import inspect
+
+    from zephon_ref.pipeline import Pipeline
+
+    theirs = inspect.signature(getattr(zephon.Pipeline, method)).parameters
+    mine = inspect.signature(getattr(Pipeline, method)).parameters
+    assert [(n, p.kind, p.default) for n, p in mine.items()] == \
+        [(n, p.kind, p.default) for n, p in theirs.items()]
