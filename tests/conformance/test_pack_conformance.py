@@ -295,3 +295,33 @@ def test_the_builder_methods_take_zephons_keywords_and_defaults(method: str) -> 
     mine = inspect.signature(getattr(Pipeline, method)).parameters
     assert [(n, p.kind, p.default) for n, p in mine.items()] == \
         [(n, p.kind, p.default) for n, p in theirs.items()]
+
+
+FLAT_TRAINING = [
+    {"max_length": 64, "num_bins": 2, "pad_token_id": 0},
+    {"max_length": 48, "algorithm": "wrap"},
+    {"max_length": 64, "algorithm": "best_fit_wrap", "candidate_pool_size": 3, "pad_token_id": 2,
+     "homogeneity": "full"},
+    {"max_length": 32, "algorithm": "wrap", "max_sequences_per_bin": 2, "pad_token_id": 1,
+     "emit_positions": False},
+]
+
+
+@pytest.mark.parametrize("knobs", FLAT_TRAINING, ids=lambda k: k.get("algorithm", "first_fit"))
+def test_pack_flat_rows_convert_to_the_same_training_batches(knobs: dict[str, Any]) -> None:
+    """What a framework does with pack_flat: batch, then to_training with labels, loss mask and
+    cu_seqlens (from the positions pack_flat emits); every array equal to zephon's."""
+    import numpy as np
+
+    cfg = PipelineConfig([("pack_flat", knobs), ("batch", {"microbatch_size": 2})])
+    got = {}
+    for impl in ("zephon", "zephon_ref"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = []
+            for b in build_pipeline(impl, cfg):
+                t = b.to_training(return_labels=True, return_loss_mask=True,
+                                  return_cu_seqlens=knobs.get("emit_positions", True))
+                rows.append({k: np.asarray(v).tolist() for k, v in t.items()})
+        got[impl] = rows
+    assert got["zephon_ref"] == got["zephon"] and len(got["zephon"]) >= 3
