@@ -22,6 +22,8 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from tests.surface.modules import module_names
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: (prefix, kind): the first matching prefix wins (a prefix matches the module itself and its
@@ -73,17 +75,6 @@ BANNED_LIBRARIES = frozenset({
     "boto3", "botocore", "concurrent", "io", "multiprocessing", "os", "pathlib", "queue", "ray", "shutil",
     "socket", "subprocess", "tempfile", "threading", "time", "torch",
 })
-
-
-def module_names(root: Path, package: str) -> dict[str, Path]:
-    """``{dotted name: file}`` of every module of ``package`` under ``root``."""
-    out: dict[str, Path] = {}
-    for f in sorted((root / package).rglob("*.py")):
-        parts = list(f.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = f
-    return out
 
 
 def kind_of(module: str) -> str | None:

@@ -16,18 +16,9 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from tests.surface.modules import module_names
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def module_names(root: Path, package: str) -> dict[str, Path]:
-    """``{dotted name: file}`` of every module of ``package`` under ``root``."""
-    out: dict[str, Path] = {}
-    for f in sorted((root / package).rglob("*.py")):
-        parts = list(f.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = f
-    return out
 
 
 def _is_type_checking(test: ast.expr) -> bool:

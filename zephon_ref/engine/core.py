@@ -82,7 +82,6 @@ chunk, and everything passes).
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -585,32 +584,10 @@ class Engine:
         return targets
 
     def _check_source_config(self, lane: int, ws_state: Any) -> None:
-        """A lane's source state must carry this pipeline's source configuration (seed, weights,
-        policies, ...): only the position fields may differ from a fresh clone's.  A source whose
-        state carries no configuration (``state_configuration`` None: the WorkSource default, as
-        seed 000 leaves a state's content to the implementation) checks its own in
-        ``load_state_dict``."""
-        clone = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas)
-        fresh = clone.state_dict()
-        if not isinstance(fresh, Mapping) or clone.state_configuration(fresh) is None:
-            return  # a custom source's state: its own load_state_dict judges it
-        if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
-            raise StateMismatchError(
-                expected(
-                    f"lane {lane} work-source state",
-                    f"the keys {sorted(fresh)}",
-                    sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state,
-                )
-            )
-        bad = _non_finite(ws_state)
-        if bad is not None:
-            raise StateFormatError(
-                expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity")
-            )
-        for key in sorted(fresh):
-            if key not in schema.SOURCE_RESTORABLE_KEYS and ws_state[key] != fresh[key]:
-                raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
-                                                  "pipeline's source configuration)", ws_state[key]))
+        """A lane's source state must carry this pipeline's source configuration
+        (:func:`zephon_ref.state.check_source_state`)."""
+        schema.check_source_state(self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas),
+                                  lane, ws_state)
 
     def _check_chunk(self, lane: int, cid: int, chunk: Any) -> None:
         """Every sample pointer of an inflight chunk names an existing row of a known component."""
@@ -628,20 +605,3 @@ class Engine:
                     raise StateMismatchError(expected(f"lane {lane} chunk {cid} sample of {name!r}",
                                                       f"a row of dataset {self._ids[name]} (shards {shards})",
                                                       tuple(sid)))
-
-
-def _non_finite(value: Any, path: str = "state") -> str | None:
-    """The path of the first NaN or infinite float in a plain-data value, or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    if isinstance(value, Mapping):
-        items: Iterator[tuple[Any, Any]] = iter(value.items())
-    elif isinstance(value, (list, tuple)):
-        items = iter(enumerate(value))
-    else:
-        return None
-    for k, v in items:
-        found = _non_finite(v, f"{path}.{k}")
-        if found is not None:
-            return found
-    return None

@@ -11,9 +11,9 @@ interleaved in round robin (:mod:`.stream`), and turned into tensors
 (:mod:`.collate`) or, for comparison, into the reference's record objects
 (:mod:`.records`).  :mod:`.config` accepts or refuses a configuration at build
 time (:data:`REFUSED_KNOBS`); :mod:`.pipeline` is the entry point, with its own
-checkpoint format.  The static mixture work source's chunk order is computed here
-(:mod:`.source`, from the source's configuration); a source it does not cover is
-read through its public lane API (:mod:`.chunks`).
+checkpoint format.  Work-source chunks are read through the source's public lane
+API (:mod:`.chunks`) and saved source states are checked by the reference's rule
+(:func:`zephon_ref.state.check_source_state`): the two seams where it enters the reference.
 
 Importing this package imports numpy, not torch; torch is imported by
 :func:`collate` only.

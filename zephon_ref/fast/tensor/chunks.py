@@ -4,10 +4,12 @@ Theory of operation
 -------------------
 The contents of global chunk ``g`` do not depend on who owns it, so
 :class:`ChunkDispatcher` produces the global sequence once and hands chunk ``g``
-to its owner's queue.  The sequence comes from :mod:`.source` (this package's own
-computation of the static mixture order); for a source it does not cover, from
-the source's public lane API (a clone of one lane out of one, which owns every
-chunk, and ``lane_for_chunk(g)`` of a clone of the real topology).
+to its owner's queue.  The sequence comes from the source's public lane API (a
+clone of one lane out of one, which owns every chunk, and ``lane_for_chunk(g)`` of
+a clone of the real topology): the one seam where this implementation enters the
+reference.  It does not recompute the work-source order itself (an earlier own
+computation copied the reference's quota loop; planning chunks is a small part of
+the cost, see bench/bench_tensor.py).
 
 A lane chunk arrives as ``(documents, mixture by component id)``: the documents
 in the chunk's offset order (:mod:`.order`), each with its payload read from the
@@ -33,7 +35,6 @@ from operator import itemgetter
 from typing import Any
 
 from zephon_ref.fast.tensor.order import chunk_pattern
-from zephon_ref.fast.tensor.source import GlobalChunks, own_chunks
 from zephon_ref.fast.tensor.tokens import WordIds
 
 __all__ = ["PRETOK", "WINDOW_SAMPLES", "ChunkDispatcher", "LaneChunk", "lane_feeds"]
@@ -56,8 +57,8 @@ PRETOK: Any = _Pretokenized()
 LaneChunk = tuple[list[Any], dict[int, float]]
 
 
-class _ReferenceLanes:
-    """Global chunks read through the source's public lane API (sources :mod:`.source` does not cover)."""
+class _SourceChunks:
+    """Global chunks read through the source's public lane API."""
 
     __slots__ = ("_global", "_owner", "g")
 
@@ -92,8 +93,7 @@ class ChunkDispatcher:
 
     def __init__(self, source: Any, lanes: int, *, datasets: Mapping[int, Any], ids: Mapping[str, int],
                  pretokenize: tuple[str, WordIds] | None = None, starts: Sequence[int] | None = None) -> None:
-        gen: GlobalChunks | _ReferenceLanes | None = own_chunks(source, lanes)
-        self._gen = gen if gen is not None else _ReferenceLanes(source, lanes)
+        self._gen = _SourceChunks(source, lanes)
         self._queues: list[deque[LaneChunk]] = [deque() for _ in range(lanes)]
         self._cids = [0] * lanes  # chunks produced per lane (skipped ones included)
         self._starts = list(starts) if starts is not None else [0] * lanes  # per lane: chunks to skip
@@ -103,11 +103,6 @@ class ChunkDispatcher:
             tuple[tuple[str, int], ...], tuple[Callable[[list[Any]], Any], tuple[int, ...]]
         ] = {}
         self._done = False
-
-    @property
-    def own(self) -> bool:
-        """Whether the chunk order is this package's own computation."""
-        return isinstance(self._gen, GlobalChunks)
 
     def _plan(self, comps: Mapping[str, Sequence[Any]]) -> tuple[Callable[[list[Any]], Any], tuple[int, ...]]:
         """For a chunk with these component sizes: a getter taking the chunk's samples in offset

@@ -259,26 +259,8 @@ class TensorPipeline:
             return {schema.lane_key(k, name, C): v for k, v in (state.get(name) or {}).items()}
 
         ws, emitted, cursors = table("lane_ws_state"), table("lane_emitted"), table("replay_cursors")
-        for lane in range(C):
-            fresh = self.source.clone_for_lane(lane, C).state_dict()
-            got = ws.get(lane)
-            if not isinstance(got, Mapping) or set(got) != set(fresh):
-                raise StateMismatchError(
-                    expected(
-                        f"lane {lane} work-source state",
-                        f"the keys {sorted(fresh)}",
-                        sorted(got) if isinstance(got, Mapping) else got,
-                    )
-                )
-            for key in sorted(fresh):
-                if key not in schema.SOURCE_RESTORABLE_KEYS and got[key] != fresh[key]:
-                    raise StateMismatchError(
-                        expected(
-                            f"lane {lane} work-source {key!r}",
-                            f"{fresh[key]!r} (this configuration's source)",
-                            got[key],
-                        )
-                    )
+        for lane in range(C):  # the reference's own rule, at its one seam
+            schema.check_source_state(self.source.clone_for_lane(lane, C), lane, ws.get(lane))
         counts = [int(emitted.get(lane, 0)) for lane in range(C)]
         rr = state.get("rr_next_idx") or {}
         key = f"0/1:{','.join(map(str, range(C)))}"
