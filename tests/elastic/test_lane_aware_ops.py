@@ -224,3 +224,19 @@ def test_a_sentinel_splits_only_its_own_lanes_push() -> None:
     calls.clear()
     st.enqueue([rec(0, 4), rec(1, 5), flush_sentinel(0, 1), rec(0, 6)])
     assert calls == [[(0, 4)], [(1, 5), (0, 6)]]
+
+
+@pytest.mark.parametrize("runner", ["threads", "process"])
+def test_the_new_packers_deliver_the_same_stream_under_every_runner(runner: str) -> None:
+    """Seed 002: the runner is an execution setting (a pool per (lane, group), flat numpy rows)."""
+    c = PipelineConfig(
+        [("pack_flat", {"max_length": 64, "algorithm": "best_fit_wrap", "candidate_pool_size": 3,
+                        "pad_token_id": 0, "homogeneity": "group", "groups": {"g": ["web", "books"]}}),
+         ("batch", {"microbatch_size": 2})],
+        layout=LAYOUT, source_kwargs={"chunk_size": 4, "seed": 11},
+        options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = [item_view(x) for x in build_pipeline("zephon_ref", c)]
+        got = [item_view(x) for x in build_pipeline("zephon_ref", c, runner=runner)]
+    assert got == want and len(want) >= 6
