@@ -325,3 +325,31 @@ def test_pack_flat_rows_convert_to_the_same_training_batches(knobs: dict[str, An
                 rows.append({k: np.asarray(v).tolist() for k, v in t.items()})
         got[impl] = rows
     assert got["zephon_ref"] == got["zephon"] and len(got["zephon"]) >= 3
+
+
+def _array_records(r: random.Random, dict_form: bool) -> list[SampleRecord]:
+    import numpy as np
+
+    out = []
+    for off in range(12):
+        n = r.randint(1, 9)
+        ids = np.arange(100, 100 + n)
+        payload: Any = {"input_ids": ids, "mask": np.ones(n, dtype=np.int8)} if dict_form else ids
+        out.append(rec(off % 2, 0, off, payload=payload, comp=off % 3))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_numpy_array_payload_merging_matches_zephon(seed: int) -> None:
+    r = random.Random(seed)
+    dict_form = seed % 3 != 0
+    knobs: dict[str, Any] = {"max_length": 10, "pack_payloads": "numpy_array"}
+    if dict_form and seed % 2:
+        knobs.update(algorithm=r.choice(["wrap", "best_fit_wrap"]))
+    else:
+        knobs.update(algorithm=r.choice(["first_fit", "best_fit"]), num_bins=r.randint(1, 3))
+        if not dict_form:
+            knobs["length_fn"] = lambda x: len(x.payload)
+    recs = _array_records(r, dict_form)
+    mine, z = run_both(knobs, split(recs, [3, 7]))
+    assert mine == z and mine[0] != "raised", f"seed {seed}: {knobs}"

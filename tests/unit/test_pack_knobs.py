@@ -198,3 +198,21 @@ def test_the_groups_are_part_of_the_fingerprint() -> None:
 
     assert fp({"g": ["web"]}) != fp({"g": ["code"]})
     assert fp({"g": ["web"]}) == fp({"g": ["web"]})
+
+
+def test_numpy_array_merging_refuses_what_does_not_stack() -> None:
+    from zephon_ref.ops.pack import join_numpy
+
+    a, b = np.arange(2), np.arange(3)
+    assert join_numpy([a, b]).tolist() == [0, 1, 0, 1, 2]
+    assert join_numpy([{"x": a}, {"x": b, "y": b}])["x"].tolist() == [0, 1, 0, 1, 2]
+    with pytest.raises(ConfigTypeError, match="numpy arrays"):
+        join_numpy([a, [1]])
+    with pytest.raises(ConfigTypeError, match="dicts like the first"):
+        join_numpy([{"x": a}, b])
+    with pytest.raises(ConfigError, match="every key of the first"):
+        join_numpy([{"x": a, "y": a}, {"x": b}])
+    with pytest.raises(ConfigError, match="agree beyond their first axis"):
+        join_numpy([np.ones((2, 2)), np.ones((3, 3))])
+    with pytest.raises(ConfigError):
+        PackSequences(8, num_bins=1, pack_payloads="torch_tensor")  # the semantics import no torch

@@ -133,6 +133,7 @@ __all__ = [
     "apportion_tokens",
     "checked_length",
     "detect_token_field",
+    "join_numpy",
     "value_length",
 ]
 
@@ -310,6 +311,41 @@ def pad(value: Any, count: int, fill: int, name: str) -> Any:
                                    type(value).__name__))
 
 
+def join_numpy(entries: list[Any]) -> Any:
+    """``pack_payloads="numpy_array"``: a bin's entries joined along their first axis.
+
+    The first entry decides the form: numpy arrays are concatenated; dicts give one array per key
+    of the first entry, each the concatenation of that key's arrays.  Anything else, a missing key
+    or arrays that do not stack is refused, typed.
+    """
+    def joined(parts: list[Any], what: str) -> Any:
+        kinds = sorted({type(x).__name__ for x in parts if not isinstance(x, np.ndarray)})
+        if kinds:
+            raise ConfigTypeError(expected(f"pack_payloads='numpy_array' {what}", "numpy arrays", kinds))
+        try:
+            return np.concatenate(parts, axis=0)
+        except ValueError as exc:
+            raise ConfigError(expected(f"pack_payloads='numpy_array' {what}",
+                                       "arrays that agree beyond their first axis", str(exc))) from exc
+
+    first = entries[0]
+    if not isinstance(first, Mapping):
+        return joined(entries, "payloads")
+    out: dict[str, Any] = {}
+    for key in first:
+        parts = []
+        for e in entries:
+            if not isinstance(e, Mapping):
+                raise ConfigTypeError(expected("pack_payloads='numpy_array' payloads", "dicts like the first",
+                                               type(e).__name__))
+            if key not in e:
+                raise ConfigError(expected("pack_payloads='numpy_array' payload keys",
+                                           f"every key of the first payload {list(first)}", sorted(e)))
+            parts.append(e[key])
+        out[key] = joined(parts, f"values of {key!r}")
+    return out
+
+
 def positions(lengths: Sequence[int]) -> np.ndarray:
     """int32 ``[0..L0-1, 0..L1-1, ...]``: each 0 starts a document (the pad tail is its own)."""
     parts = [np.arange(n, dtype=np.int32) for n in lengths if n > 0]
@@ -413,8 +449,8 @@ class PackConfig:
                                         doc="reorder each push before packing")
     shuffle_seed: int | None = knob(None, Int(0, none=True), doc="shuffle_strategy='random': its seed")
     flush_strategy: str = knob("fifo", Choice(("fifo", "fullest")), doc="which bin closes at num_bins")
-    pack_payloads: Any = knob("keep_list", OneOf((Choice(("keep_list",)), Func())),
-                              doc="envelope: merge a bin's entries")
+    pack_payloads: Any = knob("keep_list", OneOf((Choice(("keep_list", "numpy_array")), Func())),
+                              doc="envelope: merge a bin's entries (a list, joined numpy arrays, a callable)")
     emit_positions: bool = knob(True, Bool(), doc="flat: add the positions field")
     pad_token_id: int | None = knob(None, Int(0, none=True), doc="flat: the token field's pad id")
     candidate_pool_size: int | None = knob(None, Int(1, none=True),
@@ -508,7 +544,8 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         self.cap = config.max_sequences_per_bin
         self.flat = config.output == "flat"
         pp = config.pack_payloads
-        self.pack_payloads: Callable[[list[Any]], Any] | None = None if pp == "keep_list" else pp
+        self.pack_payloads: Callable[[list[Any]], Any] | None = (
+            None if pp == "keep_list" else join_numpy if pp == "numpy_array" else pp)
         self.domain_of = domain_of
         self.dropped_oversized = 0  # diagnostics only, never decides output
         # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)
