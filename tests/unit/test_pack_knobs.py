@@ -216,3 +216,30 @@ def test_numpy_array_merging_refuses_what_does_not_stack() -> None:
         join_numpy([np.ones((2, 2)), np.ones((3, 3))])
     with pytest.raises(ConfigError):
         PackSequences(8, num_bins=1, pack_payloads="torch_tensor")  # the semantics import no torch
+
+
+def _children(sizes: list[int]) -> list[SampleRecord]:
+    from zephon_ref.lineage import spawn_child
+
+    base = rec(0, 0, 0, n_tokens=1)
+    return [SampleRecord(spawn_child(base.meta, i, is_last_child=i == len(sizes) - 1),
+                         {"input_ids": list(range(n))}) for i, n in enumerate(sizes)]
+
+
+def _closers(out: list[SampleRecord]) -> list[tuple[int, bool]]:
+    return [(i, ref.is_last_child) for i, r in enumerate(out) for ref in r.meta.contribution_refs()]
+
+
+@pytest.mark.parametrize("algorithm", ["first_fit", "best_fit_wrap"])
+def test_a_shuffle_moving_the_closing_child_first_still_closes_on_the_last_fragment(algorithm: str) -> None:
+    """shuffle_strategy="length" puts the 5-token closer before its 3-token sibling; it fills a bin
+    at once, but the offset closes only with the sibling (zephon closes it with the first bin)."""
+    kw: dict[str, Any] = {"num_bins": 1} if algorithm == "first_fit" else {"candidate_pool_size": 1}
+    out = run(PackSequences(5, algorithm=algorithm, shuffle_strategy="length", **kw), [_children([3, 5])])
+    assert [len(r.payload["packed_samples"]) for r in out] == [1, 1]
+    assert _closers(out) == [(0, False), (1, True)]
+
+
+def test_a_dropped_closing_child_hands_its_closer_to_a_sibling_shuffled_after_it() -> None:
+    out = run(PackSequences(5, num_bins=1, shuffle_strategy="length"), [_children([3, 20])])
+    assert _closers(out) == [(0, True)] and not any(r.meta.tombstone for r in out)

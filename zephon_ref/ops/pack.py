@@ -60,8 +60,10 @@ primary cursor = first segment's record cursor extended by that segment's start
 offset; ``_packing_metadata`` with ``padding_length`` (flat: pad tokens; envelope:
 None).  A 1:1 record's ref closes with its last-emitted segment.  An explicit
 contributor closes (first/best fit, best_fit_wrap, which reorder) iff its
-offset's closer was seen and no sibling stays buffered in the lane (zephon keeps
-the incoming flag: docs/divergences.md); wrap keeps the FIFO order and the flag.
+offset's closer was seen and no sibling stays buffered in the lane, counting every
+fragment from the push that brings it (a pre-packing shuffle may put the closer
+first; zephon keeps the incoming flag: docs/divergences.md); wrap keeps the FIFO
+order and the flag.
 
 Drops are never silent: the oversized records a lane dropped since its last flush
 (first/best) and the wrap tail a flush drops are each reported by one
@@ -93,7 +95,7 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
-from zephon_ref.lineage import pack_meta, tombstones_for_record
+from zephon_ref.lineage import pack_meta, tombstone_meta, tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
     BaseOp,
@@ -603,6 +605,12 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             order = self._shuffled_per_lane(order)
         elif self.config.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
+        if self.algorithm != "wrap":
+            # count the whole push first: a shuffle may place a closing child before a sibling of
+            # the same push, and the closer must still wait for it (upstream delivers the closer
+            # last, so once it is seen every sibling has been pushed)
+            for rec in order:
+                self._track(self._lanes.setdefault(rec.meta.lane_id, _PackLane()), rec)
         out: list[SampleRecord] = []
         for rec in order:
             domain = None if self.domain_of is None else self.domain_of(rec)
@@ -644,7 +652,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
     # closers of explicit contributors, for the algorithms that reorder records
     @staticmethod
     def _track(st: _PackLane, rec: SampleRecord) -> None:
-        """A record enters a bin or the pool: count its refs per offset, note a closer."""
+        """A record is pushed: count its refs per offset until they leave, note a closer."""
         for ref in rec.meta.tags.get(TAG_CONTRIBUTORS) or ():
             tal = st.tally.setdefault(ref.cursor.base_offset, [0, 0])
             tal[0] += 1
@@ -652,14 +660,21 @@ class PackingAccumulator(Accumulator[SampleRecord]):
 
     @staticmethod
     def _drop_tombstones(st: _PackLane, rec: SampleRecord) -> list[SampleRecord]:
-        """Tombstones for a record that packs nothing; a sibling still buffered carries its closer."""
+        """Tombstones for a record that packs nothing (tracked by :meth:`_track`): an offset whose
+        last buffered fragment this was closes here, if its closer was seen; a sibling still
+        buffered carries the closer otherwise."""
+        if not rec.meta.contributors:
+            return tombstones_for_record(rec)
         keep: list[SampleRecord] = []
-        for t in tombstones_for_record(rec):
-            tal = st.tally.get(t.meta.contributors[0].cursor.base_offset)
-            if tal is not None and rec.meta.contributors:
-                tal[1] = 1
-            else:
-                keep.append(t)
+        for ref in rec.meta.contributors:
+            key = ref.cursor.base_offset
+            tal = st.tally[key]
+            tal[0] -= 1
+            if tal[0] == 0:
+                del st.tally[key]
+                if tal[1]:
+                    keep.append(SampleRecord(tombstone_meta(ContributorRef(ref.cursor, True),
+                                                            rec.meta.lane_id), None))
         return keep
 
     def _full(self, b: _Bin) -> bool:
@@ -680,7 +695,6 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             tally_drop[1] += n
             return self._drop_tombstones(st, rec)
         lane = rec.meta.lane_id
-        self._track(st, rec)
         seg = _Segment(rec, 0, n, n, is_last=True)
         chosen: _Bin | None = None
         if self.algorithm == "first_fit":
@@ -754,7 +768,6 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         n = value_length(rec.payload[name], name)
         if n <= 0:
             return self._drop_tombstones(st, rec)
-        self._track(st, rec)
         lane, m = rec.meta.lane_id, self.max_length
         out: list[SampleRecord] = []
         start = 0
