@@ -541,9 +541,20 @@ def _build_entry_points() -> list[EntryPoint]:
                        {"max_length": 64, "num_bins": 2},
                        ["max_length", "placement", "parallelism", "num_bins", "max_sequences_per_bin",
                         "algorithm", "tokens_field", "length_fn", "drop_oversized", "min_sequence_length",
-                        "shuffle_strategy", "shuffle_seed", "flush_strategy", "pack_payloads", "homogeneity"],
+                        "shuffle_strategy", "shuffle_seed", "flush_strategy", "pack_payloads", "homogeneity",
+                        "candidate_pool_size", "max_candidate_age", "groups"],
                        _tok_pipeline, _use_pipeline, positional=("max_length",),
-                       caps={"max_length": 4096, "num_bins": 64, "max_sequences_per_bin": 4096})
+                       caps={"max_length": 4096, "num_bins": 64, "max_sequences_per_bin": 4096,
+                             "candidate_pool_size": 4096, "max_candidate_age": 4096})
+    eps += _kw_entries("Pipeline.pack_flat", then_finish(Pipeline.pack_flat),
+                       {"max_length": 64, "num_bins": 2, "pad_token_id": 0},
+                       ["max_length", "placement", "parallelism", "num_bins", "max_sequences_per_bin",
+                        "algorithm", "tokens_field", "pad_token_id", "emit_positions", "drop_oversized",
+                        "min_sequence_length", "shuffle_strategy", "shuffle_seed", "flush_strategy",
+                        "candidate_pool_size", "max_candidate_age", "homogeneity", "groups"],
+                       _tok_pipeline, _use_pipeline, positional=("max_length",),
+                       caps={"max_length": 4096, "num_bins": 64, "max_sequences_per_bin": 4096,
+                             "candidate_pool_size": 4096, "max_candidate_age": 4096})
     eps += _kw_entries("Pipeline.shuffle", then_finish(Pipeline.shuffle), {"buffer_size": 4},
                        ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
                        base_pipeline, _use_pipeline, positional=("buffer_size",), caps={"buffer_size": 4096})

@@ -53,7 +53,7 @@ from __future__ import annotations
 import copy
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zephon_ref import state as schema
@@ -73,6 +73,7 @@ from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.ensure_mixture import EnsureMixture
+from zephon_ref.ops.grouping import DomainGroups
 from zephon_ref.ops.map_transform import MapTransform
 from zephon_ref.ops.pack import PackSequences
 from zephon_ref.ops.shuffle import Shuffle
@@ -208,12 +209,100 @@ class Builder:
             Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism, **kwargs),
         )
 
-    def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
-                       **kwargs: Any) -> Self:
-        return self._add(
-            "pack_sequences",
-            PackSequences(max_length, placement=placement, parallelism=parallelism, **kwargs),
+    def pack_sequences(
+        self,
+        max_length: int,
+        *,
+        num_bins: int | None = None,
+        max_sequences_per_bin: int | None = None,
+        algorithm: str = "first_fit",
+        tokens_field: str = "auto",
+        length_fn: Callable[[SampleRecord], int] | None = None,
+        drop_oversized: bool | None = None,
+        min_sequence_length: int = 1,
+        shuffle_strategy: str | None = None,
+        shuffle_seed: int | None = None,
+        flush_strategy: str = "fifo",
+        pack_payloads: str | Callable[[list[Any]], Any] = "keep_list",
+        candidate_pool_size: int | None = None,
+        max_candidate_age: int | None = None,
+        homogeneity: str = "none",
+        groups: DomainGroups | Mapping[str, Sequence[str]] | None = None,
+        placement: str = "auto",
+        parallelism: int | None = None,
+    ) -> Self:
+        """Pack records into ``{"packed_samples": [...]}`` envelopes (zephon_ref/ops/pack.py)."""
+        op = PackSequences(
+            max_length, num_bins=num_bins, max_sequences_per_bin=max_sequences_per_bin, algorithm=algorithm,
+            tokens_field=tokens_field, length_fn=length_fn, drop_oversized=drop_oversized,
+            min_sequence_length=min_sequence_length, shuffle_strategy=shuffle_strategy,
+            shuffle_seed=shuffle_seed, flush_strategy=flush_strategy, pack_payloads=pack_payloads,
+            candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age,
+            homogeneity=homogeneity, groups=self._pack_groups(homogeneity, groups), placement=placement,
+            parallelism=parallelism,
         )
+        return self._add("pack_sequences", op)
+
+    def pack_flat(
+        self,
+        max_length: int,
+        *,
+        num_bins: int | None = None,
+        max_sequences_per_bin: int | None = None,
+        algorithm: str = "first_fit",
+        tokens_field: str = "auto",
+        pad_token_id: int | None = None,
+        emit_positions: bool = True,
+        drop_oversized: bool | None = None,
+        min_sequence_length: int = 1,
+        shuffle_strategy: str | None = None,
+        shuffle_seed: int | None = None,
+        flush_strategy: str = "fifo",
+        candidate_pool_size: int | None = None,
+        max_candidate_age: int | None = None,
+        homogeneity: str = "none",
+        groups: DomainGroups | Mapping[str, Sequence[str]] | None = None,
+        placement: str = "auto",
+        parallelism: int | None = None,
+    ) -> Self:
+        """Pack records into flat rows of ``max_length`` (token field and aligned fields concatenated
+        and padded, ``positions`` restarting per segment), ready for ``to_training``."""
+        op = PackSequences(
+            max_length, num_bins=num_bins, max_sequences_per_bin=max_sequences_per_bin, algorithm=algorithm,
+            output="flat", tokens_field=tokens_field, pad_token_id=pad_token_id,
+            emit_positions=emit_positions,
+            drop_oversized=drop_oversized, min_sequence_length=min_sequence_length,
+            shuffle_strategy=shuffle_strategy, shuffle_seed=shuffle_seed, flush_strategy=flush_strategy,
+            candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age,
+            homogeneity=homogeneity, groups=self._pack_groups(homogeneity, groups), placement=placement,
+            parallelism=parallelism,
+        )
+        return self._add("pack_flat", op)
+
+    def _pack_groups(self, homogeneity: Any,
+                     groups: DomainGroups | Mapping[str, Sequence[str]] | None) -> DomainGroups | None:
+        """``groups`` as a DomainGroups checked against the source's component names (as zephon does
+        at the builder call); a component in no group packs alone, which warns."""
+        grouped = isinstance(homogeneity, str) and homogeneity == "group"  # no arbitrary __eq__
+        if groups is not None and not grouped:
+            raise ConfigError(expected("groups", f"None for homogeneity={homogeneity!r}", groups))
+        if groups is None:
+            if grouped:
+                raise ConfigError(expected("groups", "a DomainGroups or {group: [component, ...]} for "
+                                           "homogeneity='group'", None))
+            return None
+        spec = groups if isinstance(groups, DomainGroups) else DomainGroups(groups)
+        try:
+            names = sorted(dict(self._source.component_ids()))
+        except NotImplementedError:  # a custom work source without a vocabulary: nothing to check against
+            return spec
+        spec.validate_against(names)
+        ungrouped = sorted(set(names) - set(spec.to_member_map()))
+        if ungrouped:
+            warnings.warn(f"homogeneity='group': components {ungrouped} are in no group and pack as their "
+                          "own singleton domains; add them to a group if that was unintended", UserWarning,
+                          stacklevel=3)
+        return spec
 
     def shuffle(
         self,

@@ -34,6 +34,7 @@ from zephon_ref import state as schema
 from zephon_ref.errors import ContractError
 from zephon_ref.ops.base import BaseOp
 from zephon_ref.ops.batch import Batch
+from zephon_ref.ops.grouping import DomainGroups
 from zephon_ref.work.base import WorkSource
 
 __all__ = ["RESUMABLE_KNOBS", "describe", "pipeline_fingerprint"]
@@ -53,6 +54,8 @@ def describe(value: Any, depth: int = 0) -> Any:
         return [describe(v, depth + 1) for v in value]
     if isinstance(value, Mapping):
         return {str(k): describe(v, depth + 1) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, DomainGroups):  # slotted, its map private: name the membership itself
+        return {"type": "DomainGroups", "members": describe(value.to_member_map(), depth + 1)}
     if callable(value) and hasattr(value, "__qualname__"):
         return f"callable:{getattr(value, '__module__', '?')}.{value.__qualname__}"
     if depth < 3 and hasattr(value, "__dict__"):

@@ -78,6 +78,20 @@ CHAINS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "stateful_transform": [STATEFUL, ("batch", {"microbatch_size": 2})],
     "ensure_mixture": [("ensure_mixture", {"max_buffer_size": 6})],
+    # the packers issue 30 added: a candidate pool per (lane, component), flat rows per (lane, group)
+    "pack_best_fit_wrap_full": [
+        ("pack_sequences", {"max_length": 96, "algorithm": "best_fit_wrap", "candidate_pool_size": 3,
+                            "max_candidate_age": 4, "max_sequences_per_bin": 3, "homogeneity": "full"}),
+    ],
+    "pack_flat_best_fit_group": [
+        ("pack_flat", {"max_length": 128, "num_bins": 2, "algorithm": "best_fit", "pad_token_id": 0,
+                       "homogeneity": "group", "groups": {"g": ["web", "code"]}}),
+        ("batch", {"microbatch_size": 2}),
+    ],
+    "pack_flat_best_fit_wrap_random": [
+        ("pack_flat", {"max_length": 64, "algorithm": "best_fit_wrap", "candidate_pool_size": 2,
+                       "pad_token_id": 1, "shuffle_strategy": "random", "shuffle_seed": 5}),
+    ],
 }
 TOPOLOGIES = [(1, 2), (1, 3), (3, 1)]  # (dp_degree, workers) against (1, 1)
 
@@ -119,6 +133,27 @@ def test_random_packing_resumed_on_another_topology_continues_every_lane(before:
         state = merged_checkpoint(first)
         tail, _ = run_lockstep(participants(c, after, state=decode(encode(state))))
     assert lane_streams(head + tail) == want
+
+
+@pytest.mark.parametrize("before,after", [(1, 3), (3, 1)])
+@pytest.mark.parametrize("chain", ["pack_best_fit_wrap_full", "pack_flat_best_fit_group",
+                                   "pack_flat_best_fit_wrap_random"])
+def test_the_new_packers_resumed_on_another_topology_continue_every_lane(chain: str, before: int,
+                                                                         after: int) -> None:
+    c = cfg(chain, 2)
+    want = streams(c, 1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = participants(c, before)
+        head, _ = run_lockstep(first, steps=4)
+        state = merged_checkpoint(first)
+        tail, _ = run_lockstep(participants(c, after, state=decode(encode(state))))
+    assert lane_streams(head + tail) == want
+
+
+@pytest.mark.parametrize("chain", ["pack_best_fit_wrap_full", "pack_flat_best_fit_group"])
+def test_the_new_packers_resume_at_every_cut(chain: str) -> None:
+    assert _resume_every_cut(cfg(chain, 2)) >= 6
 
 
 def _resume_every_cut(c: PipelineConfig) -> int:
@@ -189,3 +224,19 @@ def test_a_sentinel_splits_only_its_own_lanes_push() -> None:
     calls.clear()
     st.enqueue([rec(0, 4), rec(1, 5), flush_sentinel(0, 1), rec(0, 6)])
     assert calls == [[(0, 4)], [(1, 5), (0, 6)]]
+
+
+@pytest.mark.parametrize("runner", ["threads", "process"])
+def test_the_new_packers_deliver_the_same_stream_under_every_runner(runner: str) -> None:
+    """Seed 002: the runner is an execution setting (a pool per (lane, group), flat numpy rows)."""
+    c = PipelineConfig(
+        [("pack_flat", {"max_length": 64, "algorithm": "best_fit_wrap", "candidate_pool_size": 3,
+                        "pad_token_id": 0, "homogeneity": "group", "groups": {"g": ["web", "books"]}}),
+         ("batch", {"microbatch_size": 2})],
+        layout=LAYOUT, source_kwargs={"chunk_size": 4, "seed": 11},
+        options={"runner": "inline", "canonical_replicas": 3, "flush_every_k_chunks": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = [item_view(x) for x in build_pipeline("zephon_ref", c)]
+        got = [item_view(x) for x in build_pipeline("zephon_ref", c, runner=runner)]
+    assert got == want and len(want) >= 6

@@ -322,6 +322,29 @@ BUILDERS: dict[str, tuple[dict[str, Any], list[str]]] = {
             "parallelism",
         ],
     ),
+    "pack_flat": (
+        {"max_length": 24, "num_bins": 2, "pad_token_id": 0},
+        [
+            "max_length",
+            "num_bins",
+            "max_sequences_per_bin",
+            "algorithm",
+            "tokens_field",
+            "pad_token_id",
+            "emit_positions",
+            "drop_oversized",
+            "min_sequence_length",
+            "shuffle_strategy",
+            "shuffle_seed",
+            "flush_strategy",
+            "candidate_pool_size",
+            "max_candidate_age",
+            "homogeneity",
+            "groups",
+            "placement",
+            "parallelism",
+        ],
+    ),
     "shuffle": (
         {"buffer_size": 4},
         ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
@@ -333,6 +356,10 @@ MODE = {
     ("shuffle", "warmup_growth"): {"algorithm": "block_warmup"},
     ("shuffle", "seed"): {"algorithm": "block"},
     ("pack_sequences", "shuffle_seed"): {"shuffle_strategy": "random"},
+    ("pack_flat", "shuffle_seed"): {"shuffle_strategy": "random"},
+    **{(b, k): {"algorithm": "best_fit_wrap", "num_bins": None}
+       for b in ("pack_sequences", "pack_flat") for k in ("candidate_pool_size", "max_candidate_age")},
+    **{(b, "groups"): {"homogeneity": "group"} for b in ("pack_sequences", "pack_flat")},
 }
 
 

@@ -4,8 +4,8 @@
 zephon 0.2.0: a map ``group name -> component names``, checked at construction into an owned map
 ``component -> group`` (a component in at most one group; components in no group are their own
 group).  Its checks and messages follow zephon's (``tests/unit/test_domain_groups.py`` compares
-them); zephon_ref's packer does not take ``homogeneity="group"`` yet (docs/divergences.md), so here
-it is a checked value only.
+them); the packer (zephon_ref/ops/pack.py) resolves the member names to component ids through the
+engine's vocabulary and keeps one packing group per group, ungrouped components packing alone.
 """
 
 from __future__ import annotations
