@@ -35,9 +35,10 @@ from typing import Any
 from zephon_ref.builder import Aggregate, Builder, PipelineIterator
 from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import Engine
-from zephon_ref.errors import ConfigTypeError, ZephonRefError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError, expected
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.io.options import StoreOptions
+from zephon_ref.io.tokenizers import load_tokenizer, read_template
 from zephon_ref.runners import drive
 from zephon_ref.validation import ValidationError, ValidationReport, preflight_tokenizers, validate_pipeline
 from zephon_ref.work.base import SharedWalk, WorkSource
@@ -73,6 +74,32 @@ class Pipeline(Builder):
         from zephon_ref.coordination.driver import pipeline_aggregate
 
         return pipeline_aggregate(self._options)
+
+    # -- tokenizers from disk (the builder's operators take objects) ---------------------------
+    def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
+                 placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Pipeline:
+        """zephon's ``tokenize``; ``tokenizer_id`` may name a local tokenizer directory
+        (:func:`zephon_ref.io.tokenizers.load_tokenizer`; ``None`` / ``"__fallback__"``: the built-in one).
+        A given ``tokenizer`` object takes precedence, as in zephon."""
+        if tokenizer is None and tokenizer_id is not None and not (
+                isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__"):
+            tokenizer = load_tokenizer(tokenizer_id, use_fast=kwargs.get("use_fast", True))
+        super().tokenize(tokenizer, None if tokenizer is not None else tokenizer_id, field=field,
+                         placement=placement, parallelism=parallelism, **kwargs)
+        return self
+
+    def tokenize_chat(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
+                      eos_token: str | None = None, chat_template: Any = None, **kwargs: Any) -> Pipeline:
+        """zephon's ``tokenize_chat``: ``tokenizer_id`` names a local tokenizer directory (loaded with
+        ``eos_token`` when given), ``chat_template`` may be a file path (read as UTF-8)."""
+        if eos_token is not None and (tokenizer is not None or tokenizer_id is None):
+            raise ConfigError(expected("eos_token", "None unless the operator loads tokenizer_id (set "
+                                       "the EOS on your tokenizer instead)", eos_token))
+        template = read_template(chat_template)
+        if tokenizer is None and tokenizer_id is not None:
+            tokenizer = load_tokenizer(tokenizer_id, use_fast=True, eos_token=eos_token)
+        super().tokenize_chat(tokenizer, chat_template=template, **kwargs)
+        return self
 
     # -- validation -----------------------------------------------------------------------------
     def options(self, **hints: Any) -> Pipeline:
