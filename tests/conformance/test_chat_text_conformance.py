@@ -126,6 +126,14 @@ def check_case(rows: Sequence[dict[str, Any]], chain: Sequence[tuple[str, dict[s
     assert len(got) == len(want), f"item count {len(got)} != zephon's {len(want)}\n{desc}"
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"item {i}\nzephon:     {w}\nzephon_ref: {g}\n{desc}"
+    # padding to the group's longest depends on where a group starts, and a resume regroups the
+    # replayed chunks (docs/divergences.md): there the identities must resume exactly, the pads not
+    longest = any(m == "tokenize" and k.get("padding") in (True, "longest") and not k.get("split_long_samples")
+                  for m, k in chain)
+
+    def ident(items: list[Any]) -> list[Any]:
+        return [[r[:3] for r in item] for item in items] if longest else items
+
     rng = random.Random(hash((len(rows), chunk_size, lanes, seed)) & 0xFFFF)
     for cut in sorted({rng.randint(0, len(got)) for _ in range(cuts)}):
         p = build("zephon_ref", rows, chain, **kw)
@@ -136,7 +144,7 @@ def check_case(rows: Sequence[dict[str, Any]], chain: Sequence[tuple[str, dict[s
             state = p.checkpoint()
             it.close()
             rest = items_of(build("zephon_ref", rows, chain, **kw).restore(state))
-        assert head + rest == got, f"resume at cut {cut} of {len(got)}\n{desc}"
+        assert ident(head + rest) == ident(got), f"resume at cut {cut} of {len(got)}\n{desc}"
     return len(got)
 
 
@@ -248,15 +256,17 @@ def _tokenize_case(rng: random.Random) -> tuple[list[Any], dict[str, Any]]:
         kw["special_tokens"] = mode
     if mode in ("bos_eos", "bos", "eos", None) and rng.random() < 0.4:
         kw["bos_token_id" if mode in ("bos_eos", "bos", None) else "eos_token_id"] = rng.randint(7, 20)
-    shape = rng.choice(["plain", "split", "truncate", "pad"])
+    shape = rng.choice(["plain", "split", "truncate", "pad", "longest"])
     if shape == "split":
         kw.update(split_long_samples=True, max_length=rng.randint(1, 6))
         if rng.random() < 0.5:
-            kw["padding"] = "max_length"
+            kw["padding"] = rng.choice(["max_length", True])
     elif shape == "truncate":
         kw.update(truncation=True, max_length=rng.randint(3, 8))
     elif shape == "pad":
         kw.update(padding="max_length", max_length=rng.randint(1, 10))
+    elif shape == "longest":
+        kw["padding"] = rng.choice([True, "longest"])
     if rng.random() < 0.3:
         kw["add_attention_mask"] = False
     if rng.random() < 0.3:
