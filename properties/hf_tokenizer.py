@@ -20,8 +20,37 @@ __all__ = ["SPECIALS", "TAGGED_TEMPLATE", "TEMPLATE", "WORDS", "build_tokenizer"
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>")
 WORDS = tuple(
-    "hello hi how are you fine thanks what is two plus three five ok bye yes no tell me a joke "
-    "the cat sat on mat dog ran far".split()
+    [
+        "hello",
+        "hi",
+        "how",
+        "are",
+        "you",
+        "fine",
+        "thanks",
+        "what",
+        "is",
+        "two",
+        "plus",
+        "three",
+        "five",
+        "ok",
+        "bye",
+        "yes",
+        "no",
+        "tell",
+        "me",
+        "a",
+        "joke",
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "mat",
+        "dog",
+        "ran",
+        "far",
+    ]
 )
 
 #: every message as ``<|role|> content </s>``; the generation prompt opens an assistant turn
@@ -48,7 +77,11 @@ def build_tokenizer(directory: str | Path, *, template: str | None = TEMPLATE) -
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>",
+        tokenizer_object=core,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
         additional_special_tokens=list(SPECIALS[4:]),
     )
     fast.save_pretrained(str(path))
