@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from zephon_ref.errors import ContractError, expected
+from zephon_ref.errors import PayloadTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
 from zephon_ref.ops.knobs import Bool, Func, Int, check_execution, check_fields, knob
@@ -87,6 +87,6 @@ class MapBatch(BaseOp):
                     out.append(elem)
                 continue
             if not isinstance(new, SampleBatch):
-                raise ContractError(expected("map_batch transform_fn result", "a SampleBatch or None", new))
+                raise PayloadTypeError(expected("map_batch transform_fn result", "a SampleBatch or None", new))
             out.append(new)
         return out
