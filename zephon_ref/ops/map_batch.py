@@ -87,6 +87,8 @@ class MapBatch(BaseOp):
                     out.append(elem)
                 continue
             if not isinstance(new, SampleBatch):
-                raise PayloadTypeError(expected("map_batch transform_fn result", "a SampleBatch or None", new))
+                raise PayloadTypeError(
+                    expected("map_batch transform_fn result", "a SampleBatch or None", new)
+                )
             out.append(new)
         return out
