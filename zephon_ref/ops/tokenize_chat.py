@@ -121,7 +121,7 @@ def resolve_loss_scope(loss_scope: Any, loss_on_last_turn_only: Any) -> str:
 
 
 def mask_from_spans(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
-    """1 for each token whose character range ``[s, e)`` overlaps a span ``[a, b)`` (zero-width never)."""
+    """1 for each token whose character range ``[s, e)`` overlaps a span ``[a, b)``."""
     return [1 if any(s < b and e > a for a, b in spans) else 0 for s, e in offsets]
 
 
