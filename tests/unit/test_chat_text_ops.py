@@ -38,7 +38,8 @@ def test_decode_text_decodes_normalises_and_lowercases_named_fields_only() -> No
     assert out.payload == {"a": "x\ny\nz", "b": "q", "c": b"raw"}
     assert r.payload["a"] == b"X\r\nY\rZ"  # the input record is not changed
     (keep,) = DecodeText(normalize_newlines=False, errors="replace").process_many(
-        [rec(0, 0, 1, payload={"text": b"a\r\n\xff"})])
+        [rec(0, 0, 1, payload={"text": b"a\r\n\xff"})]
+    )
     assert keep.payload == {"text": "a\r\n\ufffd"}
     with pytest.raises(PayloadTypeError):
         DecodeText().process_many([rec(0, 0, 2, payload="text")])
@@ -72,7 +73,9 @@ def test_expand_chat_children_carry_the_query_ordinals_and_only_the_last_closes(
 
 def test_map_batch_drops_with_tombstones_and_every_chunk_still_evicts() -> None:
     rows = [{"text": f"row {i}"} for i in range(12)]
-    src = StaticMixtureWorkSource([Dataset.from_dict("d", {0: InMemoryShard(rows)})], {"d": 1.0}, chunk_size=3)
+    src = StaticMixtureWorkSource(
+        [Dataset.from_dict("d", {0: InMemoryShard(rows)})], {"d": 1.0}, chunk_size=3
+    )
     kept = []
 
     def every_other(b: SampleBatch) -> SampleBatch | None:
@@ -105,14 +108,19 @@ def test_spans_to_masks_and_last_span() -> None:
 def test_every_config_declares_a_domain_for_each_knob() -> None:
     for cfg in (DecodeTextConfig, ExpandChatConfig, MapBatchConfig, TokenizeChatConfig):
         assert domains(cfg), cfg
-    assert knob_values(DecodeTextConfig()) == {"fields": "a tuple of field names", "encoding": "text",
-                                               "errors": "text", "normalize_newlines": "True",
-                                               "lowercase": "False", "max_batch": "minimum"} | {
-        "max_batch": "above minimum"}
+    assert knob_values(DecodeTextConfig()) == {
+        "fields": "a tuple of field names",
+        "encoding": "text",
+        "errors": "text",
+        "normalize_newlines": "True",
+        "lowercase": "False",
+        "max_batch": "minimum",
+    } | {"max_batch": "above minimum"}
     assert knob_values(MapBatch(lambda b: b).config)["transform_fn"] == "callable"
 
 
 # -- tokenize_chat over the offline tokenizer ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tokdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -126,23 +134,40 @@ def ids(*words: str) -> list[int]:
 
 
 def chat_stream(tokdir: Path, rows: list[dict[str, Any]], **kw: Any) -> list[Any]:
-    src = StaticMixtureWorkSource([Dataset.from_dict("d", {0: InMemoryShard(rows)})], {"d": 1.0},
-                                  chunk_size=len(rows))
+    src = StaticMixtureWorkSource(
+        [Dataset.from_dict("d", {0: InMemoryShard(rows)})], {"d": 1.0}, chunk_size=len(rows)
+    )
     p = Pipeline(src).tokenize_chat(tokenizer_id=str(tokdir), **kw).options(runner="inline")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [(r.payload["input_ids"].tolist(), r.payload[kw.get("mask_field_out", "loss_mask")].tolist())
-                for r in p]
+        return [
+            (r.payload["input_ids"].tolist(), r.payload[kw.get("mask_field_out", "loss_mask")].tolist())
+            for r in p
+        ]
 
 
 def test_prefix_diff_supervises_assistant_content_and_its_eos(tokdir: Path) -> None:
     row = msgs((U, "hello"), (A, "hi you"), (U, "bye"), (A, "ok"))
-    full = ids("<|user|>", "hello", "</s>", "<|assistant|>", "hi", "you", "</s>", "<|user|>", "bye", "</s>",
-               "<|assistant|>", "ok", "</s>")
+    full = ids(
+        "<|user|>",
+        "hello",
+        "</s>",
+        "<|assistant|>",
+        "hi",
+        "you",
+        "</s>",
+        "<|user|>",
+        "bye",
+        "</s>",
+        "<|assistant|>",
+        "ok",
+        "</s>",
+    )
     assert chat_stream(tokdir, [row]) == [(full, [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1])]
     assert chat_stream(tokdir, [row], loss_scope="last_span") == [(full, [0] * 11 + [1, 1])]
     assert chat_stream(tokdir, [row], loss_scope="after_last_user", span_source="prefix_diff") == [
-        (full, [0] * 11 + [1, 1])]
+        (full, [0] * 11 + [1, 1])
+    ]
     (cut,) = chat_stream(tokdir, [row], max_length=6)
     assert cut == (full[:6], [0, 0, 0, 0, 1, 1])
     # the tagged template's own assistant mask marks the same tokens
@@ -156,15 +181,21 @@ def test_unsupervised_and_tiny_conversations_are_dropped(tokdir: Path) -> None:
 
 
 def test_tokenize_chat_refusals_at_the_call(tokdir: Path) -> None:
-    src = StaticMixtureWorkSource([Dataset.from_dict("d", {0: InMemoryShard([msgs((U, "hi"))])})], {"d": 1.0},
-                                  chunk_size=1)
+    src = StaticMixtureWorkSource(
+        [Dataset.from_dict("d", {0: InMemoryShard([msgs((U, "hi"))])})], {"d": 1.0}, chunk_size=1
+    )
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(str(tokdir), local_files_only=True)
     p = Pipeline(src)
-    for kw in ({"max_length": 1}, {"loss_scope": "x"}, {"span_source": "generation_tags"},
-               {"chat_template": TAGGED_TEMPLATE, "loss_scope": "after_last_user"},
-               {"chat_template_kwargs": {"tools": []}}, {"mask_field_out": "input_ids"}):
+    for kw in (
+        {"max_length": 1},
+        {"loss_scope": "x"},
+        {"span_source": "generation_tags"},
+        {"chat_template": TAGGED_TEMPLATE, "loss_scope": "after_last_user"},
+        {"chat_template_kwargs": {"tools": []}},
+        {"mask_field_out": "input_ids"},
+    ):
         with pytest.raises(ConfigError):
             p.tokenize_chat(tok, **kw)
     assert p._ops == []
