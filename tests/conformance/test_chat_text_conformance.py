@@ -36,7 +36,15 @@ pytestmark = [
 hf = pytest.importorskip("transformers", reason="transformers not installed (pip install .[hf])")
 
 from properties.chat_conformance import TOK, TOK_ID, check_case, drop_odd_first, keep_all  # noqa: E402
-from properties.hf_tokenizer import TAGGED_TEMPLATE, TEMPLATE, build_tokenizer, conversations, texts  # noqa: E402
+from properties.hf_tokenizer import (  # noqa: E402
+    SPECIALS,
+    TAGGED_TEMPLATE,
+    TEMPLATE,
+    WORDS,
+    build_tokenizer,
+    conversations,
+    texts,
+)
 
 CASES = int(os.environ.get("ZEPHON_REF_CHAT_CASES", "40"))
 
@@ -220,3 +228,40 @@ def test_map_batch(case: int) -> None:
         lanes=rng.randint(1, 3),
         seed=rng.randint(0, 99),
     )
+
+
+#: a template reading a static argument, per-record tools and per-record enable_thinking
+CONTEXT_TEMPLATE = (
+    "{% if greeting %}<|system|> {{ greeting }} </s> {% endif %}"
+    "{% if tools %}<|system|> {{ tools | map(attribute='name') | join(' ') }} </s> {% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|> {% if enable_thinking and m['role'] == 'assistant' %}"
+    "yes {% endif %}{{ m['content'] }} </s> {% endfor %}{% if add_generation_prompt %}<|assistant|> "
+    "{% if enable_thinking %}yes {% endif %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("fields", [{}, {"tools_field": "ctx.tools", "enable_thinking_field": "ctx.think"}])
+def test_template_kwargs_tools_and_thinking(tokdirs: dict[str, Path], fields: dict[str, str]) -> None:
+    """``chat_template_kwargs`` reach every render; ``tools_field`` / ``enable_thinking_field`` pick
+    per-record values (absent or None: not passed)."""
+    rows = conversations(11, 18)
+    for i, r in enumerate(rows):
+        tools, think = ([{"name": "cat"}, {"name": "dog"}] if i % 3 == 0 else None), (i % 2 == 0 if i % 5 else None)
+        if fields:
+            r["ctx"] = {"tools": tools, "think": think}
+        else:
+            r["tools"], r["enable_thinking"] = tools, think
+    for kwargs in ({"greeting": "hello"}, None):
+        n = check_case(rows, [("expand_chat", {}), ("tokenize_chat", {
+            "tokenizer": TOK, "chat_template": CONTEXT_TEMPLATE, "chat_template_kwargs": kwargs,
+            "preserve_upstream_payload": True, **fields})], tokdir=tokdirs["plain"], chunk_size=4, lanes=2)
+        assert n > 0
+    # the arguments reached the renders: the greeting opens every conversation, tools and thinking some
+    from properties.chat_conformance import build, items_of
+
+    chain = [("tokenize_chat", {"tokenizer": TOK, "chat_template": CONTEXT_TEMPLATE,
+                                "chat_template_kwargs": {"greeting": "hello"}, **fields})]
+    got = [r[3]["input_ids"][2][1] for item in items_of(build("zephon_ref", rows, chain, tokdir=tokdirs["plain"],
+                                                           chunk_size=4, lanes=1, seed=0)) for r in item]
+    vocab = {t: i for i, t in enumerate(SPECIALS + WORDS)}
+    assert got and set(got) == {vocab["hello"]}
