@@ -246,22 +246,55 @@ def test_template_kwargs_tools_and_thinking(tokdirs: dict[str, Path], fields: di
     per-record values (absent or None: not passed)."""
     rows = conversations(11, 18)
     for i, r in enumerate(rows):
-        tools, think = ([{"name": "cat"}, {"name": "dog"}] if i % 3 == 0 else None), (i % 2 == 0 if i % 5 else None)
+        tools, think = (
+            ([{"name": "cat"}, {"name": "dog"}] if i % 3 == 0 else None),
+            (i % 2 == 0 if i % 5 else None),
+        )
         if fields:
             r["ctx"] = {"tools": tools, "think": think}
         else:
             r["tools"], r["enable_thinking"] = tools, think
     for kwargs in ({"greeting": "hello"}, None):
-        n = check_case(rows, [("expand_chat", {}), ("tokenize_chat", {
-            "tokenizer": TOK, "chat_template": CONTEXT_TEMPLATE, "chat_template_kwargs": kwargs,
-            "preserve_upstream_payload": True, **fields})], tokdir=tokdirs["plain"], chunk_size=4, lanes=2)
+        n = check_case(
+            rows,
+            [
+                ("expand_chat", {}),
+                (
+                    "tokenize_chat",
+                    {
+                        "tokenizer": TOK,
+                        "chat_template": CONTEXT_TEMPLATE,
+                        "chat_template_kwargs": kwargs,
+                        "preserve_upstream_payload": True,
+                        **fields,
+                    },
+                ),
+            ],
+            tokdir=tokdirs["plain"],
+            chunk_size=4,
+            lanes=2,
+        )
         assert n > 0
     # the arguments reached the renders: the greeting opens every conversation, tools and thinking some
     from properties.chat_conformance import build, items_of
 
-    chain = [("tokenize_chat", {"tokenizer": TOK, "chat_template": CONTEXT_TEMPLATE,
-                                "chat_template_kwargs": {"greeting": "hello"}, **fields})]
-    got = [r[3]["input_ids"][2][1] for item in items_of(build("zephon_ref", rows, chain, tokdir=tokdirs["plain"],
-                                                           chunk_size=4, lanes=1, seed=0)) for r in item]
+    chain = [
+        (
+            "tokenize_chat",
+            {
+                "tokenizer": TOK,
+                "chat_template": CONTEXT_TEMPLATE,
+                "chat_template_kwargs": {"greeting": "hello"},
+                **fields,
+            },
+        )
+    ]
+    got = [
+        r[3]["input_ids"][2][1]
+        for item in items_of(
+            build("zephon_ref", rows, chain, tokdir=tokdirs["plain"], chunk_size=4, lanes=1, seed=0)
+        )
+        for r in item
+    ]
     vocab = {t: i for i, t in enumerate(SPECIALS + WORDS)}
     assert got and set(got) == {vocab["hello"]}
