@@ -3,6 +3,7 @@
 :func:`check_case` builds one pipeline with zephon 0.2.0 and zephon_ref over the same in-memory
 rows (two shards of one dataset), compares every delivered item (lane, cursor key, contributors
 with ``is_last_child``, the whole payload with numpy arrays as ``(dtype, list)``), and then
+checks that zephon_ref's threads runner delivers the same items as its inline one, and
 checkpoints zephon_ref at drawn cuts and checks that a restored pipeline continues exactly.
 Where zephon refuses the configuration (at the call or while iterating), zephon_ref must refuse
 it with a subclass of the same builtin.  In a chain, the value :data:`TOK` stands for a tokenizer
@@ -133,6 +134,9 @@ def check_case(
     assert len(got) == len(want), f"item count {len(got)} != zephon's {len(want)}\n{desc}"
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"item {i}\nzephon:     {w}\nzephon_ref: {g}\n{desc}"
+    # execution settings never change the data (seed 002): the threads runner delivers the same items
+    threads = items_of(build("zephon_ref", rows, chain, **kw).options(runner="threads"))
+    assert threads == got, f"threads runner differs from inline\n{desc}"
     # padding to the group's longest depends on where a group starts, and a resume regroups the
     # replayed chunks (docs/divergences.md): there the identities must resume exactly, the pads not
     longest = any(
