@@ -53,9 +53,10 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
+from zephon_ref.ops.knobs import Bool, Choice, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 
-__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize"]
+__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize", "TokenizeConfig"]
 
 #: Largest vocabulary whose ids a HashTokenizer keeps as one tuple (about 4.7 MiB at the limit).
 ID_TABLE_LIMIT = 1 << 17
@@ -130,6 +131,32 @@ class HashTokenizer:
                     ids.extend([self.pad_token_id] * pad)
                     mask.extend([0] * pad)
         return {"input_ids": ids_out, "attention_mask": masks}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenizeConfig:
+    """The data knobs of ``tokenize`` after the builder's normalisation (``padding=True`` is
+    ``"longest"``, ``"do_not_pad"`` is False, ``tokenizer=None`` the built-in tokenizer); each
+    field's domain is declared (:mod:`zephon_ref.ops.knobs`), the rules between fields are
+    :class:`Tokenize`'s.  The operator's attributes of the same names mirror it."""
+
+    tokenizer: Callable[..., Any] = knob(domain=Func(), doc="HF-style callable (the built-in HashTokenizer)")
+    field: str = knob(domain=Text(), doc="payload key of the text")
+    missing_field: str = knob("error", Choice(MISSING_FIELD_MODES), doc="a missing field: error or empty")
+    add_attention_mask: bool = knob(True, Bool(), doc="emit attention_mask")
+    max_length: int | None = knob(None, Int(1, none=True), doc="truncation / padding / split length")
+    padding: bool | str = knob(False, Choice((False, "longest", "max_length")),
+                               doc="none, the call's longest row, or max_length")
+    truncation: bool = knob(False, Bool(), doc="cut to max_length (room kept for the specials)")
+    split_long_samples: bool = knob(False, Bool(), doc="max_length windows as children")
+    preserve_upstream_payload: bool = knob(False, Bool(), doc="keep the other payload fields")
+    special_tokens: str = knob("bos_eos", Choice(SPECIAL_TOKENS_MODES), doc="who adds BOS/EOS")
+    bos_token_id: int | None = knob(None, Int(0, none=True), doc="BOS override under bos_eos / bos")
+    eos_token_id: int | None = knob(None, Int(0, none=True), doc="EOS override under bos_eos / eos")
+    max_batch: int = knob(64, Int(1), doc="records per process_many call (the 'longest' group)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def _as_list(seq: Any) -> list[int]:
@@ -229,7 +256,13 @@ class Tokenize(BaseOp):
                     (bos_token_id, eos_token_id),
                 )
             )
-        self.tokenizer: Callable[..., Any] = tokenizer if tokenizer is not None else HashTokenizer()
+        self.config = TokenizeConfig(
+            tokenizer=tokenizer if tokenizer is not None else HashTokenizer(), field=field,
+            missing_field=missing_field, add_attention_mask=add_attention_mask, max_length=max_length,
+            padding=padding, truncation=truncation, split_long_samples=split_long_samples,
+            preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch)
+        self.tokenizer: Callable[..., Any] = self.config.tokenizer
         self.field = field
         self.missing_field = missing_field
         self.add_attention_mask = add_attention_mask
