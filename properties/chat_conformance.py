@@ -3,8 +3,10 @@
 :func:`check_case` builds one pipeline with zephon 0.2.0 and zephon_ref over the same in-memory
 rows (two shards of one dataset), compares every delivered item (lane, cursor key, contributors
 with ``is_last_child``, the whole payload with numpy arrays as ``(dtype, list)``), and then
-checks that zephon_ref's threads runner delivers the same items as its inline one, and
-checkpoints zephon_ref at drawn cuts and checks that a restored pipeline continues exactly.
+checks that zephon_ref's threads runner delivers the same items as its inline one,
+checkpoints zephon_ref at drawn cuts and checks that a restored pipeline continues exactly, and
+restores one zephon checkpoint (``zephon_ref.compat.restore_zephon_state``) whose continuation
+must be the uninterrupted run's remainder.
 Where zephon refuses the configuration (at the call or while iterating), zephon_ref must refuse
 it with a subclass of the same builtin.  In a chain, the value :data:`TOK` stands for a tokenizer
 object loaded from ``tokdir`` and :data:`TOK_ID` for the directory itself.
@@ -12,6 +14,7 @@ object loaded from ``tokdir`` and :data:`TOK_ID` for the directory itself.
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import warnings
@@ -158,6 +161,26 @@ def check_case(
             it.close()
             rest = items_of(build("zephon_ref", rows, chain, **kw).restore(state))
         assert ident(head + rest) == ident(got), f"resume at cut {cut} of {len(got)}\n{desc}"
+    # a zephon checkpoint of the same pipeline, translated, continues like the uninterrupted run
+    from zephon_ref.compat import restore_zephon_state
+
+    cut = rng.randint(0, len(got))
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            z = build("zephon", rows, chain, **kw)
+            zit = iter(z)
+            for _ in range(cut):
+                next(zit)
+            zstate = copy.deepcopy(z.checkpoint())
+            zit.close()
+            q = build("zephon_ref", rows, chain, **kw)
+            restore_zephon_state(q, zstate)
+            rest = items_of(q)
+    finally:
+        logging.disable(logging.NOTSET)
+    assert ident(rest) == ident(got[cut:]), f"zephon checkpoint at cut {cut} of {len(got)}\n{desc}"
     return len(got)
 
 

@@ -4,8 +4,10 @@ against zephon 0.2.0: the same pipelines, the same delivered items, and resumes 
 Each case builds one pipeline with both libraries over the same in-memory rows (drawn from a
 seeded generator: :mod:`properties.hf_tokenizer`) and compares every delivered item: lane,
 cursor key, contributors with ``is_last_child`` and the *whole* payload (numpy arrays as lists
-with their dtype).  Then zephon_ref is checkpointed at cuts and a fresh pipeline restored from
-each continues exactly like the uninterrupted run.  The tokenizer cases use a tiny WordLevel
+with their dtype).  zephon_ref's threads runner must give the same items; zephon_ref is checkpointed
+at 3 drawn cuts and a fresh pipeline restored from each continues exactly like the uninterrupted run;
+and one zephon checkpoint, translated by ``restore_zephon_state``, continues the same way
+(:func:`properties.chat_conformance.check_case`).  The tokenizer cases use a tiny WordLevel
 tokenizer built offline in a temporary directory: passed as an object (``tokenizer=``) and as
 a directory (``tokenizer_id=``), with an untagged and a ``{% generation %}``-tagged template.
 
