@@ -54,6 +54,8 @@ CASES: list[tuple[str, list[Any], list[tuple[str, dict[str, Any]]], str | None]]
     ("expand-missing-field", CHATS, [("expand_chat", {"field": "chat"})], None),
     ("expand-not-a-list", [{"messages": "hello"}] * 3, [("expand_chat", {})], None),
     ("expand-no-role", [{"messages": [{"content": "hi"}]}] * 3, [("expand_chat", {})], None),
+    ("chat-no-tokenizer", CHATS, [("tokenize_chat", {})], None),
+    ("chat-not-a-tokenizer", CHATS, [("tokenize_chat", {"tokenizer": 3})], None),
     ("chat-max-length-1", CHATS, [("tokenize_chat", {"tokenizer": TOK, "max_length": 1})], "plain"),
     (
         "chat-bad-loss-scope",

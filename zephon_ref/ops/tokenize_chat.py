@@ -253,7 +253,9 @@ class TokenizeChat(BaseOp):
         check_execution(placement=placement, parallelism=parallelism)
         scope = resolve_loss_scope(loss_scope, loss_on_last_turn_only)
         if tokenizer is None or not callable(tokenizer):
-            raise ConfigTypeError(
+            # a ConfigError (ValueError): zephon falls back to its built-in stub, or reads is_fast off the
+            # object, and refuses either as "not a fast tokenizer" with ValueError
+            raise ConfigError(
                 expected("tokenizer", "a fast Hugging Face tokenizer object (or tokenizer_id)", tokenizer)
             )
         if chat_template is not None and not isinstance(chat_template, str):
