@@ -249,14 +249,25 @@ class Builder:
         return self._add(name, op)
 
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
-                 placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Self:
+                 missing_field: str = "error", add_attention_mask: bool = True, max_length: int | None = None,
+                 padding: bool | str = False, truncation: bool = False, return_tensors: str | None = None,
+                 split_long_samples: bool = False, use_fast: bool | None = True,
+                 preserve_upstream_payload: bool = False, special_tokens: str = "bos_eos",
+                 bos_token_id: int | None = None, eos_token_id: int | None = None, placement: str = "auto",
+                 parallelism: int | None = None) -> Self:
         if not (tokenizer_id is None or (isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__")):
-            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
+            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' on the semantic builder "
+                                       "(zephon_ref.pipeline.Pipeline loads a local tokenizer directory)",
                                        tokenizer_id))
-        return self._add(
-            "tokenize",
-            Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism, **kwargs),
-        )
+        op = Tokenize(tokenizer, field=field, missing_field=missing_field,
+                      add_attention_mask=add_attention_mask, max_length=max_length, padding=padding,
+                      truncation=truncation,
+                      return_tensors=return_tensors,  # type: ignore[arg-type]  # None only: refused otherwise
+                      split_long_samples=split_long_samples, use_fast=True if use_fast is None else use_fast,
+                      preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
+                      bos_token_id=bos_token_id, eos_token_id=eos_token_id, placement=placement,
+                      parallelism=parallelism)
+        return self._add("tokenize", op)
 
     def pack_sequences(self, max_length: int, *, placement: str = "auto", parallelism: int | None = None,
                        **kwargs: Any) -> Self:

@@ -227,3 +227,18 @@ def test_tokenizer_id_is_a_local_directory(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="tokenizer_id"):
             p.tokenize_chat(tokenizer_id=bad)
     assert p._ops == []
+
+
+@pytest.mark.parametrize("method", ["decode_text", "map_batch", "expand_chat", "tokenize_chat", "tokenize"])
+def test_parameters_are_zephons_in_order(method: str) -> None:
+    """Code that introspects the builder (or passes arguments by position) sees zephon's parameters."""
+    import inspect
+
+    import zephon
+
+    from zephon_ref.pipeline import Pipeline
+
+    theirs = inspect.signature(getattr(zephon.Pipeline, method)).parameters
+    ours = inspect.signature(getattr(Pipeline, method)).parameters
+    assert [(n, p.kind) for n, p in ours.items()] == [(n, p.kind) for n, p in theirs.items()]
+    assert {n: p.default for n, p in ours.items()} == {n: p.default for n, p in theirs.items()}
