@@ -19,6 +19,7 @@ from zephon_ref.ops.decode_text import DecodeText, DecodeTextConfig
 from zephon_ref.ops.expand_chat import ExpandChat, ExpandChatConfig
 from zephon_ref.ops.knobs import domains, knob_values
 from zephon_ref.ops.map_batch import MapBatch, MapBatchConfig
+from zephon_ref.ops.tokenize import TokenizeConfig
 from zephon_ref.ops.tokenize_chat import TokenizeChatConfig, last_span_only, mask_from_spans
 from zephon_ref.pipeline import Pipeline
 from zephon_ref.types import SampleBatch
@@ -106,7 +107,7 @@ def test_spans_to_masks_and_last_span() -> None:
 
 
 def test_every_config_declares_a_domain_for_each_knob() -> None:
-    for cfg in (DecodeTextConfig, ExpandChatConfig, MapBatchConfig, TokenizeChatConfig):
+    for cfg in (DecodeTextConfig, ExpandChatConfig, MapBatchConfig, TokenizeChatConfig, TokenizeConfig):
         assert domains(cfg), cfg
     assert knob_values(DecodeTextConfig()) == {
         "fields": "a tuple of field names",
@@ -114,8 +115,8 @@ def test_every_config_declares_a_domain_for_each_knob() -> None:
         "errors": "text",
         "normalize_newlines": "True",
         "lowercase": "False",
-        "max_batch": "minimum",
-    } | {"max_batch": "above minimum"}
+        "max_batch": "above minimum",
+    }
     assert knob_values(MapBatch(lambda b: b).config)["transform_fn"] == "callable"
 
 
