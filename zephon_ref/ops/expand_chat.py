@@ -139,7 +139,7 @@ class ExpandChat(BaseOp):
                 )
         return value
 
-    def _with_messages(self, payload: Any, messages: list[Any]) -> dict[str, Any]:
+    def _with_messages(self, payload: Any, messages: Sequence[Any]) -> dict[str, Any]:
         path = self.config.field.split(".")
         top: dict[str, Any] = dict(payload)
         here, src = top, payload
@@ -166,13 +166,13 @@ class ExpandChat(BaseOp):
                 payload = (
                     rec.payload
                     if end == len(messages)
-                    else self._with_messages(rec.payload, list(messages[:end]))
+                    else self._with_messages(rec.payload, messages[:end])
                 )
                 out.append(SampleRecord(rec.meta, payload))
                 continue
             last = len(prefixes) - 1
             for i, (ordinal, end) in enumerate(prefixes):
-                payload = self._with_messages(rec.payload, list(messages[:end]))
+                payload = self._with_messages(rec.payload, messages[:end])
                 if i != last:
                     payload = copy.deepcopy(payload)
                 out.append(SampleRecord(spawn_child(rec.meta, ordinal, is_last_child=(i == last)), payload))
