@@ -35,6 +35,11 @@ the facade's job, :mod:`zephon_ref.io.tokenizers`; this module reads no file).  
 The output payload is ``{"input_ids": int64 array, mask_field_out: uint8 array}`` (plus
 the upstream fields with ``preserve_upstream_payload``), as zephon 0.2.0 emits.
 
+The threads runner calls ``process_many`` from several workers at once; transformers >= 5 (the
+``hf`` extra's floor) keeps the generation-tag tracker of a compiled template in a ContextVar, so
+concurrent masked renders do not share state (zephon salts the template per thread for older
+versions).
+
 What may not live here: tokenizer loading, template files, downloads, caches.
 """
 
