@@ -72,13 +72,17 @@ from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
+from zephon_ref.ops.decode_text import DecodeText
 from zephon_ref.ops.ensure_mixture import EnsureMixture
+from zephon_ref.ops.expand_chat import ExpandChat
 from zephon_ref.ops.grouping import DomainGroups
+from zephon_ref.ops.map_batch import MapBatch
 from zephon_ref.ops.map_transform import MapTransform
 from zephon_ref.ops.pack import PackSequences
 from zephon_ref.ops.shuffle import Shuffle
 from zephon_ref.ops.stateful import StatefulTransform
 from zephon_ref.ops.tokenize import Tokenize
+from zephon_ref.ops.tokenize_chat import TokenizeChat
 from zephon_ref.settings import (
     EXEC_DEFAULTS,
     check_exec,
@@ -161,8 +165,9 @@ class Builder:
         if self._has_progress():
             raise ContractError(expected(f"adding {name}", "a pipeline that has not run (the graph is a data "
                                          "setting)", "a pipeline with progress: build a new one"))
-        if any(isinstance(o, Batch) for _, o in self._ops):
-            raise ConfigError(expected(f"{name}", "to be added before batch()", "an operator after batch()"))
+        if any(isinstance(o, Batch) for _, o in self._ops) and not isinstance(op, MapBatch):
+            raise ConfigError(expected(f"{name}", "to be added before batch() (after it: map_batch() only)",
+                                       "an operator after batch()"))
         names = {n for n, _ in self._ops}
         base, i = name, 1
         while name in names:
@@ -188,6 +193,51 @@ class Builder:
         return self._add("map_transform", MapTransform(transform_fn, drop_none=drop_none, placement=placement,
                                                        parallelism=parallelism))
 
+    def map_batch(self, transform_fn: Callable[[Any], Any], *, drop_none: bool = True,
+                  placement: str = "auto", parallelism: int | None = None) -> Self:
+        op = MapBatch(transform_fn, drop_none=drop_none, placement=placement, parallelism=parallelism)
+        if not any(isinstance(o, Batch) for _, o in self._ops):
+            raise ConfigError(expected("map_batch()", "a preceding batch() (it maps micro-batches)",
+                                       "no batch() before it"))
+        return self._add("map_batch", op)
+
+    def decode_text(self, parallelism: int | None = None, **kwargs: Any) -> Self:
+        """``decode_text(fields=("text",), *, encoding="utf-8", errors="strict",
+        normalize_newlines=True, lowercase=False, max_batch=128, max_latency_ms=2)``: zephon's
+        keywords (:mod:`zephon_ref.ops.decode_text`)."""
+        return self._add("decode_text", DecodeText(parallelism=parallelism, **kwargs))
+
+    def expand_chat(self, *, field: str = "messages", placement: str = "auto",
+                    parallelism: int | None = None) -> Self:
+        return self._add("expand_chat", ExpandChat(field=field, placement=placement, parallelism=parallelism))
+
+    def tokenize_chat(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
+                      eos_token: str | None = None, field: str = "messages", max_length: int | None = None,
+                      chat_template: Any = None, apply_chat_template: bool = True,
+                      span_source: str = "auto", loss_scope: str | None = None,
+                      loss_on_last_turn_only: bool | None = None,
+                      chat_template_kwargs: Mapping[str, Any] | None = None, tools_field: str = "tools",
+                      enable_thinking_field: str = "enable_thinking", mask_field_out: str = "loss_mask",
+                      preserve_upstream_payload: bool = False, placement: str = "auto",
+                      parallelism: int | None = None) -> Self:
+        """The semantic builder takes a tokenizer *object* and template *text*; loading
+        ``tokenizer_id`` and reading a template file are the facade's
+        (:class:`zephon_ref.pipeline.Pipeline`)."""
+        if tokenizer_id is not None:
+            raise ConfigError(expected("tokenizer_id", "None on the semantic builder (zephon_ref.pipeline."
+                                       "Pipeline loads a local tokenizer directory)", tokenizer_id))
+        if eos_token is not None:
+            raise ConfigError(expected("eos_token", "None unless the operator loads tokenizer_id (set "
+                                       "the EOS on your tokenizer instead)", eos_token))
+        op = TokenizeChat(tokenizer, field=field, max_length=max_length, chat_template=chat_template,
+                          apply_chat_template=apply_chat_template, span_source=span_source,
+                          loss_scope=loss_scope, loss_on_last_turn_only=loss_on_last_turn_only,
+                          chat_template_kwargs=chat_template_kwargs, tools_field=tools_field,
+                          enable_thinking_field=enable_thinking_field, mask_field_out=mask_field_out,
+                          preserve_upstream_payload=preserve_upstream_payload, placement=placement,
+                          parallelism=parallelism)
+        return self._add("tokenize_chat", op)
+
     def stateful_transform(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
                            flush: Callable[[Any], list[Any]] | None = None,
                            should_flush: Callable[[Any], bool] | None = None,
@@ -200,14 +250,25 @@ class Builder:
         return self._add(name, op)
 
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
-                 placement: str = "auto", parallelism: int | None = None, **kwargs: Any) -> Self:
+                 missing_field: str = "error", add_attention_mask: bool = True, max_length: int | None = None,
+                 padding: bool | str = False, truncation: bool = False, return_tensors: str | None = None,
+                 split_long_samples: bool = False, use_fast: bool | None = True,
+                 preserve_upstream_payload: bool = False, special_tokens: str = "bos_eos",
+                 bos_token_id: int | None = None, eos_token_id: int | None = None, placement: str = "auto",
+                 parallelism: int | None = None) -> Self:
         if not (tokenizer_id is None or (isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__")):
-            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' (no downloads in zephon_ref)",
+            raise ConfigError(expected("tokenizer_id", "None or '__fallback__' on the semantic builder "
+                                       "(zephon_ref.pipeline.Pipeline loads a local tokenizer directory)",
                                        tokenizer_id))
-        return self._add(
-            "tokenize",
-            Tokenize(tokenizer, field=field, placement=placement, parallelism=parallelism, **kwargs),
-        )
+        op = Tokenize(tokenizer, field=field, missing_field=missing_field,
+                      add_attention_mask=add_attention_mask, max_length=max_length, padding=padding,
+                      truncation=truncation,
+                      return_tensors=return_tensors,  # type: ignore[arg-type]  # None only: refused otherwise
+                      split_long_samples=split_long_samples, use_fast=True if use_fast is None else use_fast,
+                      preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
+                      bos_token_id=bos_token_id, eos_token_id=eos_token_id, placement=placement,
+                      parallelism=parallelism)
+        return self._add("tokenize", op)
 
     def pack_sequences(
         self,

@@ -44,6 +44,8 @@ __all__ = [
     "ConfigNotImplemented",
     "ConfigTypeError",
     "ContractError",
+    "PayloadError",
+    "PayloadTypeError",
     "StateFormatError",
     "PublishConflict",
     "StateMismatchError",
@@ -74,6 +76,14 @@ class ConfigNotImplemented(ZephonRefError, NotImplementedError):
 
 class ContractError(ZephonRefError, RuntimeError):
     """A run-time contract was violated (by an operator, a source, or the caller)."""
+
+
+class PayloadError(ZephonRefError, ValueError):
+    """A record's payload lacks what an operator reads (a missing field, a malformed message)."""
+
+
+class PayloadTypeError(ZephonRefError, TypeError):
+    """A record's payload, or a value in it, has the wrong type for an operator."""
 
 
 class StateFormatError(ZephonRefError, ValueError):

@@ -28,16 +28,17 @@ What may not live here: any rule of the semantics (they are the builder's).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from zephon_ref.builder import Aggregate, Builder, PipelineIterator
 from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import Engine
-from zephon_ref.errors import ConfigTypeError, ZephonRefError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError, expected
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.io.options import StoreOptions
+from zephon_ref.io.tokenizers import load_tokenizer, read_template
 from zephon_ref.runners import drive
 from zephon_ref.validation import ValidationError, ValidationReport, preflight_tokenizers, validate_pipeline
 from zephon_ref.work.base import SharedWalk, WorkSource
@@ -73,6 +74,56 @@ class Pipeline(Builder):
         from zephon_ref.coordination.driver import pipeline_aggregate
 
         return pipeline_aggregate(self._options)
+
+    # -- tokenizers from disk (the builder's operators take objects) ---------------------------
+    def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
+                 missing_field: str = "error", add_attention_mask: bool = True, max_length: int | None = None,
+                 padding: bool | str = False, truncation: bool = False, return_tensors: str | None = None,
+                 split_long_samples: bool = False, use_fast: bool | None = True,
+                 preserve_upstream_payload: bool = False, special_tokens: str = "bos_eos",
+                 bos_token_id: int | None = None, eos_token_id: int | None = None, placement: str = "auto",
+                 parallelism: int | None = None) -> Pipeline:
+        """zephon's ``tokenize``; ``tokenizer_id`` may name a local tokenizer directory
+        (:func:`zephon_ref.io.tokenizers.load_tokenizer`; ``None`` / ``"__fallback__"``: the built-in
+        one).  A given ``tokenizer`` object takes precedence, as in zephon."""
+        if tokenizer is None and tokenizer_id is not None and not (
+                isinstance(tokenizer_id, str) and tokenizer_id == "__fallback__"):
+            tokenizer = load_tokenizer(tokenizer_id, use_fast=use_fast)
+        super().tokenize(tokenizer, None if tokenizer is not None else tokenizer_id, field=field,
+                         missing_field=missing_field, add_attention_mask=add_attention_mask,
+                         max_length=max_length, padding=padding, truncation=truncation,
+                         return_tensors=return_tensors, split_long_samples=split_long_samples,
+                         use_fast=use_fast,
+                         preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
+                         bos_token_id=bos_token_id, eos_token_id=eos_token_id, placement=placement,
+                         parallelism=parallelism)
+        return self
+
+    def tokenize_chat(self, tokenizer: Any = None, tokenizer_id: str | None = None, *,
+                      eos_token: str | None = None, field: str = "messages", max_length: int | None = None,
+                      chat_template: str | os.PathLike[str] | None = None, apply_chat_template: bool = True,
+                      span_source: str = "auto", loss_scope: str | None = None,
+                      loss_on_last_turn_only: bool | None = None,
+                      chat_template_kwargs: Mapping[str, Any] | None = None, tools_field: str = "tools",
+                      enable_thinking_field: str = "enable_thinking", mask_field_out: str = "loss_mask",
+                      preserve_upstream_payload: bool = False, placement: str = "auto",
+                      parallelism: int | None = None) -> Pipeline:
+        """zephon's ``tokenize_chat``: ``tokenizer_id`` names a local tokenizer directory (loaded with
+        ``eos_token`` when given), ``chat_template`` may be a file path (read as UTF-8)."""
+        if eos_token is not None and (tokenizer is not None or tokenizer_id is None):
+            raise ConfigError(expected("eos_token", "None unless the operator loads tokenizer_id (set "
+                                       "the EOS on your tokenizer instead)", eos_token))
+        template = read_template(chat_template)
+        if tokenizer is None and tokenizer_id is not None:
+            tokenizer = load_tokenizer(tokenizer_id, use_fast=True, eos_token=eos_token)
+        super().tokenize_chat(tokenizer, field=field, max_length=max_length, chat_template=template,
+                              apply_chat_template=apply_chat_template, span_source=span_source,
+                              loss_scope=loss_scope, loss_on_last_turn_only=loss_on_last_turn_only,
+                              chat_template_kwargs=chat_template_kwargs, tools_field=tools_field,
+                              enable_thinking_field=enable_thinking_field, mask_field_out=mask_field_out,
+                              preserve_upstream_payload=preserve_upstream_payload, placement=placement,
+                              parallelism=parallelism)
+        return self
 
     # -- validation -----------------------------------------------------------------------------
     def options(self, **hints: Any) -> Pipeline:

@@ -350,6 +350,11 @@ BUILDERS: dict[str, tuple[dict[str, Any], list[str]]] = {
         ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
     ),
     "batch": ({"microbatch_size": 2}, ["microbatch_size", "drop_last"]),
+    "decode_text": (
+        {},
+        ["fields", "encoding", "errors", "normalize_newlines", "lowercase", "max_batch", "max_latency_ms",
+         "parallelism"],
+    ),
 }
 # arguments that matter only in another mode are tried in that mode
 MODE = {

@@ -14,7 +14,11 @@ accumulator is a count-only :class:`CountingAccumulator`).  Per record:
    the specials (every mode but ``"tokenizer_default"``) it asks for no specials
    and reserves room for them under truncation;
 3. bracket with BOS/EOS per ``special_tokens`` (mask grows with 1s);
-4. pad to ``max_length`` when ``padding="max_length"`` (not when splitting);
+4. pad to ``max_length`` when ``padding="max_length"``, or to the longest record of the
+   ``process_many`` call when ``padding=True`` / ``"longest"`` (HF's convention; not when
+   splitting, where each window is padded to ``max_length``).  The call is the accumulator's
+   group of ``max_batch`` records of one lane, so "longest" depends on where a group starts:
+   a resume regroups the replayed chunks (docs/divergences.md);
 5. with ``split_long_samples`` cut into ``max_length`` windows; more than one
    window fans out with :func:`~zephon_ref.lineage.spawn_child` (child index =
    window index, only the last child closes).
@@ -26,8 +30,7 @@ built-in tokenizer it adds no special tokens of its own (``add_special_tokens`` 
 accepted and ignored): it only reserves the BOS/EOS ids that the bracket modes splice in,
 so ``special_tokens="tokenizer_default"`` gives the words' ids alone.
 
-What may not live here: batch-shape dependent behaviour (padding to the batch
-longest is refused), downloads, or per-call state.
+What may not live here: downloads, or per-call state.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
+from zephon_ref.ops.knobs import Bool, Choice, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 
-__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize"]
+__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize", "TokenizeConfig"]
 
 #: Largest vocabulary whose ids a HashTokenizer keeps as one tuple (about 4.7 MiB at the limit).
 ID_TABLE_LIMIT = 1 << 17
@@ -118,13 +122,41 @@ class HashTokenizer:
                 ids = ids[:max_length]
             ids_out.append(ids)
         masks = [[1] * len(ids) for ids in ids_out]
-        if padding == "max_length" and max_length is not None:
+        longest = padding is True or (isinstance(padding, str) and padding == "longest")
+        target = max((len(i) for i in ids_out), default=0) if longest else max_length
+        if (longest or padding == "max_length") and target is not None:
             for ids, mask in zip(ids_out, masks, strict=True):
-                pad = max_length - len(ids)
+                pad = target - len(ids)
                 if pad > 0:
                     ids.extend([self.pad_token_id] * pad)
                     mask.extend([0] * pad)
         return {"input_ids": ids_out, "attention_mask": masks}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenizeConfig:
+    """The data knobs of ``tokenize`` after the builder's normalisation (``padding=True`` is
+    ``"longest"``, ``"do_not_pad"`` is False, ``tokenizer=None`` the built-in tokenizer); each
+    field's domain is declared (:mod:`zephon_ref.ops.knobs`), the rules between fields are
+    :class:`Tokenize`'s.  The operator's attributes of the same names mirror it."""
+
+    tokenizer: Callable[..., Any] = knob(domain=Func(), doc="HF-style callable (the built-in HashTokenizer)")
+    field: str = knob(domain=Text(), doc="payload key of the text")
+    missing_field: str = knob("error", Choice(MISSING_FIELD_MODES), doc="a missing field: error or empty")
+    add_attention_mask: bool = knob(True, Bool(), doc="emit attention_mask")
+    max_length: int | None = knob(None, Int(1, none=True), doc="truncation / padding / split length")
+    padding: bool | str = knob(False, Choice((False, "longest", "max_length")),
+                               doc="none, the call's longest row, or max_length")
+    truncation: bool = knob(False, Bool(), doc="cut to max_length (room kept for the specials)")
+    split_long_samples: bool = knob(False, Bool(), doc="max_length windows as children")
+    preserve_upstream_payload: bool = knob(False, Bool(), doc="keep the other payload fields")
+    special_tokens: str = knob("bos_eos", Choice(SPECIAL_TOKENS_MODES), doc="who adds BOS/EOS")
+    bos_token_id: int | None = knob(None, Int(0, none=True), doc="BOS override under bos_eos / bos")
+    eos_token_id: int | None = knob(None, Int(0, none=True), doc="EOS override under bos_eos / eos")
+    max_batch: int = knob(64, Int(1), doc="records per process_many call (the 'longest' group)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def _as_list(seq: Any) -> list[int]:
@@ -189,16 +221,11 @@ class Tokenize(BaseOp):
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
             padding = False
-        if not (padding is False or (isinstance(padding, str) and padding == "max_length")):
+        if padding is True:
+            padding = "longest"
+        if not (padding is False or (isinstance(padding, str) and padding in ("longest", "max_length"))):
             err = ConfigError if isinstance(padding, (bool, str)) else ConfigTypeError
-            raise err(
-                expected(
-                    "padding",
-                    "False or 'max_length' (padding to the batch longest depends on "
-                    "batch shape and is not part of the reference semantics)",
-                    padding,
-                )
-            )
+            raise err(expected("padding", "False, True, 'do_not_pad', 'longest' or 'max_length'", padding))
         if split_long_samples and truncation:
             raise ConfigError(
                 expected("split_long_samples", "False when truncation=True (mutually exclusive)", True)
@@ -229,7 +256,13 @@ class Tokenize(BaseOp):
                     (bos_token_id, eos_token_id),
                 )
             )
-        self.tokenizer: Callable[..., Any] = tokenizer if tokenizer is not None else HashTokenizer()
+        self.config = TokenizeConfig(
+            tokenizer=tokenizer if tokenizer is not None else HashTokenizer(), field=field,
+            missing_field=missing_field, add_attention_mask=add_attention_mask, max_length=max_length,
+            padding=padding, truncation=truncation, split_long_samples=split_long_samples,
+            preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch)
+        self.tokenizer: Callable[..., Any] = self.config.tokenizer
         self.field = field
         self.missing_field = missing_field
         self.add_attention_mask = add_attention_mask
@@ -311,13 +344,13 @@ class Tokenize(BaseOp):
             return []
         texts_bases = [self._text_and_base(r) for r in elems]
         texts = [t for t, _ in texts_bases]
-        if self._owns_specials and type(self.tokenizer) is HashTokenizer:
+        if self._owns_specials and type(self.tokenizer) is HashTokenizer and self.padding != "longest":
             return self._process_builtin(elems, texts, [b for _, b in texts_bases])
         enc = self.tokenizer(texts, **self._hf_kwargs())
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
-        out: list[SampleRecord] = []
-        for i, rec in enumerate(elems):
+        rows: list[tuple[list[int], list[int] | None]] = []
+        for i in range(len(elems)):
             ids = _as_list(raw_ids[i])
             mask = _as_list(raw_masks[i]) if raw_masks is not None else None
             if self._owns_specials and (self._bos is not None or self._eos is not None):
@@ -328,15 +361,25 @@ class Tokenize(BaseOp):
                     mask = [1] * len(pre) + mask + [1] * len(post)
                 elif self.add_attention_mask:
                     mask = [1] * len(ids)
-            if self._owns_specials and self.padding == "max_length" and not self.split_long_samples:
-                assert self.max_length is not None
-                pad = self.max_length - len(ids)
-                if pad > 0:
-                    ids = ids + [self._pad_id()] * pad
-                    if mask is not None:
-                        mask = mask + [0] * pad
-            out.extend(self._emit(rec, texts_bases[i][1], ids, mask))
+            rows.append((ids, mask))
+        self._pad_group(rows)
+        out: list[SampleRecord] = []
+        for rec, (_, base), (ids, mask) in zip(elems, texts_bases, rows, strict=True):
+            out.extend(self._emit(rec, base, ids, mask))
         return out
+
+    def _pad_group(self, rows: list[tuple[list[int], list[int] | None]]) -> None:
+        """Pad the rows of one call in place when the operator owns the padding (step 4)."""
+        if not (self._owns_specials and self.padding and not self.split_long_samples):
+            return
+        longest = max((len(i) for i, _ in rows), default=0)
+        target = self.max_length if self.padding == "max_length" else longest
+        assert target is not None
+        pad_id = self._pad_id()
+        for k, (ids, mask) in enumerate(rows):
+            pad = target - len(ids)
+            if pad > 0:
+                rows[k] = (ids + [pad_id] * pad, None if mask is None else mask + [0] * pad)
 
     def _process_builtin(self, elems: list[SampleRecord], texts: list[str],
                          bases: list[dict[str, Any]]) -> list[SampleRecord]:
@@ -401,7 +444,7 @@ class Tokenize(BaseOp):
             windows.append(([], [] if mask is not None else None))
         for start in range(0, len(ids), n):
             windows.append((ids[start : start + n], None if mask is None else mask[start : start + n]))
-        if self.padding == "max_length":
+        if self.padding:  # a window is padded to max_length under either padding mode
             pad_id = self._pad_id()
             padded: list[tuple[list[int], list[int] | None]] = []
             for w_ids, w_mask in windows:

@@ -1,0 +1,94 @@
+"""map_batch: apply a deterministic function to each micro-batch, after ``batch()``.
+
+Theory of operation
+-------------------
+Runs after :mod:`zephon_ref.ops.batch`: its input is the lane-pure
+:class:`~zephon_ref.types.SampleBatch` es the batch operator emits, plus the tombstones
+that pass through it (which pass here too, untouched).  ``process_many`` maps each batch
+on its own (a count-only :class:`~zephon_ref.ops.base.CountingAccumulator`, so no state
+crosses calls): ``fn(batch)`` must return a ``SampleBatch`` (delivered in the batch's
+place) or None.  None with ``drop_none`` replaces the batch by one tombstone per closing
+contributor of each of its records (so their offsets still close and the chunks evict);
+None without ``drop_none`` delivers the batch unchanged.  Order is preserved.
+
+The replay filter cuts before ``batch`` (seed 000), so a resume re-batches the remainder
+and ``fn`` sees the same batches again: ``fn`` must be a function of the batch alone.
+
+What may not live here: per-batch state, randomness, anything that reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zephon_ref.errors import PayloadTypeError, expected
+from zephon_ref.lineage import tombstones_for_record
+from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.knobs import Bool, Func, Int, check_execution, check_fields, knob
+from zephon_ref.types import SampleBatch, SampleRecord
+
+__all__ = ["DEFAULT_PARALLELISM", "MapBatch", "MapBatchConfig"]
+
+#: zephon 0.2.0's worker count for map_batch(parallelism=None): an execution setting.
+DEFAULT_PARALLELISM = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapBatchConfig:
+    """The data knobs of ``map_batch`` (domains in :mod:`zephon_ref.ops.knobs`)."""
+
+    transform_fn: Callable[[SampleBatch], SampleBatch | None] = knob(
+        domain=Func(), doc="SampleBatch -> SampleBatch | None"
+    )
+    drop_none: bool = knob(True, Bool(), doc="None drops the batch (tombstones) instead of passing it")
+    max_batch: int = knob(64, Int(1), doc="batches per process_many call (no effect on output)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class MapBatch(BaseOp):
+    """``map_batch(transform_fn, *, drop_none=True)``: only after ``batch()``."""
+
+    def __init__(
+        self,
+        transform_fn: Callable[[SampleBatch], SampleBatch | None],
+        *,
+        drop_none: bool = True,
+        max_batch: int = 64,
+        placement: str = "auto",
+        parallelism: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_execution(placement=placement, parallelism=parallelism)
+        self.config = MapBatchConfig(transform_fn=transform_fn, drop_none=drop_none, max_batch=max_batch)
+        self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, indexable=True, parallelism=self.parallelism)
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return CountingAccumulator(self.config.max_batch)
+
+    def process_many(self, elems: list[Any]) -> list[Any]:
+        c = self.config
+        out: list[Any] = []
+        for elem in elems:
+            if isinstance(elem, SampleRecord):  # a tombstone the batch operator passed on
+                out.append(elem)
+                continue
+            new = c.transform_fn(elem)
+            if new is None:
+                if c.drop_none:
+                    out.extend(t for r in elem.records for t in tombstones_for_record(r))
+                else:
+                    out.append(elem)
+                continue
+            if not isinstance(new, SampleBatch):
+                raise PayloadTypeError(
+                    expected("map_batch transform_fn result", "a SampleBatch or None", new)
+                )
+            out.append(new)
+        return out
