@@ -64,6 +64,7 @@ from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
     ContractError,
+    DropTotal,
     StateFormatError,
     StateMismatchError,
     expected,
@@ -378,6 +379,17 @@ class Builder:
             return {}
         return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
 
+    def dropped(self) -> tuple[DropTotal, ...]:
+        """What the current (or last) run of this participant dropped by configuration, per lane,
+        operator and cause (:class:`zephon_ref.errors.DropTotal`, sorted; docs/drops.md): counted
+        since the run started or was restored, over this participant's lanes; ``()`` before any
+        run.  zephon 0.2.0 has no such query (it logs totals); diagnostics only, never state.
+        Changes nothing."""
+        engine = self._engine
+        if engine is None or not engine.started:
+            return ()
+        return engine.drops.totals()
+
     def metrics_snapshot(self) -> None:
         """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
         when observability is off)."""
@@ -543,7 +555,8 @@ class Builder:
             raise ContractError(
                 "pipeline: expected one iteration at a time, received a second concurrent iter()"
             )
-        run = PipelineIterator(drive(self._started_engine()))
+        engine = self._started_engine()
+        run = PipelineIterator(drive(engine), on_close=engine.drops.close)
         self._run = weakref.ref(run)
         return run
 
@@ -653,8 +666,9 @@ def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
 class PipelineIterator(Iterator[Any]):
     """The iterator iteration returns: the pipeline is running while it is open."""
 
-    def __init__(self, deliveries: Iterator[Any]) -> None:
+    def __init__(self, deliveries: Iterator[Any], *, on_close: Callable[[], None] | None = None) -> None:
         self._gen = deliveries
+        self._on_close = on_close
         self.open = True
 
     def __next__(self) -> Any:
@@ -668,10 +682,12 @@ class PipelineIterator(Iterator[Any]):
 
     def close(self) -> None:
         """Stop the run (threads stop too); the pipeline keeps its progress for checkpoint()."""
-        self.open = False
+        was_open, self.open = self.open, False
         close = getattr(self._gen, "close", None)
         if close is not None:
             close()
+        if was_open and self._on_close is not None:
+            self._on_close()  # the run's dropped-data totals (diagnostics)
 
     def __del__(self) -> None:
         self.open = False

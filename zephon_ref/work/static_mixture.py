@@ -56,10 +56,10 @@ from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
     ContractError,
+    DropLedger,
     StateFormatError,
     StateMismatchError,
     expected,
-    warn_data_dropped,
 )
 from zephon_ref.state import SOURCE_POSITION_KEYS
 from zephon_ref.types import SampleId
@@ -750,6 +750,8 @@ class StaticMixtureWorkSource(WorkSource):
         self._names = names
         self._dataset_ids = {n: i for i, n in enumerate(names)}
         self._seed = seed
+        #: the run's dropped-data counts (the engine sets its own on every lane clone); never state
+        self.drops = DropLedger()
         self._shuffle_shards = shuffle_shards
         self._shuffle_within_shard = shuffle_within_shard
         self._block_spec = shuffle_block_size
@@ -1041,8 +1043,8 @@ class StaticMixtureWorkSource(WorkSource):
                          + ", ".join(f"{n} {k}" for n, k in skipped.items())
                          + " (a pass's remaining samples fewer than the quota)")
         if parts:
-            warn_data_dropped(op="StaticMixtureWorkSource", cause="source_leftover", lane=lane,
-                              records=sum(left.values()) + sum(skipped.values()), detail="; ".join(parts))
+            self.drops.add(op="StaticMixtureWorkSource", cause="source_leftover", lane=lane,
+                           records=sum(left.values()) + sum(skipped.values()), detail="; ".join(parts))
 
     def _exhausted_names(self) -> tuple[str, ...]:
         cfg = self._cfg
