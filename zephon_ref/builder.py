@@ -54,7 +54,7 @@ import copy
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
 from zephon_ref.engine.core import FEEDING, Engine
@@ -480,11 +480,24 @@ class Builder:
 
     def _build_engine(self, state: Mapping[str, Any] | None) -> Engine:
         """An unstarted engine over this pipeline's data settings, loading ``state``'s owned
-        lanes (the one load of a restore)."""
+        lanes (the one load of a restore).  A token-aware source that measures its ratios is primed
+        first (the calibration pass through the first tokenize operator's counter), unless a
+        restore brings the checkpoint's ratios: a resume never re-measures."""
+        if state is None and self._source.requires_token_priming:
+            self._source.prime(count=self._calibration_counter())
         return Engine(
             source=self._source, ops=self._ops, world=self._world_of(self._options), k=self._resolve_k(),
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(), state=state,
         )
+
+    def _calibration_counter(self) -> Callable[[Any], int | None] | None:
+        """The first tokenize operator's calibration count (zephon counts through the pipeline's
+        tokenizer), or None: calibration then needs ``TokenEstimation(measure=...)`` or falls back."""
+        for _, op in self._ops:
+            count = getattr(op, "calibration_count", None)
+            if callable(count):
+                return cast("Callable[[Any], int | None]", count)
+        return None
 
     def _shared_walk(self) -> SharedWalk | None:
         """The chunk walk an engine's lanes share when the caller gives none: None here (every lane

@@ -13,6 +13,18 @@ from zephon_ref.work.dataset import content_bytes
 from zephon_ref.work.token_estimation import TokenCostTable
 
 
+def _no_warning():
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def cm():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            yield
+    return cm()
+
+
 def ds(name, *shards):
     """``shards``: (rows, bytes per row) pairs; every row's text is that many bytes."""
     return Dataset.from_dict(
@@ -40,11 +52,19 @@ def test_token_estimation_refuses_bad_knobs(kw):
         TokenEstimation(primer=0.25, **kw)
 
 
-def test_measuring_primer_is_refused_at_the_builder_call():
+def test_a_measuring_primer_waits_for_prime_and_measures_deterministically():
     data = [ds("a", (20, 4)), ds("b", (20, 8))]
-    for te in (TokenEstimation(), TokenEstimation(primer={"a": 0.3})):
-        with pytest.raises(ConfigError, match="token_estimation.primer"):
-            StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+    for te in (TokenEstimation(measure=lambda p: len(p["text"])), TokenEstimation(primer={"a": 0.3})):
+        src = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+        assert src.requires_token_priming
+        with pytest.warns(RuntimeWarning) if te.measure is None else _no_warning():
+            src.prime()  # without measure= nor a tokenizer, b falls back
+        again = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+        with pytest.warns(RuntimeWarning) if te.measure is None else _no_warning():
+            again.prime()
+        assert not src.requires_token_priming and src.token_ratios() == again.token_ratios()
+    got = src.token_ratios()
+    assert got is not None and got["a"].source == "pinned" and got["b"].source == "fallback"
     with pytest.raises(ConfigError, match="unknown"):
         StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4,
                                 token_estimation=TokenEstimation(primer={"a": 0.3, "b": 0.3, "z": 1.0}))
@@ -87,7 +107,7 @@ def test_token_state_round_trips_mid_stream():
     head = read_chunks(first, 4)
     state = first.state_dict()
     assert state["allocation_mode"] == "token_aware" and state["accumulators"] is None
-    assert state["token_ratios"] == {"a": 0.3, "b": 0.9}
+    assert state["token_ratios"] == {"a": [0.3, "pinned"], "b": [0.9, "pinned"]}  # zephon's shape
     again = _src(token_estimation=te).clone_for_lane(1, 2)
     again.load_state_dict(state)
     assert head + read_chunks(again, 100) == whole and len(whole) > 6

@@ -275,6 +275,38 @@ class Tokenize(BaseOp):
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
         return CountingAccumulator(self.max_batch)
 
+    def calibration_count(self, payload: Any) -> int | None:
+        """Delivered tokens of one raw payload, as token-aware calibration counts them (zephon 0.2.0's
+        text counting: the field's text tokenized once, special tokens, truncation and splitting
+        applied to the count, padding ignored); None where the payload has no text (unmeasurable)."""
+        if isinstance(payload, Mapping):
+            if self.field in payload:
+                value = payload[self.field]
+            elif self.missing_field == "empty":
+                value = ""
+            else:
+                raise ConfigError(expected("calibration payload", f"a {self.field!r} field",
+                                           sorted(map(repr, payload))))
+        else:
+            value = payload
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            try:
+                value = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        if not isinstance(value, str):
+            return None
+        tokenizer_default = self.special_tokens == "tokenizer_default"
+        raw = len(_as_list(self.tokenizer([value], add_special_tokens=tokenizer_default)["input_ids"][0]))
+        if tokenizer_default:
+            got = min(raw, self.max_length) if self.truncation and self.max_length is not None else raw
+        else:
+            specials = self._n_bos + self._n_eos
+            if not self.split_long_samples and self.truncation and self.max_length is not None:
+                raw = min(raw, self.max_length - specials)
+            got = raw + specials
+        return got or None
+
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         payload = rec.payload
         if type(payload) is not dict and not isinstance(payload, Mapping):
