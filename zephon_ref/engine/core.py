@@ -600,14 +600,15 @@ class Engine:
         seed 000 leaves a state's content to the implementation) checks its own in
         ``load_state_dict``."""
         clone = self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas)
-        fresh = clone.state_dict()
-        if not isinstance(fresh, Mapping) or clone.state_configuration(fresh) is None:
+        whole = clone.state_dict()
+        fresh = clone.state_configuration(whole) if isinstance(whole, Mapping) else None
+        if fresh is None:
             return  # a custom source's state: its own load_state_dict judges it
-        if not isinstance(ws_state, Mapping) or set(ws_state) != set(fresh):
+        if not isinstance(ws_state, Mapping) or set(ws_state) != set(whole):
             raise StateMismatchError(
                 expected(
                     f"lane {lane} work-source state",
-                    f"the keys {sorted(fresh)}",
+                    f"the keys {sorted(whole)}",
                     sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state,
                 )
             )
@@ -616,7 +617,7 @@ class Engine:
             raise StateFormatError(
                 expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity")
             )
-        for key in sorted(fresh):
+        for key in sorted(fresh):  # the configuration: a key it leaves out is the state's to bring
             if key not in schema.SOURCE_RESTORABLE_KEYS and ws_state[key] != fresh[key]:
                 raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{fresh[key]!r} (this "
                                                   "pipeline's source configuration)", ws_state[key]))
