@@ -89,6 +89,7 @@ from zephon_ref.settings import (
 )
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.base import SharedWalk, WorkSource
+from zephon_ref.work.token_estimation import TextCounting
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -490,13 +491,13 @@ class Builder:
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(), state=state,
         )
 
-    def _calibration_counter(self) -> Callable[[Any], int | None] | None:
-        """The first tokenize operator's calibration count (zephon counts through the pipeline's
-        tokenizer), or None: calibration then needs ``TokenEstimation(measure=...)`` or falls back."""
+    def _calibration_counter(self) -> TextCounting | None:
+        """The first tokenize operator's calibration counting (zephon counts through the pipeline's
+        tokenizer), or None: zephon's defaults (its built-in tokenizer over the likely text field)."""
         for _, op in self._ops:
-            count = getattr(op, "calibration_count", None)
-            if callable(count):
-                return cast("Callable[[Any], int | None]", count)
+            counting = getattr(op, "calibration_counting", None)
+            if callable(counting):
+                return cast(TextCounting, counting())
         return None
 
     def _shared_walk(self) -> SharedWalk | None:

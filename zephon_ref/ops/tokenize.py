@@ -51,6 +51,7 @@ from zephon_ref.ops.base import (
     check_placement,
 )
 from zephon_ref.types import SampleRecord
+from zephon_ref.work.token_estimation import TextCounting
 
 __all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize"]
 
@@ -275,37 +276,16 @@ class Tokenize(BaseOp):
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
         return CountingAccumulator(self.max_batch)
 
-    def calibration_count(self, payload: Any) -> int | None:
-        """Delivered tokens of one raw payload, as token-aware calibration counts them (zephon 0.2.0's
-        text counting: the field's text tokenized once, special tokens, truncation and splitting
-        applied to the count, padding ignored); None where the payload has no text (unmeasurable)."""
-        if isinstance(payload, Mapping):
-            if self.field in payload:
-                value = payload[self.field]
-            elif self.missing_field == "empty":
-                value = ""
-            else:
-                raise ConfigError(expected("calibration payload", f"a {self.field!r} field",
-                                           sorted(map(repr, payload))))
-        else:
-            value = payload
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            try:
-                value = bytes(value).decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-        if not isinstance(value, str):
-            return None
-        tokenizer_default = self.special_tokens == "tokenizer_default"
-        raw = len(_as_list(self.tokenizer([value], add_special_tokens=tokenizer_default)["input_ids"][0]))
-        if tokenizer_default:
-            got = min(raw, self.max_length) if self.truncation and self.max_length is not None else raw
-        else:
-            specials = self._n_bos + self._n_eos
-            if not self.split_long_samples and self.truncation and self.max_length is not None:
-                raw = min(raw, self.max_length - specials)
-            got = raw + specials
-        return got or None
+    def calibration_counting(self) -> TextCounting:
+        """How token-aware calibration counts this operator's delivered tokens (zephon 0.2.0's
+        text counting spec: field, missing_field, specials, truncation, splitting; padding is
+        ignored).  The built-in tokenizer counts one token per whitespace-separated word."""
+        return TextCounting(
+            tokenizer=None if type(self.tokenizer) is HashTokenizer else self.tokenizer,
+            field=self.field, missing_field=self.missing_field, max_length=self.max_length,
+            truncation=self.truncation, split_long_samples=self.split_long_samples,
+            special_tokens=self.special_tokens,
+        )
 
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         payload = rec.payload

@@ -59,6 +59,7 @@ from zephon_ref.work.dataset import Dataset, content_bytes
 __all__ = [
     "DEFAULT_FALLBACK_TOKENS_PER_BYTE",
     "PerShardTokenCost",
+    "TextCounting",
     "TokenCostTable",
     "TokenEstimation",
     "TokenRatio",
@@ -331,8 +332,143 @@ def _fallback(est: TokenEstimation, census: _Census | None) -> TokenRatio:
     return TokenRatio(r, "fallback")
 
 
-def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation, count: Counter | None,
-             seed: int) -> tuple[TokenRatio, str | None]:
+# -- counting delivered tokens (zephon 0.2.0's text counting, for the calibration pass) -----------------
+_TEXT_KEYS = ("text", "content", "document", "body", "markdown", "raw_content")
+_TOKEN_KEYS = ("input_ids", "tokens", "token_ids")
+_MISSING = object()
+#: a dataset's counting plan is chosen from its first drawn rows
+_PLAN_ROWS = 8
+
+
+def _lookup(payload: Any, path: tuple[str, ...] | None) -> Any:
+    value = payload
+    for key in path or ():
+        if not isinstance(value, Mapping) or key not in value:
+            return _MISSING
+        value = value[key]
+    return value
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
+def _token_array_length(value: Any) -> int | None:
+    if isinstance(value, np.ndarray):
+        return int(value.size) if np.issubdtype(value.dtype, np.integer) else None
+    if isinstance(value, (list, tuple)):
+        head = value[0] if value else None
+        return len(value) if isinstance(head, int) and not isinstance(head, bool) else None
+    return None
+
+
+def _text_key(payload: Any) -> str | None:
+    """A mapping's likely text field: a known body key first, else the only (or longest) text."""
+    if not isinstance(payload, Mapping):
+        return None
+    for key in _TEXT_KEYS:
+        if key in payload and _text(payload[key]) is not None:
+            return key
+    texts = {k: t for k, v in payload.items() if isinstance(k, str) and (t := _text(v)) is not None}
+    if not texts:
+        return None
+    return max(texts, key=lambda k: (len(texts[k]), k))
+
+
+@dataclass(frozen=True, slots=True)
+class TextCounting:
+    """How the calibration pass counts a payload's delivered tokens: zephon 0.2.0's text counting
+    (the tokenize operator's settings, or the defaults where the pipeline has none).
+
+    ``tokenizer``: an HF-style callable (``tok([text], add_special_tokens=...)["input_ids"]``), or
+    None for zephon's built-in tokenizer (one token per whitespace-separated word).  A dataset's
+    plan is voted from its first drawn rows (:meth:`plan`): token arrays (``field``, or
+    ``input_ids`` / ``tokens`` / ``token_ids``, or the payload itself) are counted by length,
+    text is tokenized and bracketed by the special tokens the operator adds."""
+
+    tokenizer: Any = None
+    field: str | None = None
+    missing_field: str = "error"
+    max_length: int | None = None
+    truncation: bool = False
+    split_long_samples: bool = False
+    special_tokens: str = "bos_eos"
+
+    def _raw_tokens(self, text: str) -> int:
+        if self.tokenizer is None:
+            return len(text.split())
+        own = self.special_tokens == "tokenizer_default"
+        return len(list(self.tokenizer([text], add_special_tokens=own)["input_ids"][0]))
+
+    def delivered(self, raw: int) -> int:
+        """Delivered tokens of a text of ``raw`` content tokens (specials, truncation, splitting)."""
+        if self.special_tokens == "tokenizer_default":
+            return min(raw, self.max_length) if self.truncation and self.max_length is not None else raw
+        specials = (self.special_tokens in ("bos_eos", "bos")) + (self.special_tokens in ("bos_eos", "eos"))
+        if not self.split_long_samples and self.truncation and self.max_length is not None:
+            raw = min(raw, self.max_length - specials)
+        return raw + specials
+
+    def plan(self, payloads: Sequence[Any]) -> Counter:
+        """The counter for one dataset, voted from ``payloads`` (its first drawn rows)."""
+        path = tuple(self.field.split(".")) if self.field else None
+        token_votes: dict[tuple[str, ...], int] = {}
+        text_votes: dict[tuple[str, ...], int] = {}
+        for p in payloads:
+            tpath: tuple[str, ...] | None = None
+            if path is not None:
+                tpath = path if _token_array_length(_lookup(p, path)) is not None else None
+            elif _token_array_length(p) is not None:
+                tpath = ()
+            elif isinstance(p, Mapping):
+                tpath = next(((k,) for k in _TOKEN_KEYS if _token_array_length(p.get(k)) is not None), None)
+            if tpath is not None:
+                token_votes[tpath] = token_votes.get(tpath, 0) + 1
+                continue
+            vote: tuple[str, ...] | None
+            if path is not None:
+                vote = path if _text(_lookup(p, path)) is not None else None
+            else:
+                key = _text_key(p)
+                vote = (key,) if key is not None else (() if _text(p) is not None else None)
+            if vote is not None:
+                text_votes[vote] = text_votes.get(vote, 0) + 1
+        if token_votes and sum(token_votes.values()) >= sum(text_votes.values()):
+            best = max(token_votes.items(), key=lambda kv: kv[1])[0]  # first of the most common
+            return lambda payload: _token_array_length(_lookup(payload, best)) or None
+        if path is None and text_votes:
+            def rank(p: tuple[str, ...]) -> int:
+                return len(_TEXT_KEYS) - _TEXT_KEYS.index(p[0]) if len(p) == 1 and p[0] in _TEXT_KEYS else 0
+            path = max(text_votes, key=lambda p: (text_votes[p], rank(p)))
+        return lambda payload: self._count_text(payload, path)
+
+    def _count_text(self, payload: Any, path: tuple[str, ...] | None) -> int | None:
+        if path is not None and isinstance(payload, Mapping):
+            value = _lookup(payload, path)
+            if value is _MISSING:
+                if self.missing_field == "error":
+                    raise ConfigError(expected("calibration payload", f"a {self.field!r} field (the "
+                                               "tokenize operator's missing_field='error')",
+                                               sorted(map(repr, payload))))
+                value = ""
+            text = _text(value)
+        else:
+            text = _text(_lookup(payload, path)) if path else None
+            text = text if text is not None else _text(payload)
+        if text is None:
+            return None
+        return self.delivered(self._raw_tokens(text)) or None
+
+
+def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation,
+             count: Counter | TextCounting | None, seed: int) -> tuple[TokenRatio, str | None]:
     census = _census(dataset, dataset_id, est, seed)
     if census is None:
         return _fallback(est, None), "dataset is empty or unsized"
@@ -340,12 +476,18 @@ def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation, count: Cou
     if not draws:
         return _fallback(est, census), "dataset is empty"
     if count is None:
-        return _fallback(est, census), "no tokenizer to count with (pin ratios or pass measure=)"
+        count = TextCounting()  # zephon's default: its built-in tokenizer over the likely text field
+    if isinstance(count, TextCounting):
+        count = count.plan([dataset.get(shard, off) for (shard, off), _ in draws[:_PLAN_ROWS]])
     weighted, measured_draws = 0.0, 0
     for (shard, off), times in draws:
         try:
             got = count(dataset.get(shard, off))
-        except Exception as exc:  # noqa: BLE001 - zephon's contract: a failing measure= means fallback
+        except ConfigError:
+            raise  # a row the run would refuse too (a missing field under missing_field='error')
+        except Exception as exc:  # noqa: BLE001 - zephon's contract: a failing count means fallback
+            if est.measure is None:
+                continue  # a text row that fails to count is skipped (coverage decides)
             return _fallback(est, census), f"counting failed: {type(exc).__name__}: {exc}"
         if got is None:
             continue
@@ -372,16 +514,18 @@ def prime_token_ratios(
     datasets: Sequence[Dataset],
     dataset_ids: Mapping[str, int],
     estimation: TokenEstimation,
-    count: Counter | None = None,
+    count: Counter | TextCounting | None = None,
     seed: int = 0,
 ) -> dict[str, TokenRatio]:
     """Every dataset's :class:`TokenRatio`: pinned ones from ``estimation.primer``, the rest measured
-    (the module docstring's calibration pass).  ``count``: the pipeline's token counter (used when
-    ``estimation.measure`` is None); ``seed``: the work source's seed.  Deterministic in its inputs;
-    reads the calibration rows through the datasets and nothing else."""
+    (the module docstring's calibration pass).  ``count``: the pipeline's token counting (a
+    :class:`TextCounting`, from its tokenize operator; used when ``estimation.measure`` is None;
+    None: zephon's defaults, :class:`TextCounting()`); ``seed``: the work source's seed.
+    Deterministic in its inputs; reads the calibration rows through the datasets and nothing else."""
     by_name = {d.name: d for d in datasets}
     ratios: dict[str, TokenRatio] = dict(estimation.pinned(list(dataset_ids)))
-    counter = _measure_callable(estimation.measure) if estimation.measure is not None else count
+    counter: Counter | TextCounting | None = (
+        _measure_callable(estimation.measure) if estimation.measure is not None else count)
     reasons: dict[str, str] = {}
     for name in dataset_ids:
         if name in ratios:
