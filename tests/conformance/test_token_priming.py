@@ -125,6 +125,26 @@ def _ratios(ck: dict[str, Any]) -> Any:
 def test_measured_token_mixture_streams_and_resumes_match_zephon(cfg: dict[str, Any]) -> None:
     event(f"counter={cfg['counter']}")
     event(f"pins={cfg['pins'] is not None}")
+    _check(cfg)
+
+
+FIXED = [
+    {"datasets": [{"name": "d0", "rows": [12, 20, 7], "word": "hello world ", "spread": 7},
+                  {"name": "d1", "rows": [25, 9], "word": "xyzw", "spread": 4}],
+     "weights": {"d0": 1.0, "d1": 2.0}, "chunk_size": 5, "seed": seed, "lanes": lanes, "counter": counter,
+     "specials": specials, "pins": None, "samples": 64, "shards": (4, 16), "policy": "redistribute", "cut": 3}
+    for counter in ("tokenize", "default") for specials, seed, lanes in (("bos_eos", 0, 1), ("none", 11, 2),
+                                                                        ("eos", 5, 3))
+]
+
+
+@pytest.mark.parametrize("cfg", FIXED, ids=lambda c: f"{c['counter']}-{c['specials']}-{c['lanes']}lanes")
+def test_tokenizer_counted_calibration_matches_zephon(cfg: dict[str, Any]) -> None:
+    """The counter the property draws least: the pipeline's tokenize operator, and none at all."""
+    _check(cfg)
+
+
+def _check(cfg: dict[str, Any]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -139,6 +159,7 @@ def test_measured_token_mixture_streams_and_resumes_match_zephon(cfg: dict[str, 
         k = min(cfg["cut"], len(want) - 1) if len(want) > 1 else 1
         z_ck, r_ck = _cut(zephon, cfg, k), _cut(zephon_ref, cfg, k)
         assert _ratios(r_ck) == _ratios(z_ck)  # the same measured ratios and provenance
+        assert any(v[1] == "measured" for lane in _ratios(r_ck).values() for v in lane.values())
         rest = want[k:LIMIT]
         q = _pipeline(zephon_ref, cfg)
         q.restore(r_ck)
