@@ -206,7 +206,7 @@ def test_warnings_change_nothing_and_count_exactly_what_was_dropped(
             assert (w.records if w else 0) == len(mine) % 3
 
 
-def _pipeline(**batch: Any) -> Any:
+def _pipeline(runner: str = "inline", **batch: Any) -> Any:
     from zephon_ref.pipeline import Pipeline
     from zephon_ref.work import Dataset, InMemoryShard, StaticMixtureWorkSource
 
@@ -215,7 +215,7 @@ def _pipeline(**batch: Any) -> Any:
         [Dataset.from_dict("a", {0: InMemoryShard(rows)})], {"a": 1.0}, chunk_size=8
     )
     p = Pipeline(src).pack_sequences(16, num_bins=2).batch(3, **batch)
-    return p.options(runner="inline", canonical_replicas=2)
+    return p.options(runner=runner, canonical_replicas=2)
 
 
 def test_a_pipeline_run_warns_the_same_way_every_time_and_its_checkpoint_is_unchanged() -> None:
@@ -238,8 +238,9 @@ def test_a_pipeline_run_warns_the_same_way_every_time_and_its_checkpoint_is_unch
     assert [str(w) for w in _drops(go)[1]] == [str(w) for w in got]
 
 
-def test_the_pipeline_answers_what_it_dropped() -> None:
-    p = _pipeline()
+@pytest.mark.parametrize("runner", ["inline", "threads"])
+def test_the_pipeline_answers_what_it_dropped(runner: str) -> None:
+    p = _pipeline(runner)
     assert p.dropped() == ()
     it = iter(p)
     _silent(lambda: [next(it) for _ in range(2)])
