@@ -23,9 +23,11 @@ module does about it:
   string is added, the dataset ``layout`` (which zephon does not store) is taken
   from the pipeline's own source, ``version``, the duplicate
   ``cursor_positions``/``cursor_epochs`` (which must agree with
-  ``cursor_states``) and the unused token-aware fields are dropped, and each
-  cursor's ``version`` is removed.  Token-aware allocation is refused (not
-  implemented in zephon_ref).  A work-source state of any other shape is passed
+  ``cursor_states``) are dropped, and each cursor's ``version`` is removed.
+  Token-aware allocation carries its ``token_deficits`` and its primed
+  ``token_ratios`` (``[tokens_per_byte, source]``, zephon_ref's shape too) over,
+  so the resume continues on zephon's measured ratios; an unprimed zephon
+  template (``token_ratios`` None) is refused.  A work-source state of any other shape is passed
   through for the source's own ``load_state_dict`` to judge.
 * **engine v1** — the ``"{rank}:"`` prefix of round-robin keys is removed (two
   prefixed keys that disagree are refused), as zephon's migration does.
