@@ -51,6 +51,7 @@ configuration, sample ids); a refusal leaves the pipeline exactly as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -87,7 +88,7 @@ from zephon_ref.settings import (
     check_tracking,
     merge_io_options,
 )
-from zephon_ref.types import SampleRecord
+from zephon_ref.types import SampleId, SampleMeta, SampleRecord
 from zephon_ref.work.base import SharedWalk, WorkSource
 from zephon_ref.work.token_estimation import TextCounting
 
@@ -494,10 +495,18 @@ class Builder:
     def _calibration_counter(self) -> TextCounting | None:
         """The first tokenize operator's calibration counting (zephon counts through the pipeline's
         tokenizer), or None: zephon's defaults (its built-in tokenizer over the likely text field)."""
-        for _, op in self._ops:
+        for i, (_, op) in enumerate(self._ops):
             counting = getattr(op, "calibration_counting", None)
-            if callable(counting):
-                return cast(TextCounting, counting())
+            if not callable(counting):
+                continue
+            spec = cast(TextCounting, counting())
+            ahead = self._ops[:i]
+            stuck = next((name for name, o in ahead if not o.traits().calibration_replayable), None)
+            if stuck is not None:
+                return dataclasses.replace(spec, unreplayable=stuck)
+            if not ahead:
+                return spec
+            return dataclasses.replace(spec, replay=_calibration_replay([o for _, o in ahead]))
         return None
 
     def _shared_walk(self) -> SharedWalk | None:
@@ -675,6 +684,19 @@ def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
             RuntimeWarning,
             stacklevel=stacklevel + 1,
         )
+
+
+def _calibration_replay(ops: list[BaseOp]) -> Callable[[Any, SampleId], list[Any]]:
+    """The operators ahead of tokenize applied to one calibration row (zephon replays its
+    ``calibration_replayable`` operators so): lane 0, chunk 0, tombstones stripped between them."""
+    def replay(payload: Any, sample_id: SampleId) -> list[Any]:
+        recs = [SampleRecord(SampleMeta(tuple(sample_id), 0, 0), payload)]  # type: ignore[arg-type]
+        for op in ops:
+            recs = [r for r in op.process_many(list(recs)) if not r.meta.tombstone]
+            if not recs:
+                break
+        return [r.payload for r in recs]
+    return replay
 
 
 class PipelineIterator(Iterator[Any]):

@@ -325,6 +325,34 @@ def _draws(census: _Census, dataset_id: int, n: int, seed: int) -> list[tuple[tu
     return [(rows[i], int(times[i])) for i in range(len(rows)) if times[i] > 0]
 
 
+def _replayed(counting: TextCounting, replay: Callable[[Any, SampleId], list[Any]], dataset: Dataset,
+              dataset_id: int, draws: list[tuple[tuple[int, int], int]]
+              ) -> Callable[[Any, int, int], int | None]:
+    """A counter of raw rows: the operators ahead of tokenize replayed, every payload they give
+    counted (a dropped row counts 0 tokens); the plan voted on the first rows' replayed payloads."""
+    prefix: list[Any] = []
+    for (shard, off), _ in draws[:_PLAN_ROWS]:
+        try:
+            prefix.extend(replay(dataset.get(shard, off), SampleId(dataset_id, shard, off)))
+        except Exception:  # noqa: BLE001 - counted (and skipped) when the row is measured
+            continue
+    plan = counting.plan(prefix)
+
+    def count(payload: Any, shard: int, off: int) -> int | None:
+        total = 0
+        for p in replay(payload, SampleId(dataset_id, shard, off)):
+            got = plan(p)
+            if got is None:
+                return None
+            total += got
+        return total
+    return count
+
+
+def _at_row(count: Counter) -> Callable[[Any, int, int], int | None]:
+    return lambda payload, shard, off: count(payload)
+
+
 def _fallback(est: TokenEstimation, census: _Census | None) -> TokenRatio:
     r = est.fallback_tokens_per_byte
     if census is not None:
@@ -400,6 +428,11 @@ class TextCounting:
     truncation: bool = False
     split_long_samples: bool = False
     special_tokens: str = "bos_eos"
+    #: the pipeline's operators ahead of the tokenize operator, replayed on each calibration row:
+    #: (raw payload, sample id) -> the payloads tokenize would see (none: the row is dropped)
+    replay: Callable[[Any, SampleId], list[Any]] | None = None
+    #: the name of an operator ahead of tokenize that cannot be replayed (measuring refuses)
+    unreplayable: str | None = None
 
     def _raw_tokens(self, text: str) -> int:
         if self.tokenizer is None:
@@ -477,12 +510,24 @@ def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation,
         return _fallback(est, census), "dataset is empty"
     if count is None:
         count = TextCounting()  # zephon's default: its built-in tokenizer over the likely text field
+    if isinstance(count, TextCounting) and count.unreplayable is not None:
+        raise ConfigError(expected(
+            "token-aware calibration through the operators ahead of tokenize",
+            "operators whose traits say calibration_replayable (or TokenEstimation(measure=...), or "
+            "pinned ratios)", f"{count.unreplayable!r}"))
+    counter: Callable[[Any, int, int], int | None]
     if isinstance(count, TextCounting):
-        count = count.plan([dataset.get(shard, off) for (shard, off), _ in draws[:_PLAN_ROWS]])
+        replay = count.replay
+        if replay is None:
+            counter = _at_row(count.plan([dataset.get(shard, off) for (shard, off), _ in draws[:_PLAN_ROWS]]))
+        else:
+            counter = _replayed(count, replay, dataset, dataset_id, draws)
+    else:
+        counter = _at_row(count)
     weighted, measured_draws = 0.0, 0
     for (shard, off), times in draws:
         try:
-            got = count(dataset.get(shard, off))
+            got = counter(dataset.get(shard, off), shard, off)
         except ConfigError:
             raise  # a row the run would refuse too (a missing field under missing_field='error')
         except Exception as exc:  # noqa: BLE001 - zephon's contract: a failing count means fallback
