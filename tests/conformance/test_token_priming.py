@@ -211,3 +211,20 @@ def test_an_unpinned_dataset_without_a_tokenizer_is_counted_like_zephon() -> Non
         want, got = _take(zp, 30), _take(rp, 30)
         assert got == want
         assert _ratios(rp.checkpoint()) == _ratios(zp.checkpoint())
+
+
+def test_an_operator_calibration_cannot_replay_is_refused_by_both() -> None:
+    def build(mod: Any) -> Any:
+        ds = [mod.Dataset.from_dict(n, {0: mod.InMemoryShard([{"text": "ab " * (1 + j % k)} for j in range(20)])})
+              for n, k in (("a", 3), ("b", 5))]
+        src = mod.StaticMixtureWorkSource(ds, {"a": 1.0, "b": 1.0}, chunk_size=4,
+                                          token_estimation=mod.work.TokenEstimation())
+        p = mod.Pipeline(src).stateful_transform("keep", init_state=lambda: [], push=lambda st, recs: (st, recs))
+        return p.tokenize(field="text").batch(2).options(runner="inline", canonical_replicas=1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="calibration_replayable"):
+            list(build(zephon))
+        with pytest.raises(ValueError, match="calibration_replayable"):
+            list(build(zephon_ref))
