@@ -215,11 +215,13 @@ def test_an_unpinned_dataset_without_a_tokenizer_is_counted_like_zephon() -> Non
 
 def test_an_operator_calibration_cannot_replay_is_refused_by_both() -> None:
     def build(mod: Any) -> Any:
-        ds = [mod.Dataset.from_dict(n, {0: mod.InMemoryShard([{"text": "ab " * (1 + j % k)} for j in range(20)])})
+        ds = [mod.Dataset.from_dict(n, {0: mod.InMemoryShard([{"text": "ab " * (1 + j % k)}
+                                                              for j in range(20)])})
               for n, k in (("a", 3), ("b", 5))]
         src = mod.StaticMixtureWorkSource(ds, {"a": 1.0, "b": 1.0}, chunk_size=4,
                                           token_estimation=mod.work.TokenEstimation())
-        p = mod.Pipeline(src).stateful_transform("keep", init_state=lambda: [], push=lambda st, recs: (st, recs))
+        p = mod.Pipeline(src).stateful_transform("keep", init_state=lambda: [],
+                                                 push=lambda st, recs: (st, recs))
         return p.tokenize(field="text").batch(2).options(runner="inline", canonical_replicas=1)
 
     with warnings.catch_warnings():
