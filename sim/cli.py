@@ -264,19 +264,23 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 
 def dropped_line(caught: Sequence[warnings.WarningMessage]) -> str:
     """One line for the DataDroppedWarnings of a run (the workload's configuration drops data by design:
-    first_fit at max_length 48 drops longer documents), per cause: warnings, lanes, records, tokens."""
+    first_fit at max_length 48 drops longer documents), per cause: the totals the engines that reached
+    their end of data reported at their close (``phase="total"``; a crashed engine's counts die with it),
+    and on how many lanes dropping started (``phase="start"``, one warning per lane and kind per run)."""
     by: dict[str, list[DataDroppedWarning]] = {}
     for w in caught:
         if isinstance(w.message, DataDroppedWarning):
             by.setdefault(w.message.cause, []).append(w.message)
     if not by:
         return "dropped data: none"
-    parts = [
-        f"{cause}: {sum(w.records for w in ws)} records"
-        + (f" ({sum(w.tokens or 0 for w in ws)} tokens)" if any(w.tokens is not None for w in ws) else "")
-        + f" in {len(ws)} flushes on {len({w.lane for w in ws})} lanes"
-        for cause, ws in sorted(by.items())
-    ]
+    parts = []
+    for cause, ws in sorted(by.items()):
+        totals = [w for w in ws if w.phase == "total"]
+        starts = [w for w in ws if w.phase == "start"]
+        part = f"{cause}: {sum(w.records for w in totals)} records"
+        if any(w.tokens is not None for w in totals):
+            part += f" ({sum(w.tokens or 0 for w in totals)} tokens)"
+        parts.append(part + f" at {len(totals)} closes; started on {len({w.lane for w in starts})} lanes")
     return "dropped data (DataDroppedWarning, by the workload's configuration; docs/drops.md): " + "; ".join(
         parts
     )

@@ -51,10 +51,11 @@ configuration, sample ids); a refusal leaves the pipeline exactly as it was.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
 from zephon_ref.engine.core import FEEDING, Engine
@@ -64,6 +65,7 @@ from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
     ContractError,
+    DropTotal,
     StateFormatError,
     StateMismatchError,
     expected,
@@ -91,8 +93,9 @@ from zephon_ref.settings import (
     check_tracking,
     merge_io_options,
 )
-from zephon_ref.types import SampleRecord
+from zephon_ref.types import SampleId, SampleMeta, SampleRecord
 from zephon_ref.work.base import SharedWalk, WorkSource
+from zephon_ref.work.token_estimation import TextCounting
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -528,6 +531,17 @@ class Builder:
             return {}
         return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
 
+    def dropped(self) -> tuple[DropTotal, ...]:
+        """What the current (or last) run of this participant dropped by configuration, per lane,
+        operator and cause (:class:`zephon_ref.errors.DropTotal`, sorted; docs/drops.md): counted
+        since the run started or was restored, over this participant's lanes; ``()`` before any
+        run.  zephon 0.2.0 has no such query (it logs totals); diagnostics only, never state.
+        Changes nothing."""
+        engine = self._engine
+        if engine is None or not engine.started:
+            return ()
+        return engine.drops.totals()
+
     def metrics_snapshot(self) -> None:
         """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
         when observability is off)."""
@@ -618,11 +632,32 @@ class Builder:
 
     def _build_engine(self, state: Mapping[str, Any] | None) -> Engine:
         """An unstarted engine over this pipeline's data settings, loading ``state``'s owned
-        lanes (the one load of a restore)."""
+        lanes (the one load of a restore).  A token-aware source that measures its ratios is primed
+        first (the calibration pass through the first tokenize operator's counter), unless a
+        restore brings the checkpoint's ratios: a resume never re-measures."""
+        if state is None and self._source.requires_token_priming:
+            self._source.prime(count=self._calibration_counter())
         return Engine(
             source=self._source, ops=self._ops, world=self._world_of(self._options), k=self._resolve_k(),
             monotone=self.preserves_cursor_order, fingerprint=self.fingerprint(), state=state,
         )
+
+    def _calibration_counter(self) -> TextCounting | None:
+        """The first tokenize operator's calibration counting (zephon counts through the pipeline's
+        tokenizer), or None: zephon's defaults (its built-in tokenizer over the likely text field)."""
+        for i, (_, op) in enumerate(self._ops):
+            counting = getattr(op, "calibration_counting", None)
+            if not callable(counting):
+                continue
+            spec = cast(TextCounting, counting())
+            ahead = self._ops[:i]
+            stuck = next((name for name, o in ahead if not o.traits().calibration_replayable), None)
+            if stuck is not None:
+                return dataclasses.replace(spec, unreplayable=stuck)
+            if not ahead:
+                return spec
+            return dataclasses.replace(spec, replay=_calibration_replay([o for _, o in ahead]))
+        return None
 
     def _shared_walk(self) -> SharedWalk | None:
         """The chunk walk an engine's lanes share when the caller gives none: None here (every lane
@@ -693,7 +728,8 @@ class Builder:
             raise ContractError(
                 "pipeline: expected one iteration at a time, received a second concurrent iter()"
             )
-        run = PipelineIterator(drive(self._started_engine()))
+        engine = self._started_engine()
+        run = PipelineIterator(drive(engine), on_close=engine.drops.close)
         self._run = weakref.ref(run)
         return run
 
@@ -800,11 +836,25 @@ def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
         )
 
 
+def _calibration_replay(ops: list[BaseOp]) -> Callable[[Any, SampleId], list[Any]]:
+    """The operators ahead of tokenize applied to one calibration row (zephon replays its
+    ``calibration_replayable`` operators so): lane 0, chunk 0, tombstones stripped between them."""
+    def replay(payload: Any, sample_id: SampleId) -> list[Any]:
+        recs = [SampleRecord(SampleMeta(tuple(sample_id), 0, 0), payload)]  # type: ignore[arg-type]
+        for op in ops:
+            recs = [r for r in op.process_many(list(recs)) if not r.meta.tombstone]
+            if not recs:
+                break
+        return [r.payload for r in recs]
+    return replay
+
+
 class PipelineIterator(Iterator[Any]):
     """The iterator iteration returns: the pipeline is running while it is open."""
 
-    def __init__(self, deliveries: Iterator[Any]) -> None:
+    def __init__(self, deliveries: Iterator[Any], *, on_close: Callable[[], None] | None = None) -> None:
         self._gen = deliveries
+        self._on_close = on_close
         self.open = True
 
     def __next__(self) -> Any:
@@ -818,10 +868,12 @@ class PipelineIterator(Iterator[Any]):
 
     def close(self) -> None:
         """Stop the run (threads stop too); the pipeline keeps its progress for checkpoint()."""
-        self.open = False
+        was_open, self.open = self.open, False
         close = getattr(self._gen, "close", None)
         if close is not None:
             close()
+        if was_open and self._on_close is not None:
+            self._on_close()  # the run's dropped-data totals (diagnostics)
 
     def __del__(self) -> None:
         self.open = False

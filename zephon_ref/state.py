@@ -379,14 +379,15 @@ def check_source_state(fresh: Any, lane: int, ws_state: Any) -> None:
     ``load_state_dict``, so nothing is checked here.  Every implementation that restores
     zephon_ref states (the engine, the tensor implementation) calls this one rule.
     """
-    want = fresh.state_dict()
-    if not isinstance(want, Mapping) or fresh.state_configuration(want) is None:
+    whole = fresh.state_dict()
+    want = fresh.state_configuration(whole) if isinstance(whole, Mapping) else None
+    if want is None:
         return
-    if not isinstance(ws_state, Mapping) or set(ws_state) != set(want):
+    if not isinstance(ws_state, Mapping) or set(ws_state) != set(whole):
         raise StateMismatchError(
             expected(
                 f"lane {lane} work-source state",
-                f"the keys {sorted(want)}",
+                f"the keys {sorted(whole)}",
                 sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state,
             )
         )
@@ -395,7 +396,7 @@ def check_source_state(fresh: Any, lane: int, ws_state: Any) -> None:
         raise StateFormatError(
             expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity")
         )
-    for key in sorted(want):
+    for key in sorted(want):  # the configuration: a key it leaves out is the state's to bring
         if key not in SOURCE_RESTORABLE_KEYS and ws_state[key] != want[key]:
             raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{want[key]!r} (this "
                                               "pipeline's source configuration)", ws_state[key]))

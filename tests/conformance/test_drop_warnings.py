@@ -1,9 +1,12 @@
-"""zephon_ref's DataDroppedWarning counts against what zephon 0.2.0 logs for the same drops.
+"""zephon_ref's dropped-data counts against what zephon 0.2.0 logs for the same drops.
 
 zephon 0.2.0 logs (logging, WARNING, logger ``zephon._internal.ops.pack_sequences``) one line
-for first/best_fit's oversized documents and one for wrap's trailing tokens, totals over every
-lane; zephon_ref warns per lane (a ``warnings`` category) and also for the partial batch under
-``drop_last=True`` (docs/divergences.md, "Dropped data").  The totals must agree.
+for first/best_fit's oversized documents at the end-of-data flush and one for wrap's trailing
+tokens at each flush that drops, totals over every lane; zephon_ref counts per lane into the
+run's ledger (``Pipeline.dropped()``), warns when a lane starts dropping of a kind and gives the
+totals at the close (``phase="total"``), also for the partial batch under ``drop_last=True``
+(docs/divergences.md, "Dropped data").  The totals must agree, through the query and through
+the closing warnings.
 """
 
 from __future__ import annotations
@@ -59,11 +62,18 @@ def test_dropped_totals_equal_zephons_log(
     caplog: pytest.LogCaptureFixture, algorithm: str, knobs: dict[str, Any], max_length: int, chunk: int
 ) -> None:
     want = _zephon_totals(caplog, algorithm, knobs, max_length, chunk)
+    p = _build(zephon_ref, algorithm, knobs, max_length, chunk, drop_last=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        list(_build(zephon_ref, algorithm, knobs, max_length, chunk, drop_last=False))
-    got = [w.message for w in caught if isinstance(w.message, DataDroppedWarning)]
-    over = [w for w in got if w.cause == "oversized"]
-    assert (sum(w.records for w in over), sum(w.tokens or 0 for w in over)) == want["oversized"]
-    assert sum(w.tokens or 0 for w in got if w.cause == "wrap_tail") == want["wrap_tail"][1]
+        list(p)
+    got = p.dropped()
+    over = [t for t in got if t.cause == "oversized"]
+    assert (sum(t.records for t in over), sum(t.tokens or 0 for t in over)) == want["oversized"]
+    assert sum(t.tokens or 0 for t in got if t.cause == "wrap_tail") == want["wrap_tail"][1]
     assert want["oversized"][0] or want["wrap_tail"][1], "the case should drop something"
+    warned = [w.message for w in caught if isinstance(w.message, DataDroppedWarning)]
+    closing = {w.cause: (w.records, w.tokens or 0) for w in warned if w.phase == "total"}
+    assert closing.get("oversized", (0, 0)) == want["oversized"]
+    assert closing.get("wrap_tail", (0, 0))[1] == want["wrap_tail"][1]
+    starts = [(w.lane, w.cause) for w in warned if w.phase == "start"]
+    assert len(starts) == len(set(starts)) == len(got)  # one per lane and kind

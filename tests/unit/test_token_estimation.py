@@ -13,6 +13,18 @@ from zephon_ref.work.dataset import content_bytes
 from zephon_ref.work.token_estimation import TokenCostTable
 
 
+def _no_warning():
+    import contextlib
+    import warnings
+
+    @contextlib.contextmanager
+    def cm():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            yield
+    return cm()
+
+
 def ds(name, *shards):
     """``shards``: (rows, bytes per row) pairs; every row's text is that many bytes."""
     return Dataset.from_dict(
@@ -40,19 +52,27 @@ def test_token_estimation_refuses_bad_knobs(kw):
         TokenEstimation(primer=0.25, **kw)
 
 
-def test_measuring_primer_is_refused_at_the_builder_call():
+def test_a_measuring_primer_waits_for_prime_and_measures_deterministically():
     data = [ds("a", (20, 4)), ds("b", (20, 8))]
-    for te in (TokenEstimation(), TokenEstimation(primer={"a": 0.3})):
-        with pytest.raises(ConfigError, match="token_estimation.primer"):
-            StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
-    with pytest.raises(ConfigError, match="unknown"):
-        StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4,
-                                token_estimation=TokenEstimation(primer={"a": 0.3, "b": 0.3, "z": 1.0}))
-    with pytest.raises(ConfigError, match="token_estimation"):
-        StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation={"primer": 0.3})
-    with pytest.raises(ConfigError, match="allocation_mode"):
-        StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, allocation_mode="legacy_fixed",
-                                token_estimation=TokenEstimation(primer=0.3))
+    for te in (TokenEstimation(measure=lambda p: len(p["text"])), TokenEstimation(primer={"a": 0.3})):
+        src = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+        assert src.requires_token_priming
+        with _no_warning():
+            src.prime()  # measure=, or zephon's default counting (one token per word, plus BOS/EOS)
+        again = StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4, token_estimation=te)
+        with _no_warning():
+            again.prime()
+        assert not src.requires_token_priming and src.token_ratios() == again.token_ratios()
+    got = src.token_ratios()
+    assert got is not None and got["a"].source == "pinned" and got["b"].source == "measured"
+    assert got["b"].tokens_per_byte == pytest.approx(3 / 8)  # "xxxxxxxx": 1 word + 2 specials over 8 bytes
+    empty = [ds("a", (20, 4)), Dataset.from_dict("b", {0: InMemoryShard([{"n": 1}] * 9)})]
+    src = StaticMixtureWorkSource(empty, {"a": 1, "b": 1}, chunk_size=4,
+                                  token_estimation=TokenEstimation(primer={"a": 0.3}))
+    with pytest.warns(RuntimeWarning, match="fell back"):
+        src.prime()  # no text to count: the fallback ratio, said
+    got = src.token_ratios()
+    assert got is not None and got["b"].source == "fallback"
 
 
 def test_cost_table_charges_shard_bytes_per_row_times_ratio_at_least_one():
@@ -87,7 +107,7 @@ def test_token_state_round_trips_mid_stream():
     head = read_chunks(first, 4)
     state = first.state_dict()
     assert state["allocation_mode"] == "token_aware" and state["accumulators"] is None
-    assert state["token_ratios"] == {"a": 0.3, "b": 0.9}
+    assert state["token_ratios"] == {"a": [0.3, "pinned"], "b": [0.9, "pinned"]}  # zephon's shape
     again = _src(token_estimation=te).clone_for_lane(1, 2)
     again.load_state_dict(state)
     assert head + read_chunks(again, 100) == whole and len(whole) > 6
@@ -114,3 +134,50 @@ def test_token_liveness_refuses_a_repeat_dataset_too_small_for_two_chunks_of_dra
                                 exhausted_policy="repeat", token_estimation=TokenEstimation(primer=0.25))
     StaticMixtureWorkSource([ds("a", (10, 4)), ds("b", (50, 4))], {"a": 1, "b": 1}, chunk_size=10,
                             exhausted_policy="repeat", token_estimation=TokenEstimation(primer=0.25))
+
+
+def test_token_ratio_round_trips_and_refuses_bad_values():
+    from zephon_ref.errors import StateFormatError
+    from zephon_ref.work.token_estimation import TokenRatio
+
+    r = TokenRatio(0.4, "measured")
+    assert r.to_state() == [0.4, "measured"] and TokenRatio.from_state(r.to_state()) == r
+    assert TokenRatio.from_state(0.3) == TokenRatio(0.3, "pinned")  # an older zephon_ref state
+    for bad in ((0.0, "measured"), (math.nan, "pinned"), (0.3, "guessed")):
+        with pytest.raises(ConfigError):
+            TokenRatio(*bad)  # type: ignore[arg-type]
+    for raw in ([0.3], [0.3, "guessed"], "x", [-1, "pinned"]):
+        with pytest.raises(StateFormatError):
+            TokenRatio.from_state(raw)
+
+
+def test_per_shard_token_cost_is_the_cost_table_under_zephons_signature():
+    from zephon_ref.types import SampleId
+    from zephon_ref.work.token_estimation import PerShardTokenCost, TokenRatio
+
+    d = ds("a", (10, 40), (5, 2))
+    zt = PerShardTokenCost({"a": d}, {"a": TokenRatio(0.25, "measured")})
+    table = TokenCostTable([d], {"a": 0.25})
+    assert zt.cost("a", SampleId(0, 0, 3)) == table.cost("a", 0) and zt.cost("a", SampleId(0, 1, 0)) == \
+        table.cost("a", 1)
+    assert zt.mean_cost("a") == table.mean_cost("a")
+
+
+def test_a_restore_keeps_the_checkpoints_ratios_and_never_measures():
+    data = [ds("a", (20, 4)), ds("b", (20, 8))]
+
+    def build(measure):
+        return StaticMixtureWorkSource(data, {"a": 1, "b": 1}, chunk_size=4,
+                                       token_estimation=TokenEstimation(measure=measure))
+    first = build(lambda p: len(p["text"]))
+    first.prime()
+    lane = first.clone_for_lane(0, 1)
+    head = read_chunks(lane, 3)
+    state = lane.state_dict()
+    rest = read_chunks(lane, 5)
+    calls = []
+    other = build(lambda p: calls.append(p) or 1)  # would measure other ratios
+    resumed = other.clone_for_lane(0, 1)
+    resumed.load_state_dict(state)
+    assert read_chunks(resumed, 5) == rest and head and calls == []
+    assert resumed.token_ratios() == first.token_ratios()

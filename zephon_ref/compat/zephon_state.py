@@ -23,9 +23,11 @@ module does about it:
   string is added, the dataset ``layout`` (which zephon does not store) is taken
   from the pipeline's own source, ``version``, the duplicate
   ``cursor_positions``/``cursor_epochs`` (which must agree with
-  ``cursor_states``) and the unused token-aware fields are dropped, and each
-  cursor's ``version`` is removed.  Token-aware allocation is refused (not
-  implemented in zephon_ref).  A work-source state of any other shape is passed
+  ``cursor_states``) are dropped, and each cursor's ``version`` is removed.
+  Token-aware allocation carries its ``token_deficits`` and its primed
+  ``token_ratios`` (``[tokens_per_byte, source]``, zephon_ref's shape too) over,
+  so the resume continues on zephon's measured ratios; an unprimed zephon
+  template (``token_ratios`` None) is refused.  A work-source state of any other shape is passed
   through for the source's own ``load_state_dict`` to judge.
 * **engine v1** — the ``"{rank}:"`` prefix of round-robin keys is removed (two
   prefixed keys that disagree are refused), as zephon's migration does.
@@ -203,16 +205,29 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
             )
         )
     mode = raw.get("allocation_mode")
+    if mode not in ("accumulator", "legacy_fixed", "token_aware"):
+        raise StateFormatError(expected(f"{what} allocation_mode", "'accumulator', 'legacy_fixed' or "
+                                        "'token_aware'", mode))
+    token: dict[str, Any] = {"token_deficits": None, "token_ratios": None}
     if mode == "token_aware":
-        raise StateFormatError(expected(f"{what} allocation_mode", "'accumulator' or 'legacy_fixed'",
-                                        mode) + " (token-aware allocation is not implemented in zephon_ref)")
-    if mode not in ("accumulator", "legacy_fixed"):
-        raise StateFormatError(expected(f"{what} allocation_mode", "'accumulator' or 'legacy_fixed'", mode))
-    for field in ("token_deficits", "token_ratios"):
-        if raw.get(field) is not None:
-            raise StateFormatError(
-                expected(f"{what} {field}", "None outside token-aware mode", raw.get(field))
-            )
+        # zephon's token-aware fields carry over as they are: deficits {name: float} and the primed
+        # ratios {name: [tokens_per_byte, source]} (TokenRatio.to_state, zephon_ref's shape too);
+        # an unprimed zephon template (token_ratios None) has nothing to continue from
+        deficits = _mapping(raw.get("token_deficits"), f"{what} token_deficits")
+        ratios = raw.get("token_ratios")
+        if ratios is None:
+            raise StateFormatError(expected(f"{what} token_ratios", "the primed ratios of a token-aware "
+                                            "lane", "None (an unprimed template)"))
+        ratios = _mapping(ratios, f"{what} token_ratios")
+        token = {"token_deficits": {str(k): float(v) for k, v in deficits.items()},
+                 "token_ratios": {str(k): list(v) if isinstance(v, (list, tuple)) else v
+                                  for k, v in ratios.items()}}
+    else:
+        for field in ("token_deficits", "token_ratios"):
+            if raw.get(field) is not None:
+                raise StateFormatError(
+                    expected(f"{what} {field}", "None outside token-aware mode", raw.get(field))
+                )
     if _int(raw.get("lane_id"), f"{what} lane_id") != lane:
         raise StateMismatchError(expected(f"{what} lane_id", str(lane), raw.get("lane_id")))
     if _int(raw.get("canonical_replicas"), f"{what} canonical_replicas") != canonical_replicas:
@@ -256,7 +271,7 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
                 expected(f"{what} accumulators", f"one per dataset {order}", sorted(acc_m))
             )
     elif acc is not None:
-        raise StateFormatError(expected(f"{what} accumulators", "None in legacy_fixed mode", acc))
+        raise StateFormatError(expected(f"{what} accumulators", f"None in {mode} mode", acc))
     try:
         out = {
             "schema": "zephon_ref.static_mixture/1",
@@ -304,10 +319,10 @@ def _static_mixture(raw: Mapping[str, Any], lane: int, canonical_replicas: int,
                      {f: out[f] for f in diffs})
             + f"; this pipeline has {({f: template.get(f) for f in diffs})!r}")
     out["layout"] = template["layout"]
-    # zephon_ref's token-aware fields (None outside token-aware mode, which is refused above)
+    # the token-aware fields: zephon's (token-aware), else None as zephon_ref writes them
     for field in ("token_deficits", "token_ratios"):
         if field in template:
-            out[field] = template[field]
+            out[field] = token[field]
     return out
 
 

@@ -95,6 +95,7 @@ from zephon_ref.engine.stage import Kind, OpStage, Where, apply, apply_entries, 
 from zephon_ref.errors import (
     ConfigError,
     ContractError,
+    DropLedger,
     StateFormatError,
     StateMismatchError,
     expected,
@@ -144,6 +145,12 @@ class Engine:
         C = world.canonical_replicas
         self._fresh_source = source
         clones = source.clone_lanes(self.lanes, C)
+        #: this run's dropped-data counts (diagnostics, never state): every lane clone of the source
+        #: and every operator's accumulator counts into it; :meth:`_finish` emits its totals
+        self.drops = DropLedger()
+        for clone in clones.values():
+            if isinstance(getattr(clone, "drops", None), DropLedger):
+                clone.drops = self.drops  # type: ignore[attr-defined]
         self.streams = {lane: LaneStream(lane, clones[lane], k=k) for lane in self.lanes}
         self.trackers = {lane: LaneTracker(s, monotone=monotone) for lane, s in self.streams.items()}
         self.reload_count = 0
@@ -199,6 +206,7 @@ class Engine:
         ctx = {
             "get_component_id": lambda name: self._ids[name],
             "replay_targets": self._targets,
+            "drops": self.drops,
         }
         return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx)
                 for name, op in build_chain(self._ops, self._datasets)]
@@ -497,6 +505,7 @@ class Engine:
                 self.trackers[lane].notify([], None)
             self.trackers[lane].close()
         self.finished = True
+        self.drops.close()
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

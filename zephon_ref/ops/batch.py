@@ -14,8 +14,8 @@ records, so the lane behaves as a fresh accumulator fed that suffix.
 
 Invariants: every emitted batch is lane-pure and exactly ``microbatch_size``
 long, except partial batches emitted by a ``drop_last=False`` flush.  A partial
-batch a ``drop_last=True`` flush discards is reported by one
-:class:`~zephon_ref.errors.DataDroppedWarning` per lane (the flush at end of data:
+batch a ``drop_last=True`` flush discards is counted per lane into the run's
+:class:`~zephon_ref.errors.DropLedger` (the flush at end of data:
 sentinels stall instead of flushing a lane with buffered records).
 
 What may not live here: the stall bookkeeping itself (which sentinels are
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zephon_ref.errors import warn_data_dropped
+from zephon_ref.errors import DropLedger, ledger_of
 from zephon_ref.ops.base import (
     Accumulator,
     BaseOp,
@@ -46,6 +46,8 @@ class BatchAccumulator(CountingAccumulator[SampleRecord]):
 
     def __init__(self, max_batch: int, *, drop_last: bool = True) -> None:
         super().__init__(max_batch, drop_last=drop_last)
+        #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
+        self.drops = DropLedger()
 
     def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[SampleRecord]]:
         dropped = (
@@ -59,7 +61,7 @@ class BatchAccumulator(CountingAccumulator[SampleRecord]):
         )
         ready = super().flush(reset=reset, lane_id=lane_id)
         for lane, n in dropped.items():
-            warn_data_dropped(
+            self.drops.add(
                 op=f"batch({self.max_batch}, drop_last=True)",
                 cause="partial_batch",
                 lane=lane,
@@ -93,7 +95,9 @@ class Batch(BaseOp):
         return OpTraits(preserves_cursor_order=True, indexable=False, parallelism=self.parallelism)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return BatchAccumulator(self.microbatch_size, drop_last=self.drop_last)
+        acc = BatchAccumulator(self.microbatch_size, drop_last=self.drop_last)
+        acc.drops = ledger_of(ctx)
+        return acc
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         if not elems:

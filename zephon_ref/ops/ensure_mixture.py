@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
+from zephon_ref.errors import ConfigError, ConfigTypeError, DropLedger, expected, ledger_of
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
@@ -198,6 +198,8 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         self._chunk_mixtures: dict[int, dict[int, dict[int, float]]] = {}
         self.interval = int(1.0 / obsolete_drain_rate) if obsolete_drain_rate else None
         self.discarded = 0  # diagnostics only
+        #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
+        self.drops = DropLedger()
         self._lanes: dict[int, _MixLane] = {}
 
     @property
@@ -483,7 +485,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             tombs.extend(tombstones_for_record(item.record))
         self.discarded += len(order)
         if order:
-            warn_data_dropped(
+            self.drops.add(
                 op="ensure_mixture(strict)",
                 cause="strict_mixture",
                 lane=lane,
@@ -573,7 +575,7 @@ class EnsureMixture(BaseOp):
                     raise ConfigError(
                         expected("mixture key", "a component id, or a name with get_component_id", k)
                     )
-        return MixtureAccumulator(
+        acc = MixtureAccumulator(
             max_buffer_size=self.max_buffer_size,
             drain_target_ratio=self.drain_target_ratio,
             obsolete_drain_rate=self.obsolete_drain_rate,
@@ -581,6 +583,8 @@ class EnsureMixture(BaseOp):
             mixture=by_id,
             get_source_exhaustion=ctx.get("get_source_exhaustion"),
         )
+        acc.drops = ledger_of(ctx)
+        return acc
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         return list(elems)

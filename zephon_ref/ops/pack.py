@@ -66,10 +66,11 @@ first; zephon keeps the incoming flag: docs/divergences.md); wrap keeps the FIFO
 order and the flag.
 
 Drops are never silent: the oversized records a lane dropped since its last flush
-(first/best) and the wrap tail a flush drops are each reported by one
-:class:`~zephon_ref.errors.DataDroppedWarning` per lane at that flush, lanes in
-ascending order, with record and token counts (diagnostics: the counts never
-decide output and are not part of any state).
+(first/best) and the wrap tail a flush drops are each counted, per lane at that
+flush, lanes in ascending order, with record and token counts, into the run's
+:class:`~zephon_ref.errors.DropLedger` (a warning when a lane starts dropping of a
+kind, totals at the run's close; diagnostics: the counts never decide output and
+are not part of any state).
 
 Checkpoints hold no packing state: a restore replays the inflight chunks through
 a fresh accumulator (the engine's replay), so everything here is a function of
@@ -94,7 +95,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
+from zephon_ref.errors import ConfigError, ConfigTypeError, DropLedger, expected, ledger_of
 from zephon_ref.lineage import pack_meta, tombstone_meta, tombstones_for_record
 from zephon_ref.ops.base import (
     Accumulator,
@@ -552,6 +553,8 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         self.dropped_oversized = 0  # diagnostics only, never decides output
         # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)
         self._oversized: dict[int, list[int]] = {}
+        #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
+        self.drops = DropLedger()
         self._lanes: dict[int, _PackLane] = {}
 
     @property
@@ -872,12 +875,12 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         return [([r], 0) for r in packs] + [([t], 0) for t in tombs]
 
     def _warn_drops(self, lane_id: int | None, lanes: list[int], tails: dict[int, list[int]]) -> None:
-        """One DataDroppedWarning per flushed lane and cause (diagnostics; output and state unchanged)."""
+        """Count each flushed lane's drops into the run's ledger (diagnostics; output and state unchanged)."""
         op = f"{'pack_flat' if self.flat else 'pack_sequences'}({self.algorithm})"
         for lane in sorted(set(lanes) | set(self._oversized)) if lane_id is None else [lane_id]:
             over = self._oversized.pop(lane, None)
             if over is not None:
-                warn_data_dropped(
+                self.drops.add(
                     op=op,
                     cause="oversized",
                     lane=lane,
@@ -886,7 +889,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     detail=f"max_length={self.max_length}; algorithm='wrap' splits them instead",
                 )
             if lane in tails:
-                warn_data_dropped(
+                self.drops.add(
                     op=op,
                     cause="wrap_tail",
                     lane=lane,
@@ -1125,7 +1128,9 @@ class PackSequences(BaseOp):
         return group_domain
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return PackingAccumulator(self.config, domain_of=self.domain_function(ctx))
+        acc = PackingAccumulator(self.config, domain_of=self.domain_function(ctx))
+        acc.drops = ledger_of(ctx)
+        return acc
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         return list(elems)

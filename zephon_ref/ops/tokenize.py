@@ -55,6 +55,7 @@ from zephon_ref.ops.base import (
 )
 from zephon_ref.ops.knobs import Bool, Choice, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
+from zephon_ref.work.token_estimation import TextCounting
 
 __all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize", "TokenizeConfig"]
 
@@ -307,6 +308,17 @@ class Tokenize(BaseOp):
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
         return CountingAccumulator(self.max_batch)
+
+    def calibration_counting(self) -> TextCounting:
+        """How token-aware calibration counts this operator's delivered tokens (zephon 0.2.0's
+        text counting spec: field, missing_field, specials, truncation, splitting; padding is
+        ignored).  The built-in tokenizer counts one token per whitespace-separated word."""
+        return TextCounting(
+            tokenizer=None if type(self.tokenizer) is HashTokenizer else self.tokenizer,
+            field=self.field, missing_field=self.missing_field, max_length=self.max_length,
+            truncation=self.truncation, split_long_samples=self.split_long_samples,
+            special_tokens=self.special_tokens,
+        )
 
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         payload = rec.payload

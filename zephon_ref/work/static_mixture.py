@@ -49,17 +49,17 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from zephon_ref.errors import (
     ConfigError,
     ConfigTypeError,
     ContractError,
+    DropLedger,
     StateFormatError,
     StateMismatchError,
     expected,
-    warn_data_dropped,
 )
 from zephon_ref.state import SOURCE_POSITION_KEYS
 from zephon_ref.types import SampleId
@@ -68,7 +68,7 @@ from zephon_ref.work.cursor import DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
 from zephon_ref.work.routing import lane_permutation
-from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation
+from zephon_ref.work.token_estimation import TokenCostTable, TokenEstimation, TokenRatio, prime_token_ratios
 
 __all__ = ["STATIC_MIXTURE_SCHEMA", "ShuffleBlockSpec", "StaticMixtureWorkSource"]
 
@@ -649,6 +649,8 @@ class StaticMixtureWorkSource(WorkSource):
                 "allocation_mode", "'accumulator' or 'legacy_fixed' (token-aware allocation is chosen by "
                 "passing token_estimation)", allocation_mode))
         ratios: dict[str, float] | None = None
+        token_ratios: dict[str, TokenRatio] | None = None
+        primed = True
         if token_estimation is not None:
             if not isinstance(token_estimation, TokenEstimation):
                 # a ValueError, like every other refused source argument (test_source_rules pins it)
@@ -662,7 +664,13 @@ class StaticMixtureWorkSource(WorkSource):
                         allocation_mode,
                     )
                 )
-            ratios = token_estimation.pinned_ratios(names)
+            pinned = token_estimation.pinned(names)
+            # unpinned datasets are measured by prime() (the builder runs it before the first run);
+            # until then a provisional allocator on the fallback ratio stands in (it never produces)
+            provisional = TokenRatio(token_estimation.fallback_tokens_per_byte, "fallback")
+            token_ratios = {n: pinned.get(n, provisional) for n in names}
+            ratios = {n: r.tokens_per_byte for n, r in token_ratios.items()}
+            primed = len(pinned) == len(names)
             allocation_mode = "token_aware"
         for flag, v in (("shuffle_shards", shuffle_shards), ("shuffle_within_shard", shuffle_within_shard)):
             if not isinstance(v, bool):
@@ -750,6 +758,8 @@ class StaticMixtureWorkSource(WorkSource):
         self._names = names
         self._dataset_ids = {n: i for i, n in enumerate(names)}
         self._seed = seed
+        #: the run's dropped-data counts (the engine sets its own on every lane clone); never state
+        self.drops = DropLedger()
         self._shuffle_shards = shuffle_shards
         self._shuffle_within_shard = shuffle_within_shard
         self._block_spec = shuffle_block_size
@@ -762,18 +772,28 @@ class StaticMixtureWorkSource(WorkSource):
         self._cursors = self._fresh_cursors(block_sizes, seed=seed, shuffle_shards=shuffle_shards,
                                             within=shuffle_within_shard)
         self._token_estimation: TokenEstimation | None = token_estimation
+        #: token-aware: every dataset's ratio with its provenance (what the state records); None otherwise
+        self._token_ratios: dict[str, TokenRatio] | None = token_ratios
+        #: False while a measuring token-aware source waits for prime() (or a restore)
+        self._primed = primed
         self._alloc: _Allocator
         if ratios is not None:
             self._alloc = _TokenAllocator(self._cfg, TokenCostTable(self._datasets, ratios), ratios)
         else:
             self._alloc = _make_allocator(allocation_mode, self._cfg)
-        self._alloc.check_liveness(self._cursors)
         if not any(c.total for c in self._cursors.values()):
             raise ConfigError(expected("datasets", "at least one sample in total", 0))
         self._g = 0
         self._perm: tuple[int, tuple[int, ...]] = (-1, ())
         self._walk: SharedWalk | None = None  # a lane clone's shared walk, if its owner gave it one
-        # the first chunk must be producible; find out now, on throwaway copies
+        if primed:
+            self._check_producible()
+        self._refuse_an_infinite_length(weights_given=spec.weights)
+
+    def _check_producible(self) -> None:
+        """Quota liveness, and the first chunk must be producible (on throwaway copies)."""
+        self._alloc.check_liveness(self._cursors)
+        chunk_size = self._cfg.chunk_size
         trial = self._alloc.clone()
         if not trial.produce({n: c.clone() for n, c in self._cursors.items()}):
             who = f"dataset {trial.last_failed!r}" if trial.last_failed else "a dataset"
@@ -781,7 +801,40 @@ class StaticMixtureWorkSource(WorkSource):
                 f"first chunk: expected every dataset to supply its quota of a {chunk_size}-sample chunk, "
                 f"received too few samples from {who}; reduce chunk_size or change the mixture or policies"
             )
-        self._refuse_an_infinite_length(weights_given=spec.weights)
+
+    # -- token-aware priming (zephon's hook names) ---------------------------------------------------
+    @property
+    def requires_token_priming(self) -> bool:
+        """True while a token-aware source still has datasets to measure (:meth:`prime`); a source
+        with pinned ratios, or restored from a checkpoint (which carries the ratios), is primed."""
+        return not self._primed
+
+    def prime(self, *, count: Callable[[Any], int | None] | None = None, **_: Any) -> None:
+        """Measure the unpinned datasets' tokens/byte ratios (the calibration pass of
+        :func:`~zephon_ref.work.token_estimation.prime_token_ratios`, deterministic in the seed,
+        the datasets and ``count``, the pipeline's token counter) once; then check the first chunk.
+        Idempotent; keeps ratios a restore brought.  zephon's other keywords (``io_options``,
+        ``mp_context``, ...) are execution settings: accepted, unused."""
+        if self._primed:
+            return
+        est = self._token_estimation
+        assert est is not None and self._token_ratios is not None, "only a token-aware source is unprimed"
+        got = prime_token_ratios(datasets=self._datasets, dataset_ids=self._dataset_ids, estimation=est,
+                                 count=count, seed=self._seed)
+        ratios = {n: got[n].tokens_per_byte for n in self._cfg.order}
+        alloc = _TokenAllocator(self._cfg, TokenCostTable(self._datasets, ratios), ratios)
+        before = (self._alloc, self._token_ratios)
+        self._alloc, self._token_ratios = alloc, {n: got[n] for n in self._cfg.order}
+        try:
+            self._check_producible()
+        except ConfigError:
+            self._alloc, self._token_ratios = before  # a failed prime changes nothing
+            raise
+        self._primed = True
+
+    def token_ratios(self) -> dict[str, TokenRatio] | None:
+        """The ratios in effect (token-aware), with provenance; None for a sample-unit source."""
+        return None if self._token_ratios is None else dict(self._token_ratios)
 
     # -- construction helpers ------------------------------------------------------------------
     @staticmethod
@@ -1041,8 +1094,8 @@ class StaticMixtureWorkSource(WorkSource):
                          + ", ".join(f"{n} {k}" for n, k in skipped.items())
                          + " (a pass's remaining samples fewer than the quota)")
         if parts:
-            warn_data_dropped(op="StaticMixtureWorkSource", cause="source_leftover", lane=lane,
-                              records=sum(left.values()) + sum(skipped.values()), detail="; ".join(parts))
+            self.drops.add(op="StaticMixtureWorkSource", cause="source_leftover", lane=lane,
+                           records=sum(left.values()) + sum(skipped.values()), detail="; ".join(parts))
 
     def _exhausted_names(self) -> tuple[str, ...]:
         cfg = self._cfg
@@ -1055,8 +1108,12 @@ class StaticMixtureWorkSource(WorkSource):
     def state_configuration(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
         """Every key of the state but the positions (:data:`zephon_ref.state.SOURCE_POSITION_KEYS`):
         seed, weights, policies, layout, ... (a restore may still take ``allocation_mode`` from the
-        state: :data:`zephon_ref.state.SOURCE_RESTORABLE_KEYS`)."""
-        return {k: v for k, v in state.items() if k not in SOURCE_POSITION_KEYS}
+        state: :data:`zephon_ref.state.SOURCE_RESTORABLE_KEYS`).  Where this source measures token
+        ratios, ``token_ratios`` is the checkpoint's to bring (a resume keeps the measured ratios)."""
+        est = self._token_estimation
+        measures = est is not None and len(est.pinned(list(self._cfg.order))) < len(self._cfg.order)
+        return {k: v for k, v in state.items()
+                if k not in SOURCE_POSITION_KEYS and not (measures and k == "token_ratios")}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a fresh clone of the same source needs to continue identically."""
@@ -1089,7 +1146,8 @@ class StaticMixtureWorkSource(WorkSource):
             "allocation_mode": self._alloc.mode,
             "accumulators": self._alloc.state() if self._alloc.mode == "accumulator" else None,
             "token_deficits": self._alloc.state() if isinstance(self._alloc, _TokenAllocator) else None,
-            "token_ratios": dict(self._alloc.ratios) if isinstance(self._alloc, _TokenAllocator) else None,
+            "token_ratios": ({n: r.to_state() for n, r in self._token_ratios.items()}
+                             if self._token_ratios is not None else None),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -1181,10 +1239,10 @@ class StaticMixtureWorkSource(WorkSource):
                     "state allocation_mode", "'token_aware' (this source has token_estimation)" if token_mode
                     else "a sample mode (this source has no token_estimation)", mode))
             token_alloc: _TokenAllocator | None = None
+            restored_ratios: dict[str, TokenRatio] | None = None
             if mode == "token_aware":
-                ratios = {n: float(state["token_ratios"][n]) for n in order}
-                if any(not (math.isfinite(r) and r > 0) for r in ratios.values()):
-                    raise StateFormatError(expected("state token_ratios", "finite ratios > 0", ratios))
+                restored_ratios = {n: TokenRatio.from_state(state["token_ratios"][n]) for n in order}
+                ratios = {n: r.tokens_per_byte for n, r in restored_ratios.items()}
                 deficits = {n: float(state["token_deficits"][n]) for n in order}
                 if any(not math.isfinite(v) for v in deficits.values()):
                     raise StateFormatError(expected("state token_deficits", "finite numbers", deficits))
@@ -1217,5 +1275,7 @@ class StaticMixtureWorkSource(WorkSource):
         self._cfg = cfg
         self._cursors = cursors
         self._alloc = alloc
+        if restored_ratios is not None:  # the checkpoint's ratios: a resume never re-measures
+            self._token_ratios, self._primed = restored_ratios, True
         self._g = g
         self._perm = (-1, ())
