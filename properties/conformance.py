@@ -498,8 +498,9 @@ def _lane_remap(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     assert not problems, f"remapped at {cut} to {topology}: {problems[0]}"
 
 
-def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1) -> tuple[list[Any], list[Any]]:
-    run = adapter.build(cfg)
+def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1,
+               **execution: Any) -> tuple[list[Any], list[Any]]:
+    run = adapter.build(cfg, **execution)
     items: list[Any] = []
     cks = [copy.deepcopy(run.checkpoint())]
     try:
@@ -518,10 +519,12 @@ def _runner(adapter: Any, cfg: PipelineConfig) -> str:
     )
 
 
-def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1) -> list[str]:
+def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1,
+                       execution: dict[str, Any] | None = None) -> list[str]:
     """The first checkpoint (of ``cks``, one every ``every`` items) that breaks the inflight bound
-    (:func:`properties.invariants.adapter_inflight_checker`: the bound, where and how it applies)."""
-    check = inv.adapter_inflight_checker(adapter, cfg)
+    (:func:`properties.invariants.adapter_inflight_checker`: the bound, where and how it applies)
+    at the window of the runner and queue size the run had (``execution`` over the adapter's)."""
+    check = inv.adapter_inflight_checker(adapter, cfg, execution=execution)
     for i, ck in enumerate(cks):
         problems = check(ck)
         if problems:
@@ -530,9 +533,14 @@ def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *,
 
 
 def _bounded_inflight(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
-    _, cks = _every_cut(adapter, cfg)
-    problems = _inflight_problems(adapter, cfg, cks)
-    assert not problems, problems[0]
+    # with [runners], at the depth of drawn execution settings (runner, queue size, workers): the
+    # bound is the one of the window actually in force, never a looser one
+    execution: dict[str, Any] = (
+        data.draw(execution_settings(), label="execution") if "runners" in frozenset(adapter.features) else {}
+    )
+    _, cks = _every_cut(adapter, cfg, **execution)
+    problems = _inflight_problems(adapter, cfg, cks, execution=execution)
+    assert not problems, (f"under {execution}: " if execution else "") + problems[0]
 
 
 def _eviction_safety(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
