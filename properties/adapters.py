@@ -79,6 +79,9 @@ FEATURES = {
     "run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
     "(zephon_ref's own shortcut; no other implementation has it)",
+    "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
+    "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
+    "(properties/aggregation.py)",
 }
 
 
@@ -210,6 +213,14 @@ class PipelineAdapter:
         return [IteratorRun(p) for p in participants(cfg, topology.dp_degree, topology.workers,
                                                         mapping=topology.mapping, state=state)]
 
+    def round_machine(self, state: Any, config: Any) -> Any:
+        """zephon_ref only [aggregation]: the round machine of one participant (its engine state and
+        RoundConfig): the Leader for rank 0 worker 0, a Follower for everybody else."""
+        assert "aggregation" in self.features and self.impl == "zephon_ref"
+        from zephon_ref.coordination.protocol import machine_for
+
+        return machine_for(state, config, warn_mid_window=False)
+
     def observe(self, cfg: PipelineConfig) -> tuple[list[Item], list[Any]]:
         """zephon_ref only: one uninterrupted run, stepped like the inline runner through the
         engine's public steps, with the engine's tombstone observer on."""
@@ -247,7 +258,8 @@ class PipelineAdapter:
         return IteratorRun(p)
 
 
-_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk"})
+_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
+                           "aggregation"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

@@ -44,6 +44,9 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
+* ``aggregation`` [aggregation]: the round machines of the implementation
+  (``adapter.round_machine``) through TP/PP peers, a missing or late rank, a crashed or failing
+  leader, against the promises of seed 000 (:mod:`properties.aggregation`);
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage
@@ -102,8 +105,8 @@ from properties.pipelines import PipelineConfig
 from properties.strategies import Topology, cut_schedules, execution_settings, topologies
 from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
 
-__all__ = ["LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main", "results_json",
-           "run_suite"]
+__all__ = ["CASE_ROWS", "LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main",
+           "results_json", "run_suite"]
 
 #: the reference implementation every other one is compared with
 ORACLE = ADAPTERS["inline"]
@@ -687,6 +690,7 @@ ORDER = (
     "checkpoint bytes",
     "corrupt refused",
     "shared walk",
+    "aggregation",
     "long run",
 )
 
@@ -793,6 +797,50 @@ def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None])
     return Row("shared walk", c.runs, c.passed)
 
 
+#: rows whose examples are not pipeline configurations, each in its own module (imported when it
+#: runs): name -> (the feature it needs, "module:strategy" of its cases, "module:check", the check
+#: taking (adapter, case) and returning the problems found)
+CASE_ROWS: dict[str, tuple[str, str, str]] = {
+    "aggregation": ("aggregation", "properties.aggregation:round_cases",
+                    "properties.aggregation:round_problems"),
+}
+
+
+def _resolve(spec: str) -> Any:
+    import importlib
+
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
+    """A row of :data:`CASE_ROWS`: its own drawn cases, each checked against ``adapter``."""
+    _, strategy, check_spec = CASE_ROWS[name]
+    cases, check = _resolve(strategy), _resolve(check_spec)
+    c = _Counter(tick)
+
+    @_settings(examples, derandomize)
+    @given(case=cases())
+    def prop(case: Any) -> None:
+        c.runs += 1
+        c.tick()
+        c.last = repr(case)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problems = check(adapter, case)
+        if problems and c.found_at is None:
+            c.found_at = c.runs
+        assert not problems, problems[0]
+        c.passed += 1
+
+    try:
+        prop()
+    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+        return Row(name, c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
+                   found_at=c.found_at)
+    return Row(name, c.runs, c.passed)
+
+
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(c.unsupported.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -876,6 +924,10 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                     row = (_run_shared_walk(examples, derandomize, bar.tick) if "shared_walk" in features
                            else Row(name, 0, 0, skipped="the adapter lacks the 'shared_walk' feature "
                                                         "(zephon_ref's own shortcut)"))
+                elif name in CASE_ROWS:
+                    feature = CASE_ROWS[name][0]
+                    row = (_run_cases(adapter, name, examples, derandomize, bar.tick) if feature in features
+                           else Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature"))
                 elif name == "oracle" and adapter is ORACLE and _second_opinion() is not None:
                     row = Row(name, 0, 0, skipped=_second_opinion())
                 else:
