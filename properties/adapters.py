@@ -79,6 +79,8 @@ FEATURES = {
     "run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
     "(zephon_ref's own shortcut; no other implementation has it)",
+    "merged_checkpoint": "the cross-lane order row: merged_checkpoint(runs) gives the state of a whole "
+    "topology from its participants' runs (with remap: N -> M -> N through global-step boundaries)",
     "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
     "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
     "(properties/aggregation.py)",
@@ -213,6 +215,14 @@ class PipelineAdapter:
         return [IteratorRun(p) for p in participants(cfg, topology.dp_degree, topology.workers,
                                                         mapping=topology.mapping, state=state)]
 
+    def merged_checkpoint(self, runs: list[IteratorRun]) -> Any:
+        """zephon_ref only [remap]: the state of a whole topology from its participants' runs (each
+        one's local state, merged as the aggregation round merges them)."""
+        assert "merged_checkpoint" in self.features and self.impl == "zephon_ref"
+        from sim.lockstep import merged_checkpoint
+
+        return merged_checkpoint([run.pipeline for run in runs])
+
     def round_machine(self, state: Any, config: Any) -> Any:
         """zephon_ref only [aggregation]: the round machine of one participant (its engine state and
         RoundConfig): the Leader for rank 0 worker 0, a Follower for everybody else."""
@@ -259,7 +269,7 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "aggregation"})
+                           "aggregation", "merged_checkpoint"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,
