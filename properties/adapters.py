@@ -81,6 +81,9 @@ FEATURES = {
     "(zephon_ref's own shortcut; no other implementation has it)",
     "merged_checkpoint": "the cross-lane order row: merged_checkpoint(runs) gives the state of a whole "
     "topology from its participants' runs (with remap: N -> M -> N through global-step boundaries)",
+    "torch": "the torch row: torch_dataset(cfg, kind) for each kind of torch_kinds ('loader': "
+    "to_torch_dataset() under torchdata's StatefulDataLoader; 'tracked': zephon_ref's track() dataset), "
+    "its state at every position of a pass and of a resumed pass, under 0, 1 and 2 workers",
     "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
     "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
     "(properties/aggregation.py)",
@@ -223,6 +226,22 @@ class PipelineAdapter:
 
         return merged_checkpoint([run.pipeline for run in runs])
 
+    @property
+    def torch_kinds(self) -> tuple[str, ...]:
+        """[torch] the kinds of torch dataset :meth:`torch_dataset` builds."""
+        return ("loader", "tracked") if self.impl == "zephon_ref" else ("loader",)
+
+    def torch_dataset(self, cfg: PipelineConfig, kind: str) -> Any:
+        """[torch] a torch dataset of ``cfg``: ``"loader"``, what ``to_torch_dataset()`` returns (its
+        StatefulDataLoader protocol); ``"tracked"`` (zephon_ref), the track()-based stateful dataset."""
+        assert "torch" in self.features and kind in self.torch_kinds, kind
+        p = build_pipeline(self.impl, cfg, **self.execution)
+        if kind == "loader":
+            return p.to_torch_dataset()
+        from zephon_ref.torch import to_stateful_dataset
+
+        return to_stateful_dataset(p)
+
     def round_machine(self, state: Any, config: Any) -> Any:
         """zephon_ref only [aggregation]: the round machine of one participant (its engine state and
         RoundConfig): the Leader for rank 0 worker 0, a Follower for everybody else."""
@@ -269,7 +288,7 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "aggregation", "merged_checkpoint"})
+                           "aggregation", "merged_checkpoint", "torch"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

@@ -49,6 +49,9 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
+* ``torch`` [torch]: the stateful torch datasets' state at every position of a pass and of a
+  resumed pass (the state before its first item too), under 0, 1 and 2 DataLoader workers, against
+  the oracle's stream (:mod:`properties.torch_row`; at most ``EXAMPLES_CAP`` examples);
 * ``aggregation`` [aggregation]: the round machines of the implementation
   (``adapter.round_machine``) through TP/PP peers, a missing or late rank, a crashed or failing
   leader, against the promises of seed 000 (:mod:`properties.aggregation`);
@@ -531,6 +534,13 @@ def _cross_lane_order(adapter: Any, cfg: PipelineConfig, data: st.DataObject) ->
     assert not problems, problems[0]
 
 
+def _torch(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
+    from properties.torch_row import torch_problems
+
+    problems = torch_problems(adapter, cfg, data, _oracle_stream)
+    assert not problems, problems[0]
+
+
 def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1,
                **execution: Any) -> tuple[list[Any], list[Any]]:
     run = adapter.build(cfg, **execution)
@@ -706,6 +716,7 @@ PROPERTIES: dict[str, tuple[str | None, Check]] = {
     "eviction safety": ("engine_state", _eviction_safety),
     "checkpoint bytes": ("deterministic_checkpoints", _checkpoint_bytes),
     "corrupt refused": ("durable", _corrupt_refused),
+    "torch": ("torch", _torch),
 }
 #: the order of the table: cheap, high-yield rows first
 ORDER = (
@@ -722,6 +733,7 @@ ORDER = (
     "checkpoint bytes",
     "corrupt refused",
     "shared walk",
+    "torch",
     "aggregation",
     "long run",
 )
@@ -966,9 +978,12 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                     feature, check = PROPERTIES[name]
                     if feature is not None and feature not in features:
                         row = Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature")
+                    elif name == "torch" and _torch_unavailable() is not None:
+                        row = Row(name, 0, 0, skipped=_torch_unavailable())
                     else:
                         subject = _SecondOpinion() if name == "oracle" and adapter is ORACLE else adapter
-                        row = _run_property(subject, name, check, examples, derandomize, bar.tick)
+                        row = _run_property(subject, name, check, _row_examples(name, examples), derandomize,
+                                            bar.tick)
             finally:
                 bar.stop()
             if name == "oracle" and row.skipped is None and row.failure is None and adapter is not ORACLE:
@@ -977,6 +992,21 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                             row.seconds or time.perf_counter() - t0, row.note, row.found_at, row.unsupported,
                             row.config, row.ours, row.theirs))
     return rows
+
+
+def _torch_unavailable() -> str | None:
+    from properties.torch_row import torch_unavailable
+
+    return torch_unavailable()
+
+
+def _row_examples(name: str, examples: int) -> int:
+    """A row's examples: ``examples``, capped for the torch row (each example forks loader workers)."""
+    if name == "torch":
+        from properties.torch_row import EXAMPLES_CAP
+
+        return min(examples, EXAMPLES_CAP)
+    return examples
 
 
 def format_table(rows: Sequence[Row]) -> str:
