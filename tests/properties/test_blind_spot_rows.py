@@ -140,7 +140,9 @@ def test_the_torch_row_catches_a_resumed_pass_state_that_forgets_the_role_offset
 @torch_needed
 @pytest.mark.xfail(strict=True, reason="found by the torch row: to_torch_dataset() under StatefulDataLoader "
                    "with workers resumes one item short from a state taken before a resumed pass's first "
-                   "item (its in-worker state is None, so torchdata fast-forwards; zephon 0.2.0 is exact)")
+                   "item (its in-worker state is None, so torchdata fast-forwards; zephon 0.2.0 is exact); "
+                   "with 2 workers torchdata refuses that state (ValueError: last_yielded_worker_id does not "
+                   "match)")
 def test_to_torch_dataset_resumes_from_the_start_of_a_resumed_pass_with_workers() -> None:
     import copy
     import warnings
