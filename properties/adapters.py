@@ -79,6 +79,14 @@ FEATURES = {
     "run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
     "(zephon_ref's own shortcut; no other implementation has it)",
+    "merged_checkpoint": "the cross-lane order row: merged_checkpoint(runs) gives the state of a whole "
+    "topology from its participants' runs (with remap: N -> M -> N through global-step boundaries)",
+    "torch": "the torch row: torch_dataset(cfg, kind) for each kind of torch_kinds ('loader': "
+    "to_torch_dataset() under torchdata's StatefulDataLoader; 'tracked': zephon_ref's track() dataset), "
+    "its state at every position of a pass and of a resumed pass, under 0, 1 and 2 workers",
+    "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
+    "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
+    "(properties/aggregation.py)",
 }
 
 
@@ -210,6 +218,38 @@ class PipelineAdapter:
         return [IteratorRun(p) for p in participants(cfg, topology.dp_degree, topology.workers,
                                                         mapping=topology.mapping, state=state)]
 
+    def merged_checkpoint(self, runs: list[IteratorRun]) -> Any:
+        """zephon_ref only [remap]: the state of a whole topology from its participants' runs (each
+        one's local state, merged as the aggregation round merges them)."""
+        assert "merged_checkpoint" in self.features and self.impl == "zephon_ref"
+        from sim.lockstep import merged_checkpoint
+
+        return merged_checkpoint([run.pipeline for run in runs])
+
+    @property
+    def torch_kinds(self) -> tuple[str, ...]:
+        """[torch] the kinds of torch dataset :meth:`torch_dataset` builds."""
+        return ("loader", "tracked") if self.impl == "zephon_ref" else ("loader",)
+
+    def torch_dataset(self, cfg: PipelineConfig, kind: str) -> Any:
+        """[torch] a torch dataset of ``cfg``: ``"loader"``, what ``to_torch_dataset()`` returns (its
+        StatefulDataLoader protocol); ``"tracked"`` (zephon_ref), the track()-based stateful dataset."""
+        assert "torch" in self.features and kind in self.torch_kinds, kind
+        p = build_pipeline(self.impl, cfg, **self.execution)
+        if kind == "loader":
+            return p.to_torch_dataset()
+        from zephon_ref.torch import to_stateful_dataset
+
+        return to_stateful_dataset(p)
+
+    def round_machine(self, state: Any, config: Any) -> Any:
+        """zephon_ref only [aggregation]: the round machine of one participant (its engine state and
+        RoundConfig): the Leader for rank 0 worker 0, a Follower for everybody else."""
+        assert "aggregation" in self.features and self.impl == "zephon_ref"
+        from zephon_ref.coordination.protocol import machine_for
+
+        return machine_for(state, config, warn_mid_window=False)
+
     def observe(self, cfg: PipelineConfig) -> tuple[list[Item], list[Any]]:
         """zephon_ref only: one uninterrupted run, stepped like the inline runner through the
         engine's public steps, with the engine's tombstone observer on."""
@@ -247,7 +287,8 @@ class PipelineAdapter:
         return IteratorRun(p)
 
 
-_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk"})
+_REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
+                           "aggregation", "merged_checkpoint", "torch"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

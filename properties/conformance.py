@@ -32,8 +32,13 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
 * ``resume machine``: the stateful machine (:func:`properties.machines.resume_machine`),
   every rule the adapter's features allow;
 * ``settings invariance`` [runners]: drawn execution settings never change the stream;
-* ``lane remap`` [remap]: restore under a drawn topology, per-lane streams unchanged;
-* ``bounded inflight`` / ``eviction safety`` [engine_state]: at every item's checkpoint;
+* ``lane remap`` [remap]: restore under a drawn topology, per-lane streams unchanged (with a drawn
+  micro-batch size change, seed 002: per-lane records unchanged);
+* ``cross-lane order`` [remap, merged_checkpoint]: N -> M -> N ranks (a cut mid-step, then one at a
+  global-step boundary, with a micro-batch change in M): every participant delivers what the
+  oracle's uninterrupted participant delivers from that frontier on (:mod:`properties.cross_lane`);
+* ``bounded inflight`` / ``eviction safety`` [engine_state]: at every item's checkpoint, at the
+  depth of drawn execution settings with [runners];
 * ``checkpoint bytes`` [deterministic_checkpoints]: two runs to the same cut encode
   (zephon_ref's codec) to the same bytes, and so does a copy with every dict
   rebuilt in reverse insertion order;
@@ -44,6 +49,12 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
+* ``torch`` [torch]: the stateful torch datasets' state at every position of a pass and of a
+  resumed pass (the state before its first item too), under 0, 1 and 2 DataLoader workers, against
+  the oracle's stream (:mod:`properties.torch_row`; at most ``EXAMPLES_CAP`` examples);
+* ``aggregation`` [aggregation]: the round machines of the implementation
+  (``adapter.round_machine``) through TP/PP peers, a missing or late rank, a crashed or failing
+  leader, against the promises of seed 000 (:mod:`properties.aggregation`);
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage
@@ -90,6 +101,13 @@ from hypothesis.stateful import run_state_machine_as_test
 from properties import invariants as inv
 from properties import profiles
 from properties.adapters import ADAPTERS, load_adapter, not_an_adapter
+from properties.cross_lane import (
+    batch_size,
+    cross_lane_problems,
+    lane_record_problems,
+    lane_records,
+    with_microbatch,
+)
 from properties.lineage import (
     closure_problems,
     expected_lanes,
@@ -102,8 +120,8 @@ from properties.pipelines import PipelineConfig
 from properties.strategies import Topology, cut_schedules, execution_settings, topologies
 from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
 
-__all__ = ["LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main", "results_json",
-           "run_suite"]
+__all__ = ["CASE_ROWS", "LONG_RUN", "ORDER", "PROPERTIES", "Mismatch", "Row", "long_run_items", "main",
+           "results_json", "run_suite"]
 
 #: the reference implementation every other one is compared with
 ORACLE = ADAPTERS["inline"]
@@ -486,20 +504,46 @@ def _lane_remap(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
     topology: Topology = data.draw(
         topologies(int(cfg.options.get("canonical_replicas", 1))), label="topology"
     )
+    # seed 002: a micro-batch size change with the remap keeps every lane's records (batch(8) ->
+    # batch(4) with a dp_degree change); the records are compared then, not the items
+    size = batch_size(cfg)
+    new_size = size if size is None else data.draw(
+        st.sampled_from(sorted({max(1, size // 2), size, 2 * size})), label="micro-batch after the remap")
+    target = cfg if new_size == size or new_size is None else with_microbatch(cfg, new_size)
     items, cks = _checkpoints(adapter, cfg, [cut])
     rest: list[Any] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runs = adapter.participants(cfg, topology, copy.deepcopy(cks[min(cks)]))
+        runs = adapter.participants(target, topology, copy.deepcopy(cks[min(cks)]))
     for run in runs:
         rest += run.deliver(1_000_000)
         run.close()
-    problems = inv.lane_stream_problems(lanes_of(ref[:cut] + rest), lanes_of(ref), exact=True)
+    if target is cfg:
+        problems = inv.lane_stream_problems(lanes_of(ref[:cut] + rest), lanes_of(ref), exact=True)
+    else:  # with drop_last the lane's end may differ by less than a batch (its last incomplete one)
+        problems = lane_record_problems(lane_records(ref[:cut] + rest), lane_records(ref),
+                                        f"batch({size}) -> batch({new_size})",
+                                        slack=max(size or 1, new_size or 1))
     assert not problems, f"remapped at {cut} to {topology}: {problems[0]}"
 
 
-def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1) -> tuple[list[Any], list[Any]]:
-    run = adapter.build(cfg)
+def _cross_lane_order(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
+    if "remap" not in frozenset(adapter.features):
+        raise AssertionError(f"{adapter.name}: the cross-lane order row needs the 'remap' feature too")
+    problems = cross_lane_problems(adapter, ORACLE, cfg, data)
+    assert not problems, problems[0]
+
+
+def _torch(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
+    from properties.torch_row import torch_problems
+
+    problems = torch_problems(adapter, cfg, data, _oracle_stream)
+    assert not problems, problems[0]
+
+
+def _every_cut(adapter: Any, cfg: PipelineConfig, every: int = 1,
+               **execution: Any) -> tuple[list[Any], list[Any]]:
+    run = adapter.build(cfg, **execution)
     items: list[Any] = []
     cks = [copy.deepcopy(run.checkpoint())]
     try:
@@ -518,10 +562,12 @@ def _runner(adapter: Any, cfg: PipelineConfig) -> str:
     )
 
 
-def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1) -> list[str]:
+def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *, every: int = 1,
+                       execution: dict[str, Any] | None = None) -> list[str]:
     """The first checkpoint (of ``cks``, one every ``every`` items) that breaks the inflight bound
-    (:func:`properties.invariants.adapter_inflight_checker`: the bound, where and how it applies)."""
-    check = inv.adapter_inflight_checker(adapter, cfg)
+    (:func:`properties.invariants.adapter_inflight_checker`: the bound, where and how it applies)
+    at the window of the runner and queue size the run had (``execution`` over the adapter's)."""
+    check = inv.adapter_inflight_checker(adapter, cfg, execution=execution)
     for i, ck in enumerate(cks):
         problems = check(ck)
         if problems:
@@ -530,9 +576,14 @@ def _inflight_problems(adapter: Any, cfg: PipelineConfig, cks: Sequence[Any], *,
 
 
 def _bounded_inflight(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
-    _, cks = _every_cut(adapter, cfg)
-    problems = _inflight_problems(adapter, cfg, cks)
-    assert not problems, problems[0]
+    # with [runners], at the depth of drawn execution settings (runner, queue size, workers): the
+    # bound is the one of the window actually in force, never a looser one
+    execution: dict[str, Any] = (
+        data.draw(execution_settings(), label="execution") if "runners" in frozenset(adapter.features) else {}
+    )
+    _, cks = _every_cut(adapter, cfg, **execution)
+    problems = _inflight_problems(adapter, cfg, cks, execution=execution)
+    assert not problems, (f"under {execution}: " if execution else "") + problems[0]
 
 
 def _eviction_safety(adapter: Any, cfg: PipelineConfig, data: st.DataObject) -> None:
@@ -660,10 +711,12 @@ PROPERTIES: dict[str, tuple[str | None, Check]] = {
     "resume at cuts": (None, _resume_at_cuts),
     "settings invariance": ("runners", _settings_invariance),
     "lane remap": ("remap", _lane_remap),
+    "cross-lane order": ("merged_checkpoint", _cross_lane_order),
     "bounded inflight": ("engine_state", _bounded_inflight),
     "eviction safety": ("engine_state", _eviction_safety),
     "checkpoint bytes": ("deterministic_checkpoints", _checkpoint_bytes),
     "corrupt refused": ("durable", _corrupt_refused),
+    "torch": ("torch", _torch),
 }
 #: the order of the table: cheap, high-yield rows first
 ORDER = (
@@ -674,11 +727,14 @@ ORDER = (
     "resume machine",
     "settings invariance",
     "lane remap",
+    "cross-lane order",
     "bounded inflight",
     "eviction safety",
     "checkpoint bytes",
     "corrupt refused",
     "shared walk",
+    "torch",
+    "aggregation",
     "long run",
 )
 
@@ -785,6 +841,50 @@ def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None])
     return Row("shared walk", c.runs, c.passed)
 
 
+#: rows whose examples are not pipeline configurations, each in its own module (imported when it
+#: runs): name -> (the feature it needs, "module:strategy" of its cases, "module:check", the check
+#: taking (adapter, case) and returning the problems found)
+CASE_ROWS: dict[str, tuple[str, str, str]] = {
+    "aggregation": ("aggregation", "properties.aggregation:round_cases",
+                    "properties.aggregation:round_problems"),
+}
+
+
+def _resolve(spec: str) -> Any:
+    import importlib
+
+    module, attr = spec.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
+    """A row of :data:`CASE_ROWS`: its own drawn cases, each checked against ``adapter``."""
+    _, strategy, check_spec = CASE_ROWS[name]
+    cases, check = _resolve(strategy), _resolve(check_spec)
+    c = _Counter(tick)
+
+    @_settings(examples, derandomize)
+    @given(case=cases())
+    def prop(case: Any) -> None:
+        c.runs += 1
+        c.tick()
+        c.last = repr(case)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problems = check(adapter, case)
+        if problems and c.found_at is None:
+            c.found_at = c.runs
+        assert not problems, problems[0]
+        c.passed += 1
+
+    try:
+        prop()
+    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+        return Row(name, c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
+                   found_at=c.found_at)
+    return Row(name, c.runs, c.passed)
+
+
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(c.unsupported.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -868,15 +968,22 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                     row = (_run_shared_walk(examples, derandomize, bar.tick) if "shared_walk" in features
                            else Row(name, 0, 0, skipped="the adapter lacks the 'shared_walk' feature "
                                                         "(zephon_ref's own shortcut)"))
+                elif name in CASE_ROWS:
+                    feature = CASE_ROWS[name][0]
+                    row = (_run_cases(adapter, name, examples, derandomize, bar.tick) if feature in features
+                           else Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature"))
                 elif name == "oracle" and adapter is ORACLE and _second_opinion() is not None:
                     row = Row(name, 0, 0, skipped=_second_opinion())
                 else:
                     feature, check = PROPERTIES[name]
                     if feature is not None and feature not in features:
                         row = Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature")
+                    elif name == "torch" and _torch_unavailable() is not None:
+                        row = Row(name, 0, 0, skipped=_torch_unavailable())
                     else:
                         subject = _SecondOpinion() if name == "oracle" and adapter is ORACLE else adapter
-                        row = _run_property(subject, name, check, examples, derandomize, bar.tick)
+                        row = _run_property(subject, name, check, _row_examples(name, examples), derandomize,
+                                            bar.tick)
             finally:
                 bar.stop()
             if name == "oracle" and row.skipped is None and row.failure is None and adapter is not ORACLE:
@@ -885,6 +992,21 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                             row.seconds or time.perf_counter() - t0, row.note, row.found_at, row.unsupported,
                             row.config, row.ours, row.theirs))
     return rows
+
+
+def _torch_unavailable() -> str | None:
+    from properties.torch_row import torch_unavailable
+
+    return torch_unavailable()
+
+
+def _row_examples(name: str, examples: int) -> int:
+    """A row's examples: ``examples``, capped for the torch row (each example forks loader workers)."""
+    if name == "torch":
+        from properties.torch_row import EXAMPLES_CAP
+
+        return min(examples, EXAMPLES_CAP)
+    return examples
 
 
 def format_table(rows: Sequence[Row]) -> str:

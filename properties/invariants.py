@@ -58,6 +58,7 @@ __all__ = [
     "adapter_feeding",
     "adapter_inflight_checker",
     "eviction_safety_problems",
+    "execution_window",
     "exhausted_lanes",
     "global_step_problems",
     "inflight_bound",
@@ -80,9 +81,11 @@ def depth_samples(*, runner: str, n_stages: int = 0, queue_size: int = 8) -> int
     """W of :func:`sim.invariants.inflight_bound` for a runner under demand-paced feeding: the
     source items it may admit for a lane past the one that produced the lane's next item (the
     inline runner runs every stage dry after each admission: 0; the threads runner keeps at most
-    ``queue_size`` admitted messages in its queues).  ``n_stages`` is accepted and unused (the
-    queues between stages hold what those items became, not more items)."""
-    return 0 if runner == "inline" else queue_size
+    ``queue_size`` admitted messages in its queues, and the one that produced the lane's next item is
+    one of them: ``queue_size - 1``, the tight window, so a runner admitting one message too many
+    breaks the bound).  ``n_stages`` is accepted and unused (the queues between stages hold what
+    those items became, not more items)."""
+    return 0 if runner == "inline" else max(0, queue_size - 1)
 
 
 def exhausted_lanes(cfg: PipelineConfig, state: Mapping[str, Any], *, source: Any = None) -> list[int]:
@@ -179,17 +182,26 @@ def adapter_feeding(adapter: Any, cfg: PipelineConfig) -> str:
     )
 
 
-def adapter_inflight_checker(adapter: Any, cfg: PipelineConfig, *,
-                             window: int | None = None) -> Callable[[Mapping[str, Any]], list[str]]:
-    """:func:`inflight_checker` for the runs an adapter builds: its runner's window (or ``window``,
-    e.g. the loosest of the runners a machine switches between), and its feeding policy (an
-    adapter's ``feeding`` attribute if it has one; zephon 0.2.0 feeds round robin, so its rows
-    report no bound; zephon_ref feeds as the options say, on demand by default)."""
-    options = {**dict(cfg.options), **dict(getattr(adapter, "execution", {}) or {})}
+def execution_window(adapter: Any, cfg: PipelineConfig, execution: Mapping[str, Any] | None = None) -> int:
+    """W of :func:`inflight_bound` for a run ``adapter`` builds of ``cfg`` with ``execution`` over
+    its own execution settings and the configuration's options (the runner and queue size actually
+    in force: 0 for the inline runner, the drawn ``op_queue_capacity`` for the threads runner)."""
+    options = {**dict(cfg.options), **dict(getattr(adapter, "execution", {}) or {}), **dict(execution or {})}
+    return depth_samples(runner=str(options.get("runner") or "inline"),
+                         queue_size=int(options.get("op_queue_capacity") or 8))
+
+
+def adapter_inflight_checker(adapter: Any, cfg: PipelineConfig, *, window: int | None = None,
+                             execution: Mapping[str, Any] | None = None
+                             ) -> Callable[[Mapping[str, Any]], list[str]]:
+    """:func:`inflight_checker` for the runs an adapter builds: the window of the runner and queue
+    size in force (:func:`execution_window`, with ``execution`` over the adapter's settings), or
+    ``window`` when given, and its feeding policy (an adapter's ``feeding`` attribute if it has one;
+    zephon 0.2.0 feeds round robin, so its rows report no bound; zephon_ref feeds as the options
+    say, on demand by default)."""
     feeding = adapter_feeding(adapter, cfg)
     if window is None:
-        window = depth_samples(runner=str(options.get("runner", "inline")),
-                               queue_size=int(options.get("op_queue_capacity") or 8))
+        window = execution_window(adapter, cfg, execution)
     return inflight_checker(cfg, window=window, feeding=feeding)
 
 

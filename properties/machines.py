@@ -143,6 +143,9 @@ def resume_machine(
             self.needs: list[frozenset[tuple[int, int]]] = []
             self.tmp = Path(tempfile.mkdtemp(prefix="zephon-ref-machine-"))
             self.saves = 0
+            # the admission window the inflight chunks of the current run's checkpoints were reached
+            # under: its own runner's, or the larger one of the run a restored state came from
+            self.window = 0
 
         @initialize(cfg=config_strategy)
         def start(self, cfg: PipelineConfig) -> None:
@@ -160,6 +163,7 @@ def resume_machine(
                 warnings.simplefilter("ignore")  # options that have no effect on this plan warn
                 self.ref = _reference(reference_of, cfg)
                 self.run = adapter.build(cfg)
+            self.window = inv.execution_window(adapter, cfg)
             if engine_state:
                 self.needs = [inv.needs_of(v) for v in self.ref]
 
@@ -182,34 +186,36 @@ def resume_machine(
             self.pos += len(got)
 
         @rule(target=checkpoints)
-        def checkpoint(self) -> tuple[str, int, Any]:
+        def checkpoint(self) -> tuple[str, int, Any, int]:
             state = self.run.checkpoint()
             if engine_state:  # determinism of checkpoint bytes: insertion order must not matter
                 problems = inv.encoding_problems(state)
                 assert not problems, f"{adapter.name}: checkpoint after {self.pos} items: " + "; ".join(
                     problems
                 )
-            return (self.key, self.pos, copy.deepcopy(state))
+            return (self.key, self.pos, copy.deepcopy(state), self.window)
 
         @rule(ck=checkpoints)
-        def restore(self, ck: tuple[str, int, Any]) -> None:
-            key, pos, state = ck
-            if key == self.key:
+        def restore(self, ck: tuple[str, int, Any, int]) -> None:
+            key, pos, state, window = ck
+            if key == self.key and self.cfg is not None:
                 self._replace(adapter.build(self.cfg, state=copy.deepcopy(state)), pos)
+                self.window = max(window, inv.execution_window(adapter, self.cfg))
 
         @precondition(lambda self: runners)
         @rule(ck=checkpoints, execution=execution_settings())
         def restore_under_other_execution_settings(
-            self, ck: tuple[str, int, Any], execution: dict[str, Any]
+            self, ck: tuple[str, int, Any, int], execution: dict[str, Any]
         ) -> None:
-            key, pos, state = ck
-            if key == self.key:
+            key, pos, state, window = ck
+            if key == self.key and self.cfg is not None:
                 self._replace(adapter.build(self.cfg, state=copy.deepcopy(state), **execution), pos)
+                self.window = max(window, inv.execution_window(adapter, self.cfg, execution))
 
         @precondition(lambda self: remaps)
         @rule(ck=checkpoints, data=st.data())
-        def remap(self, ck: tuple[str, int, Any], data: st.DataObject) -> None:
-            key, pos, state = ck
+        def remap(self, ck: tuple[str, int, Any, int], data: st.DataObject) -> None:
+            key, pos, state, _ = ck
             if key != self.key or self.cfg is None:
                 return
             topology: Topology = data.draw(topologies(int(self.cfg.options.get("canonical_replicas", 1))))
@@ -232,6 +238,8 @@ def resume_machine(
             directory = self.tmp / f"ck{self.saves}"
             adapter.save(self.run, directory)
             self._replace(adapter.load(self.cfg, directory), self.pos)
+            if self.cfg is not None:  # loaded under the adapter's own settings, from this run's state
+                self.window = max(self.window, inv.execution_window(adapter, self.cfg))
 
         @precondition(lambda self: durable)
         @rule(pick=st.integers(0, 10_000), offset=st.integers(0, 10_000), bit=st.integers(0, 7))
@@ -265,8 +273,8 @@ def resume_machine(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 state = self.run.checkpoint()
-            # the loosest window of the runners this machine switches between (queue sizes <= 8)
-            problems = inv.adapter_inflight_checker(adapter, self.cfg, window=8)(state)
+            # the window of the runner and queue size in force (or of the run the state came from)
+            problems = inv.adapter_inflight_checker(adapter, self.cfg, window=self.window)(state)
             assert not problems, f"{adapter.name}: " + "; ".join(problems)
             cursors = state.get("replay_cursors") or {}
             pinned = frozenset((int(lane), int(c[0])) for lane, c in cursors.items() if c is not None)

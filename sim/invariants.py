@@ -154,8 +154,9 @@ def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int
     ``k`` is the plan's ``flush_every_k_chunks`` (K); ``depth_samples`` (W) is how many source
     items the runner may admit for a lane past the item that produced that lane's next
     delivered item (the admission window: 0 for the inline runner, which runs every stage dry
-    after each admission; ``queue_size`` for the threads runner, whose consumer keeps at most
-    that many admitted messages in its queues; the engine's ``window`` for a caller stepping it,
+    after each admission; ``queue_size - 1`` for the threads runner, whose consumer keeps at most
+    ``queue_size`` admitted messages in its queues, one of them the item that produced the output;
+    the engine's ``window`` for a caller stepping it,
     such as the simulator); ``min_chunk`` (c) is the smallest chunk size among the chunks
     counted; ``fetch_batch`` (F) is how many samples the fetch stage collects per lane.
 
