@@ -102,6 +102,27 @@ KNOWN = [
         ("datasets",),
         "datasets_resume_without_set_epoch.py",
     ),
+    (
+        "streaming",
+        "initial_state",  # a state loaded into a loader that already iterated is dropped as stale
+        {"size": 5, "shuffle": True, "workers": 0, "epochs": 1, "batch": 1},
+        ("streaming",),
+        "streaming_load_into_used_loader.py",
+    ),
+    (
+        "litdata",
+        "state_after_restore",  # restore, save at once, restore that: the previous epoch's order
+        {"size": 5, "shuffle": True, "batch": 1, "shards": 1, "workers": 0, "epochs": 3, "drop_last": False},
+        ("litdata",),
+        "litdata_resave_after_restore_reorders.py",
+    ),
+    (
+        "litdata",
+        "workers",  # restore, state_dict(), read on: an item lost, another repeated
+        {"size": 5, "shuffle": True, "batch": 2, "shards": 1, "workers": 0, "epochs": 2, "drop_last": False},
+        ("litdata",),
+        "litdata_state_dict_after_restore_changes_stream.py",
+    ),
 ]
 
 
