@@ -233,7 +233,11 @@ class _SDLRun(_EpochLoop):
     def counters(self) -> Mapping[str, int] | None:
         if self.epoch >= self.epochs:
             return None
-        n = int(self.loader.state_dict()["_num_yielded"])
+        sd = self.loader.state_dict()
+        if "_num_yielded" in sd:
+            n = int(sd["_num_yielded"])
+        else:  # worker processes: the batches at the last snapshot plus those since
+            n = int(sd["_snapshot"]["_snapshot_step"]) + int(sd["_steps_since_snapshot"])
         if self.cfg.variant.startswith("map"):
             items = min(n * self.cfg.batch, default_epoch_spec(self.cfg).length)
         else:
