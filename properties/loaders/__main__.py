@@ -60,6 +60,17 @@ def _row(r: Any) -> str:
     return f"  {r.prop:<20} {r.status:<9} {r.examples:>8} {to_fail:>10}  {r.reason[:90]}"
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the pool's processes, the
+    libraries' workers): the cost of a run, less sensitive than wall time to other load on the machine."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from properties.loaders.machine import PROPERTIES
@@ -141,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"loader": adapter.name, "version": version, "examples": args.examples, "steps": args.steps,
                "pinned": pins,
                "derandomized": not args.random, "shrink_runs": shrink_runs, "jobs": args.jobs,
+               "cpu_seconds": round(_cpu_seconds(), 1),
                "results": [{**r.as_dict(), "seconds": round(s, 1)} for r, s in results]}
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2, default=repr)

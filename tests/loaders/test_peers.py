@@ -103,6 +103,14 @@ KNOWN = [
         "datasets_resume_without_set_epoch.py",
     ),
     (
+        "torchdata",
+        "resume",  # 2 worker processes: a state after the epoch's last batch restarts a finished worker
+        {"variant": "iterable-stateful", "size": 5, "batch": 2, "workers": 2, "epochs": 1,
+         "persistent": False, "drop_last": False, "dups": 0, "nones": 0},
+        ("torchdata",),
+        "torchdata_workers_end_of_epoch_repeats.py",
+    ),
+    (
         "streaming",
         "initial_state",  # a state loaded into a loader that already iterated is dropped as stale
         {"size": 5, "shuffle": True, "workers": 0, "epochs": 1, "batch": 1},
