@@ -175,3 +175,15 @@ def test_cli_jobs_gives_the_results_of_one_process(tmp_path: object) -> None:
     assert docs[1]["jobs"] == 2
     strip = [[{k: v for k, v in r.items() if k != "seconds"} for r in d["results"]] for d in docs]
     assert strip[0] == strip[1] and [r["prop"] for r in strip[0]] == ["resume", "counters"]
+
+
+def test_the_cost_table_shows_runs_to_each_failure_and_the_shrink_bound() -> None:
+    from properties.loaders.table import render_costs
+
+    doc = {"loader": "x", "cpu_seconds": 12.0, "results": [
+        {"prop": "resume", "status": "FAIL", "examples": 200, "to_failure": 50, "seconds": 30.0,
+         "shrink_bounded": True},
+        {"prop": "counters", "status": "pass", "examples": 60, "to_failure": None, "seconds": 5.0},
+    ]}
+    row = render_costs([doc]).splitlines()[-1]
+    assert row == "| x | 35 | 12 | resume 30 s | resume 50+150* |", row
