@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     prepare_process()
     version = adapter.version() if hasattr(adapter, "version") else "?"
     shrink_runs = None if args.no_shrink_bound else args.shrink_runs
+    if args.jobs > 1 and getattr(adapter, "single_process", False):
+        print(f"{adapter.name}: --jobs {args.jobs} ignored (its processes would share the library's "
+              "machine-wide state: the adapter's single_process)", flush=True)
+        args.jobs = 1
     print(f"{adapter.name}: {version}; {args.examples} examples x {args.steps} moves per property"
           f"{'' if args.random else ' (derandomized)'}{f'; pinned {pins}' if pins else ''}; shrinking "
           f"{'unbounded' if shrink_runs is None else f'at most {shrink_runs} runs'}"

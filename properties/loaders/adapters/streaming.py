@@ -251,6 +251,11 @@ class _Run(_EpochLoop):
 
 class StreamingAdapter:
     name = "streaming"
+    #: Streaming's shared memory is named machine-wide (/dev/shm/<prefix>_...), and this adapter's
+    #: ``clean_stale_shared_memory()`` before each build unlinks every block it finds: two processes
+    #: running it at once unlink each other's live blocks (measured: every property "not reproducible"
+    #: under ``--jobs 2``), so the CLI runs its properties in one process
+    single_process = True
     primed_ok = False
     preps = ("state", "used")  # the loader's load_state_dict applies to the next iter()
     space = {"size": (5, 1, 2, 6, 7), "shuffle": (False, True), "batch": (1, 2, 3), "workers": (0, 0, 0, 2),
