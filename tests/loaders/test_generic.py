@@ -78,6 +78,8 @@ def test_narrowed_pins_knobs_and_refuses_unknown_ones() -> None:
         ["--loader", "no-such-loader"],
         ["--loader", "zephon_ref", "--examples", "0"],
         ["--loader", "zephon_ref", "--property", "nope"],
+        ["--loader", "zephon_ref", "--shrink-runs", "0"],
+        ["--loader", "zephon_ref", "--jobs", "0"],
         [],
         ["--loader", "properties.loaders.core:LoaderConfig"],
     ],
