@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates docs/loaders/*.json and the table of docs/loaders.md at the documented budget
 # (EXAMPLES examples x STEPS moves per property, derandomized, each failure shrunk for at most SHRINK
-# machine runs; each loader's properties in JOBS processes at once, 3 for torchdata-nodes).  Process workers are drawn for
-# torchdata (StatefulDataLoader: workers 0 or 2, persistent or not); pinned to 0 for the other peers whose
-# workers are processes (time: a worker process costs 0.5-1 s per restore).
+# machine runs; each loader's properties in JOBS processes at once, 3 for torchdata-nodes, 1 for streaming).
+# Process workers are drawn for torchdata (StatefulDataLoader: workers 0 or 2, persistent or not); pinned
+# to 0 for the other peers whose workers are processes (time: a worker process costs 0.5-1 s per restore).
 # Usage: bash scripts/loaders_table.sh [LOADER ...]; EXAMPLES=60 STEPS=10 SHRINK=150 JOBS=2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
