@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import time
-import warnings
 from typing import Any
 
+from properties.loaders.pool import check_one, prepare_process
 from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
 
-__all__ = ["main"]
+__all__ = ["SHRINK_RUNS", "main"]
+
+#: the default bound on the machine runs spent shrinking one failure (docs/loaders.md, "Budget")
+SHRINK_RUNS = 150
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +40,14 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"only these properties (repeatable): {', '.join(PROPERTIES)}")
     p.add_argument("--set", action="append", dest="knobs", default=[], metavar="KNOB=VALUE",
                    help="pin a knob of the drawn configurations (repeatable), e.g. --set workers=0")
+    p.add_argument("--shrink-runs", type=int_at_least(1), default=SHRINK_RUNS, metavar="N",
+                   help=f"machine runs spent shrinking each failure at most (default {SHRINK_RUNS}; the "
+                   "witness is the smallest found by then)")
+    p.add_argument("--no-shrink-bound", action="store_true",
+                   help="shrink each failure as far as Hypothesis goes (its own limits)")
+    p.add_argument("--jobs", type=int_at_least(1), default=1, metavar="N",
+                   help="properties checked in N processes at once (default 1; each property is its own "
+                   "search, so the results are the same)")
     p.add_argument("--json", metavar="FILE", type=writable_path, help="also write the results as JSON")
     p.add_argument(
         "--random", action="store_true", help="random examples (default: derandomized, reproducible)"
@@ -51,9 +60,20 @@ def _row(r: Any) -> str:
     return f"  {r.prop:<20} {r.status:<9} {r.examples:>8} {to_fail:>10}  {r.reason[:90]}"
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its finished children (the pool's processes, the
+    libraries' workers): the cost of a run, less sensitive than wall time to other load on the machine."""
+    try:
+        import resource
+    except ImportError:
+        return 0.0
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from properties.loaders.machine import PROPERTIES, check_property
+    from properties.loaders.machine import PROPERTIES
     from properties.loaders.registry import UnknownLoader, resolve
 
     props = args.properties or list(PROPERTIES)
@@ -88,28 +108,39 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         sys.stderr.write(f"python -m properties.loaders: --loader {args.loader}: {missing}\n")
         return 2
-    try:  # headroom for worker processes and pipes (Streaming's own leak: adapters/streaming.py)
-        import resource
-
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    warnings.filterwarnings("ignore")
+    prepare_process()
     version = adapter.version() if hasattr(adapter, "version") else "?"
+    shrink_runs = None if args.no_shrink_bound else args.shrink_runs
+    if args.jobs > 1 and getattr(adapter, "single_process", False):
+        print(f"{adapter.name}: --jobs {args.jobs} ignored (its processes would share the library's "
+              "machine-wide state: the adapter's single_process)", flush=True)
+        args.jobs = 1
     print(f"{adapter.name}: {version}; {args.examples} examples x {args.steps} moves per property"
-          f"{'' if args.random else ' (derandomized)'}{f'; pinned {pins}' if pins else ''}", flush=True)
+          f"{'' if args.random else ' (derandomized)'}{f'; pinned {pins}' if pins else ''}; shrinking "
+          f"{'unbounded' if shrink_runs is None else f'at most {shrink_runs} runs'}"
+          f"{f'; {args.jobs} processes' if args.jobs > 1 else ''}", flush=True)
     print(f"  {'property':<20} {'status':<9} {'examples':>8} {'to_failure':>10}  reason", flush=True)
-    results, cache = [], {}
-    for prop in props:
-        t0 = time.perf_counter()  # clock-ok: progress only, not data
-        r = check_property(
-            adapter, prop, examples=args.examples, steps=args.steps, derandomize=not args.random, cache=cache
-        )
-        results.append((r, time.perf_counter() - t0))  # clock-ok
-        print(_row(r), flush=True)
+    jobs = [(args.loader, pins, prop, args.examples, args.steps, not args.random, shrink_runs)
+            for prop in props]
+    results: list[tuple[Any, float]] = []
+    if args.jobs > 1 and len(jobs) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        # spawn: a fresh interpreter per process (the parent imported the library; forking a process
+        # that may hold library threads is what the libraries warn against)
+        with concurrent.futures.ProcessPoolExecutor(
+            max_workers=min(args.jobs, len(jobs)), mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            for r, secs in pool.map(check_one, jobs):
+                results.append((r, secs))
+                print(_row(r), flush=True)
+    else:
+        cache: dict[Any, list[int]] = {}
+        for job in jobs:
+            r, secs = check_one(job, cache=cache, adapter=adapter)
+            results.append((r, secs))
+            print(_row(r), flush=True)
     failures = [r for r, _ in results if r.status == "FAIL"]
     for r in failures:
         print(f"\n{r.prop}: {r.reason}")
@@ -124,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {"loader": adapter.name, "version": version, "examples": args.examples, "steps": args.steps,
                "pinned": pins,
-               "derandomized": not args.random,
+               "derandomized": not args.random, "shrink_runs": shrink_runs, "jobs": args.jobs,
+               "cpu_seconds": round(_cpu_seconds(), 1),
                "results": [{**r.as_dict(), "seconds": round(s, 1)} for r, s in results]}
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2, default=repr)

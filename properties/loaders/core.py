@@ -42,8 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["KNOBS", "EpochSpec", "LoaderAdapter", "LoaderConfig", "LoaderRun", "Refused", "dataset_ids",
-           "default_epoch_spec"]
+__all__ = ["KNOBS", "NONE_ID", "EpochSpec", "LoaderAdapter", "LoaderConfig", "LoaderRun", "Refused",
+           "dataset_ids", "default_epoch_spec", "library_values", "stream_id"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class LoaderConfig:
     epochs: int = 1
     set_epoch: bool = True  # the user calls the library's optional per-epoch hook (datasets' set_epoch)
     dups: int = 0  # the dataset's last ``dups`` items repeat values of earlier ones (duplicate-valued items)
+    nones: int = 0  # the dataset's first ``nones`` items are None (NONE_ID in the stream the suite compares)
     seed: int = 0
     data_seed: int = 0
 
@@ -79,11 +80,28 @@ KNOBS = tuple(f.name for f in dataclasses.fields(LoaderConfig))
 def dataset_ids(cfg: LoaderConfig) -> list[int]:
     """The dataset: ``cfg.size`` distinct ids drawn from ``cfg.data_seed`` (not 0..n-1, so an
     index leaking into the stream in place of an item shows); with ``cfg.dups`` the last items repeat the
-    first ones' values (a loader that dedups, or keys its state by value, shows)."""
+    first ones' values (a loader that dedups, or keys its state by value, shows); with ``cfg.nones`` the first
+    items are None items (:data:`NONE_ID` here; adapters hand the library None: :func:`library_values`)."""
     ids = random.Random(cfg.data_seed).sample(range(100, 100 + 50 * max(cfg.size, 1)), cfg.size)
+    for j in range(min(cfg.nones, cfg.size)):  # None items (first, so a dup of item 0 is a second None)
+        ids[j] = NONE_ID
     for j in range(min(cfg.dups, cfg.size - 1)):  # item size-1-j takes item j's value
         ids[cfg.size - 1 - j] = ids[j]
     return ids
+
+
+#: the id a None item has in the stream the suite compares (the library itself sees None)
+NONE_ID = -1
+
+
+def library_values(ids: Sequence[int]) -> list[int | None]:
+    """The items as the library holds them: None where the stream has :data:`NONE_ID`."""
+    return [None if x == NONE_ID else x for x in ids]
+
+
+def stream_id(value: Any) -> int:
+    """The stream id of an item the library delivered (None is :data:`NONE_ID`)."""
+    return NONE_ID if value is None else int(value)
 
 
 def shard_ids(cfg: LoaderConfig) -> list[list[int]]:

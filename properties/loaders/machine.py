@@ -213,6 +213,9 @@ class _Record:
     started: int = 0
     first_failure_at: int | None = None
     notes: Counter[str] = field(default_factory=Counter)
+    #: machine runs Hypothesis may spend shrinking after the first failing one (None: no bound)
+    shrink_runs: int | None = None
+    shrink_stopped: bool = False  # the bound was reached: shrinking stopped there
 
 
 def _move(fn: Callable[..., None]) -> Callable[..., None]:
@@ -748,6 +751,8 @@ class PropertyResult:
     reason: str = ""
     failure: dict[str, Any] | None = None
     notes: dict[str, int] = field(default_factory=dict)
+    #: shrinking stopped at the ``shrink_runs`` bound (the witness is the smallest found by then)
+    shrink_bounded: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -761,13 +766,17 @@ def check_property(
     steps: int = 10,
     derandomize: bool = True,
     cache: dict[LoaderConfig, list[int]] | None = None,
+    shrink_runs: int | None = None,
 ) -> PropertyResult:
     """Run one property against one adapter and say what happened (never raises for a failing
-    property: the result carries it)."""
+    property: the result carries it).  ``shrink_runs``: at most that many machine runs spent shrinking
+    a failure (None: Hypothesis' own limits)."""
+    if shrink_runs is not None and shrink_runs < 1:
+        raise ValueError(f"shrink_runs: expected None or an int >= 1, received {shrink_runs!r}")
     declared = dict(adapter.declared())
     if prop in declared:
         return PropertyResult(adapter.name, prop, "declared", reason=declared[prop])
-    record = _Record(cache if cache is not None else {})
+    record = _Record(cache if cache is not None else {}, shrink_runs=shrink_runs)
     machine = machine_for(adapter, prop, record)
     budget = 1 if prop == "uninterrupted" else steps
     s = settings(max_examples=examples, stateful_step_count=budget, deadline=None, database=None,
@@ -778,11 +787,11 @@ def check_property(
                  phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink])
     try:
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
+        with contextlib.redirect_stdout(buf), _bounded_shrinking(record):
             run_state_machine_as_test(machine, settings=s)
     except LoaderPropertyFailure as exc:
         return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
-                              exc.detail, exc.as_dict(), dict(record.notes))
+                              exc.detail, exc.as_dict(), dict(record.notes), record.shrink_stopped)
     except Flaky as exc:
         return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
                               f"not reproducible (Hypothesis: {type(exc).__name__}): the loader's output "
@@ -793,6 +802,37 @@ def check_property(
         return PropertyResult(adapter.name, prop, "FAIL", record.started, record.first_failure_at,
                               f"{type(exc).__name__}: {str(exc)[:400]}", None, dict(record.notes))
     return PropertyResult(adapter.name, prop, "pass", record.started, None, "", None, dict(record.notes))
+
+
+@contextlib.contextmanager
+def _bounded_shrinking(record: _Record) -> Any:
+    """While it is open, Hypothesis' engine ends a run once ``record.shrink_runs`` test calls followed the
+    first failure, the way it ends one after its own ``MAX_SHRINKS`` successful shrinks
+    (``exit_with(ExitReason.max_shrinks)``): the failure reported is the smallest found by then, replayed
+    as usual.  Hypothesis has no public setting for this (its only bounds are 500 shrinks and 300 s);
+    calls are counted, not timed, so the bound and the witness are the same on a loaded machine as on
+    an idle one.  The hook wraps ``ConjectureRunner.test_function`` (Hypothesis 6.x) and is removed on
+    exit."""
+    if record.shrink_runs is None:
+        yield
+        return
+    from hypothesis.internal.conjecture import engine
+
+    original = engine.ConjectureRunner.test_function
+    budget = record.shrink_runs
+
+    def test_function(self: Any, data: Any) -> None:
+        original(self, data)
+        first = getattr(self, "first_bug_found_at", None)
+        if first is not None and self.call_count - first >= budget and not self.ignore_limits:
+            record.shrink_stopped = True
+            self.exit_with(engine.ExitReason.max_shrinks)
+
+    engine.ConjectureRunner.test_function = test_function  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        engine.ConjectureRunner.test_function = original  # type: ignore[method-assign]
 
 
 def _serialise(adapter: LoaderAdapter, state: Any) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from properties.loaders.machine import PROPERTIES
 
-__all__ = ["main", "render"]
+__all__ = ["main", "render", "render_costs", "render_failures"]
 
 
 def _cell(r: dict) -> str:
@@ -50,6 +50,27 @@ def render_failures(docs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def render_costs(docs: list[dict]) -> str:
+    """Per loader: the seconds its properties took (summed over the processes that ran them), the CPU
+    seconds of the run where recorded, and how far each failure was shrunk (runs after the first
+    failing one, and whether the bound stopped it)."""
+    lines = ["| loader | property seconds (sum) | CPU seconds | slowest property | failures: runs to first, "
+             "shrink runs |", "|---|---|---|---|---|"]
+    for d in docs:
+        rs = d["results"]
+        total = sum(r.get("seconds", 0.0) for r in rs)
+        slow = max(rs, key=lambda r: r.get("seconds", 0.0))
+        fails = ", ".join(
+            f"{r['prop']} {r['to_failure']}+{r['examples'] - r['to_failure']}"
+            + ("*" if r.get("shrink_bounded") else "")
+            for r in rs if r["status"] == "FAIL" and r.get("to_failure")
+        ) or "-"
+        cpu = d.get("cpu_seconds")
+        lines.append(f"| {d['loader']} | {total:.0f} | {'-' if cpu is None else f'{cpu:.0f}'} | "
+                     f"{slow['prop']} {slow.get('seconds', 0.0):.0f} s | {fails} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     files = sys.argv[1:] if argv is None else argv
     if not files:
@@ -67,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(render(docs))
     print()
     print(render_failures(docs))
+    print()
+    print(render_costs(docs))
     return 0
 
 

@@ -78,6 +78,8 @@ def test_narrowed_pins_knobs_and_refuses_unknown_ones() -> None:
         ["--loader", "no-such-loader"],
         ["--loader", "zephon_ref", "--examples", "0"],
         ["--loader", "zephon_ref", "--property", "nope"],
+        ["--loader", "zephon_ref", "--shrink-runs", "0"],
+        ["--loader", "zephon_ref", "--jobs", "0"],
         [],
         ["--loader", "properties.loaders.core:LoaderConfig"],
     ],
@@ -127,3 +129,63 @@ def test_cli_exits_1_on_a_failure() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "minimal config" in p.stdout and "first wrong item" in p.stdout
+
+
+def test_the_shrink_bound_stops_shrinking_at_its_count() -> None:
+    bug, prop = "skip_on_restore", CATCHES["skip_on_restore"]
+    free = check_property(ListLoader(bug), prop, examples=40)
+    bounded = check_property(ListLoader(bug), prop, examples=40, shrink_runs=2)
+    assert free.status == bounded.status == "FAIL"
+    assert free.to_failure == bounded.to_failure  # the search before the first failure is the same
+    assert not free.shrink_bounded and bounded.shrink_bounded
+    assert free.examples - free.to_failure > 2  # shrinking this bug takes more than 2 runs unbounded
+    # the bound: 2 runs after the first failing one, plus the replay of the failure reported
+    assert bounded.examples - bounded.to_failure <= 3, bounded
+    assert bounded.failure is not None and bounded.failure["moves"]
+
+
+def test_shrink_runs_refuses_a_bound_below_one() -> None:
+    with pytest.raises(ValueError, match="shrink_runs"):
+        check_property(ListLoader(), "resume", examples=2, shrink_runs=0)
+
+
+def test_none_items_are_none_for_the_library_and_an_id_in_the_stream() -> None:
+    from properties.loaders.core import NONE_ID, dataset_ids, library_values, stream_id
+
+    cfg = LoaderConfig(size=5, nones=1, dups=1)
+    ids = dataset_ids(cfg)
+    assert ids.count(NONE_ID) == 2 and len(ids) == 5  # the None item and its duplicate (the last item)
+    assert library_values(ids).count(None) == 2 and None not in library_values(dataset_ids(LoaderConfig()))
+    assert stream_id(None) == NONE_ID and stream_id(7) == 7
+
+
+def test_cli_jobs_gives_the_results_of_one_process(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    docs = []
+    for jobs in ("1", "2"):
+        out = Path(str(tmp_path)) / f"r{jobs}.json"
+        p = subprocess.run(
+            [sys.executable, "-m", "properties.loaders", "--loader",
+             "properties.loaders.adapters.reference:ListLoader", "--examples", "5", "--property", "resume",
+             "--property", "counters", "--jobs", jobs, "--json", str(out)],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        docs.append(json.loads(out.read_text()))
+    assert docs[1]["jobs"] == 2
+    strip = [[{k: v for k, v in r.items() if k != "seconds"} for r in d["results"]] for d in docs]
+    assert strip[0] == strip[1] and [r["prop"] for r in strip[0]] == ["resume", "counters"]
+
+
+def test_the_cost_table_shows_runs_to_each_failure_and_the_shrink_bound() -> None:
+    from properties.loaders.table import render_costs
+
+    doc = {"loader": "x", "cpu_seconds": 12.0, "results": [
+        {"prop": "resume", "status": "FAIL", "examples": 200, "to_failure": 50, "seconds": 30.0,
+         "shrink_bounded": True},
+        {"prop": "counters", "status": "pass", "examples": 60, "to_failure": None, "seconds": 5.0},
+    ]}
+    row = render_costs([doc]).splitlines()[-1]
+    assert row == "| x | 35 | 12 | resume 30 s | resume 50+150* |", row

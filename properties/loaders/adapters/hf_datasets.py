@@ -30,7 +30,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from properties.loaders.adapters.torchdata import _EpochLoop, _ints
-from properties.loaders.core import EpochSpec, LoaderConfig, dataset_ids, shard_ids, unavailable
+from properties.loaders.core import (
+    EpochSpec,
+    LoaderConfig,
+    dataset_ids,
+    library_values,
+    shard_ids,
+    stream_id,
+    unavailable,
+)
 
 __all__ = ["DATASETS", "DatasetsAdapter"]
 
@@ -57,7 +65,7 @@ def _table(ids: list[int]) -> Any:
 
     key = tuple(ids)
     if key not in _Tables.built:
-        _Tables.built[key] = datasets.Dataset.from_dict({"id": list(ids)})
+        _Tables.built[key] = datasets.Dataset.from_dict({"id": library_values(ids)})
     return _Tables.built[key]
 
 
@@ -77,7 +85,7 @@ class _DirectLoop:
                     self.ds.set_epoch(self.epoch)
                 self.it = iter(self.ds)
             try:
-                out.append([int(next(self.it)["id"])])
+                out.append([stream_id(next(self.it)["id"])])
             except StopIteration:
                 self.it = None
                 self.epoch += 1
@@ -159,6 +167,7 @@ class DatasetsAdapter:
                 "epochs": (1, 2, 3),
                 "set_epoch": (True, False),
                 "dups": (0, 1),
+                "nones": (0, 1),  # a null in the Arrow column: the example's "id" is None
                 "data_seed": (0, 1),
             },
             "buffer": {  # ds.shuffle(seed, buffer_size): the resume loses the buffer (documented)

@@ -29,6 +29,8 @@ from properties.loaders.core import (
     LoaderConfig,
     dataset_ids,
     default_epoch_spec,
+    library_values,
+    stream_id,
     unavailable,
 )
 
@@ -44,13 +46,13 @@ def _torch() -> Any:
 class IdMap:
     """A map-style dataset of ids (module level: workers pickle it)."""
 
-    def __init__(self, ids: list[int]) -> None:
+    def __init__(self, ids: list[int | None]) -> None:
         self.ids = ids
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i: int) -> int:
+    def __getitem__(self, i: int) -> int | None:
         return self.ids[i]
 
 
@@ -112,12 +114,19 @@ def _iterable_classes() -> tuple[Any, Any]:
 
 
 def _ints(batch: Any) -> list[int]:
+    """The stream ids of a delivered batch (a tensor, a list, or one item; a None item is NONE_ID)."""
     if hasattr(batch, "tolist"):
         v = batch.tolist()
-        return [int(x) for x in (v if isinstance(v, list) else [v])]
+        return [stream_id(x) for x in (v if isinstance(v, list) else [v])]
     if isinstance(batch, (list, tuple)):
-        return [int(x) for x in batch]
-    return [int(batch)]
+        return [stream_id(x) for x in batch]
+    return [stream_id(batch)]
+
+
+def list_collate(batch: list[Any]) -> list[Any]:
+    """The collate a user with None items writes (torch's default collate refuses None): the batch as a
+    list (module level: worker processes pickle it)."""
+    return list(batch)
 
 
 def _worker_lists(cfg: LoaderConfig) -> list[list[int]]:
@@ -224,7 +233,11 @@ class _SDLRun(_EpochLoop):
     def counters(self) -> Mapping[str, int] | None:
         if self.epoch >= self.epochs:
             return None
-        n = int(self.loader.state_dict()["_num_yielded"])
+        sd = self.loader.state_dict()
+        if "_num_yielded" in sd:
+            n = int(sd["_num_yielded"])
+        else:  # worker processes: the batches at the last snapshot plus those since
+            n = int(sd["_snapshot"]["_snapshot_step"]) + int(sd["_steps_since_snapshot"])
         if self.cfg.variant.startswith("map"):
             items = min(n * self.cfg.batch, default_epoch_spec(self.cfg).length)
         else:
@@ -243,6 +256,8 @@ class StatefulDataLoaderAdapter:
         "workers": (0, 0, 0, 2),
         "persistent": (False, True),
         "epochs": (1, 2, 3),
+        "dups": (0, 1),
+        "nones": (0, 1),
         "data_seed": (0, 1),
     }
     space = {"variant": {
@@ -283,9 +298,11 @@ class StatefulDataLoaderAdapter:
         torch = _torch()
         from torchdata.stateful_dataloader import StatefulDataLoader
 
-        ids = dataset_ids(cfg)
+        ids = library_values(dataset_ids(cfg))
         kw: dict[str, Any] = {"batch_size": cfg.batch, "drop_last": cfg.drop_last, "num_workers": cfg.workers,
                               "persistent_workers": cfg.persistent}
+        if cfg.nones:
+            kw["collate_fn"] = list_collate
         if cfg.workers:
             kw["multiprocessing_context"] = "fork"
         if cfg.variant.startswith("map"):
@@ -331,6 +348,8 @@ class NodesAdapter:
         "workers": (1, 2),
         "buffer": (0, 2),
         "epochs": (1, 2, 3),
+        "dups": (0, 1),
+        "nones": (0, 1),
         "seed": (0, 1),
         "data_seed": (0, 1),
     }
@@ -362,7 +381,7 @@ class NodesAdapter:
         from torch.utils.data import RandomSampler, SequentialSampler
         from torchdata import nodes
 
-        ids = dataset_ids(cfg)
+        ids = library_values(dataset_ids(cfg))
         ds = IdMap(ids)
         sampler = (RandomSampler(ds, generator=torch.Generator().manual_seed(cfg.seed)) if cfg.shuffle
                    else SequentialSampler(ds))
