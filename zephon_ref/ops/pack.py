@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from random import Random  # seeded instances only: never the global generator
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected, warn_data_dropped
 from zephon_ref.lineage import pack_meta, tombstones_for_record
@@ -62,6 +62,7 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
+from zephon_ref.ops.knobs import Bool, Choice, Func, Int, OneOf, Text, check_fields, knob
 from zephon_ref.ops.shuffle import batch_seed
 from zephon_ref.types import (
     TAG_CONTRIBUTORS,
@@ -577,6 +578,35 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         return {k: payload[k][seg.start : seg.end] for k in sorted(names)}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackConfig:
+    """The knobs of ``pack_sequences`` as the call passed them, each with its declared domain
+    (:mod:`zephon_ref.ops.knobs`); the rules between knobs are :class:`PackSequences`'s."""
+
+    BUILDER: ClassVar[str] = "pack_sequences"
+
+    max_length: int = knob(domain=Int(1), doc="tokens a pack holds")
+    num_bins: int | None = knob(None, Int(1, none=True), doc="open bins per lane (first_fit, best_fit)")
+    max_sequences_per_bin: int | None = knob(None, Int(1, none=True), doc="segments a pack holds at most")
+    algorithm: str = knob("first_fit", Choice(SUPPORTED_ALGORITHMS), doc="how records find a pack")
+    tokens_field: str = knob("auto", Text(), doc="the payload field whose length is a record's length")
+    length_fn: Callable[[SampleRecord], int] | None = knob(None, Func(none=True), doc="a record's length")
+    drop_oversized: bool | None = knob(None, Bool(none=True), doc="None: drop unless the algorithm splits")
+    min_sequence_length: int = knob(1, Int(0), doc="a bin with less room than this is full")
+    shuffle_strategy: str | None = knob(None, Choice((None, "random", "length")),
+                                   doc="order of a flush's packs")
+    shuffle_seed: int | None = knob(None, Int(0, none=True), doc="seed of shuffle_strategy='random'")
+    flush_strategy: str = knob("fifo", Choice(("fifo", "fullest")), doc="which bin closes first")
+    pack_payloads: Any = knob("keep_list", OneOf((Choice(("keep_list",)), Func())), doc="a pack's payload")
+    homogeneity: str = knob("none", Choice(("none",)), doc="per-domain packing (not in zephon_ref yet)")
+    candidate_pool_size: int | None = knob(None, Choice((None,)), doc="best_fit_wrap (not in zephon_ref yet)")
+    max_candidate_age: int | None = knob(None, Choice((None,)), doc="best_fit_wrap (not in zephon_ref yet)")
+    groups: Any = knob(None, Choice((None,)), doc="homogeneity='group' (not in zephon_ref yet)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 class PackSequences(BaseOp):
     """``pack_sequences(max_length, *, num_bins=None, ...)`` with envelope output."""
 
@@ -633,6 +663,7 @@ class PackSequences(BaseOp):
                 raise ConfigTypeError(expected("length_fn", "a callable or None", length_fn))
             if slicing:
                 raise ConfigError(expected("length_fn", "None for a slicing algorithm (wrap)", length_fn))
+        drop_oversized_arg = drop_oversized
         if drop_oversized is None:
             drop_oversized = not slicing
         else:
@@ -646,13 +677,13 @@ class PackSequences(BaseOp):
         check_choice("flush_strategy", flush_strategy, ("fifo", "fullest"))
         check_choice("homogeneity", homogeneity, ("none",))
         # zephon's best_fit_wrap and homogeneity="group" knobs: those modes are refused above
-        for knob, value in (
+        for name, value in (
             ("candidate_pool_size", candidate_pool_size),
             ("max_candidate_age", max_candidate_age),
             ("groups", groups),
         ):
             if value is not None:
-                raise ConfigError(expected(knob, "None (its mode, best_fit_wrap or homogeneity='group', "
+                raise ConfigError(expected(name, "None (its mode, best_fit_wrap or homogeneity='group', "
                                            "is not in zephon_ref yet)", value))
         if isinstance(pack_payloads, str) and pack_payloads == "keep_list":
             self._pack_payloads: Callable[[list[Any]], Any] | None = None
@@ -661,6 +692,15 @@ class PackSequences(BaseOp):
         else:
             err = ConfigError if isinstance(pack_payloads, str) else ConfigTypeError
             raise err(expected("pack_payloads", "'keep_list' or a callable", pack_payloads))
+        # every knob against its declared domain (the rules between knobs are checked above)
+        self.config = PackConfig(
+            max_length=max_length, num_bins=num_bins, max_sequences_per_bin=max_sequences_per_bin,
+            algorithm=algorithm, tokens_field=tokens_field, length_fn=length_fn,
+            drop_oversized=drop_oversized_arg,
+            min_sequence_length=min_sequence_length, shuffle_strategy=shuffle_strategy,
+            shuffle_seed=shuffle_seed,
+            flush_strategy=flush_strategy, pack_payloads=pack_payloads, homogeneity=homogeneity,
+            candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age, groups=groups)
         self.max_length = max_length
         self.num_bins = num_bins
         self.max_sequences_per_bin = max_sequences_per_bin

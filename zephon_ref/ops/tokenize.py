@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from zlib import crc32
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -50,6 +50,7 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
+from zephon_ref.ops.knobs import Bool, Choice, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize"]
@@ -133,6 +134,34 @@ def _as_list(seq: Any) -> list[int]:
     return [int(x) for x in seq]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenizeConfig:
+    """The knobs of ``tokenize`` as the call passed them, each with its declared domain
+    (:mod:`zephon_ref.ops.knobs`); the rules between knobs are :class:`Tokenize`'s."""
+
+    BUILDER: ClassVar[str] = "tokenize"
+
+    tokenizer: Any = knob(None, Func(none=True), doc="an HF-style callable; None: the built-in HashTokenizer")
+    tokenizer_id: str | None = knob(None, Choice((None, "__fallback__")), doc="no downloads in zephon_ref")
+    field: str = knob(domain=Text(), doc="the payload field holding the text")
+    missing_field: str = knob("error", Choice(MISSING_FIELD_MODES), doc="a record without the field")
+    add_attention_mask: bool = knob(True, Bool(), doc="emit attention_mask")
+    max_length: int | None = knob(None, Int(1, none=True), doc="window, truncation or padding length")
+    padding: Any = knob(False, Choice((False, "max_length", "do_not_pad")), doc="pad to max_length")
+    truncation: bool = knob(False, Bool(), doc="cut at max_length")
+    split_long_samples: bool = knob(False, Bool(), doc="fan a long record out into max_length windows")
+    preserve_upstream_payload: bool = knob(False, Bool(), doc="keep the other payload fields")
+    special_tokens: str = knob("bos_eos", Choice(SPECIAL_TOKENS_MODES), doc="bracket with BOS/EOS")
+    bos_token_id: int | None = knob(None, Int(0, none=True), doc="override the tokenizer's BOS id")
+    eos_token_id: int | None = knob(None, Int(0, none=True), doc="override the tokenizer's EOS id")
+    max_batch: int = knob(64, Int(1), doc="texts per tokenizer call")
+    return_tensors: None = knob(None, Choice((None,)), doc="lists only (tensors are the torch path's)")
+    use_fast: bool = knob(True, Bool(), doc="an HF loading hint")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 class Tokenize(BaseOp):
     """``tokenize(tokenizer=None, *, field, ...)`` with the knobs of zephon 0.2.0."""
 
@@ -186,6 +215,7 @@ class Tokenize(BaseOp):
                 )
             )
         check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
+        padding_arg = padding
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
             padding = False
@@ -229,6 +259,14 @@ class Tokenize(BaseOp):
                     (bos_token_id, eos_token_id),
                 )
             )
+        # every knob against its declared domain (the rules between knobs are checked above)
+        self.config = TokenizeConfig(
+            tokenizer=tokenizer, field=field, missing_field=missing_field,
+            add_attention_mask=add_attention_mask,
+            max_length=max_length, padding=padding_arg, truncation=truncation,
+            split_long_samples=split_long_samples, preserve_upstream_payload=preserve_upstream_payload,
+            special_tokens=special_tokens, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
+            max_batch=max_batch, return_tensors=return_tensors, use_fast=use_fast)
         self.tokenizer: Callable[..., Any] = tokenizer if tokenizer is not None else HashTokenizer()
         self.field = field
         self.missing_field = missing_field
