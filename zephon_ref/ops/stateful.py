@@ -30,7 +30,7 @@ from zephon_ref.ops.base import (
     check_placement,
     lane_of,
 )
-from zephon_ref.ops.knobs import Bool, Func, Text, check_fields, knob
+from zephon_ref.ops.knobs import Bool, Domain, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["StatefulTransform", "StatefulTransformAccumulator", "checked_records"]
@@ -112,6 +112,8 @@ class StatefulConfig:
     """The knobs of ``stateful_transform``, each with its declared domain (:mod:`zephon_ref.ops.knobs`)."""
 
     BUILDER: ClassVar[str] = "stateful_transform"
+    #: its execution settings where they differ from knobs.EXECUTION: parallelism is an int, no None
+    EXECUTION: ClassVar[Mapping[str, Domain]] = {"parallelism": Int(1)}
 
     name: str = knob(domain=Text(), doc="the operator's name (and its state's key)")
     init_state: Callable[[], Any] = knob(domain=Func(), doc="a lane's fresh state")
