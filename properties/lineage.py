@@ -235,7 +235,7 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
         if (
             pack.get("algorithm", "first_fit") in ("first_fit", "best_fit")
             and len(tokens) > pack["max_length"]
-            and pack.get("drop_oversized", True)
+            and pack.get("drop_oversized") is not False  # None: drop unless it splits
         ):
             return "oversized record (dropped with a tombstone)"
         if pack.get("algorithm") == "wrap":
