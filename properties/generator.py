@@ -386,41 +386,79 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
             ctx: Mapping[str, Any] | None = None, validate: Validate | None = None,
             coverage: Coverage | None = None,
             exclude: Mapping[str, Iterable[str]] | None = None) -> tuple[str, dict[str, Any]]:
-    """One call of ``method``: each knob omitted or drawn from one of its classes (``fixed``:
-    knobs pinned by the caller, never drawn); redrawn when ``validate`` refuses it (up to 4
-    times), then :data:`REQUIRED`; ``exclude``: knob -> value classes not drawn here."""
+    """One call of ``method`` (``fixed``: knobs pinned by the caller; ``exclude``: knob -> value
+    classes not drawn here).
+
+    One (knob, class) row is in focus, drawn uniformly over all of the method's rows, so a class
+    that few combinations allow (``num_bins=None``: wrap only) is still drawn; every other knob is
+    omitted (its default) or drawn from one of its classes.  A call ``validate`` refuses (a rule
+    between knobs) is tried over the method's :data:`REQUIRED` keywords, then with one drawn knob
+    less (the last drawn first); the other knobs are redrawn up to 3 times, then one more knob's
+    class is searched for (the focus ``num_bins=None`` finds ``algorithm="wrap"``), then the focus
+    goes and :data:`REQUIRED` is the call."""
     ctx = ctx or {}
-    exclude = {k: tuple(v) for k, v in (exclude or {}).items()}
-    fixed = dict(fixed or {})
-    drawn: dict[str, Any] = {}
-    for k in method.knobs:
-        if k.name in fixed:
-            continue
-        classes = [c for c in drawable_classes(k) if c not in exclude.get(k.name, ())]
-        if not classes:
-            continue
-        if not k.required and not draw(st.booleans()):
-            continue  # the default
-        cls = draw(st.sampled_from(classes))
-        strat = class_values(k, cls)
-        assert strat is not None
-        drawn[k.name] = _resolve(method.name, k.name, draw(strat), ctx)
-    # a call the builder refuses (a rule between knobs): with the method's required keywords under
-    # it, then without one drawn knob at a time (drawn order) until it is taken
+    pins = dict(fixed or {})
+    ex = {k: tuple(v) for k, v in (exclude or {}).items()}
+    rows = {k.name: [c for c in drawable_classes(k) if c not in ex.get(k.name, ())]
+            for k in method.knobs if k.name not in pins}
+    flat = [(k, c) for k, cs in rows.items() for c in cs]
+    focus = draw(st.sampled_from(flat)) if flat else None
     required = REQUIRED.get(method.name, {})
-    while True:
-        kwargs = {**drawn, **fixed}
-        if validate is None or validate(method.name, kwargs):
+
+    def value(name: str, cls: str) -> Any:
+        strat = class_values(next(k for k in method.knobs if k.name == name), cls)
+        assert strat is not None
+        return _resolve(method.name, name, draw(strat), ctx)
+
+    if focus is not None:
+        pins[focus[0]] = value(*focus)
+    kwargs: dict[str, Any] | None = None
+    for _attempt in range(3):
+        drawn: dict[str, Any] = {}
+        for k in method.knobs:
+            classes = rows.get(k.name, [])
+            if k.name in pins or not classes or (not k.required and not draw(st.booleans())):
+                continue
+            drawn[k.name] = value(k.name, draw(st.sampled_from(classes)))
+        kwargs = _accepted(method.name, drawn, pins, required, validate)
+        if kwargs is not None:
             break
-        kwargs = {**required, **drawn, **fixed}
-        if validate(method.name, kwargs) or not drawn:
-            break
-        victim = draw(st.sampled_from(sorted(drawn)))
-        del drawn[victim]
+    if kwargs is None and validate is not None:
+        # the focus may need another knob's class (num_bins=None needs algorithm="wrap"): one more knob
+        for k in method.knobs:
+            for cls in rows.get(k.name, []) if k.name not in pins else []:
+                for kw in ({**pins, k.name: value(k.name, cls)},):
+                    if validate(method.name, kw):
+                        kwargs = kw
+                    elif validate(method.name, {**required, **kw}):
+                        kwargs = {**required, **kw}
+                if kwargs is not None:
+                    break
+            if kwargs is not None:
+                break
+    if kwargs is None:
+        kwargs = {**required, **dict(fixed or {})}
     for cov in (coverage, seen()):
         if cov is not None:
             cov.add(method.name, kwargs, method.knobs)
     return method.name, kwargs
+
+
+def _accepted(method: str, drawn: Mapping[str, Any], pins: Mapping[str, Any], required: Mapping[str, Any],
+              validate: Validate | None) -> dict[str, Any] | None:
+    """The first call ``validate`` takes: ``drawn`` + ``pins``, over ``required``, then with one drawn
+    knob less (the last drawn first); None when none is taken."""
+    first = {**drawn, **pins}
+    if validate is None or validate(method, first):
+        return first
+    tries = [{**required, **drawn, **pins}]
+    for victim in reversed(list(drawn)):
+        rest = {k: v for k, v in drawn.items() if k != victim}
+        tries += [{**rest, **pins}, {**required, **rest, **pins}]
+    for kw in tries:
+        if validate(method, kw):
+            return kw
+    return None
 
 
 def refused_by_builder(make: Callable[[], Any]) -> Validate:

@@ -292,9 +292,10 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             return []
         order: list[SampleRecord] = list(elems)
         if self.shuffle_strategy == "random":
-            order = self._shuffled_per_lane(order)
+            order = closers_after_siblings(self._shuffled_per_lane(order))
         elif self.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
+            order = closers_after_siblings(order)
         out: list[SampleRecord] = []
         for rec in order:
             st = self._lanes.setdefault(rec.meta.lane_id, _PackLane())
@@ -576,6 +577,34 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                 )
             names.append(k)
         return {k: payload[k][seg.start : seg.end] for k in sorted(names)}
+
+
+def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
+    """``order`` with each record that closes an offset moved just after the last record of that
+    offset (stable otherwise).
+
+    A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
+    of a sibling of the same push; packed in that order, the closer would close the offset before
+    the sibling's fragment is placed (found by the operator row of the property suite, issue 32).
+    Records without closing refs keep their places.
+    """
+    last: dict[tuple[int, tuple[int, int]], int] = {}
+    for i, rec in enumerate(order):
+        for ref in rec.meta.contribution_refs():
+            last[(rec.meta.lane_id, ref.cursor.base_offset)] = i
+    held: dict[int, list[SampleRecord]] = {}
+    out: list[SampleRecord] = []
+    for i, rec in enumerate(order):
+        closing = [last[(rec.meta.lane_id, ref.cursor.base_offset)]
+                   for ref in rec.meta.contribution_refs() if ref.is_last_child]
+        target = max(closing, default=i)
+        if target > i:
+            held.setdefault(target, []).append(rec)
+        else:
+            out.append(rec)
+        out.extend(held.pop(i, ()))
+    assert not held
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
