@@ -177,6 +177,7 @@ class Knob:
     name: str
     domain: K.Domain
     required: bool
+    default: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +196,10 @@ def config_classes() -> dict[str, type]:
     for info in sorted(pkgutil.iter_modules(ops_pkg.__path__), key=lambda i: i.name):
         mod = importlib.import_module(f"zephon_ref.ops.{info.name}")
         for _name, obj in sorted(vars(mod).items()):
+            builder = getattr(obj, "BUILDER", None)
             if (isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == mod.__name__
-                    and isinstance(getattr(obj, "BUILDER", None), str) and K.domains(obj)):
-                out.setdefault(obj.BUILDER, obj)
+                    and isinstance(builder, str) and K.domains(obj)):
+                out.setdefault(builder, obj)
     return out
 
 
@@ -229,14 +231,15 @@ def api() -> dict[str, Method]:
             if dom is None:
                 missing.append(p.name)
                 continue
-            knobs.append(Knob(name, p.name, dom, p.default is inspect.Parameter.empty))
+            knobs.append(Knob(name, p.name, dom, p.default is inspect.Parameter.empty,
+                              None if p.default is inspect.Parameter.empty else p.default))
         if var_kw:
             fields = {f.name: f for f in dataclasses.fields(config)}
             for fname, dom in doms.items():
                 if fname not in sig.parameters:
                     f = fields[fname]
                     req = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                    knobs.append(Knob(name, fname, dom, req))
+                    knobs.append(Knob(name, fname, dom, req, None if req else f.default))
         out[name] = Method(name, config, tuple(knobs), tuple(missing))
     return out
 
@@ -332,8 +335,8 @@ class Coverage:
     def merge(self, other: Coverage) -> None:
         for key, n in other.counts.items():
             self.counts[key] = self.counts.get(key, 0) + n
-        for key, n in other.calls.items():
-            self.calls[key] = self.calls.get(key, 0) + n
+        for name, n in other.calls.items():
+            self.calls[name] = self.calls.get(name, 0) + n
 
     def zeros(self) -> list[tuple[str, str, str]]:
         return sorted(k for k, n in self.counts.items() if n == 0)
@@ -417,8 +420,10 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
         drawn: dict[str, Any] = {}
         for k in method.knobs:
             classes = rows.get(k.name, [])
-            if k.name in pins or not classes or (not k.required and not draw(st.booleans())):
+            if k.name in pins or not classes:
                 continue
+            if not (k.required or _too_big(k)) and not draw(st.booleans()):
+                continue  # the default
             drawn[k.name] = value(k.name, draw(st.sampled_from(classes)))
         kwargs = _accepted(method.name, drawn, pins, required, validate)
         if kwargs is not None:
@@ -442,6 +447,16 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
         if cov is not None:
             cov.add(method.name, kwargs, method.knobs)
     return method.name, kwargs
+
+
+def _too_big(k: Knob) -> bool:
+    """An int knob whose default is beyond its drawn span (``buffer_size=1024``): always drawn, so
+    the small data of a property reaches what the knob decides (a block, a full buffer)."""
+    d = k.default
+    if not isinstance(d, int) or isinstance(d, bool) or not isinstance(k.domain, (K.Int, K.OneOf)):
+        return False
+    lo = k.domain.minimum if isinstance(k.domain, K.Int) else 0
+    return d > lo + SPAN.get(k.name, DEFAULT_SPAN)
 
 
 def _accepted(method: str, drawn: Mapping[str, Any], pins: Mapping[str, Any], required: Mapping[str, Any],

@@ -108,9 +108,13 @@ def unit_streams(draw: Any, *, length: int | None = None,
                 out.append(r)
                 continue
             ids = r.payload["input_ids"]
-            for i in range(pieces):  # a one-to-many map: siblings of one offset, the last one closing
+            # a one-to-many map: siblings of one offset (contiguous windows of any lengths, so a
+            # closing child may be the longest), the last one closing
+            cuts = sorted(draw(st.lists(st.integers(0, len(ids)), min_size=pieces - 1, max_size=pieces - 1)))
+            bounds = [0, *cuts, len(ids)]
+            for i in range(pieces):
                 meta = spawn_child(r.meta, i, is_last_child=(i == pieces - 1))
-                part = ids[i::pieces]
+                part = ids[bounds[i]:bounds[i + 1]]
                 if not part and no_empty_closers and i == pieces - 1:
                     part = [5]
                 out.append(SampleRecord(meta, {"input_ids": part, "mask": [1] * len(part)}))
@@ -202,10 +206,27 @@ def unit_problems(case: OpCase) -> list[str]:
     drops = case.method == "batch" and case.kwargs.get("drop_last", True)
     problems += _closure(recs, out, partial_ok=drops)
 
-    # flush resets the lane (after a prefix: the flush may find the lane's buffer empty)
-    before, after = recs[: case.prefix], recs[case.prefix:]
-    lane = (before or recs)[-1].meta.lane_id
+    # flush resets the lane: after the drawn prefix, and after each of the first prefixes that leave
+    # their last record's lane with nothing pending (a flush that finds the lane's buffer empty,
+    # right after a block or a pack left)
     the_op = op()
+    probe = the_op.accumulator(deterministic=True, ctx=dict(CTX))
+    empties: list[int] = []
+    for k, r in enumerate(recs, 1):
+        run(the_op, [[r]], acc=probe, flush=False)
+        if not probe.has_pending_data(r.meta.lane_id) and len(empties) < 3:
+            empties.append(k)
+    for prefix in sorted({case.prefix, *empties}):
+        problems += _reset_problems(the_op, recs, prefix)
+        if problems:
+            break
+    return problems
+
+
+def _reset_problems(the_op: Any, recs: Sequence[SampleRecord], prefix: int) -> list[str]:
+    problems: list[str] = []
+    before, after = recs[:prefix], recs[prefix:]
+    lane = (before or recs)[-1].meta.lane_id
     used = the_op.accumulator(deterministic=True, ctx=dict(CTX))
     run(the_op, [before], acc=used, flush=False)
     flushed = [x for b, _ in used.flush(reset=True, lane_id=lane) for x in the_op.process_many(list(b))]
@@ -228,7 +249,7 @@ def unit_problems(case: OpCase) -> list[str]:
         problems.append(f"lanes other than {lane} changed by its flush(reset=True)")
     if used.has_pending_data():
         problems.append("pending data after a full flush")
-    return problems
+    return [f"{p} (reset after {prefix} records)" for p in problems]
 
 
 def _closure(inputs: Sequence[SampleRecord], out: Sequence[SampleRecord], *, partial_ok: bool) -> list[str]:

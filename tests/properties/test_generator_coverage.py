@@ -21,6 +21,7 @@ from properties.pipelines import PipelineConfig
 from properties.strategies import END_TO_END_EXCLUDED, END_TO_END_SKIPS, pipeline_configs
 from zephon_ref.ops import knobs as K
 
+
 def DRAW(n: int) -> settings:
     return settings(max_examples=n, deadline=None, database=None, derandomize=True, phases=[Phase.generate],
                     suppress_health_check=list(HealthCheck))
@@ -132,6 +133,7 @@ def test_the_coverage_table_names_every_row_and_the_zeros() -> None:
     cov = gen.Coverage()
     cov.add("shuffle", {"algorithm": "block_warmup"}, gen.api()["shuffle"].knobs)
     text = cov.format()
-    assert "shuffle              algorithm                  'block_warmup'                            1" in text
+    row = f"{'shuffle':<20} {'algorithm':<26} {repr('block_warmup'):<34} {1:>8}"
+    assert row in text
     assert f"{len(cov.counts)} (method, knob, value class) rows, {len(cov.zeros())} never drawn" in text
     assert ("shuffle", "algorithm", "'block'") in cov.zeros()
