@@ -44,7 +44,7 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
-* ``operators`` [operators] (4x the examples: a case is cheap): the operator unit properties
+* ``operators`` [operators] (8x the examples: a case is cheap): the operator unit properties
   (:mod:`properties.op_units`: exactly-once closure, flush resets the lane, no pending data after
   a flush) over every operator call the API generator draws (:mod:`properties.generator`), fed
   fan-out, split documents, empty and exactly-max_length records, single-record epochs, and
@@ -799,7 +799,7 @@ def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None]) -
 
     c = _Counter(tick)
 
-    @_settings(4 * examples, derandomize)  # one case is cheap, and it draws one of every data method
+    @_settings(8 * examples, derandomize)  # one case is cheap, and it draws one of every data method
     @given(case=op_cases())
     def prop(case: OpCase) -> None:
         c.runs += 1
