@@ -44,7 +44,7 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
-* ``operators`` [operators] (8x the examples: a case is cheap): the operator unit properties
+* ``operators`` [operators] (2x the examples per data method: a case is cheap): the unit properties
   (:mod:`properties.op_units`: exactly-once closure, flush resets the lane, no pending data after
   a flush) over every operator call the API generator draws (:mod:`properties.generator`), fed
   fan-out, split documents, empty and exactly-max_length records, single-record epochs, and
@@ -794,13 +794,27 @@ def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None])
 
 
 def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
-    """The ``operators`` row: the operator unit properties over drawn operator calls (its own draws)."""
-    from properties.op_units import OpCase, op_cases, unit_problems
+    """The ``operators`` row: the operator unit properties over drawn operator calls (its own draws),
+    twice ``examples`` per data method of the builder (a case costs milliseconds)."""
+    from properties import generator as gen
+    from properties.op_units import op_cases, unit_problems
 
     c = _Counter(tick)
+    try:
+        for method in sorted(gen.api()):
+            _run_operator_cases(c, method, 2 * examples, derandomize, op_cases, unit_problems)
+    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+        return Row("operators", c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
+                   found_at=c.found_at)
+    return Row("operators", c.runs, c.passed)
 
-    @_settings(8 * examples, derandomize)  # one case is cheap, and it draws one of every data method
-    @given(case=op_cases())
+
+def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bool, op_cases: Any,
+                        unit_problems: Any) -> None:
+    from properties.op_units import OpCase
+
+    @_settings(examples, derandomize)
+    @given(case=op_cases(methods=[method]))
     def prop(case: OpCase) -> None:
         c.runs += 1
         c.tick()
@@ -813,12 +827,7 @@ def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None]) -
         assert not problems, problems[0]
         c.passed += 1
 
-    try:
-        prop()
-    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
-        return Row("operators", c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
-                   found_at=c.found_at)
-    return Row("operators", c.runs, c.passed)
+    prop()
 
 
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:

@@ -387,8 +387,8 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
 @st.composite
 def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None,
             ctx: Mapping[str, Any] | None = None, validate: Validate | None = None,
-            coverage: Coverage | None = None,
-            exclude: Mapping[str, Iterable[str]] | None = None) -> tuple[str, dict[str, Any]]:
+            coverage: Coverage | None = None, exclude: Mapping[str, Iterable[str]] | None = None,
+            focus: tuple[str, str] | None = None) -> tuple[str, dict[str, Any]]:
     """One call of ``method`` (``fixed``: knobs pinned by the caller; ``exclude``: knob -> value
     classes not drawn here).
 
@@ -405,7 +405,8 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
     rows = {k.name: [c for c in drawable_classes(k) if c not in ex.get(k.name, ())]
             for k in method.knobs if k.name not in pins}
     flat = [(k, c) for k, cs in rows.items() for c in cs]
-    focus = draw(st.sampled_from(flat)) if flat else None
+    if focus is None or focus not in flat:
+        focus = draw(st.sampled_from(flat)) if flat else None
     required = REQUIRED.get(method.name, {})
 
     def value(name: str, cls: str) -> Any:
