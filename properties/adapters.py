@@ -33,7 +33,8 @@ bytes in every run; ``"tombstones"``: ``observe(cfg)`` returns an uninterrupted 
 and the tombstones it produced, so the lineage row requires every admitted offset to close
 exactly once, with no documented discard to excuse it; ``"shared_walk"``: the implementation is
 zephon_ref, whose one speed shortcut (the chunk walk its lanes share) is checked against the
-plain walk.  A rule whose feature is missing is skipped, and
+plain walk; ``"operators"``: its operators are zephon_ref's, so the operator unit properties
+(:mod:`properties.op_units`) run on them.  A rule whose feature is missing is skipped, and
 :func:`skipped_rules` says why.
 
 Apart from the ``engine_state`` rows the suite never looks inside a checkpoint.  The
@@ -87,6 +88,9 @@ FEATURES = {
     "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
     "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
     "(properties/aggregation.py)",
+    "operators": "the operators row: the operator unit properties (exactly-once closure, flush resets "
+    "the lane, no pending data after a flush) over every operator call the API generator draws; the "
+    "implementation's operators are zephon_ref's",
 }
 
 
@@ -288,7 +292,7 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "aggregation", "merged_checkpoint", "torch"})
+                           "aggregation", "merged_checkpoint", "torch", "operators"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

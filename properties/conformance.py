@@ -55,6 +55,11 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
 * ``aggregation`` [aggregation]: the round machines of the implementation
   (``adapter.round_machine``) through TP/PP peers, a missing or late rank, a crashed or failing
   leader, against the promises of seed 000 (:mod:`properties.aggregation`);
+* ``operators`` [operators] (2x the examples per data method: a case is cheap): the unit properties
+  (:mod:`properties.op_units`: exactly-once closure, flush resets the lane, no pending data after
+  a flush) over every operator call the API generator draws (:mod:`properties.generator`), fed
+  fan-out, split documents, empty and exactly-max_length records, single-record epochs, and
+  reset flushes after any prefix;
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage
@@ -63,7 +68,9 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
 Configurations come from :func:`properties.machines.machine_configs`: the fixed
 regression configurations, small drawn ones and long-range ones (a cut in the first
 half of a long-range stream has at least two flush epochs after it).  Every operator
-knob is drawn (:func:`properties.strategies.pipeline_configs`).
+knob is drawn (:func:`properties.strategies.pipeline_configs`, from :mod:`properties.generator`);
+``--coverage`` prints, and ``--json`` writes, how many drawn calls took each (method, knob, value
+class).
 
 Each row says how many examples ran (shrinking included), how many passed, the
 examples per minute on this machine (wall time, shown only), and, when the property
@@ -735,6 +742,7 @@ ORDER = (
     "shared walk",
     "torch",
     "aggregation",
+    "operators",
     "long run",
 )
 
@@ -876,13 +884,49 @@ def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: 
             c.found_at = c.runs
         assert not problems, problems[0]
         c.passed += 1
-
     try:
         prop()
     except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
         return Row(name, c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
                    found_at=c.found_at)
     return Row(name, c.runs, c.passed)
+
+
+def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
+    """The ``operators`` row: the operator unit properties over drawn operator calls (its own draws),
+    twice ``examples`` per data method of the builder (a case costs milliseconds)."""
+    from properties import generator as gen
+    from properties.op_units import op_cases, unit_problems
+
+    c = _Counter(tick)
+    try:
+        for method in gen.drawn_methods():
+            _run_operator_cases(c, method, 2 * examples, derandomize, op_cases, unit_problems)
+    except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+        return Row("operators", c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,
+                   found_at=c.found_at)
+    return Row("operators", c.runs, c.passed)
+
+
+def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bool, op_cases: Any,
+                        unit_problems: Any) -> None:
+    from properties.op_units import OpCase
+
+    @_settings(examples, derandomize)
+    @given(case=op_cases(methods=[method]))
+    def prop(case: OpCase) -> None:
+        c.runs += 1
+        c.tick()
+        c.last = case.describe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # documented drops: not this row's subject
+            problems = unit_problems(case)
+        if problems and c.found_at is None:
+            c.found_at = c.runs
+        assert not problems, problems[0]
+        c.passed += 1
+
+    prop()
 
 
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:
@@ -972,6 +1016,10 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                     feature = CASE_ROWS[name][0]
                     row = (_run_cases(adapter, name, examples, derandomize, bar.tick) if feature in features
                            else Row(name, 0, 0, skipped=f"the adapter lacks the {feature!r} feature"))
+                elif name == "operators":
+                    row = (_run_operators(examples, derandomize, bar.tick) if "operators" in features
+                           else Row(name, 0, 0, skipped="the adapter lacks the 'operators' feature "
+                                                        "(its operators are not zephon_ref's)"))
                 elif name == "oracle" and adapter is ORACLE and _second_opinion() is not None:
                     row = Row(name, 0, 0, skipped=_second_opinion())
                 else:
@@ -1051,7 +1099,18 @@ def results_json(
             "features": sorted(getattr(adapter, "features", ())), "versions": versions,
             "examples": examples, "profile": profiles.active(), "seconds": round(seconds, 3),
             "passed": not any(r.failure for r in rows),
-            "rows": [{**asdict(r), "property": r.prop, "seconds": round(r.seconds, 3)} for r in rows]}
+            "rows": [{**asdict(r), "property": r.prop, "seconds": round(r.seconds, 3)} for r in rows],
+            "coverage": coverage_json()}
+
+
+def coverage_json() -> dict[str, Any]:
+    """The drawn calls of this process per (method, knob, value class) (:mod:`properties.generator`),
+    the classes never drawn, and what the generator cannot draw (:func:`properties.generator.undeclared`)."""
+    from properties import generator as gen
+
+    cov = gen.seen()
+    return {"calls": dict(sorted(cov.calls.items())), "rows": cov.rows(),
+            "never_drawn": [list(z) for z in cov.zeros()], "undeclared": gen.undeclared()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1075,6 +1134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--json", metavar="FILE", type=writable_path, help="also write the results as JSON to FILE"
     )
     ap.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
+    ap.add_argument("--coverage", action="store_true",
+                    help="also print how many drawn calls took each (method, knob, value class)")
     ap.add_argument(
         "--shrink-seconds",
         type=float,
@@ -1117,6 +1178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                      progress=sys.stderr.isatty() and not args.quiet, shrink_seconds=args.shrink_seconds,
                      long_items=args.long_items)
     print(format_table(rows))
+    if args.coverage:
+        from properties import generator as gen
+
+        print()
+        print(gen.seen().format())
+        for line in gen.undeclared():
+            print(f"not drawable: {line}")
     if args.json:
         doc = results_json(
             adapter, rows, examples=args.examples, impl=args.impl, seconds=time.perf_counter() - t0

@@ -488,7 +488,12 @@ def _build_entry_points() -> list[EntryPoint]:
         )
     )
 
-    # -- builder methods: every keyword ------------------------------------------------------------
+    # -- builder methods: every keyword (the operators' from the API generator: signature + knob()) ----
+    def _api_keywords(method: str) -> list[str]:
+        from properties import generator as gen
+
+        return [k.name for k in gen.api()[method].knobs]
+
     def then_finish(method: Callable[..., Any]) -> Callable[..., Any]:
         def run(p: Any, *a: Any, **kw: Any) -> Any:
             return finish(method(p, *a, **kw))
@@ -515,34 +520,14 @@ def _build_entry_points() -> list[EntryPoint]:
         "Pipeline.tokenize",
         then_finish(Pipeline.tokenize),
         {"field": "text"},
-        [
-            "tokenizer",
-            "tokenizer_id",
-            "field",
-            "placement",
-            "parallelism",
-            "missing_field",
-            "add_attention_mask",
-            "max_length",
-            "padding",
-            "truncation",
-            "split_long_samples",
-            "preserve_upstream_payload",
-            "special_tokens",
-            "bos_token_id",
-            "eos_token_id",
-            "max_batch",
-        ],
+        _api_keywords("tokenize"),
         base_pipeline,
         _use_pipeline,
         caps={"max_length": 4096, "max_batch": 4096},
     )
     eps += _kw_entries("Pipeline.pack_sequences", then_finish(Pipeline.pack_sequences),
                        {"max_length": 64, "num_bins": 2},
-                       ["max_length", "placement", "parallelism", "num_bins", "max_sequences_per_bin",
-                        "algorithm", "tokens_field", "length_fn", "drop_oversized", "min_sequence_length",
-                        "shuffle_strategy", "shuffle_seed", "flush_strategy", "pack_payloads", "homogeneity",
-                        "candidate_pool_size", "max_candidate_age", "groups"],
+                       _api_keywords("pack_sequences"),
                        _tok_pipeline, _use_pipeline, positional=("max_length",),
                        caps={"max_length": 4096, "num_bins": 64, "max_sequences_per_bin": 4096,
                              "candidate_pool_size": 4096, "max_candidate_age": 4096})
@@ -556,14 +541,13 @@ def _build_entry_points() -> list[EntryPoint]:
                        caps={"max_length": 4096, "num_bins": 64, "max_sequences_per_bin": 4096,
                              "candidate_pool_size": 4096, "max_candidate_age": 4096})
     eps += _kw_entries("Pipeline.shuffle", then_finish(Pipeline.shuffle), {"buffer_size": 4},
-                       ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
+                       _api_keywords("shuffle"),
                        base_pipeline, _use_pipeline, positional=("buffer_size",), caps={"buffer_size": 4096})
     eps += _kw_entries("Pipeline.ensure_mixture", then_finish(Pipeline.ensure_mixture), {},
-                       ["placement", "parallelism", "max_buffer_size", "drain_target_ratio",
-                        "obsolete_drain_rate", "weight_by", "warn_tolerance", "mixture"],
+                       _api_keywords("ensure_mixture"),
                        _tok_pipeline, _use_pipeline, caps={"max_buffer_size": 4096})
     eps += _kw_entries("Pipeline.batch", then_finish(Pipeline.batch), {"microbatch_size": 2},
-                       ["microbatch_size", "drop_last", "placement"], base_pipeline, _use_pipeline,
+                       _api_keywords("batch"), base_pipeline, _use_pipeline,
                        positional=("microbatch_size",), caps={"microbatch_size": 4096})
     eps += _kw_entries("Pipeline.add_op", then_finish(Pipeline.add_op), {"op": MapTransform(ident)},
                        ["op", "name", "placement"], base_pipeline, _use_pipeline, positional=("op",))

@@ -228,6 +228,10 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     """Why ``cfg`` may discard a sample with these tokens without delivering it whole (None: it
     must close in a delivered record)."""
     ops = _ops(cfg)
+    mapped = ops.get("map_transform")
+    if mapped is not None and mapped.get("drop_none", True) and mapped["transform_fn"](
+            {"input_ids": list(tokens)}) is None:
+        return "the map returned None (drop_none=True: a tombstone)"
     pack = ops.get("pack_sequences")
     if pack is not None:
         if not tokens:
@@ -235,7 +239,7 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
         if (
             pack.get("algorithm", "first_fit") in ("first_fit", "best_fit")
             and len(tokens) > pack["max_length"]
-            and pack.get("drop_oversized", True)
+            and pack.get("drop_oversized") is not False  # None: drop unless it splits
         ):
             return "oversized record (dropped with a tombstone)"
         if pack.get("algorithm") == "wrap":

@@ -127,23 +127,18 @@ def _source_policy(draw: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 @st.composite
 def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int | None = None,
-                     token_aware: bool | None = None, random_packing: bool = False,
+                     token_aware: bool | None = None, random_packing: bool = True,
                      tier: str = "small") -> PipelineConfig:
     """Valid pipelines with every knob drawn: 1-3 datasets of uneven shards, a source in sample units or
     (``token_aware``, drawn when None) with pinned token ratios, the source's routing, shuffling and
-    exhaustion knobs (``lane_assignment`` permute or modulo, ``shuffle_shards``,
-    ``shuffle_within_shard``, ``shuffle_block_size``, the ``stop`` / ``redistribute`` / per-dataset /
-    ``max_repeats`` / ``stop_after_passes`` policies, ``reshuffle_on_repeat``: always a stream
-    that ends), and an operator chain drawn knob by knob: optional packing (first_fit, best_fit or
-    wrap; ``max_length``, ``num_bins``, ``max_sequences_per_bin``, ``min_sequence_length``,
-    ``flush_strategy``), optional shuffle (streaming or block, ``warmup_growth``), optional
-    ensure_mixture (explicit target or each chunk's own; bounded ``max_buffer_size`` or strict
-    None, ``drain_target_ratio``, ``obsolete_drain_rate``), optional batch (``microbatch_size``,
-    ``drop_last`` both ways); ``canonical_replicas`` and ``flush_every_k_chunks``.
-    ``random_packing`` allows ``shuffle_strategy="random"`` packing (zephon 0.2.0 diverges there;
-    see docs/divergences.md).  ``tier="long"`` draws bigger corpora (:data:`TIERS`): every lane
-    gets many chunks, which long-range bugs (a restored epoch-boundary counter, say) need.
-    Every value is drawn, so a failure shrinks to the smallest configuration that shows it."""
+    exhaustion knobs (always a stream that ends), and an operator chain drawn from the API
+    (:func:`pipeline_chains`: every data method of the builder and every value class of every knob
+    its config declares, but :data:`END_TO_END_SKIPS` / :data:`END_TO_END_EXCLUDED`);
+    ``canonical_replicas`` and ``flush_every_k_chunks``.  ``random_packing=False`` leaves out
+    ``shuffle_strategy="random"`` packing (zephon 0.2.0 diverges there; see docs/divergences.md).
+    ``tier="long"`` draws bigger corpora (:data:`TIERS`): every lane gets many chunks, which
+    long-range bugs (a restored epoch-boundary counter, say) need.  Every value is drawn, so a
+    failure shrinks to the smallest configuration that shows it."""
     (lo, tier_shard), (shards_lo, shards_hi), (chunk_lo, chunk_hi), tier_lanes, (k_lo, k_hi) = TIERS[tier]
     max_shard = tier_shard if max_shard is None else max_shard
     max_lanes = tier_lanes if max_lanes is None else max_lanes
@@ -170,47 +165,70 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
         source_kwargs["token_estimation"] = TokenEstimation(
             primer=draw(st.one_of(ratio, st.fixed_dictionaries({name: ratio for name in names})))
         )
-    chain: list[tuple[str, dict[str, Any]]] = []
-    if draw(st.booleans()):
-        pack: dict[str, Any] = {"max_length": draw(st.sampled_from([16, 32, 48, 64, 96])),
-                                "algorithm": draw(st.sampled_from(["first_fit", "wrap", "best_fit"]))}
-        if pack["algorithm"] in ("first_fit", "best_fit"):
-            pack["num_bins"] = draw(st.integers(1, 4))
-            if draw(st.booleans()):
-                pack["flush_strategy"] = draw(st.sampled_from(["fifo", "fullest"]))
-            if draw(st.booleans()):
-                pack["min_sequence_length"] = draw(st.sampled_from([1, 4, 24]))
-        if draw(st.booleans()):
-            pack["max_sequences_per_bin"] = draw(st.integers(1, 4))
-        if random_packing and draw(st.booleans()):
-            pack["shuffle_strategy"] = "random"
-        chain.append(("pack_sequences", pack))
-    if draw(st.booleans()):
-        shuffle: dict[str, Any] = {"buffer_size": draw(st.integers(1, 8)), "seed": draw(st.integers(0, 3))}
-        if draw(st.booleans()):
-            shuffle["algorithm"] = "block"
-        if draw(st.booleans()):
-            shuffle["warmup_growth"] = draw(st.sampled_from([1.25, 2, 3.0]))
-        chain.append(("shuffle", shuffle))
-    if n > 1 and draw(st.booleans()):
-        # an explicit target, or (None) each chunk's own mixture, adopted as chunks arrive
-        mix: dict[str, Any] = ({"mixture": {name: weights[name] / sum(weights.values()) for name in names}}
-                               if draw(st.booleans()) else {})
-        if draw(st.booleans()):
-            mix["max_buffer_size"] = draw(st.sampled_from([None, 4, 16, 64]))
-            mix["drain_target_ratio"] = draw(st.sampled_from([0.5, 0.8]))
-            mix["obsolete_drain_rate"] = draw(st.sampled_from([0.1, 0.5]))
-        chain.append(("ensure_mixture", mix))
-    if draw(st.booleans()):
-        # drop_last always spelled out: False (every record reaches a batch) half the time
-        batch: dict[str, Any] = {"microbatch_size": draw(st.integers(1, 3)), "drop_last": draw(st.booleans())}
-        chain.append(("batch", batch))
+    chain = draw(pipeline_chains(names, token_aware="token_estimation" in source_kwargs,
+                                 random_packing=random_packing, source_kwargs=source_kwargs, layout=layout,
+                                 weights=weights))
     reorders = any(m != "batch" for m, _ in chain)
     options: dict[str, Any] = {"runner": "inline", "canonical_replicas": draw(st.integers(1, max_lanes))}
     if reorders:
         options["flush_every_k_chunks"] = draw(st.integers(k_lo, k_hi))
     return PipelineConfig(chain=chain, layout=layout, weights=weights, source_kwargs=source_kwargs,
                           options=options, corpus_seed=draw(st.integers(0, 3)))
+
+
+#: builder methods the end-to-end pipelines do not draw, each with its reason (the operator row draws
+#: every method: properties.op_units)
+END_TO_END_SKIPS: dict[str, str] = {
+    "tokenize": "the suite's crc tokenizer map stands in (the lineage row knows each sample's tokens "
+                "through it); split children's token offsets are not in its model yet",
+    "stateful_transform": "a user state machine: its callables are the operator row's (properties.op_units)",
+}
+#: value classes the end-to-end pipelines do not draw, with the reason (the operator row draws them)
+END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
+    # a pack's payload is one token tuple per contributor in the lineage row's model
+    "pack_sequences": {"pack_payloads": ("callable",),
+                       # first/best fit refuse an oversized record at run time: an error, not a stream
+                       "drop_oversized": ("False",)},
+}
+#: where a method sits in an end-to-end chain (a method not named here: before batch, by name)
+CHAIN_ORDER = ("map_transform", "pack_sequences", "shuffle", "ensure_mixture")
+
+
+@st.composite
+def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, random_packing: bool = True,
+                    source_kwargs: dict[str, Any] | None = None, layout: Any = None,
+                    weights: Any = None) -> list[tuple[str, dict[str, Any]]]:
+    """An operator chain drawn from the API (:mod:`properties.generator`): a subset of the data
+    methods (without :data:`END_TO_END_SKIPS`), each call drawn knob by knob and checked by the
+    builder on a small source of the same datasets; ``batch`` last."""
+    from properties import generator as gen
+
+    table = gen.api()
+    methods = [m for m in gen.drawn_methods() if m not in END_TO_END_SKIPS]
+    rank = {m: i for i, m in enumerate(CHAIN_ORDER)}
+    methods.sort(key=lambda m: (m == "batch", rank.get(m, len(rank)), m))
+    probe = PipelineConfig(chain=[], layout={n: (4,) for n in names}, weights={n: 1.0 for n in names},
+                           source_kwargs={"chunk_size": 1, "seed": 0,
+                                          **({"token_estimation": source_kwargs["token_estimation"]}
+                                             if token_aware and source_kwargs else {})})
+
+    def make() -> Any:
+        from properties.pipelines import work_source
+        from zephon_ref.pipeline import Pipeline
+
+        return Pipeline(work_source(probe))
+
+    validate = gen.refused_by_builder(make)
+    chain: list[tuple[str, dict[str, Any]]] = []
+    for m in methods:
+        if not draw(st.booleans()):
+            continue
+        exclude = dict(END_TO_END_EXCLUDED.get(m, {}))
+        if m == "pack_sequences" and not random_packing:
+            exclude["shuffle_strategy"] = ("'random'",)
+        chain.append(draw(gen.op_call(table[m], ctx={"components": names}, validate=validate,
+                                      exclude=exclude)))
+    return chain
 
 
 @dataclass(frozen=True, slots=True)

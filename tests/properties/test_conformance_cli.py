@@ -22,7 +22,8 @@ def test_the_table_lists_every_property_against_inline(
     # a row's line starts with its name; indented lines below it add details (declined configurations)
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[3:] if not line.startswith(" ")}
     assert list(rows) == list(conformance.ORDER) and sorted(rows) == sorted(
-        ["resume machine", "long run", "shared walk", *conformance.CASE_ROWS, *conformance.PROPERTIES]
+        ["resume machine", "long run", "shared walk", "operators", *conformance.CASE_ROWS,
+         *conformance.PROPERTIES]
     )
     for name, line in rows.items():
         cols = line[len(name):].split()

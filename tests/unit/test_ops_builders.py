@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from properties import generator as gen
 from properties.opkit import rec, run
 from properties.pipelines import crc_tokens
 from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError
@@ -257,104 +258,20 @@ ODD: list[Any] = [
     lambda *a, **k: 5,
 ]
 
+#: per builder method, the keywords it needs and every keyword it takes: the knobs the API generator
+#: derives from its signature and its config's knob() domains (properties.generator), not a list kept here
+BASE_KWARGS: dict[str, dict[str, Any]] = {
+    "map_transform": {"transform_fn": lambda x: x},
+    "stateful_transform": {"name": "s", "init_state": list, "push": _push},
+    "tokenize": {"field": "text"},
+    "pack_sequences": {"max_length": 24, "num_bins": 2},
+    "shuffle": {"buffer_size": 4},
+    "batch": {"microbatch_size": 2},
+    "pack_flat": {"max_length": 24, "num_bins": 2, "pad_token_id": 0},
+    "decode_text": {},
+}
 BUILDERS: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "map_transform": (
-        {"transform_fn": lambda x: x},
-        ["transform_fn", "drop_none", "placement", "parallelism"],
-    ),
-    "stateful_transform": (
-        {"name": "s", "init_state": list, "push": _push},
-        [
-            "name",
-            "init_state",
-            "push",
-            "flush",
-            "should_flush",
-            "transform",
-            "placement",
-            "parallelism",
-            "indexable",
-            "preserves_cursor_order",
-        ],
-    ),
-    "tokenize": (
-        {"field": "text"},
-        [
-            "tokenizer",
-            "tokenizer_id",
-            "field",
-            "missing_field",
-            "add_attention_mask",
-            "max_length",
-            "padding",
-            "truncation",
-            "split_long_samples",
-            "preserve_upstream_payload",
-            "special_tokens",
-            "bos_token_id",
-            "eos_token_id",
-            "return_tensors",
-            "use_fast",
-            "placement",
-            "parallelism",
-        ],
-    ),
-    "pack_sequences": (
-        {"max_length": 24, "num_bins": 2},
-        [
-            "max_length",
-            "num_bins",
-            "max_sequences_per_bin",
-            "algorithm",
-            "tokens_field",
-            "length_fn",
-            "drop_oversized",
-            "min_sequence_length",
-            "shuffle_strategy",
-            "shuffle_seed",
-            "flush_strategy",
-            "pack_payloads",
-            "homogeneity",
-            "candidate_pool_size",
-            "max_candidate_age",
-            "groups",
-            "placement",
-            "parallelism",
-        ],
-    ),
-    "pack_flat": (
-        {"max_length": 24, "num_bins": 2, "pad_token_id": 0},
-        [
-            "max_length",
-            "num_bins",
-            "max_sequences_per_bin",
-            "algorithm",
-            "tokens_field",
-            "pad_token_id",
-            "emit_positions",
-            "drop_oversized",
-            "min_sequence_length",
-            "shuffle_strategy",
-            "shuffle_seed",
-            "flush_strategy",
-            "candidate_pool_size",
-            "max_candidate_age",
-            "homogeneity",
-            "groups",
-            "placement",
-            "parallelism",
-        ],
-    ),
-    "shuffle": (
-        {"buffer_size": 4},
-        ["buffer_size", "seed", "algorithm", "warmup_growth", "placement", "parallelism"],
-    ),
-    "batch": ({"microbatch_size": 2}, ["microbatch_size", "drop_last"]),
-    "decode_text": (
-        {},
-        ["fields", "encoding", "errors", "normalize_newlines", "lowercase", "max_batch", "max_latency_ms",
-         "parallelism"],
-    ),
+    m: (base, [k.name for k in gen.api()[m].knobs]) for m, base in BASE_KWARGS.items()
 }
 # arguments that matter only in another mode are tried in that mode
 MODE = {

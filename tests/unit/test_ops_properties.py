@@ -1,9 +1,9 @@
 """Hypothesis properties that hold for every built-in operator.
 
-* lineage: per base offset exactly one closing contributor/tombstone over
-  push + flush, after every other fragment of that offset;
-* reset: ``flush(reset=True, lane_id=L)`` leaves lane L like a fresh accumulator
-  and does not touch other lanes;
+* lineage, reset, no pending data (properties.op_units, over every operator call the API
+  generator draws): per base offset exactly one closing contributor/tombstone over push +
+  flush, after every other fragment of that offset; ``flush(reset=True, lane_id=L)`` leaves
+  lane L like a fresh accumulator and does not touch other lanes; nothing pending after it;
 * split independence: outputs do not depend on how the input is cut into
   ``push_many`` calls (streaming shuffle, packers without shuffle_strategy, batch);
 * lane isolation: a lane's output from pushes mixing lanes equals its output from
@@ -12,13 +12,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from properties.opkit import check_lineage, rec, run, split
+from properties.op_units import OpCase, op_cases, unit_problems
+from properties.opkit import rec, run, split
 from zephon_ref.lineage import spawn_child
 from zephon_ref.ops import (
     Batch,
@@ -98,15 +100,17 @@ def _prep(name: str, recs: list[SampleRecord]) -> list[SampleRecord]:
     return _texts(recs) if name.startswith("tokenize") else recs
 
 
-@SETTINGS
-@given(streams(), st.lists(st.integers(0, 60), max_size=4), st.sampled_from(sorted(OPS)))
-def test_every_op_closes_each_offset_exactly_once_and_last(
-    recs: list[SampleRecord], cuts: list[int], name: str
-) -> None:
-    recs = _prep(name, recs)
-    assume(recs)
-    out = _flat(run(OPS[name](), split(recs, cuts)))
-    check_lineage(recs, out)
+@settings(max_examples=200, deadline=None, database=None)
+@given(op_cases())
+def test_every_drawn_operator_closes_once_resets_its_lane_and_keeps_nothing_after_a_flush(
+        case: OpCase) -> None:
+    """Exactly-once closure, flush resets the lane, no pending data after a flush: over every
+    operator call the API generator draws (properties.op_units), random-order packers and
+    block_warmup among them, fed fan-out, split documents and empty / exactly-max_length records."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        problems = unit_problems(case)
+    assert problems == [], case.describe()
 
 
 def _key(out: list[Any]) -> list[Any]:
@@ -114,35 +118,6 @@ def _key(out: list[Any]) -> list[Any]:
         (r.meta.lane_id, r.meta.cursor, r.meta.contributors, r.meta.tombstone, r.payload)
         for r in _flat(out)
     ]
-
-
-@SETTINGS
-@given(streams(), streams(), st.sampled_from(sorted(OPS)))
-def test_flush_reset_makes_lane_fresh_and_leaves_others(
-    before: list[SampleRecord], after: list[SampleRecord], name: str
-) -> None:
-    before, after = _prep(name, before), _prep(name, after)
-    assume(before)
-    op = OPS[name]()
-    lane = before[0].meta.lane_id
-    # a fresh accumulator fed only `after` (lane L), vs one that saw `before` then flushed L
-    after_l = [r for r in after if r.meta.lane_id == lane]
-    used = op.accumulator(deterministic=True, ctx={})
-    others_before = [r for r in before if r.meta.lane_id != lane]
-    run(op, [before], acc=used, flush=False)
-    flushed = [x for b, _ in used.flush(reset=True, lane_id=lane) for x in op.process_many(list(b))]
-    assert all(r.meta.lane_id == lane for r in _flat(flushed))
-    assert not used.has_pending_data(lane)
-    fresh = op.accumulator(deterministic=True, ctx={})
-    got = [r for r in _flat(run(op, [after_l], acc=used, flush=False)) if r.meta.lane_id == lane]
-    want = _flat(run(op, [after_l], acc=fresh, flush=False))
-    assert _key(got) == _key(want)
-    # other lanes: same as if lane L had never been flushed
-    ref = op.accumulator(deterministic=True, ctx={})
-    run(op, [others_before], acc=ref, flush=False)
-    rest_used = [r for r in _flat(run(op, [], acc=used)) if r.meta.lane_id != lane]
-    rest_ref = [r for r in _flat(run(op, [], acc=ref)) if r.meta.lane_id != lane]
-    assert _key(rest_used) == _key(rest_ref)
 
 
 SPLIT_FREE = ["shuffle_streaming", "first_fit", "best_fit", "wrap", "wrap_capped", "batch_keep", "map"]

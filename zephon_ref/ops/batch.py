@@ -24,7 +24,8 @@ held, in which order they are released) belongs to the runner.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from zephon_ref.errors import DropLedger, ledger_of
 from zephon_ref.ops.base import (
@@ -36,6 +37,7 @@ from zephon_ref.ops.base import (
     check_bool,
     check_int,
 )
+from zephon_ref.ops.knobs import Bool, Int, check_fields, knob
 from zephon_ref.types import SampleBatch, SampleRecord
 
 __all__ = ["Batch", "BatchAccumulator"]
@@ -79,6 +81,19 @@ class BatchAccumulator(CountingAccumulator[SampleRecord]):
         return True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchConfig:
+    """The knobs of ``batch``, each with its declared domain (:mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "batch"
+
+    microbatch_size: int = knob(domain=Int(1), doc="records per micro-batch")
+    drop_last: bool = knob(True, Bool(), doc="drop a partial micro-batch at a flush")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 class Batch(BaseOp):
     """``batch(microbatch_size, *, drop_last=True)``."""
 
@@ -87,6 +102,7 @@ class Batch(BaseOp):
         check_int("microbatch_size", microbatch_size, minimum=1)
         check_bool("drop_last", drop_last)
         check_int("parallelism", parallelism, minimum=1)
+        self.config = BatchConfig(microbatch_size=microbatch_size, drop_last=drop_last)
         self.microbatch_size = microbatch_size
         self.drop_last = drop_last
         self.parallelism = parallelism

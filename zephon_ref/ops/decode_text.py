@@ -24,7 +24,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, PayloadTypeError, expected
 from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
@@ -45,6 +45,8 @@ class UnknownCodecError(ConfigError, LookupError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeTextConfig:
     """The data knobs of ``decode_text`` (domains in :mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "decode_text"
 
     fields: tuple[str, ...] = knob(
         ("text",), Opaque((tuple,), "a tuple of field names"), doc="payload keys to decode, in order"

@@ -44,7 +44,7 @@ import numbers
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, DropLedger, expected, ledger_of
 from zephon_ref.lineage import tombstones_for_record
@@ -56,6 +56,7 @@ from zephon_ref.ops.base import (
     SourceExhaustion,
     check_int,
 )
+from zephon_ref.ops.knobs import Choice, Float, Func, Int, OneOf, Opaque, Text, check_fields, knob
 from zephon_ref.ops.pack import resolve_token_field, value_length
 from zephon_ref.swrr import SmoothWeightedRoundRobin
 from zephon_ref.types import SampleRecord
@@ -509,6 +510,27 @@ def _check_ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, 
         raise ConfigError(expected(name, f"a number in {interval}", value))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixtureConfig:
+    """The knobs of ``ensure_mixture`` as the call passed them, each with its declared domain
+    (:mod:`zephon_ref.ops.knobs`); a mixture's keys and weights are :class:`EnsureMixture`'s to check."""
+
+    BUILDER: ClassVar[str] = "ensure_mixture"
+
+    max_buffer_size: int | None = knob(1000, Int(1, none=True), doc="records a lane holds; None: strict")
+    drain_target_ratio: float = knob(0.8, Float(0, 1, min_open=True, max_open=True),
+                                      doc="drain to this share")
+    obsolete_drain_rate: float = knob(0.1, Float(0, 1), doc="share of picks given to retired components")
+    weight_by: Any = knob("auto", OneOf((Choice(("auto", "samples")), Text(), Func())),
+                          doc="units of the mixture: tokens ('auto', a field), samples, or a callable")
+    warn_tolerance: float | None = knob(None, Float(0, 1, none=True), doc="warn beyond this deviation")
+    mixture: Any = knob(None, Opaque((Mapping,), "a mapping component -> weight", none=True),
+                        doc="the target; None: each chunk's own")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 class EnsureMixture(BaseOp):
     """``ensure_mixture(*, max_buffer_size=1000, drain_target_ratio=0.8, ...)``."""
 
@@ -547,6 +569,9 @@ class EnsureMixture(BaseOp):
             total = sum(float(w) for w in mixture.values())
             if not (total > 0 and math.isfinite(total)):
                 raise ConfigError(expected("mixture", "weights with a finite sum > 0", dict(mixture)))
+        self.config = MixtureConfig(max_buffer_size=max_buffer_size, drain_target_ratio=drain_target_ratio,
+                                    obsolete_drain_rate=obsolete_drain_rate, weight_by=weight_by,
+                                    warn_tolerance=warn_tolerance, mixture=mixture)
         self.max_buffer_size = max_buffer_size
         self.drain_target_ratio = float(drain_target_ratio)
         self.obsolete_drain_rate = float(obsolete_drain_rate)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, PayloadError, PayloadTypeError, expected
 from zephon_ref.lineage import spawn_child, tombstones_for_record
@@ -46,6 +46,8 @@ DEFAULT_PARALLELISM = 4
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpandChatConfig:
     """The data knobs of ``expand_chat`` (domains in :mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "expand_chat"
 
     field: str = knob("messages", Text(), doc="dot-separated payload path of the messages list")
     max_batch: int = knob(64, Int(1), doc="records per process_many call (no effect on output)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.errors import PayloadTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
@@ -38,6 +38,8 @@ DEFAULT_PARALLELISM = 4
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MapBatchConfig:
     """The data knobs of ``map_batch`` (domains in :mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "map_batch"
 
     transform_fn: Callable[[SampleBatch], SampleBatch | None] = knob(
         domain=Func(), doc="SampleBatch -> SampleBatch | None"

@@ -17,7 +17,8 @@ dependence (the function sees one payload at a time).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
@@ -31,12 +32,28 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
+from zephon_ref.ops.knobs import Bool, Func, Int, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["DEFAULT_PARALLELISM", "MapTransform"]
 
 #: zephon 0.2.0's worker count for map_transform(parallelism=None): an execution setting.
 DEFAULT_PARALLELISM = 4
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MapConfig:
+    """The knobs of ``map_transform`` (field names: the builder's keywords), each with its
+    declared domain (:mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "map_transform"
+
+    transform_fn: Callable[[Any], Any] = knob(domain=Func(), doc="payload -> payload, or None to drop")
+    drop_none: bool = knob(True, Bool(), doc="None drops the record (a tombstone); False keeps it")
+    max_batch: int = knob(64, Int(1), doc="records per call (not a builder keyword)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 class MapTransform(BaseOp):
@@ -58,6 +75,7 @@ class MapTransform(BaseOp):
         check_int("max_batch", max_batch, minimum=1)
         check_placement(placement)
         check_parallelism(parallelism)  # None: the default; 0 is refused, not read as "default"
+        self.config = MapConfig(transform_fn=fn, drop_none=drop_none, max_batch=max_batch)
         self.fn = fn
         self.drop_none = drop_none
         self.max_batch = max_batch

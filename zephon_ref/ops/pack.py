@@ -91,7 +91,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
 from random import Random  # seeded instances only: never the global generator
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -429,6 +429,35 @@ def _group_sort_key(domain: Any) -> tuple[int, Any]:
 # ----------------------------------------------------------------------------
 
 
+def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
+    """``order`` with each record that closes an offset moved just after the last record of that
+    offset (stable otherwise).
+
+    A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
+    of a sibling of the same push; packed in that order, the closer would close the offset before
+    the sibling's fragment is placed (found by the operator row of the property suite, issue 32).
+    Records without closing refs keep their places.  Used by wrap, which keeps the incoming flags
+    (first/best fit and best_fit_wrap count each offset's fragments instead, so they need no move).
+    """
+    last: dict[tuple[int, tuple[int, int]], int] = {}
+    for i, rec in enumerate(order):
+        for ref in rec.meta.contribution_refs():
+            last[(rec.meta.lane_id, ref.cursor.base_offset)] = i
+    held: dict[int, list[SampleRecord]] = {}
+    out: list[SampleRecord] = []
+    for i, rec in enumerate(order):
+        closing = [last[(rec.meta.lane_id, ref.cursor.base_offset)]
+                   for ref in rec.meta.contribution_refs() if ref.is_last_child]
+        target = max(closing, default=i)
+        if target > i:
+            held.setdefault(target, []).append(rec)
+        else:
+            out.append(rec)
+        out.extend(held.pop(i, ()))
+    assert not held
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PackConfig:
     """The data knobs of ``pack_sequences`` / ``pack_flat``, each with its declared domain.
@@ -436,6 +465,8 @@ class PackConfig:
     ``None`` keeps its zephon meaning ("the default for this algorithm"): the resolved values are
     :attr:`drop`, :attr:`seed`, :attr:`pool_size` and :attr:`max_age`.
     """
+
+    BUILDER: ClassVar[tuple[str, ...]] = ("pack_sequences", "pack_flat")
 
     max_length: int = knob(domain=Int(1), doc="tokens per packed bin")
     num_bins: int | None = knob(None, Int(1, none=True), doc="first/best: open bins per packing group")
@@ -608,6 +639,8 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             order = self._shuffled_per_lane(order)
         elif self.config.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
+        if self.algorithm == "wrap" and self.config.shuffle_strategy is not None:
+            order = closers_after_siblings(order)  # docs/divergences.md: the reordered push row
         if self.algorithm != "wrap":
             # count the whole push first: a shuffle may place a closing child before a sibling of
             # the same push, and the closer must still wait for it (upstream delivers the closer

@@ -41,7 +41,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from random import Random  # seeded instances only: never the global generator
-from typing import Any
+from typing import Any, ClassVar
 
 from zephon_ref.ops.base import (
     Accumulator,
@@ -366,6 +366,7 @@ class BlockWarmupAccumulator(Accumulator[SampleRecord]):
 class ShuffleConfig:
     """The data knobs of ``shuffle``: each field's domain is declared (:mod:`zephon_ref.ops.knobs`)."""
 
+    BUILDER: ClassVar[str] = "shuffle"  # the builder method these knobs configure (the suite draws it)
     buffer_size: int = knob(DEFAULT_BUFFER_SIZE, Int(1), doc="records a lane's buffer holds")
     seed: int = knob(0, Int(0), doc="the shuffle's own seed (not the source's)")
     algorithm: str = knob("streaming", Choice(ALGORITHMS), doc="reservoir, fixed blocks, or growing blocks")

@@ -16,7 +16,8 @@ As in zephon, a record the user drops here needs a tombstone the user emits
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigTypeError, expected
 from zephon_ref.ops.base import (
@@ -29,6 +30,7 @@ from zephon_ref.ops.base import (
     check_placement,
     lane_of,
 )
+from zephon_ref.ops.knobs import Bool, Domain, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["StatefulTransform", "StatefulTransformAccumulator", "checked_records"]
@@ -105,6 +107,28 @@ class StatefulTransformAccumulator(Accumulator[SampleRecord]):
         return ready
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatefulConfig:
+    """The knobs of ``stateful_transform``, each with its declared domain (:mod:`zephon_ref.ops.knobs`)."""
+
+    BUILDER: ClassVar[str] = "stateful_transform"
+    #: its execution settings where they differ from knobs.EXECUTION: parallelism is an int, no None
+    EXECUTION: ClassVar[Mapping[str, Domain]] = {"parallelism": Int(1)}
+
+    name: str = knob(domain=Text(), doc="the operator's name (and its state's key)")
+    init_state: Callable[[], Any] = knob(domain=Func(), doc="a lane's fresh state")
+    push: Callable[..., Any] = knob(domain=Func(), doc="(state, records) -> (state, records out)")
+    flush: Callable[[Any], list[SampleRecord]] | None = knob(None, Func(none=True), doc="state -> records")
+    should_flush: Callable[[Any], bool] | None = knob(None, Func(none=True), doc="flush the lane now?")
+    transform: Callable[[list[SampleRecord]], list[SampleRecord]] | None = knob(
+        None, Func(none=True), doc="records -> records, after the accumulator")
+    indexable: bool = knob(False, Bool(), doc="a declared trait")
+    preserves_cursor_order: bool = knob(True, Bool(), doc="a declared trait: output in cursor order")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 class StatefulTransform(BaseOp):
     def __init__(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
                  flush: Callable[[Any], list[SampleRecord]] | None = None,
@@ -125,6 +149,9 @@ class StatefulTransform(BaseOp):
         for arg, opt in (("flush", flush), ("should_flush", should_flush), ("transform", transform)):
             if opt is not None and not callable(opt):
                 raise ConfigTypeError(expected(arg, "None or a callable", opt))
+        self.config = StatefulConfig(name=name, init_state=init_state, push=push, flush=flush,
+                                     should_flush=should_flush, transform=transform, indexable=indexable,
+                                     preserves_cursor_order=preserves_cursor_order)
         self.name = name
         self.init_state, self.push, self.flush_fn = init_state, push, flush
         self.should_flush, self.transform = should_flush, transform

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from zlib import crc32
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
@@ -53,7 +53,7 @@ from zephon_ref.ops.base import (
     check_parallelism,
     check_placement,
 )
-from zephon_ref.ops.knobs import Bool, Choice, Func, Int, Text, check_fields, knob
+from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_fields, knob
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
 
@@ -140,6 +140,15 @@ class TokenizeConfig:
     ``"longest"``, ``"do_not_pad"`` is False, ``tokenizer=None`` the built-in tokenizer); each
     field's domain is declared (:mod:`zephon_ref.ops.knobs`), the rules between fields are
     :class:`Tokenize`'s.  The operator's attributes of the same names mirror it."""
+
+    BUILDER: ClassVar[str] = "tokenize"
+    #: call parameters the config does not store: the semantic builder's tokenizer_id (the facade
+    #: also loads a local directory), lists only, and an HF loading hint
+    CALL_KNOBS: ClassVar[Mapping[str, Domain]] = {
+        "tokenizer_id": Choice((None, "__fallback__")),
+        "return_tensors": Choice((None,)),
+        "use_fast": Bool(none=True),
+    }
 
     tokenizer: Callable[..., Any] = knob(domain=Func(), doc="HF-style callable (the built-in HashTokenizer)")
     field: str = knob(domain=Text(), doc="payload key of the text")

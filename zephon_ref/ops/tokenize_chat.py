@@ -49,7 +49,7 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -57,7 +57,17 @@ from zephon_ref.errors import ConfigError, ConfigTypeError, PayloadError, Payloa
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
 from zephon_ref.ops.expand_chat import read_path
-from zephon_ref.ops.knobs import Bool, Choice, Int, Opaque, Text, check_execution, check_fields, knob
+from zephon_ref.ops.knobs import (
+    Bool,
+    Choice,
+    Domain,
+    Int,
+    Opaque,
+    Text,
+    check_execution,
+    check_fields,
+    knob,
+)
 from zephon_ref.types import SampleRecord
 
 __all__ = [
@@ -154,6 +164,16 @@ def selected_assistants(messages: Sequence[Mapping[str, Any]], scope: str) -> se
 class TokenizeChatConfig:
     """The data knobs of ``tokenize_chat`` (domains in :mod:`zephon_ref.ops.knobs`); ``template``
     is the resolved template text (the override, else the tokenizer's), None without a template."""
+
+    BUILDER: ClassVar[str] = "tokenize_chat"
+    #: call parameters the config does not store: loading (the facade's: tokenizer_id, eos_token),
+    #: the template override (resolved into ``template``) and zephon's legacy loss flag
+    CALL_KNOBS: ClassVar[Mapping[str, Domain]] = {
+        "tokenizer_id": Choice((None,)),
+        "eos_token": Choice((None,)),
+        "chat_template": Text(none=True),
+        "loss_on_last_turn_only": Bool(none=True),
+    }
 
     tokenizer: Any = knob(
         domain=Opaque((object,), "a fast Hugging Face tokenizer"),
