@@ -238,7 +238,7 @@ class Engine:
         # topology changed (or first run): derive the start from lane progress.  In strict
         # round robin the next lane is the first (in owned order) with the fewest delivered
         # items, so a checkpoint at a global-step boundary resumes the interleaving exactly.
-        # (zephon 0.2.0 uses the smallest LanePtr instead; see docs/divergences.md.)
+        # divergence D-27 (zephon 0.2.0 uses the smallest LanePtr instead)
         counts = [(self.trackers[lane].emitted, i) for i, lane in enumerate(self.lanes)]
         return min(counts)[1]
 

@@ -186,7 +186,7 @@ class OpStage:
         micro-batch mixes lanes (the end-of-stream flush, a scarce corpus) an operator whose
         output depends on how its input is grouped into calls (``ensure_mixture``) sees a lane's
         records split by *other* lanes' sentinels, and a lane's stream depends on which lanes
-        share its rank (docs/divergences.md).  Here ``push_lane`` pushes only the sentinel's own
+        share its rank (divergence D-26).  Here ``push_lane`` pushes only the sentinel's own
         lane; on lane-pure micro-batches both rules are the same.
         """
         self._regular, self._out = [], []

@@ -62,8 +62,9 @@ None).  A 1:1 record's ref closes with its last-emitted segment.  An explicit
 contributor closes (first/best fit, best_fit_wrap, which reorder) iff its
 offset's closer was seen and no sibling stays buffered in the lane, counting every
 fragment from the push that brings it (a pre-packing shuffle may put the closer
-first; zephon keeps the incoming flag: docs/divergences.md); wrap keeps the FIFO
-order and the flag.
+first; zephon keeps the incoming flag: divergence D-1); wrap keeps the FIFO
+order and the flag (a reordered push first moves each closer after its siblings:
+divergence D-3).
 
 Drops are never silent: the oversized records a lane dropped since its last flush
 (first/best) and the wrap tail a flush drops are each counted, per lane at that
@@ -640,7 +641,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         elif self.config.shuffle_strategy == "length":
             order.sort(key=lambda r: (-self._length(r), r.meta.cursor.as_key()))
         if self.algorithm == "wrap" and self.config.shuffle_strategy is not None:
-            order = closers_after_siblings(order)  # docs/divergences.md: the reordered push row
+            order = closers_after_siblings(order)  # divergence D-3
         if self.algorithm != "wrap":
             # count the whole push first: a shuffle may place a closing child before a sibling of
             # the same push, and the closer must still wait for it (upstream delivers the closer

@@ -18,7 +18,7 @@ accumulator is a count-only :class:`CountingAccumulator`).  Per record:
    ``process_many`` call when ``padding=True`` / ``"longest"`` (HF's convention; not when
    splitting, where each window is padded to ``max_length``).  The call is the accumulator's
    group of ``max_batch`` records of one lane, so "longest" depends on where a group starts:
-   a resume regroups the replayed chunks (docs/divergences.md);
+   a resume regroups the replayed chunks (divergence D-10);
 5. with ``split_long_samples`` cut into ``max_length`` windows; more than one
    window fans out with :func:`~zephon_ref.lineage.spawn_child` (child index =
    window index, only the last child closes).

@@ -29,7 +29,7 @@ default), so each block of C chunks gives every lane exactly one.
 Arithmetic: weights and accumulators are IEEE floats computed in the same order
 as zephon 0.2.0, because the quotas must agree with it chunk for chunk.  They
 are deterministic on every conforming platform; exact rationals would drift
-from zephon after a few chunks (see docs/divergences.md).
+from zephon after a few chunks (divergence D-25).
 
 State: the global chunk index, each cursor's ``(epoch, position, block
 snapshot)`` and the accumulators: restore is O(1) in training progress.
