@@ -198,6 +198,7 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
 #: the keywords a method cannot go without, used when every drawn call was refused
 REQUIRED: Mapping[str, Mapping[str, Any]] = {
     "pack_sequences": {"max_length": 32, "num_bins": 2},
+    "pack_flat": {"max_length": 32, "num_bins": 2, "pad_token_id": 0},
     "tokenize": {"field": "text"},
     "batch": {"microbatch_size": 2},
     "map_transform": {"transform_fn": _identity},

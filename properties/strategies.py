@@ -182,11 +182,15 @@ END_TO_END_SKIPS: dict[str, str] = {
     "tokenize": "the suite's crc tokenizer map stands in (the lineage row knows each sample's tokens "
                 "through it); split children's token offsets are not in its model yet",
     "stateful_transform": "a user state machine: its callables are the operator row's (properties.op_units)",
+    "pack_flat": "a second packer: the chain builder does not yet keep one packer per chain (pack_flat after "
+                 "pack_sequences sees envelopes), and the lineage row's model has no flat rows; the operator "
+                 "row draws it",
 }
 #: value classes the end-to-end pipelines do not draw, with the reason (the operator row draws them)
 END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
     # a pack's payload is one token tuple per contributor in the lineage row's model
-    "pack_sequences": {"pack_payloads": ("callable",),
+    # numpy_array joins numpy payloads only (a typed refusal for the suite's token lists)
+    "pack_sequences": {"pack_payloads": ("callable", "'numpy_array'"),
                        # first/best fit refuse an oversized record at run time: an error, not a stream
                        "drop_oversized": ("False",)},
 }
