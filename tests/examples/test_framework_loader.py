@@ -177,9 +177,6 @@ def test_the_flatten_after_pack_sequences_lays_packs_out_as_pack_flat_does(
 
 
 def test_pack_flat_on_zephon_ref_matches_the_flattened_packs(raw_config: dict[str, Any]) -> None:
-    z = import_backend("zephon_ref")
-    if not hasattr(z.Pipeline, "pack_flat"):
-        pytest.skip("zephon_ref has no pack_flat yet (issue 30): packing='sequences' is the path it runs")
     assert run_steps({**raw_config, "packing": "flat"}, "zephon_ref", 4) == run_steps(
         raw_config, "zephon_ref", 4
     )

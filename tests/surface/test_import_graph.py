@@ -16,7 +16,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from tests.surface.modules import module_names
+from properties.modules import module_names
 
 ROOT = Path(__file__).resolve().parents[2]
 
