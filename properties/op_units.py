@@ -129,7 +129,7 @@ def _texts(recs: Sequence[SampleRecord]) -> list[SampleRecord]:
 def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     """An operator call drawn from the API and the records it is fed (the module docstring)."""
     table = gen.api()
-    names = sorted(table) if methods is None else [m for m in methods if m in table]
+    names = gen.drawn_methods() if methods is None else [m for m in methods if m in table]
     method = draw(st.sampled_from(names))
     validate = gen.refused_by_builder(_probe)
     _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate))

@@ -160,7 +160,14 @@ def torch_problems(adapter: Any, cfg: PipelineConfig, data: st.DataObject,
                     return [f"{where}: the state after {i} items, restored into a plain pipeline, does not "
                             "deliver the oracle's remaining records of every lane"]
         # 3. a resume from a drawn position delivers the rest of the pass
-        i = data.draw(st.integers(0, len(items)), label="resume at")
+        # with workers, half the resumes start where the role rotation is not at worker 0 (the state
+        # a resumed pass must carry forward before its first item, step 4): drawn uniformly, most
+        # small examples never reach one
+        offset = [k for k, s in enumerate(states) if kind == "tracked" and s.get("next_role")]
+        if offset and data.draw(st.booleans(), label="resume where the role offset is not 0"):
+            i = data.draw(st.sampled_from(offset), label="resume at")
+        else:
+            i = data.draw(st.integers(0, len(items)), label="resume at")
         resumed = _Pass(adapter.torch_dataset(cfg, kind), kind, n, states[i])
         at_start = resumed.state()  # 4. the resumed pass's state before its first item
         inner = [at_start]
@@ -171,6 +178,12 @@ def torch_problems(adapter: Any, cfg: PipelineConfig, data: st.DataObject,
         resumed.close()
         if rest != items[i:]:
             return [f"{where}: resumed from the state after {i} items: {_first_difference(rest, items[i:])}"]
+        if kind == "tracked" and at_start.get("next_role") != states[i].get("next_role"):
+            # the rotation must carry forward: a pass can end here and resume (seen only where the
+            # rest holds items of two roles, which small data rarely has)
+            return [f"{where}: the state taken at the start of a pass resumed after {i} items (before its "
+                    f"first item) names worker role {at_start.get('next_role')} next; the state it resumed "
+                    f"from named {states[i].get('next_role')}"]
         again = _Pass(adapter.torch_dataset(cfg, kind), kind, n, at_start).rest()
         if again != items[i:]:
             return [f"{where}: resumed from the state taken at the start of a pass resumed after {i} items "

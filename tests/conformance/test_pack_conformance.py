@@ -189,6 +189,13 @@ def _assert_closes_last(lanes: Any, where: str) -> None:
                                               f"{closing.get(base)}, last seen at {at}"
 
 
+def _delivered(lanes: Any) -> dict[Any, tuple[list[Any], int]]:
+    """Per lane: the sorted base offsets delivered and the tokens packed."""
+    return {lane: (sorted({(c[0], c[1]) for n in items for c, _ in n[2]}),
+                   sum(n[6]["total_length"] for n in items if n[6] is not None))
+            for lane, items in lanes.items()}
+
+
 def op_case(seed: int) -> tuple[dict[str, Any], Any, Any, bool]:
     r = random.Random(seed)
     max_length = r.choice([4, 8, 10, 16, 24])
@@ -201,7 +208,7 @@ def op_case(seed: int) -> tuple[dict[str, Any], Any, Any, bool]:
 
 def test_generated_operator_configurations_match_zephon() -> None:
     seen: dict[str, int] = {}
-    raised = unflagged = 0
+    raised = unflagged = moved = 0
     for seed in range(OP_CONFIGS):
         knobs, mine, z, children = op_case(seed)
         if mine != z and children and knobs["algorithm"] in REORDERING and "raised" not in (mine[0], z[0]):
@@ -209,12 +216,23 @@ def test_generated_operator_configurations_match_zephon() -> None:
             _assert_closes_last(mine, f"seed {seed}: {knobs}")
             mine, z = _unflag(mine), _unflag(z)
             unflagged += 1
+        elif mine != z and children and knobs["algorithm"] == "wrap" and knobs.get("shuffle_strategy") \
+                and "raised" not in (mine[0], z[0]):
+            # divergence D-3: wrap packs a reordered push's closer after its siblings; zephon may
+            # close the offset early.  Ours closes each offset once and last, zephon's does not, and
+            # both deliver the same offsets and tokens per lane
+            _assert_closes_last(mine, f"seed {seed}: {knobs}")
+            with pytest.raises(AssertionError):
+                _assert_closes_last(z, f"seed {seed}: {knobs}")
+            assert _delivered(mine) == _delivered(z), f"seed {seed}: {knobs}"
+            moved += 1
+            continue
         assert mine == z, f"seed {seed}: {knobs}\nzephon_ref: {mine}\nzephon:     {z}"
         raised += isinstance(mine, tuple)
         key = f"{knobs['algorithm']}/{knobs.get('output', 'envelope')}/{knobs.get('homogeneity', 'none')}"
         seen[key] = seen.get(key, 0) + 1
     print(f"\n{OP_CONFIGS} operator configurations equal to zephon ({raised} raise in both, {unflagged} "
-          f"equal with child closing flags cleared): {sorted(seen.items())}")
+          f"equal with child closing flags cleared, {moved} wrap closers moved, D-3): {sorted(seen.items())}")
     assert len(seen) == 4 * 2 * 3 or OP_CONFIGS < 200, f"every algorithm x output x homogeneity drawn: {seen}"
 
 
