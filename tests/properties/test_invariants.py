@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from properties import invariants as inv
 from properties.pipelines import PipelineConfig
@@ -96,6 +98,24 @@ def test_eviction_safety_fails_when_a_later_item_needs_an_evicted_chunk() -> Non
     assert pinned and "replay cursor" in pinned[0]
     # a lane that holds no inflight chunk replays nothing: its cursor's chunk may be gone
     assert inv.eviction_safety_problems([(3, {0: (set(), 2)})], needs, pinned=[{(0, 0)}]) == []
+
+
+_PAIR = st.tuples(st.integers(0, 2), st.integers(0, 6))
+_CUT = st.dictionaries(st.integers(0, 2), st.tuples(st.frozensets(st.integers(0, 6), max_size=3),
+                                                    st.integers(0, 7)), max_size=3)
+
+
+@settings(max_examples=300)
+@given(needs=st.lists(st.frozensets(_PAIR, max_size=3), max_size=12),
+       cuts=st.lists(st.tuples(st.integers(0, 12), _CUT), max_size=6),
+       pinned=st.lists(st.frozensets(_PAIR, max_size=2), max_size=6))
+def test_eviction_safety_gives_the_plain_scans_problems(needs: list, cuts: list, pinned: list) -> None:
+    """The fast check (each chunk's last needing item) says what the plain scan of every cut says."""
+    from sim.invariants import _cut_problem
+
+    plain = [p for j, (pos, lanes) in enumerate(cuts)
+             for p in _cut_problem(pos, lanes, needs, sorted(pinned[j]) if j < len(pinned) else [])]
+    assert inv.eviction_safety_problems(cuts, needs, pinned=pinned) == plain
 
 
 def test_eviction_is_safe_on_the_real_engine() -> None:
