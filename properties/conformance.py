@@ -1129,6 +1129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--property", action="append", default=[],
                     help=f"run only this property (repeatable; one of: {', '.join(ORDER)})")
+    ap.add_argument("--skip", action="append", default=[], metavar="PROPERTY",
+                    help="leave this property out (repeatable; names as for --property)")
     ap.add_argument("--random", action="store_true", help="random examples (default: derandomized)")
     ap.add_argument(
         "--json", metavar="FILE", type=writable_path, help="also write the results as JSON to FILE"
@@ -1170,11 +1172,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if why is not None:
         print(f"{prog}: --impl {args.impl}: {why}", file=sys.stderr)
         return 2
+    unknown = [p for p in args.skip if p not in ORDER]
+    if unknown:
+        print(f"{prog}: --skip: expected one of {', '.join(ORDER)}, received {unknown[0]!r}", file=sys.stderr)
+        return 2
     print(f"property suite against {getattr(adapter, 'name', args.impl)} "
           f"(features: {', '.join(sorted(getattr(adapter, 'features', ()))) or 'none'}), "
           f"{args.examples} examples per property", flush=True)
     t0 = time.perf_counter()
-    rows = run_suite(adapter, examples=args.examples, derandomize=not args.random, only=args.property,
+    only = [p for p in (args.property or ORDER) if p not in args.skip]
+    rows = run_suite(adapter, examples=args.examples, derandomize=not args.random, only=only,
                      progress=sys.stderr.isatty() and not args.quiet, shrink_seconds=args.shrink_seconds,
                      long_items=args.long_items)
     print(format_table(rows))

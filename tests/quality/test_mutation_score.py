@@ -86,3 +86,25 @@ def test_the_ci_checker_runs_under_the_projects_pytest_options() -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-800:] + proc.stderr[-800:]
+
+
+def test_a_checker_that_fails_without_a_mutant_stops_the_run_before_any_mutant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checker red on the unmutated tree counts every mutant as killed (the conformance checker did,
+    through the torch row: 30 of 30 on 2026-12-04): main() runs each checker once without a mutant
+    and refuses to score; nothing is written."""
+    monkeypatch.setitem(ms.CHECKERS, "red", ["python", "-c", "import sys; print('row x failed'); sys.exit(1)"])
+    monkeypatch.setitem(ms.CHECKERS, "green", ["python", "-c", "pass"])
+    out = tmp_path / "r.jsonl"
+    code = ms.main(["run", "--sample", "1", "--checkers", "green,red", "--timeout", "120", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "checker 'red'" in err and "exit 1" in err and "row x failed" in err, err
+    assert ms.baseline_failure("green", timeout=120) is None
+
+
+def test_the_conformance_checker_leaves_out_only_named_rows() -> None:
+    argv = ms.CHECKERS["conformance"]
+    skipped = [argv[i + 1] for i, a in enumerate(argv) if a == "--skip"]
+    assert skipped == ["torch"], "each skipped row fails on the unmutated tree; say why beside CHECKERS"
