@@ -94,7 +94,8 @@ def test_a_checker_that_fails_without_a_mutant_stops_the_run_before_any_mutant(
     """A checker red on the unmutated tree counts every mutant as killed (the conformance checker did,
     through the torch row: 30 of 30 on 2026-12-04): main() runs each checker once without a mutant
     and refuses to score; nothing is written."""
-    monkeypatch.setitem(ms.CHECKERS, "red", ["python", "-c", "import sys; print('row x failed'); sys.exit(1)"])
+    red = ["python", "-c", "import sys; print('row x failed'); sys.exit(1)"]
+    monkeypatch.setitem(ms.CHECKERS, "red", red)
     monkeypatch.setitem(ms.CHECKERS, "green", ["python", "-c", "pass"])
     out = tmp_path / "r.jsonl"
     code = ms.main(["run", "--sample", "1", "--checkers", "green,red", "--timeout", "120", "--out", str(out)])
