@@ -39,7 +39,7 @@ ONE_WORKER = pytest.mark.xdist_group("streaming")
 
 
 def _params(rows: list, ids: list[str]) -> list:
-    return [pytest.param(*row, id=i, marks=[ONE_WORKER] if "streaming" in str(row) else [])
+    return [pytest.param(*row, id=i, marks=[ONE_WORKER] if row[0] == "streaming" else [])
             for row, i in zip(rows, ids, strict=True)]
 
 
@@ -177,7 +177,7 @@ def test_the_reproduction_script_still_fails(
 
 
 @pytest.mark.parametrize(
-    "loader", [*["torchdata", "torchdata-nodes", "grain", "datasets", "litdata"],
+    "loader", ["torchdata", "torchdata-nodes", "grain", "datasets", "litdata",
                pytest.param("streaming", marks=ONE_WORKER)]
 )
 def test_the_adapter_runs_against_the_peer(loader: str) -> None:
