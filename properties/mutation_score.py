@@ -275,10 +275,15 @@ def tasks_for(mutants: Iterable[Mutant], checkers: Sequence[str], *, timeout: fl
     ]
 
 
+def checker_argv(checker: str, *, examples: int = 20, seeds: str = "0..39") -> list[str]:
+    """The command line of ``checker`` (:data:`CHECKERS` with its placeholders filled)."""
+    return [a.format(examples=examples, seeds=seeds) for a in CHECKERS[checker]]
+
+
 def baseline_failure(checker: str, *, timeout: float, examples: int = 20, seeds: str = "0..39",
                      root: Path = ROOT) -> str | None:
     """How ``checker`` fails on the unmutated tree (None: it passes, so its failures are kills)."""
-    argv = [a.format(examples=examples, seeds=seeds) for a in CHECKERS[checker]]
+    argv = checker_argv(checker, examples=examples, seeds=seeds)
     out = run_mutated([], argv, timeout=timeout, root=root, env={"HYPOTHESIS_PROFILE": "ci"})
     if out.timed_out:
         return f"a timeout after {timeout:g} s"
@@ -290,8 +295,7 @@ def baseline_failure(checker: str, *, timeout: float, examples: int = 20, seeds:
 def run_task(task: dict[str, Any]) -> dict[str, Any]:
     """Run one task (see the module docstring); never raises for a mutant's behaviour."""
     m = Mutant(**task["mutant"])
-    argv = [a.format(examples=task.get("examples", 20), seeds=task.get("seeds", "0..39"))
-            for a in CHECKERS[task["checker"]]]
+    argv = checker_argv(task["checker"], examples=task.get("examples", 20), seeds=task.get("seeds", "0..39"))
     base = {"id": task["id"], "mutant": m.name, "checker": task["checker"], "file": m.file, "line": m.line,
             "col": m.col, "original": m.original, "replacement": m.replacement}
     try:
