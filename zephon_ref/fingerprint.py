@@ -7,7 +7,7 @@ engine schema, ``canonical_replicas``, ``flush_every_k_chunks``, ``batch(drop_la
 every operator's plan identity and public knobs (callables by qualified name), and the work
 source's type and configuration (what it names configuration in its lane-0 state,
 ``WorkSource.state_configuration``: for StaticMixtureWorkSource the state without the position
-keys, :data:`zephon_ref.state.SOURCE_POSITION_KEYS`; for a source whose state is its own,
+keys, :data:`zephon_ref.work.base.SOURCE_POSITION_KEYS`; for a source whose state is its own,
 None).  Execution settings (runner, workers, queue depths) never enter it.
 
 The micro-batch size does not enter it either (:data:`RESUMABLE_KNOBS`): seed 002 promises

@@ -55,6 +55,7 @@ from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expec
 __all__ = [
     "OUTPUT_KINDS",
     "TOKEN_FIELD_CANDIDATES",
+    "TrainingConversion",
     "NumpyLibrary",
     "TensorLibrary",
     "Tensorizer",
@@ -645,3 +646,55 @@ def to_training(
         out["num_valid_tokens"] = valid
     out.update(boundaries)
     return _rename_exclude(out, rename_fields, exclude_fields, empty=False)
+
+
+class TrainingConversion:
+    """``SampleBatch.to_training``: the method, kept beside the conversion it delegates to.
+
+    :class:`~zephon_ref.types.SampleBatch` inherits it, so the record types hold records only and
+    this module the whole of zephon 0.2.0's training conversion.  Slotted and stateless: the
+    subclass's ``records`` is the one thing it reads.
+    """
+
+    __slots__ = ()
+    records: tuple[Any, ...]
+
+    def to_training(
+        self,
+        *,
+        tokens_field: str = "auto",
+        return_labels: bool = False,
+        dtype: Any = "auto",
+        extra_fields: Sequence[str] = (),
+        ignore_index: int = -100,
+        rename_fields: Mapping[str, str] | None = None,
+        flatten: bool = False,
+        exclude_fields: Sequence[str] = (),
+        return_num_valid_tokens: bool = False,
+        return_loss_mask: bool = False,
+        return_cu_seqlens: bool = False,
+        return_padding_mask: bool = False,
+        eos_mask_loss: bool = False,
+        eos_token_id: int | None = None,
+        position_mode: Literal["preserve", "sequence"] = "preserve",
+    ) -> dict[str, Any]:
+        """The batch as a training dict: ``ids``, ``texts``, ``input_ids`` and what the knobs ask for.
+
+        zephon 0.2.0's method, knob for knob (its docstring is the reference): ``return_labels``
+        shifts tokens into inputs and next-token labels, masking each record's trailing
+        ``meta.padding_length`` labels, the labels a payload ``loss_mask`` zeroes and, with
+        ``eos_mask_loss``, the labels predicted from ``eos_token_id``; ``dtype`` picks lists
+        (``None``), numpy or torch (``"auto"``: torch when it imports).  The steps and their order
+        are in :mod:`zephon_ref.training`; differences from zephon are rows of docs/divergences.md
+        ("to_training").
+        """
+        return to_training(
+            self.records,
+            tokens_field=tokens_field, return_labels=return_labels, dtype=dtype,
+            extra_fields=extra_fields, ignore_index=ignore_index, rename_fields=rename_fields,
+            flatten=flatten, exclude_fields=exclude_fields,
+            return_num_valid_tokens=return_num_valid_tokens, return_loss_mask=return_loss_mask,
+            return_cu_seqlens=return_cu_seqlens, return_padding_mask=return_padding_mask,
+            eos_mask_loss=eos_mask_loss, eos_token_id=eos_token_id, position_mode=position_mode,
+            stacklevel=3,
+        )

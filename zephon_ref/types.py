@@ -22,12 +22,14 @@ What may not live here: any knowledge of operators, engine state, or I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
+from zephon_ref import aliases as _aliases
+from zephon_ref.aliases import *  # noqa: F403  (zephon's names of a record's ints and payloads)
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
-from zephon_ref.training import to_training
+from zephon_ref.training import TrainingConversion
 
 __all__ = [
     "EOD_CONTINUES_TAG",
@@ -39,32 +41,20 @@ __all__ = [
     "TAG_PACKING_METADATA",
     "TAG_SOURCE_EXHAUSTED",
     "TAG_TOMBSTONE",
-    "ChunkId",
-    "ChunkOffset",
-    "ComponentId",
     "ContributorRef",
-    "DatasetId",
-    "LaneId",
-    "LineageIndex",
     "LineagePath",
-    "LocalSampleId",
     "SampleBatch",
     "SampleCursor",
     "SampleCursorKey",
     "SampleId",
     "SampleMeta",
-    "SampleNumeric",
-    "SamplePayload",
-    "SamplePayloadArray",
-    "SamplePayloadAtom",
-    "SamplePayloadDict",
     "SampleRecord",
-    "ShardId",
     "StreamItem",
     "chunk_sentinel",
     "eod_sentinel",
     "flush_sentinel",
 ]
+__all__ += _aliases.__all__
 
 # Reserved tag names (the same strings zephon 0.2.0 uses, so records interoperate).
 TAG_CONTRIBUTORS = "_contributors"
@@ -77,23 +67,6 @@ TAG_CHUNK_MIXTURE = "_chunk_mixture"
 EOD_CONTINUES_TAG = "_source_exhaustion_continues"
 EOD_FINAL_TAG = "_source_exhaustion_final"
 TAG_PACKING_METADATA = "_packing_metadata"
-
-# The names zephon 0.2.0 gives the ints and payloads of a record (documentation only: each is
-# the builtin type itself, as in zephon, so ``ChunkId is int``).
-ChunkId: TypeAlias = int
-ChunkOffset: TypeAlias = int
-ComponentId: TypeAlias = int
-DatasetId: TypeAlias = int
-LaneId: TypeAlias = int
-LineageIndex: TypeAlias = int
-LocalSampleId: TypeAlias = int
-ShardId: TypeAlias = int
-#: numpy scalars and arrays are payload values too; Any stands for them, as in zephon
-SampleNumeric: TypeAlias = "int | float | complex | Any"
-SamplePayloadArray: TypeAlias = Any
-SamplePayloadAtom: TypeAlias = "bytes | memoryview | str | int | float | complex | Any | None"
-SamplePayload: TypeAlias = "SamplePayloadAtom | list[SamplePayload] | dict[Any, SamplePayload]"
-SamplePayloadDict: TypeAlias = "dict[Any, SamplePayload]"
 
 LineagePath: TypeAlias = tuple[int, ...]
 
@@ -304,8 +277,9 @@ class SampleRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class SampleBatch:
-    """A lane-pure micro-batch of records as delivered after ``batch``."""
+class SampleBatch(TrainingConversion):
+    """A lane-pure micro-batch of records as delivered after ``batch`` (``to_training``: see
+    :class:`~zephon_ref.training.TrainingConversion`)."""
 
     records: tuple[SampleRecord, ...]
     lane_ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -330,46 +304,6 @@ class SampleBatch:
     @property
     def lineage_paths(self) -> tuple[LineagePath, ...]:
         return tuple(r.meta.lineage for r in self.records)
-
-    def to_training(
-        self,
-        *,
-        tokens_field: str = "auto",
-        return_labels: bool = False,
-        dtype: Any = "auto",
-        extra_fields: Sequence[str] = (),
-        ignore_index: int = -100,
-        rename_fields: Mapping[str, str] | None = None,
-        flatten: bool = False,
-        exclude_fields: Sequence[str] = (),
-        return_num_valid_tokens: bool = False,
-        return_loss_mask: bool = False,
-        return_cu_seqlens: bool = False,
-        return_padding_mask: bool = False,
-        eos_mask_loss: bool = False,
-        eos_token_id: int | None = None,
-        position_mode: Literal["preserve", "sequence"] = "preserve",
-    ) -> dict[str, Any]:
-        """The batch as a training dict: ``ids``, ``texts``, ``input_ids`` and what the knobs ask for.
-
-        zephon 0.2.0's method, knob for knob (its docstring is the reference): ``return_labels``
-        shifts tokens into inputs and next-token labels, masking each record's trailing
-        ``meta.padding_length`` labels, the labels a payload ``loss_mask`` zeroes and, with
-        ``eos_mask_loss``, the labels predicted from ``eos_token_id``; ``dtype`` picks lists
-        (``None``), numpy or torch (``"auto"``: torch when it imports).  The steps and their order
-        are in :mod:`zephon_ref.training`; differences from zephon are rows of docs/divergences.md
-        ("to_training").
-        """
-        return to_training(
-            self.records,
-            tokens_field=tokens_field, return_labels=return_labels, dtype=dtype,
-            extra_fields=extra_fields, ignore_index=ignore_index, rename_fields=rename_fields,
-            flatten=flatten, exclude_fields=exclude_fields,
-            return_num_valid_tokens=return_num_valid_tokens, return_loss_mask=return_loss_mask,
-            return_cu_seqlens=return_cu_seqlens, return_padding_mask=return_padding_mask,
-            eos_mask_loss=eos_mask_loss, eos_token_id=eos_token_id, position_mode=position_mode,
-            stacklevel=3,
-        )
 
 
 StreamItem: TypeAlias = SampleRecord | SampleBatch

@@ -15,6 +15,7 @@ from properties.topology import merged_checkpoint, participants, run_lockstep
 from sim.restore_shared import SharedRestore
 from zephon_ref import state as schema
 from zephon_ref.errors import StateFormatError, StateMismatchError, ZephonRefError
+from zephon_ref.work.base import SOURCE_RESTORABLE_KEYS
 
 LAYOUT = {"web": (30, 22), "code": (16,), "books": (9,)}
 CHAIN = [("pack_sequences", {"max_length": 160, "num_bins": 2}), ("shuffle", {"buffer_size": 4, "seed": 2}),
@@ -123,7 +124,7 @@ def _bad_states() -> list[tuple[str, dict[str, Any]]]:
     out.append(("owned lane absent", schema.seal(s)))
     s = copy.deepcopy(base)
     ws = s["lane_ws_state"][2]
-    key = next(k for k in sorted(ws) if k not in schema.SOURCE_RESTORABLE_KEYS)
+    key = next(k for k in sorted(ws) if k not in SOURCE_RESTORABLE_KEYS)
     ws[key] = "not this source's" if not isinstance(ws[key], str) else ws[key] + "!"
     out.append(("source configuration", schema.seal(s)))
     return out

@@ -37,6 +37,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.ops", "semantics"),
     ("zephon_ref.work", "semantics"),
     ("zephon_ref.types", "semantics"),
+    ("zephon_ref.aliases", "semantics"),  # zephon's names of a record's ints and payloads (types re-exports)
     ("zephon_ref.lineage", "semantics"),
     ("zephon_ref.state", "semantics"),
     ("zephon_ref.codec", "semantics"),

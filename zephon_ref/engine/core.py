@@ -103,7 +103,7 @@ from zephon_ref.errors import (
 from zephon_ref.ops.base import BaseOp, lane_of
 from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
 from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
-from zephon_ref.work.base import SharedWalk, WorkSource
+from zephon_ref.work.base import SharedWalk, WorkSource, check_source_state
 
 __all__ = ["ENGINE_SCHEMA", "ENGINE_VERSION", "FEEDING", "FETCH_BATCH", "Engine", "FetchOp"]
 
@@ -594,9 +594,9 @@ class Engine:
 
     def _check_source_config(self, lane: int, ws_state: Any) -> None:
         """A lane's source state must carry this pipeline's source configuration
-        (:func:`zephon_ref.state.check_source_state`)."""
-        schema.check_source_state(self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas),
-                                  lane, ws_state)
+        (:func:`zephon_ref.work.base.check_source_state`)."""
+        check_source_state(self._fresh_source.clone_for_lane(lane, self.world.canonical_replicas), lane,
+                           ws_state)
 
     def _check_chunk(self, lane: int, cid: int, chunk: Any) -> None:
         """Every sample pointer of an inflight chunk names an existing row of a known component."""

@@ -16,11 +16,16 @@ Invariants:
 * ``source_exhausted`` is a sorted tuple of unique non-empty names, cumulative
   over a lane's chunks (the engine checks cumulativeness).
 * ``target_mixture``, when set, is normalised.
+
+A restore hands each lane clone a saved state: :func:`check_source_state` refuses one whose
+configuration differs from a fresh clone's (only the positions, :data:`SOURCE_RESTORABLE_KEYS`,
+may move), one rule for every implementation that restores zephon_ref states.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,8 +47,18 @@ from zephon_ref.work.read_config import (
     SourcedSampleId,
 )
 
-__all__ = ["WORK_CHUNK_VERSION", "ComponentOrder", "MixtureComponent", "MixtureReadConfig", "MixtureReadMode",
-           "QuotaStep", "SamplesPerComponent", "SharedWalk", "SourcedSampleId", "WorkChunk", "WorkSource"]
+__all__ = ["SOURCE_POSITION_KEYS", "SOURCE_RESTORABLE_KEYS", "WORK_CHUNK_VERSION", "ComponentOrder",
+           "MixtureComponent", "MixtureReadConfig", "MixtureReadMode", "QuotaStep", "SamplesPerComponent",
+           "SharedWalk", "SourcedSampleId", "WorkChunk", "WorkSource", "check_source_state"]
+
+#: Keys of a StaticMixtureWorkSource state that move as the lane advances; every other key
+#: is configuration (the fingerprint digests it; a restore requires it unchanged).
+SOURCE_POSITION_KEYS = frozenset({"lane_id", "canonical_replicas", "global_chunk_index", "cursor_states",
+                                  "accumulators", "token_deficits"})
+#: What a restore lets a lane's source state change beyond the positions: zephon restores
+#: ``legacy_fixed`` quotas from an old checkpoint into an accumulator source (its own
+#: compatibility path, which zephon_ref follows), so the allocation mode may come from the state.
+SOURCE_RESTORABLE_KEYS = SOURCE_POSITION_KEYS | {"allocation_mode"}
 
 #: One chunk's quota computation: accumulators before it -> (accumulators after, quotas), or
 #: None where the quota rule refuses (the source's ordinary path raises at that chunk).
@@ -318,3 +333,52 @@ class WorkSource:
                 expected("work source state", "a mapping with lane_id and canonical_replicas", state)
             )
         self._verify_base_state(state["lane_id"], state["canonical_replicas"])
+
+
+def check_source_state(fresh: Any, lane: int, ws_state: Any) -> None:
+    """A lane's saved source state must carry the configuration of ``fresh`` (a fresh lane clone of
+    the pipeline's source): only the position fields (:data:`SOURCE_RESTORABLE_KEYS`) may differ.
+
+    A source whose state carries no configuration (``state_configuration`` None: the WorkSource
+    default, as seed 000 leaves a state's content to the implementation) checks its own in
+    ``load_state_dict``, so nothing is checked here.  Every implementation that restores
+    zephon_ref states (the engine, the tensor implementation) calls this one rule.
+    """
+    whole = fresh.state_dict()
+    want = fresh.state_configuration(whole) if isinstance(whole, Mapping) else None
+    if want is None:
+        return
+    if not isinstance(ws_state, Mapping) or set(ws_state) != set(whole):
+        raise StateMismatchError(
+            expected(
+                f"lane {lane} work-source state",
+                f"the keys {sorted(whole)}",
+                sorted(ws_state) if isinstance(ws_state, Mapping) else ws_state,
+            )
+        )
+    bad = _non_finite(ws_state)
+    if bad is not None:
+        raise StateFormatError(
+            expected(f"lane {lane} work-source {bad}", "a finite number", "NaN or infinity")
+        )
+    for key in sorted(want):  # the configuration: a key it leaves out is the state's to bring
+        if key not in SOURCE_RESTORABLE_KEYS and ws_state[key] != want[key]:
+            raise StateMismatchError(expected(f"lane {lane} work-source {key!r}", f"{want[key]!r} (this "
+                                              "pipeline's source configuration)", ws_state[key]))
+
+
+def _non_finite(value: Any, path: str = "state") -> str | None:
+    """The path of the first NaN or infinite float in a plain-data value, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    if isinstance(value, Mapping):
+        items: Iterator[tuple[Any, Any]] = iter(value.items())
+    elif isinstance(value, (list, tuple)):
+        items = iter(enumerate(value))
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{path}.{k}")
+        if found is not None:
+            return found
+    return None

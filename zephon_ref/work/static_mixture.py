@@ -61,9 +61,8 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.state import SOURCE_POSITION_KEYS
 from zephon_ref.types import SampleId
-from zephon_ref.work.base import SharedWalk, WorkChunk, WorkSource
+from zephon_ref.work.base import SOURCE_POSITION_KEYS, SharedWalk, WorkChunk, WorkSource
 from zephon_ref.work.cursor import DatasetCursor
 from zephon_ref.work.dataset import Dataset
 from zephon_ref.work.mixture import MixtureSpec, normalize_weights
@@ -1106,9 +1105,9 @@ class StaticMixtureWorkSource(WorkSource):
         return {d.name: [list(p) for p in d.layout()] for d in self._datasets}
 
     def state_configuration(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Every key of the state but the positions (:data:`zephon_ref.state.SOURCE_POSITION_KEYS`):
+        """Every key of the state but the positions (:data:`zephon_ref.work.base.SOURCE_POSITION_KEYS`):
         seed, weights, policies, layout, ... (a restore may still take ``allocation_mode`` from the
-        state: :data:`zephon_ref.state.SOURCE_RESTORABLE_KEYS`).  Where this source measures token
+        state: :data:`zephon_ref.work.base.SOURCE_RESTORABLE_KEYS`).  Where this source measures token
         ratios, ``token_ratios`` is the checkpoint's to bring (a resume keeps the measured ratios)."""
         est = self._token_estimation
         measures = est is not None and len(est.pinned(list(self._cfg.order))) < len(self._cfg.order)

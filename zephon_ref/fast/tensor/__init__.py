@@ -13,7 +13,7 @@ interleaved in round robin (:mod:`.stream`), and turned into tensors
 time (:data:`REFUSED_KNOBS`); :mod:`.pipeline` is the entry point, with its own
 checkpoint format.  Work-source chunks are read through the source's public lane
 API (:mod:`.chunks`) and saved source states are checked by the reference's rule
-(:func:`zephon_ref.state.check_source_state`): the two seams where it enters the reference.
+(:func:`zephon_ref.work.base.check_source_state`): the two seams where it enters the reference.
 
 Importing this package imports numpy, not torch; torch is imported by
 :func:`collate` only.

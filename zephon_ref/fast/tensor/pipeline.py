@@ -248,6 +248,7 @@ class TensorPipeline:
         at that position)."""
         from zephon_ref import state as schema
         from zephon_ref.types import SampleCursor
+        from zephon_ref.work.base import check_source_state
 
         C = self.plan.canonical_replicas
         c = schema.validate(state, require_all_lanes=True)
@@ -260,7 +261,7 @@ class TensorPipeline:
 
         ws, emitted, cursors = table("lane_ws_state"), table("lane_emitted"), table("replay_cursors")
         for lane in range(C):  # the reference's own rule, at its one seam
-            schema.check_source_state(self.source.clone_for_lane(lane, C), lane, ws.get(lane))
+            check_source_state(self.source.clone_for_lane(lane, C), lane, ws.get(lane))
         counts = [int(emitted.get(lane, 0)) for lane in range(C)]
         rr = state.get("rr_next_idx") or {}
         key = f"0/1:{','.join(map(str, range(C)))}"
