@@ -392,9 +392,9 @@ class Builder:
             names = dict(self._source.component_ids())
         except NotImplementedError:  # a custom work source without a vocabulary: nothing to check against
             names = None
-        if op.mixture is not None and names is not None:
+        if op.config.mixture is not None and names is not None:
             ids = set(names.values())
-            unknown = [k for k in op.mixture if not (k in names if isinstance(k, str) else k in ids)]
+            unknown = [k for k in op.config.mixture if not (k in names if isinstance(k, str) else k in ids)]
             if unknown:
                 raise ConfigError(
                     expected(
@@ -403,7 +403,8 @@ class Builder:
                         f"unknown {unknown}",
                     )
                 )
-        if getattr(self._source, "allocation_mode", None) == "token_aware" and op.weight_by == "samples":
+        token_aware = getattr(self._source, "allocation_mode", None) == "token_aware"
+        if token_aware and op.config.weight_by == "samples":
             raise ConfigError(expected("ensure_mixture(weight_by=...) with a token-aware work source",
                                        "token units ('auto', a field or a callable)", "'samples'"))
         return self._add("ensure_mixture", op)

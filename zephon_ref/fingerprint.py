@@ -75,6 +75,8 @@ def _public_knobs(op: BaseOp) -> dict[str, Any]:
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         del items["config"]
         items.update({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+        # a field digested under a second name too (the operator's FINGERPRINT_ALIASES: alias -> field)
+        items.update({a: getattr(cfg, f) for a, f in getattr(type(op), "FINGERPRINT_ALIASES", {}).items()})
     return items
 
 
@@ -99,7 +101,7 @@ def pipeline_fingerprint(source: WorkSource, ops: Sequence[tuple[str, BaseOp]], 
         "engine": schema.SCHEMA,
         "canonical_replicas": canonical_replicas,
         "flush_every_k_chunks": flush_every_k_chunks,
-        "batch": None if batch is None else [batch.drop_last],
+        "batch": None if batch is None else [batch.config.drop_last],
         "ops": [_op_identity(n, op) for n, op in ops],
         "work_source": {"type": f"{type(source).__module__}.{type(source).__qualname__}",
                         "config": describe(src)},

@@ -167,7 +167,7 @@ class OpStage:
         ctx = dict(ctx)
         ctx.setdefault("get_source_exhaustion", self._get_exhaustion)
         self.acc: Accumulator[Any] = op.accumulator(deterministic=deterministic, ctx=ctx)
-        self.can_stall = isinstance(op, Batch) and op.drop_last
+        self.can_stall = isinstance(op, Batch) and op.config.drop_last
         #: per lane: held flush sentinels, oldest first (only ever non-empty when can_stall)
         self._stalled: dict[int, list[SampleRecord]] = {}
         #: (lane, component) pairs whose end of data this stage has passed on

@@ -34,7 +34,6 @@ from zephon_ref.ops.base import (
     CountingAccumulator,
     OpTraits,
     ReadyBatch,
-    check_bool,
     check_int,
 )
 from zephon_ref.ops.knobs import Bool, Int, check_fields, knob
@@ -99,19 +98,16 @@ class Batch(BaseOp):
 
     def __init__(self, microbatch_size: int, *, drop_last: bool = True, parallelism: int = 1) -> None:
         super().__init__()
-        check_int("microbatch_size", microbatch_size, minimum=1)
-        check_bool("drop_last", drop_last)
-        check_int("parallelism", parallelism, minimum=1)
+        #: the knobs, checked against their domains; the operator keeps no copy of them
         self.config = BatchConfig(microbatch_size=microbatch_size, drop_last=drop_last)
-        self.microbatch_size = microbatch_size
-        self.drop_last = drop_last
+        check_int("parallelism", parallelism, minimum=1)
         self.parallelism = parallelism
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=True, indexable=False, parallelism=self.parallelism)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        acc = BatchAccumulator(self.microbatch_size, drop_last=self.drop_last)
+        acc = BatchAccumulator(self.config.microbatch_size, drop_last=self.config.drop_last)
         acc.drops = ledger_of(ctx)
         return acc
 

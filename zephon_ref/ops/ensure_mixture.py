@@ -529,6 +529,9 @@ class MixtureConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        # the config's own copy: a caller changing its mapping afterwards changes nothing here
+        if self.mixture is not None:
+            object.__setattr__(self, "mixture", dict(self.mixture))
 
 
 class EnsureMixture(BaseOp):
@@ -569,29 +572,25 @@ class EnsureMixture(BaseOp):
             total = sum(float(w) for w in mixture.values())
             if not (total > 0 and math.isfinite(total)):
                 raise ConfigError(expected("mixture", "weights with a finite sum > 0", dict(mixture)))
+        #: the knobs as the call passed them; the operator keeps no copy of them
         self.config = MixtureConfig(max_buffer_size=max_buffer_size, drain_target_ratio=drain_target_ratio,
                                     obsolete_drain_rate=obsolete_drain_rate, weight_by=weight_by,
                                     warn_tolerance=warn_tolerance, mixture=mixture)
-        self.max_buffer_size = max_buffer_size
-        self.drain_target_ratio = float(drain_target_ratio)
-        self.obsolete_drain_rate = float(obsolete_drain_rate)
-        self.weight_by = weight_by
-        self.warn_tolerance = warn_tolerance
-        self.mixture = dict(mixture) if mixture is not None else None
 
     @property
     def strict(self) -> bool:
-        return self.max_buffer_size is None
+        return self.config.max_buffer_size is None
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=False, indexable=False, calibration_replayable=not self.strict)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        c = self.config
         by_id: dict[int, float] | None = None
-        if self.mixture is not None:
+        if c.mixture is not None:
             by_id = {}
             resolve = ctx.get("get_component_id")
-            for k, w in self.mixture.items():
+            for k, w in c.mixture.items():
                 if isinstance(k, int) and not isinstance(k, bool):
                     by_id[k] = float(w)
                 elif isinstance(k, str) and resolve is not None:
@@ -601,10 +600,10 @@ class EnsureMixture(BaseOp):
                         expected("mixture key", "a component id, or a name with get_component_id", k)
                     )
         acc = MixtureAccumulator(
-            max_buffer_size=self.max_buffer_size,
-            drain_target_ratio=self.drain_target_ratio,
-            obsolete_drain_rate=self.obsolete_drain_rate,
-            weight_by=self.weight_by,
+            max_buffer_size=c.max_buffer_size,
+            drain_target_ratio=float(c.drain_target_ratio),
+            obsolete_drain_rate=float(c.obsolete_drain_rate),
+            weight_by=c.weight_by,
             mixture=by_id,
             get_source_exhaustion=ctx.get("get_source_exhaustion"),
         )

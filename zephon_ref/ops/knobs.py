@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Each built-in operator keeps its knobs in **one frozen config dataclass** in its own module
-(``ShuffleConfig``, ``PackConfig``, ...).  Every field is declared with :func:`knob`, which
-attaches a *domain*: a small value object that
+(``ShuffleConfig``, ``PackConfig``, ...), as ``op.config``, and reads them there: it keeps no
+copy.  Every field is declared with :func:`knob`, which attaches a *domain*: a small value object
+that
 
 * checks a value (:meth:`Domain.check`), raising the typed error that names the knob, what
   was expected and what was received (ConfigTypeError for a value of the wrong kind,

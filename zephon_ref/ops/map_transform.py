@@ -16,7 +16,7 @@ dependence (the function sees one payload at a time).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -27,8 +27,6 @@ from zephon_ref.ops.base import (
     BaseOp,
     CountingAccumulator,
     OpTraits,
-    check_bool,
-    check_int,
     check_parallelism,
     check_placement,
 )
@@ -59,6 +57,10 @@ class MapConfig:
 class MapTransform(BaseOp):
     """``map_transform(fn, *, drop_none=True)``."""
 
+    #: alias -> config field: the fingerprint digests ``transform_fn`` under ``fn`` too, the name of
+    #: the copy the operator once kept, so fingerprints (and the checkpoints carrying them) stay the same
+    FINGERPRINT_ALIASES: ClassVar[Mapping[str, str]] = {"fn": "transform_fn"}
+
     def __init__(
         self,
         fn: Callable[[Any], Any],
@@ -71,14 +73,10 @@ class MapTransform(BaseOp):
         super().__init__()
         if not callable(fn):
             raise ConfigTypeError(expected("fn", "a callable payload -> payload | None", fn))
-        check_bool("drop_none", drop_none)
-        check_int("max_batch", max_batch, minimum=1)
+        #: the knobs, checked against their domains; the operator keeps no copy of them
+        self.config = MapConfig(transform_fn=fn, drop_none=drop_none, max_batch=max_batch)
         check_placement(placement)
         check_parallelism(parallelism)  # None: the default; 0 is refused, not read as "default"
-        self.config = MapConfig(transform_fn=fn, drop_none=drop_none, max_batch=max_batch)
-        self.fn = fn
-        self.drop_none = drop_none
-        self.max_batch = max_batch
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
 
     def traits(self) -> OpTraits:
@@ -87,17 +85,18 @@ class MapTransform(BaseOp):
         )
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.max_batch)
+        return CountingAccumulator(self.config.max_batch)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         out: list[SampleRecord] = []
+        fn, drop_none = self.config.transform_fn, self.config.drop_none
         for rec in elems:
             if rec.meta.tombstone:
                 out.append(rec)
                 continue
-            new = self.fn(rec.payload)
+            new = fn(rec.payload)
             if new is None:
-                if self.drop_none:
+                if drop_none:
                     out.extend(tombstones_for_record(rec))
                 else:
                     out.append(rec)

@@ -25,7 +25,6 @@ from zephon_ref.ops.base import (
     BaseOp,
     OpTraits,
     ReadyBatch,
-    check_bool,
     check_int,
     check_placement,
     lane_of,
@@ -130,6 +129,12 @@ class StatefulConfig:
 
 
 class StatefulTransform(BaseOp):
+    """``stateful_transform(name, *, init_state, push, flush=None, ...)``."""
+
+    #: alias -> config field: the fingerprint digests ``flush`` under ``flush_fn`` too, the name of
+    #: the copy the operator once kept, so fingerprints (and the checkpoints carrying them) stay the same
+    FINGERPRINT_ALIASES: ClassVar[Mapping[str, str]] = {"flush_fn": "flush"}
+
     def __init__(self, name: str, *, init_state: Callable[[], Any], push: Callable[..., Any],
                  flush: Callable[[Any], list[SampleRecord]] | None = None,
                  should_flush: Callable[[Any], bool] | None = None,
@@ -141,31 +146,23 @@ class StatefulTransform(BaseOp):
             raise ConfigTypeError(expected("name", "a non-empty str", name))
         check_placement(placement)
         check_int("parallelism", parallelism, minimum=1)
-        check_bool("indexable", indexable)
-        check_bool("preserves_cursor_order", preserves_cursor_order)
-        for arg, fn in (("init_state", init_state), ("push", push)):
-            if not callable(fn):
-                raise ConfigTypeError(expected(arg, "a callable", fn))
-        for arg, opt in (("flush", flush), ("should_flush", should_flush), ("transform", transform)):
-            if opt is not None and not callable(opt):
-                raise ConfigTypeError(expected(arg, "None or a callable", opt))
+        #: the knobs, checked against their domains; the operator keeps no copy of them
         self.config = StatefulConfig(name=name, init_state=init_state, push=push, flush=flush,
                                      should_flush=should_flush, transform=transform, indexable=indexable,
                                      preserves_cursor_order=preserves_cursor_order)
-        self.name = name
-        self.init_state, self.push, self.flush_fn = init_state, push, flush
-        self.should_flush, self.transform = should_flush, transform
-        self.parallelism, self.indexable = parallelism, indexable
-        self.preserves_cursor_order = preserves_cursor_order
+        self.parallelism = parallelism
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=self.preserves_cursor_order, indexable=self.indexable,
+        c = self.config
+        return OpTraits(preserves_cursor_order=c.preserves_cursor_order, indexable=c.indexable,
                         parallelism=self.parallelism)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return StatefulTransformAccumulator(self.init_state, self.push, self.flush_fn, self.should_flush)
+        c = self.config
+        return StatefulTransformAccumulator(c.init_state, c.push, c.flush, c.should_flush)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
-        if self.transform is None:
+        transform = self.config.transform
+        if transform is None:
             return list(elems)
-        return checked_records("stateful_transform transform() result", self.transform(list(elems)))
+        return checked_records("stateful_transform transform() result", transform(list(elems)))

@@ -139,7 +139,7 @@ class TokenizeConfig:
     """The data knobs of ``tokenize`` after the builder's normalisation (``padding=True`` is
     ``"longest"``, ``"do_not_pad"`` is False, ``tokenizer=None`` the built-in tokenizer); each
     field's domain is declared (:mod:`zephon_ref.ops.knobs`), the rules between fields are
-    :class:`Tokenize`'s.  The operator's attributes of the same names mirror it."""
+    :class:`Tokenize`'s.  The operator reads its knobs here and keeps no copy of them."""
 
     BUILDER: ClassVar[str] = "tokenize"
     #: call parameters the config does not store: the semantic builder's tokenizer_id (the facade
@@ -266,23 +266,13 @@ class Tokenize(BaseOp):
                     (bos_token_id, eos_token_id),
                 )
             )
+        #: the knobs after the normalisation above; the operator keeps no copy of them
         self.config = TokenizeConfig(
             tokenizer=tokenizer if tokenizer is not None else HashTokenizer(), field=field,
             missing_field=missing_field, add_attention_mask=add_attention_mask, max_length=max_length,
             padding=padding, truncation=truncation, split_long_samples=split_long_samples,
             preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
             bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch)
-        self.tokenizer: Callable[..., Any] = self.config.tokenizer
-        self.field = field
-        self.missing_field = missing_field
-        self.add_attention_mask = add_attention_mask
-        self.max_length = max_length
-        self.padding = padding
-        self.truncation = truncation
-        self.split_long_samples = split_long_samples
-        self.preserve_upstream_payload = preserve_upstream_payload
-        self.special_tokens = special_tokens
-        self.max_batch = max_batch
         self.parallelism = 1 if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
@@ -291,13 +281,14 @@ class Tokenize(BaseOp):
         self._eos = self._resolve_special("eos", eos_token_id) if self._n_eos else None
 
     def _resolve_special(self, which: str, override: int | None) -> int:
-        value = override if override is not None else getattr(self.tokenizer, f"{which}_token_id", None)
+        tok = self.config.tokenizer
+        value = override if override is not None else getattr(tok, f"{which}_token_id", None)
         if value is None:
             raise ConfigError(
                 expected(
                     f"{which}_token_id",
                     f"an id (the tokenizer has no {which}_token_id) "
-                    f"for special_tokens={self.special_tokens!r}",
+                    f"for special_tokens={self.config.special_tokens!r}",
                     None,
                 )
             )
@@ -305,7 +296,7 @@ class Tokenize(BaseOp):
 
     def _pad_id(self) -> int:
         for name in ("pad_token_id", "eos_token_id"):
-            v = getattr(self.tokenizer, name, None)
+            v = getattr(self.config.tokenizer, name, None)
             if v is not None:
                 return int(v)
         return 0
@@ -316,46 +307,49 @@ class Tokenize(BaseOp):
         )
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.max_batch)
+        return CountingAccumulator(self.config.max_batch)
 
     def calibration_counting(self) -> TextCounting:
         """How token-aware calibration counts this operator's delivered tokens (zephon 0.2.0's
         text counting spec: field, missing_field, specials, truncation, splitting; padding is
         ignored).  The built-in tokenizer counts one token per whitespace-separated word."""
+        c = self.config
         return TextCounting(
-            tokenizer=None if type(self.tokenizer) is HashTokenizer else self.tokenizer,
-            field=self.field, missing_field=self.missing_field, max_length=self.max_length,
-            truncation=self.truncation, split_long_samples=self.split_long_samples,
-            special_tokens=self.special_tokens,
+            tokenizer=None if type(c.tokenizer) is HashTokenizer else c.tokenizer,
+            field=c.field, missing_field=c.missing_field, max_length=c.max_length,
+            truncation=c.truncation, split_long_samples=c.split_long_samples,
+            special_tokens=c.special_tokens,
         )
 
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
+        c = self.config
         payload = rec.payload
         if type(payload) is not dict and not isinstance(payload, Mapping):
             return str(payload), {}
-        if self.field in payload:
-            text = payload[self.field]
-        elif self.missing_field == "empty":
+        if c.field in payload:
+            text = payload[c.field]
+        elif c.missing_field == "empty":
             text = ""
         else:
             raise ConfigError(
                 expected(
                     f"payload of sample {tuple(rec.meta.sample_id)!r}",
-                    f"a {self.field!r} field (have {sorted(map(repr, payload))})",
+                    f"a {c.field!r} field (have {sorted(map(repr, payload))})",
                     "no such field",
                 )
             )
-        base = dict(payload) if self.preserve_upstream_payload else {}
+        base = dict(payload) if c.preserve_upstream_payload else {}
         return (text if type(text) is str else str(text)), base
 
     def _hf_kwargs(self) -> dict[str, Any]:
+        c = self.config
         kw: dict[str, Any] = {"add_special_tokens": not self._owns_specials}
-        splitting = self.split_long_samples
-        kw["padding"] = self.padding if (not self._owns_specials and not splitting) else False
-        kw["truncation"] = False if splitting else self.truncation
-        max_len = None if splitting else self.max_length
-        if self._owns_specials and self.truncation and self.max_length is not None and not splitting:
-            max_len = self.max_length - self._n_bos - self._n_eos
+        splitting = c.split_long_samples
+        kw["padding"] = c.padding if (not self._owns_specials and not splitting) else False
+        kw["truncation"] = False if splitting else c.truncation
+        max_len = None if splitting else c.max_length
+        if self._owns_specials and c.truncation and c.max_length is not None and not splitting:
+            max_len = c.max_length - self._n_bos - self._n_eos
         if max_len is not None:
             kw["max_length"] = max_len
         return kw
@@ -365,9 +359,10 @@ class Tokenize(BaseOp):
             return []
         texts_bases = [self._text_and_base(r) for r in elems]
         texts = [t for t, _ in texts_bases]
-        if self._owns_specials and type(self.tokenizer) is HashTokenizer and self.padding != "longest":
+        c = self.config
+        if self._owns_specials and type(c.tokenizer) is HashTokenizer and c.padding != "longest":
             return self._process_builtin(elems, texts, [b for _, b in texts_bases])
-        enc = self.tokenizer(texts, **self._hf_kwargs())
+        enc = c.tokenizer(texts, **self._hf_kwargs())
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
         rows: list[tuple[list[int], list[int] | None]] = []
@@ -380,7 +375,7 @@ class Tokenize(BaseOp):
                 ids = pre + ids + post
                 if mask is not None:
                     mask = [1] * len(pre) + mask + [1] * len(post)
-                elif self.add_attention_mask:
+                elif c.add_attention_mask:
                     mask = [1] * len(ids)
             rows.append((ids, mask))
         self._pad_group(rows)
@@ -391,10 +386,11 @@ class Tokenize(BaseOp):
 
     def _pad_group(self, rows: list[tuple[list[int], list[int] | None]]) -> None:
         """Pad the rows of one call in place when the operator owns the padding (step 4)."""
-        if not (self._owns_specials and self.padding and not self.split_long_samples):
+        c = self.config
+        if not (self._owns_specials and c.padding and not c.split_long_samples):
             return
         longest = max((len(i) for i, _ in rows), default=0)
-        target = self.max_length if self.padding == "max_length" else longest
+        target = c.max_length if c.padding == "max_length" else longest
         assert target is not None
         pad_id = self._pad_id()
         for k, (ids, mask) in enumerate(rows):
@@ -411,18 +407,19 @@ class Tokenize(BaseOp):
         to the room left for them, bracketed with BOS/EOS, and every real token has mask 1;
         here each list is built once instead of once per step.
         """
-        tok = self.tokenizer
+        c = self.config
+        tok = c.tokenizer
         assert isinstance(tok, HashTokenizer)
         limit = (
-            self._hf_kwargs().get("max_length") if self.truncation and not self.split_long_samples else None
+            self._hf_kwargs().get("max_length") if c.truncation and not c.split_long_samples else None
         )
         pre = [] if self._bos is None else [self._bos]
         post = [] if self._eos is None else [self._eos]
-        pad_to = (self.max_length if self.padding == "max_length" and not self.split_long_samples
+        pad_to = (c.max_length if c.padding == "max_length" and not c.split_long_samples
                   else None)
         pad_id = self._pad_id() if pad_to is not None else 0
-        want_mask = self.add_attention_mask
-        simple = pad_to is None and not self.split_long_samples
+        want_mask = c.add_attention_mask
+        simple = pad_to is None and not c.split_long_samples
         out: list[SampleRecord] = []
         for rec, text, base in zip(elems, texts, bases, strict=True):
             words = tok.encode(text)
@@ -447,25 +444,26 @@ class Tokenize(BaseOp):
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)
         p["input_ids"] = ids
-        if self.add_attention_mask and mask is not None:
+        if self.config.add_attention_mask and mask is not None:
             p["attention_mask"] = mask
         return p
 
     def _emit(
         self, rec: SampleRecord, base: dict[str, Any], ids: list[int], mask: list[int] | None
     ) -> list[SampleRecord]:
-        if not self.split_long_samples:
+        c = self.config
+        if not c.split_long_samples:
             return [SampleRecord(rec.meta, self._payload(base, ids, mask))]
-        assert self.max_length is not None
-        n = self.max_length
-        if mask is None and self.add_attention_mask:
+        assert c.max_length is not None
+        n = c.max_length
+        if mask is None and c.add_attention_mask:
             mask = [1] * len(ids)
         windows: list[tuple[list[int], list[int] | None]] = []
         if not ids:
             windows.append(([], [] if mask is not None else None))
         for start in range(0, len(ids), n):
             windows.append((ids[start : start + n], None if mask is None else mask[start : start + n]))
-        if self.padding:  # a window is padded to max_length under either padding mode
+        if c.padding:  # a window is padded to max_length under either padding mode
             pad_id = self._pad_id()
             padded: list[tuple[list[int], list[int] | None]] = []
             for w_ids, w_mask in windows:
