@@ -22,7 +22,7 @@ from zephon.ops import OpContext as ZOpContext  # noqa: E402
 
 from properties.opkit import check_lineage, rec, run, split, stream  # noqa: E402
 from properties.zephon_records import per_lane, to_zephon_all  # noqa: E402
-from zephon_ref.lineage import spawn_child  # noqa: E402
+from zephon_ref.lineage import pack_meta, spawn_child  # noqa: E402
 from zephon_ref.ops import (  # noqa: E402
     Batch,
     EnsureMixture,
@@ -75,6 +75,28 @@ def test_streaming_shuffle(buffer_size: int, cuts: list[int]) -> None:
     recs = fanned([0, 1, 2], 5, 6)
     a, b = both(Shuffle(buffer_size, seed=11), ZShuffle(buffer_size, seed=11), split(recs, cuts))
     assert a == b
+
+
+#: a record's closing flags per lineage after each shuffle (divergence D-97): zephon's block rule
+#: closes every ref of the offset in its last record, its streaming rule only the last ref out
+TWO_REFS_FLAGS = {"block": [True, True], "block_warmup": [True, True], "streaming": [False, True]}
+
+
+@pytest.mark.parametrize("algorithm", sorted(TWO_REFS_FLAGS))
+@pytest.mark.parametrize("closer_first", [False, True])
+def test_a_record_with_two_refs_of_one_offset_closes_as_zephon_does(algorithm: str,
+                                                                    closer_first: bool) -> None:
+    """A pack of two children of one record, then a shuffle: the closer move of ops/closers.py."""
+    base = rec(0, 0, 0)
+    kids = [spawn_child(base.meta, i, is_last_child=(i == 1)) for i in range(2)]
+    kids = kids[::-1] if closer_first else kids
+    refs = [ref for k in kids for ref in k.contribution_refs()]
+    two = SampleRecord(pack_meta(kids[0].cursor, refs, lane_id=0, component_sample_counts={0: 1}), {"k": 0})
+    recs = [two, rec(0, 0, 1), rec(0, 0, 2)]
+    a, b = both(Shuffle(4, seed=1, algorithm=algorithm), ZShuffle(4, seed=1, algorithm=algorithm), [recs])
+    assert a == b
+    (out,) = [r for r in run(Shuffle(4, seed=1, algorithm=algorithm), [recs]) if r.meta.contributors]
+    assert [r.is_last_child for r in out.meta.contributors] == TWO_REFS_FLAGS[algorithm]
 
 
 @pytest.mark.parametrize("algorithm", ["block", "block_warmup"])

@@ -60,7 +60,8 @@ primary cursor = first segment's record cursor extended by that segment's start
 offset; ``_packing_metadata`` with ``padding_length`` (flat: pad tokens; envelope:
 None).  A 1:1 record's ref closes with its last-emitted segment.  An explicit
 contributor closes (first/best fit, best_fit_wrap, which reorder) iff its
-offset's closer was seen and no sibling stays buffered in the lane, counting every
+offset's closer was seen and no sibling stays buffered in the lane
+(:class:`~zephon_ref.ops.closers.CloserTally`), counting every
 fragment from the push that brings it (a pre-packing shuffle may put the closer
 first; zephon keeps the incoming flag: divergence D-1); wrap keeps the FIFO
 order and the flag (a reordered push first moves each closer after its siblings:
@@ -104,6 +105,7 @@ from zephon_ref.ops.base import (
     OpTraits,
     ReadyBatch,
 )
+from zephon_ref.ops.closers import CloserTally
 from zephon_ref.ops.grouping import DomainGroups
 from zephon_ref.ops.knobs import (
     Bool,
@@ -413,8 +415,8 @@ class _PackLane:
     auto_field: str | None = None
     # cursor key of a split record -> tokens already charged per component
     charged: dict[SampleCursorKey, dict[int, int]] = field(default_factory=dict)
-    # reordering algorithms: base offset -> [fragments buffered, closer seen]
-    tally: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    # reordering algorithms: the explicit contributors buffered (the closer move, ops/closers.py)
+    tally: CloserTally = field(default_factory=CloserTally)
 
     def pending(self) -> bool:
         return any(g.pending() for g in self.groups.values())
@@ -690,10 +692,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
     @staticmethod
     def _track(st: _PackLane, rec: SampleRecord) -> None:
         """A record is pushed: count its refs per offset until they leave, note a closer."""
-        for ref in rec.meta.tags.get(TAG_CONTRIBUTORS) or ():
-            tal = st.tally.setdefault(ref.cursor.base_offset, [0, 0])
-            tal[0] += 1
-            tal[1] = tal[1] or int(ref.is_last_child)
+        st.tally.add(rec.meta.tags.get(TAG_CONTRIBUTORS) or ())
 
     @staticmethod
     def _drop_tombstones(st: _PackLane, rec: SampleRecord) -> list[SampleRecord]:
@@ -702,17 +701,9 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         buffered carries the closer otherwise."""
         if not rec.meta.contributors:
             return tombstones_for_record(rec)
-        keep: list[SampleRecord] = []
-        for ref in rec.meta.contributors:
-            key = ref.cursor.base_offset
-            tal = st.tally[key]
-            tal[0] -= 1
-            if tal[0] == 0:
-                del st.tally[key]
-                if tal[1]:
-                    keep.append(SampleRecord(tombstone_meta(ContributorRef(ref.cursor, True),
-                                                            rec.meta.lane_id), None))
-        return keep
+        lane = rec.meta.lane_id
+        return [SampleRecord(tombstone_meta(ContributorRef(ref.cursor, True), lane), None)
+                for ref in rec.meta.contributors if st.tally.leave(ref)]
 
     def _full(self, b: _Bin) -> bool:
         return b.remaining < self.config.min_sequence_length or (
@@ -1009,15 +1000,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         """
         if not is_last:
             return [ContributorRef(ref.cursor, False) for ref in rec.meta.contributors]
-        out: list[ContributorRef] = []
-        for ref in rec.meta.contributors:
-            key = ref.cursor.base_offset
-            tal = st.tally[key]
-            tal[0] -= 1
-            out.append(ContributorRef(ref.cursor, bool(tal[1]) and tal[0] == 0))
-            if tal[0] == 0:
-                del st.tally[key]
-        return out
+        return [ContributorRef(ref.cursor, st.tally.leave(ref)) for ref in rec.meta.contributors]
 
     @staticmethod
     def _entry(seg: _Segment) -> Any:

@@ -16,14 +16,16 @@ flush salt, counters running on from the lane's counter and sizes shrinking to
 Closer rewriting keeps the lineage invariant under reordering: records with
 explicit contributors are counted per ``(lane, chunk, offset)``; when one is
 emitted a ref closes iff a closer of that offset was seen and no sibling stays
-buffered, so ``is_last_child`` moves to the last-emitted sibling.  Records
-without contributors are their own sole closer and need no tracking.
+buffered, so ``is_last_child`` moves to the last-emitted sibling
+(:class:`~zephon_ref.ops.closers.CloserTally`).  Records without contributors
+are their own sole closer and need no tracking.
 
 **block** / **block_warmup**.  A per-lane count accumulator forms blocks
 (``buffer_size``, or a size growing from ``W`` by ``warmup_growth``), and
 ``process_many`` shuffles each lane-pure block with
 ``random.Random(batch_seed(seed, block))`` (an explicitly seeded generator, no
-global state), then moves each offset's closing flag to its last occurrence.
+global state), then moves each offset's closing flag to its last occurrence
+(:func:`~zephon_ref.ops.closers.move_closers_to_last`).
 
 ``batch_seed`` folds cursor keys as zephon 0.2.0 does, including its use of
 CPython's ``hash()`` of the lineage and sample-id *int tuples*.  Int-tuple
@@ -52,8 +54,9 @@ from zephon_ref.ops.base import (
     check_int,
     lane_of,
 )
+from zephon_ref.ops.closers import CloserTally, move_closers_to_last
 from zephon_ref.ops.knobs import Choice, Float, Int, check_execution, check_fields, knob
-from zephon_ref.types import TAG_CONTRIBUTORS, ContributorRef, SampleMeta, SampleRecord
+from zephon_ref.types import TAG_CONTRIBUTORS, SampleMeta, SampleRecord
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
@@ -168,48 +171,12 @@ def check_growth(growth: Any) -> float:
     return float(growth)
 
 
-# ----------------------------------------------------------------------------
-# closer bookkeeping
-# ----------------------------------------------------------------------------
-
-
-def move_closers_to_last(records: Sequence[SampleRecord]) -> list[SampleRecord]:
-    """After a pure reorder, let only the last occurrence of each base offset close.
-
-    An offset closes at all only if some occurrence carried a closer.  Records
-    without contributors count as closers of their own offset.
-    """
-    last: dict[tuple[int, int], int] = {}
-    has_closer: set[tuple[int, int]] = set()
-    for i, rec in enumerate(records):
-        for ref in rec.meta.contribution_refs():
-            key = ref.cursor.base_offset
-            last[key] = i
-            if ref.is_last_child:
-                has_closer.add(key)
-    out: list[SampleRecord] = []
-    for i, rec in enumerate(records):
-        refs = rec.meta.contribution_refs()
-        new = tuple(
-            ContributorRef(r.cursor, r.cursor.base_offset in has_closer and last[r.cursor.base_offset] == i)
-            for r in refs
-        )
-        if new == refs:
-            out.append(rec)
-        else:
-            out.append(SampleRecord(rec.meta.with_contributors(new), rec.payload))
-    return out
-
-
 @dataclass(slots=True)
 class _StreamingLane:
     reservoir: list[SampleRecord] = field(default_factory=list)
     counter: int = 0
-    # per (chunk id, offset) with a contributor in the reservoir: how many buffered records
-    # carry it, and (closers) whether one of them carried its last child; plain ints and
-    # int pairs, so a reservoir of 64 lanes adds no object per offset for the collector to walk
-    buffered: dict[tuple[int, int], int] = field(default_factory=dict)
-    closers: set[tuple[int, int]] = field(default_factory=set)
+    # the explicit contributors of the records in the reservoir (the closer move, ops/closers.py)
+    tally: CloserTally = field(default_factory=CloserTally)
 
 
 class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
@@ -264,50 +231,21 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
                 idx = stable_index(self.seed, lane, FLUSH_SALT, st.counter, size)
                 st.counter += 1
                 out.append(self._release(st, _swap_pop(st.reservoir, idx)))
-            assert not st.buffered and not st.closers, "every tracked offset drains with the reservoir"
+            assert not st.tally, "every tracked offset drains with the reservoir"
             ready.append((out, 0))
         return ready
 
     @staticmethod
     def _register(st: _StreamingLane, rec: SampleRecord) -> None:
         refs = rec.meta.tags.get(TAG_CONTRIBUTORS)
-        if not refs:
-            return
-        buffered, closers = st.buffered, st.closers
-        for ref in refs:
-            c = ref.cursor
-            key = (c.chunk_id, c.chunk_offset)
-            buffered[key] = buffered.get(key, 0) + 1
-            if ref.is_last_child:
-                closers.add(key)
+        if refs:
+            st.tally.add(refs)
 
     @staticmethod
     def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:
         refs = rec.meta.contributors
-        if not refs:
-            return rec
-        buffered, closers = st.buffered, st.closers
-        changed = False
-        new: list[ContributorRef] = []
-        for ref in refs:
-            c = ref.cursor
-            key = (c.chunk_id, c.chunk_offset)
-            left = buffered[key] - 1
-            closes = False
-            if left:
-                buffered[key] = left
-            else:
-                del buffered[key]
-                closes = key in closers
-                closers.discard(key)
-            if closes != ref.is_last_child:
-                changed = True
-                new.append(ContributorRef(c, closes))
-            else:
-                new.append(ref)
-        if not changed:
-            return rec
-        return SampleRecord(rec.meta.with_contributors(tuple(new)), rec.payload)
+        new = st.tally.release(refs) if refs else None
+        return rec if new is None else SampleRecord(rec.meta.with_contributors(new), rec.payload)
 
 
 def _swap_pop(buf: list[SampleRecord], idx: int) -> SampleRecord:
