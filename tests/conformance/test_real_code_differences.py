@@ -457,6 +457,8 @@ def _loader_resume(impl: str, workers: int, cut: int) -> tuple[list[Any], list[A
     """(uninterrupted items, items before the cut + items after a StatefulDataLoader resume)."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    from properties.torch_row import loader_state
+
     cfg = _batched(2)
 
     def loader() -> Any:
@@ -469,7 +471,7 @@ def _loader_resume(impl: str, workers: int, cut: int) -> tuple[list[Any], list[A
         dl = loader()
         it = iter(dl)
         head = [item_view(next(it)) for _ in range(cut)]
-        state = dl.state_dict()
+        state = loader_state(dl, impl)  # zephon's worker-0 patch lifted for zephon_ref (D-50)
         del it
         again = loader()
         again.load_state_dict(state)
@@ -489,9 +491,9 @@ def test_a_stateful_dataloader_resumes_as_on_zephon(cut: int) -> None:
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_a_stateful_dataloader_with_workers_resumes_every_worker_exactly(workers: int) -> None:
-    """zephon_ref only (its workers hand torchdata no state, so the loader replays the consumed
-    items): zephon 0.2.0's worker states run an aggregation round inside each worker, which on this
-    pipeline (4 lanes, 2 workers) times out after aggregate_timeout_s (docs/divergences.md)."""
+    """zephon_ref only (each worker hands torchdata its own local state): zephon 0.2.0's worker
+    states run an aggregation round inside each worker, which on this pipeline (4 lanes, 2 workers)
+    times out after aggregate_timeout_s (docs/divergences.md D-50)."""
     pytest.importorskip("torchdata.stateful_dataloader")
     for cut in (1, 7):
         full, resumed = _loader_resume("zephon_ref", workers, cut)

@@ -19,6 +19,7 @@ belong to the engine), and mutation of the Pipeline's state.
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, St
 from zephon_ref.torch.collate import collate_batch
 from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 
-__all__ = ["LOADER_STATE_FORMAT", "check_pipeline", "dataset_class", "device_collate",
+__all__ = ["LOADER_STATE_FORMAT", "ZEPHON_WORKER0_PATCH", "check_pipeline", "dataset_class", "device_collate",
            "loader_stateful_class", "publish_class", "to_torch_dataset"]
 
 _DATASET_CLASS: type[Any] | None = None
@@ -166,7 +167,8 @@ def loader_stateful_class() -> type[Any]:
             if (state.get("worker_id"), state.get("num_workers")) != place:
                 raise StateMismatchError(expected("torch dataset state's (worker_id, num_workers)",
                                                   f"{place} (this DataLoader worker's)",
-                                                  (state.get("worker_id"), state.get("num_workers"))))
+                                                  (state.get("worker_id"), state.get("num_workers")))
+                                         + _worker0_patch_hint())
             self._fresh_work().restore(state["engine"])  # dry run: a refusal changes nothing
             self._resume = copy.deepcopy(dict(state))
             self._work = None
@@ -180,6 +182,22 @@ def loader_stateful_class() -> type[Any]:
 
     _LOADER_STATEFUL_CLASS = publish_class(LoaderStatefulPipelineDataset, "LoaderStatefulPipelineDataset")
     return _LOADER_STATEFUL_CLASS
+
+
+#: the attribute zephon 0.2.0 sets on torchdata's ``StatefulDataLoader`` when ``import zephon``
+#: patches its ``state_dict()`` to copy worker 0's snapshot to every worker (docs/divergences.md D-50)
+ZEPHON_WORKER0_PATCH = "_mylib_worker0_unifier"
+
+
+def _worker0_patch_hint() -> str:
+    """Why a worker may be handed another worker's state: zephon 0.2.0's patch, when installed."""
+    module = sys.modules.get("torchdata.stateful_dataloader")
+    loader = getattr(module, "StatefulDataLoader", None)
+    if not getattr(loader, ZEPHON_WORKER0_PATCH, False):
+        return ""
+    return ("; importing zephon 0.2.0 patched torchdata's StatefulDataLoader.state_dict() in this process to "
+            "copy worker 0's snapshot to every worker, and this dataset's worker states are per worker: "
+            "resume it in a process that does not import zephon (docs/divergences.md D-50)")
 
 
 def publish_class(cls: type[Any], name: str) -> type[Any]:
