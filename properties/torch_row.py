@@ -81,7 +81,7 @@ def _stateful_loader() -> Any:
 
 
 @contextmanager
-def zephon_worker0_patch_lifted() -> Iterator[None]:
+def zephon_worker0_patch_lifted() -> Iterator[None]:  # divergence D-50
     """Within: torchdata's ``StatefulDataLoader.state_dict`` as torchdata defines it, where ``import
     zephon`` replaced it by one that copies worker 0's snapshot to every worker (see the module
     docstring); a no-op where zephon's patch is not installed.  Its original is the one the patch

@@ -189,7 +189,7 @@ def loader_stateful_class() -> type[Any]:
 ZEPHON_WORKER0_PATCH = "_mylib_worker0_unifier"
 
 
-def _worker0_patch_hint() -> str:
+def _worker0_patch_hint() -> str:  # divergence D-50
     """Why a worker may be handed another worker's state: zephon 0.2.0's patch, when installed."""
     module = sys.modules.get("torchdata.stateful_dataloader")
     loader = getattr(module, "StatefulDataLoader", None)
