@@ -500,6 +500,41 @@ def test_a_stateful_dataloader_with_workers_resumes_every_worker_exactly(workers
         assert resumed == full, cut
 
 
+def _resume_after_the_end(impl: str, workers: int) -> tuple[list[Any], list[Any]]:
+    """(a whole pass, the pass a loader delivers after loading the state taken once a pass ended)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from properties.torch_row import loader_state
+
+    def loader() -> Any:
+        return StatefulDataLoader(build_pipeline(impl, _batched(2, lanes=2)).to_torch_dataset(),
+                                  batch_size=None, num_workers=workers)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = loader()
+        full = [item_view(x) for x in first]
+        ended = copy.deepcopy(loader_state(first, impl))  # the pass ended: torchdata marks it finished
+        again = loader()
+        again.load_state_dict(ended)
+        return full, [item_view(x) for x in again]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_a_state_taken_after_a_pass_ended_resumes_at_the_next_pass(workers: int) -> None:
+    """torchdata starts the next pass from a state whose pass had ended; with num_workers=0 it makes
+    an iterator of the restored pass and at once the next one, over the same pipeline, which zephon_ref
+    refused as a second concurrent iteration (ContractError) before the dataset closed its superseded
+    pass.  zephon 0.2.0 delivers the next pass with 1 worker, an empty pass with 0 (divergence D-97)."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    full, again = _resume_after_the_end("zephon_ref", workers)
+    assert full and again == full
+    if workers == 1:
+        assert _resume_after_the_end("zephon", 1) == (full, full)
+    if workers == 0:
+        assert _resume_after_the_end("zephon", 0) == (full, [])
+
+
 def test_stateful_false_gives_the_plain_dataset() -> None:
     pytest.importorskip("torch")
     ds = build_pipeline("zephon_ref", _batched(2)).to_torch_dataset(stateful=False)

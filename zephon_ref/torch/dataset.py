@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,7 @@ def loader_stateful_class() -> type[Any]:
             super().__init__(pipeline, collate)
             self._resume: dict[str, Any] | None = None  # a load_state_dict() the next iteration starts from
             self._work: Builder | None = None  # the pipeline this copy iterates (after iter())
+            self._items: weakref.ref[Any] | None = None  # the iterator of that pass (not kept alive)
 
         @staticmethod
         def _place() -> tuple[int, int]:
@@ -136,12 +138,20 @@ def loader_stateful_class() -> type[Any]:
             return self._fresh_work() if worker_slot().in_loader else self.pipeline
 
         def __iter__(self) -> Iterator[Any]:
+            # a new pass supersedes this dataset's previous one where both iterate the same pipeline
+            # (num_workers=0): torchdata restoring a state taken after a pass ended builds an iterator
+            # (the restored pass) and, seeing it finished, at once another (the next pass)
+            # divergence D-97
+            previous = self._items() if self._items is not None else None
+            if previous is not None and previous.open:
+                previous.close()
             work = self._own_work()
             if self._resume is not None:
                 work.restore(self._resume["engine"])  # checked at load_state_dict(); raises, changing nothing
                 self._resume = None
             self._work = work
             items: Iterator[Any] = iter(work)
+            self._items = weakref.ref(items)
             if self.collate is None:
                 return items
             collate = self.collate
