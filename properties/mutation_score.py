@@ -90,11 +90,11 @@ CI_TESTS = ("tests/unit", "tests/conformance", "tests/elastic", "tests/regressio
             "tests/sim/test_runs.py", "tests/sim/test_world_lineage.py")
 
 CHECKERS: dict[str, list[str]] = {
-    # --skip torch: that row fails on the unmutated tree (the real to_torch_dataset() resume bug, a strict
-    # xfail in tests/properties/test_blind_spot_rows.py), so with it every mutant counted as killed (a
-    # 30-mutant sample scored 30 of 30 on 2026-12-04); the baseline run in main() now refuses that
+    # every row: the torch row, skipped here while the to_torch_dataset() resume bug stood (it failed on
+    # the unmutated tree, so every mutant counted as killed: 30 of 30 on 2026-12-04), runs again since
+    # that bug's fix (issue 34); a row red on the unmutated tree is refused by main()'s baseline run
     "conformance": ["python", "-m", "properties.conformance", "--impl", "inline", "--examples", "{examples}",
-                    "--quiet", "--skip", "torch"],
+                    "--quiet"],
     "sim": ["python", "-m", "properties.mutation_score", "sim-seeds", "{seeds}"],
     # -n 0, not -p no:xdist: pyproject's addopts carry xdist's --dist, which pytest refuses without the plugin
     "ci": ["python", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0", "-p", "no:randomly",

@@ -27,6 +27,13 @@ worker count (0, 1 or 2) and a kind, and then:
    same rest (the case of a non-zero worker-role offset), and so does the state at a drawn position
    of the resumed pass.
 
+zephon 0.2.0, once imported, patches torchdata's ``StatefulDataLoader.state_dict()`` for the whole
+process to copy worker 0's snapshot to every worker (its workers' states are the same merged
+state); zephon_ref's worker states are per worker, so a process that imports zephon hands worker 1
+worker 0's state (refused: StateMismatchError).  The row drives a zephon_ref dataset's loader with
+that patch lifted (:func:`zephon_worker0_patch_lifted`), as in a process of a zephon_ref user, and a
+zephon dataset's with it (docs/divergences.md D-50).
+
 Worker processes are forked per pass (about 0.15 s each with workers), so an example runs at most
 four passes; the row's examples are capped at :data:`EXAMPLES_CAP` (the CLI's ``--examples`` above
 it runs the cap).
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from hypothesis import assume
@@ -46,7 +54,8 @@ from hypothesis import strategies as st
 from properties.cross_lane import lane_records
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
 
-__all__ = ["EXAMPLES_CAP", "MAX_ITEMS", "torch_problems", "torch_unavailable"]
+__all__ = ["EXAMPLES_CAP", "MAX_ITEMS", "loader_state", "torch_problems", "torch_unavailable",
+           "zephon_worker0_patch_lifted"]
 
 #: the oracle's stream of a drawn configuration is at most this long (small data: fast enough for CI)
 MAX_ITEMS = 24
@@ -71,14 +80,46 @@ def _stateful_loader() -> Any:
     return StatefulDataLoader
 
 
+@contextmanager
+def zephon_worker0_patch_lifted() -> Iterator[None]:  # divergence D-50
+    """Within: torchdata's ``StatefulDataLoader.state_dict`` as torchdata defines it, where ``import
+    zephon`` replaced it by one that copies worker 0's snapshot to every worker (see the module
+    docstring); a no-op where zephon's patch is not installed.  Its original is the one the patch
+    wraps (read from the patch's closure; an unknown patch shape is an error, not a silent no-op)."""
+    from zephon_ref.torch.dataset import ZEPHON_WORKER0_PATCH
+
+    loader = _stateful_loader()
+    patched = None if loader is None else loader.__dict__.get("state_dict")
+    if patched is None or not getattr(loader, ZEPHON_WORKER0_PATCH, False):
+        yield
+        return
+    cells = dict(zip(patched.__code__.co_freevars, patched.__closure__ or (), strict=True))
+    if "_orig_state_dict" not in cells:
+        raise RuntimeError("zephon's StatefulDataLoader patch changed shape: no _orig_state_dict to lift it")
+    loader.state_dict = cells["_orig_state_dict"].cell_contents
+    try:
+        yield
+    finally:
+        loader.state_dict = patched
+
+
+def loader_state(loader: Any, impl: str) -> Any:
+    """``loader.state_dict()`` of a StatefulDataLoader over an ``impl`` dataset: zephon's with its
+    patch (part of zephon's behaviour), any other with the patch lifted."""
+    if impl == "zephon":
+        return loader.state_dict()
+    with zephon_worker0_patch_lifted():
+        return loader.state_dict()
+
+
 class _Pass:
     """One pass over a dataset of ``kind`` with ``n`` workers, optionally resumed from ``state``:
     ``state()`` at any point (before the first item too), ``next()`` items in the normal form."""
 
-    def __init__(self, dataset: Any, kind: str, n: int, state: Any = None) -> None:
+    def __init__(self, dataset: Any, kind: str, n: int, state: Any = None, impl: str = "zephon_ref") -> None:
         from torch.utils.data import DataLoader
 
-        self.kind = kind
+        self.kind, self.impl = kind, impl
         if kind == "tracked":
             if state is not None:
                 dataset.load_state_dict(state)
@@ -94,7 +135,8 @@ class _Pass:
     def state(self) -> Any:
         import copy
 
-        return copy.deepcopy(self._ds.state_dict() if self.kind == "tracked" else self._loader.state_dict())
+        return copy.deepcopy(self._ds.state_dict() if self.kind == "tracked"
+                             else loader_state(self._loader, self.impl))
 
     def next(self) -> Any | None:
         x = next(self._it, None)
@@ -136,9 +178,10 @@ def torch_problems(adapter: Any, cfg: PipelineConfig, data: st.DataObject,
     kind = data.draw(st.sampled_from(kinds), label="dataset")
     n = data.draw(st.sampled_from([0, 1, 2]), label="DataLoader workers")
     where = f"{kind} dataset, {n} DataLoader workers"
+    impl = str(getattr(adapter, "impl", "zephon_ref"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        first = _Pass(adapter.torch_dataset(cfg, kind), kind, n)
+        first = _Pass(adapter.torch_dataset(cfg, kind), kind, n, impl=impl)
         states = [first.state()]
         items: list[Any] = []
         while (x := first.next()) is not None:
@@ -168,7 +211,7 @@ def torch_problems(adapter: Any, cfg: PipelineConfig, data: st.DataObject,
             i = data.draw(st.sampled_from(offset), label="resume at")
         else:
             i = data.draw(st.integers(0, len(items)), label="resume at")
-        resumed = _Pass(adapter.torch_dataset(cfg, kind), kind, n, states[i])
+        resumed = _Pass(adapter.torch_dataset(cfg, kind), kind, n, states[i], impl)
         at_start = resumed.state()  # 4. the resumed pass's state before its first item
         inner = [at_start]
         rest: list[Any] = []
@@ -184,12 +227,12 @@ def torch_problems(adapter: Any, cfg: PipelineConfig, data: st.DataObject,
             return [f"{where}: the state taken at the start of a pass resumed after {i} items (before its "
                     f"first item) names worker role {at_start.get('next_role')} next; the state it resumed "
                     f"from named {states[i].get('next_role')}"]
-        again = _Pass(adapter.torch_dataset(cfg, kind), kind, n, at_start).rest()
+        again = _Pass(adapter.torch_dataset(cfg, kind), kind, n, at_start, impl).rest()
         if again != items[i:]:
             return [f"{where}: resumed from the state taken at the start of a pass resumed after {i} items "
                     f"(before its first item): {_first_difference(again, items[i:])}"]
         j = data.draw(st.integers(0, len(rest)), label="resume the resumed pass at")
-        third = _Pass(adapter.torch_dataset(cfg, kind), kind, n, inner[j]).rest()
+        third = _Pass(adapter.torch_dataset(cfg, kind), kind, n, inner[j], impl).rest()
         if third != items[i + j:]:
             return [f"{where}: resumed from the state after {j} items of a pass resumed after {i}: "
                     f"{_first_difference(third, items[i + j:])}"]

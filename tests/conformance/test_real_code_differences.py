@@ -457,6 +457,8 @@ def _loader_resume(impl: str, workers: int, cut: int) -> tuple[list[Any], list[A
     """(uninterrupted items, items before the cut + items after a StatefulDataLoader resume)."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
+    from properties.torch_row import loader_state
+
     cfg = _batched(2)
 
     def loader() -> Any:
@@ -469,7 +471,7 @@ def _loader_resume(impl: str, workers: int, cut: int) -> tuple[list[Any], list[A
         dl = loader()
         it = iter(dl)
         head = [item_view(next(it)) for _ in range(cut)]
-        state = dl.state_dict()
+        state = loader_state(dl, impl)  # zephon's worker-0 patch lifted for zephon_ref (D-50)
         del it
         again = loader()
         again.load_state_dict(state)
@@ -489,13 +491,48 @@ def test_a_stateful_dataloader_resumes_as_on_zephon(cut: int) -> None:
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_a_stateful_dataloader_with_workers_resumes_every_worker_exactly(workers: int) -> None:
-    """zephon_ref only (its workers hand torchdata no state, so the loader replays the consumed
-    items): zephon 0.2.0's worker states run an aggregation round inside each worker, which on this
-    pipeline (4 lanes, 2 workers) times out after aggregate_timeout_s (docs/divergences.md)."""
+    """zephon_ref only (each worker hands torchdata its own local state): zephon 0.2.0's worker
+    states run an aggregation round inside each worker, which on this pipeline (4 lanes, 2 workers)
+    times out after aggregate_timeout_s (docs/divergences.md D-50)."""
     pytest.importorskip("torchdata.stateful_dataloader")
     for cut in (1, 7):
         full, resumed = _loader_resume("zephon_ref", workers, cut)
         assert resumed == full, cut
+
+
+def _resume_after_the_end(impl: str, workers: int) -> tuple[list[Any], list[Any]]:
+    """(a whole pass, the pass a loader delivers after loading the state taken once a pass ended)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from properties.torch_row import loader_state
+
+    def loader() -> Any:
+        return StatefulDataLoader(build_pipeline(impl, _batched(2, lanes=2)).to_torch_dataset(),
+                                  batch_size=None, num_workers=workers)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = loader()
+        full = [item_view(x) for x in first]
+        ended = copy.deepcopy(loader_state(first, impl))  # the pass ended: torchdata marks it finished
+        again = loader()
+        again.load_state_dict(ended)
+        return full, [item_view(x) for x in again]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_a_state_taken_after_a_pass_ended_resumes_at_the_next_pass(workers: int) -> None:
+    """torchdata starts the next pass from a state whose pass had ended; with num_workers=0 it makes
+    an iterator of the restored pass and at once the next one, over the same pipeline, which zephon_ref
+    refused as a second concurrent iteration (ContractError) before the dataset closed its superseded
+    pass.  zephon 0.2.0 delivers the next pass with 1 worker, an empty pass with 0 (divergence D-97)."""
+    pytest.importorskip("torchdata.stateful_dataloader")
+    full, again = _resume_after_the_end("zephon_ref", workers)
+    assert full and again == full
+    if workers == 1:
+        assert _resume_after_the_end("zephon", 1) == (full, full)
+    if workers == 0:
+        assert _resume_after_the_end("zephon", 0) == (full, [])
 
 
 def test_stateful_false_gives_the_plain_dataset() -> None:

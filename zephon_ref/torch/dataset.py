@@ -19,6 +19,8 @@ belong to the engine), and mutation of the Pipeline's state.
 from __future__ import annotations
 
 import copy
+import sys
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +30,7 @@ from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, St
 from zephon_ref.torch.collate import collate_batch
 from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 
-__all__ = ["LOADER_STATE_FORMAT", "check_pipeline", "dataset_class", "device_collate",
+__all__ = ["LOADER_STATE_FORMAT", "ZEPHON_WORKER0_PATCH", "check_pipeline", "dataset_class", "device_collate",
            "loader_stateful_class", "publish_class", "to_torch_dataset"]
 
 _DATASET_CLASS: type[Any] | None = None
@@ -81,16 +83,29 @@ def loader_stateful_class() -> type[Any]:
     """Build (once) the dataset ``to_torch_dataset()`` returns by default: the plain dataset with
     ``state_dict()`` / ``load_state_dict()`` in the protocol of torchdata's ``StatefulDataLoader``.
 
-    That loader calls ``state_dict()`` where the dataset runs (the main process with
-    ``num_workers=0``, else inside each worker, right after the worker produced an item), keeps
-    per worker the state that came with the last item it handed out, and on resume calls
-    ``load_state_dict()`` with that state in the same worker before iterating.  So the state is
-    the *local* state of the pipeline this copy iterates (:meth:`~zephon_ref.builder.Builder.local_state`),
+    How torchdata 0.11 uses them.  With ``num_workers=0`` the loader calls ``state_dict()`` in
+    the main process when its own ``state_dict()`` is asked.  With workers, each worker calls it
+    (a) once at start-up, after ``iter()`` of the dataset (after ``load_state_dict()`` when the
+    loader resumes): the worker's *initial* state, which the loader holds until that worker's
+    first item arrives; and (b) right after producing an item the loader asked to snapshot
+    (every item with ``snapshot_every_n_steps=1``); the state travels with the item, and the
+    loader keeps, per worker id, the state of the last item of that worker it handed out.  A
+    snapshot also names the last worker that delivered (``_last_yielded_worker_id``); on resume
+    worker ``w`` gets ``load_state_dict()`` with the state kept for ``w`` before it iterates, and
+    the loader asks the worker after the named one first.  Persistent workers re-run (a) at
+    each new pass.
+
+    So ``state_dict()`` is the *local* state of the pipeline this copy iterates
+    (:meth:`~zephon_ref.builder.Builder.local_state`: its own lanes only, no aggregation round),
     tagged with its place, and a resume continues the stream exactly (zephon 0.2.0's
-    ``to_torch_dataset(stateful=True)`` default).  Inside DataLoader workers ``state_dict()`` is
-    None for now, so the loader replays the consumed items instead (exact, slower; see
-    :meth:`state_dict`); the track()-based dataset (:func:`zephon_ref.torch.to_stateful_dataset`)
-    merges the workers' states.  A state of another place is refused with a typed error.
+    ``to_torch_dataset(stateful=True)`` default): at every position of a pass, including the
+    state taken at the start of a resumed pass before its first item (the workers' initial
+    states (a) are then the restored ones).  A state of another place is refused with a typed
+    error.  (An in-worker state of None, as this dataset had before, makes torchdata replay the
+    consumed items instead; its replay counts them twice in the snapshot it records, so the
+    state at the start of a pass resumed after ``k`` items names ``2k``: a resume from it skips
+    ``k`` items, or is refused with 2 workers where the parity of the last worker differs:
+    issue 34, ``tests/properties/test_blind_spot_rows.py``.)
     """
     global _LOADER_STATEFUL_CLASS
     if _LOADER_STATEFUL_CLASS is not None:
@@ -103,6 +118,7 @@ def loader_stateful_class() -> type[Any]:
             super().__init__(pipeline, collate)
             self._resume: dict[str, Any] | None = None  # a load_state_dict() the next iteration starts from
             self._work: Builder | None = None  # the pipeline this copy iterates (after iter())
+            self._items: weakref.ref[Any] | None = None  # the iterator of that pass (not kept alive)
 
         @staticmethod
         def _place() -> tuple[int, int]:
@@ -122,27 +138,29 @@ def loader_stateful_class() -> type[Any]:
             return self._fresh_work() if worker_slot().in_loader else self.pipeline
 
         def __iter__(self) -> Iterator[Any]:
+            # a new pass supersedes this dataset's previous one where both iterate the same pipeline
+            # (num_workers=0): torchdata restoring a state taken after a pass ended builds an iterator
+            # (the restored pass) and, seeing it finished, at once another (the next pass)
+            # divergence D-97
+            previous = self._items() if self._items is not None else None
+            if previous is not None and previous.open:
+                previous.close()
             work = self._own_work()
             if self._resume is not None:
                 work.restore(self._resume["engine"])  # checked at load_state_dict(); raises, changing nothing
                 self._resume = None
             self._work = work
             items: Iterator[Any] = iter(work)
+            self._items = weakref.ref(items)
             if self.collate is None:
                 return items
             collate = self.collate
             return (collate(x) for x in items)
 
-        def state_dict(self) -> dict[str, Any] | None:
-            """This copy's local state after the last item it produced (see the class docstring);
-            None inside a DataLoader worker (see below)."""
+        def state_dict(self) -> dict[str, Any]:
+            """This copy's local state after the last item it produced (see the class docstring), in
+            the main process and inside DataLoader workers alike."""
             wid, n = self._place()
-            if worker_slot().in_loader:
-                # torchdata 0.11's StatefulDataLoader was seen handing worker 1 the snapshot worker 0
-                # produced (issue 34; cause not established), and a worker cannot rebuild its lanes
-                # from another worker's state.  None makes the loader fall back to replaying the
-                # consumed items (exact, as before, not fast); num_workers=0 resumes from the state.
-                return None
             if self._resume is not None:
                 return copy.deepcopy(self._resume)
             work = self._work if self._work is not None else self._own_work()
@@ -159,7 +177,8 @@ def loader_stateful_class() -> type[Any]:
             if (state.get("worker_id"), state.get("num_workers")) != place:
                 raise StateMismatchError(expected("torch dataset state's (worker_id, num_workers)",
                                                   f"{place} (this DataLoader worker's)",
-                                                  (state.get("worker_id"), state.get("num_workers"))))
+                                                  (state.get("worker_id"), state.get("num_workers")))
+                                         + _worker0_patch_hint())
             self._fresh_work().restore(state["engine"])  # dry run: a refusal changes nothing
             self._resume = copy.deepcopy(dict(state))
             self._work = None
@@ -173,6 +192,22 @@ def loader_stateful_class() -> type[Any]:
 
     _LOADER_STATEFUL_CLASS = publish_class(LoaderStatefulPipelineDataset, "LoaderStatefulPipelineDataset")
     return _LOADER_STATEFUL_CLASS
+
+
+#: the attribute zephon 0.2.0 sets on torchdata's ``StatefulDataLoader`` when ``import zephon``
+#: patches its ``state_dict()`` to copy worker 0's snapshot to every worker (docs/divergences.md D-50)
+ZEPHON_WORKER0_PATCH = "_mylib_worker0_unifier"
+
+
+def _worker0_patch_hint() -> str:  # divergence D-50
+    """Why a worker may be handed another worker's state: zephon 0.2.0's patch, when installed."""
+    module = sys.modules.get("torchdata.stateful_dataloader")
+    loader = getattr(module, "StatefulDataLoader", None)
+    if not getattr(loader, ZEPHON_WORKER0_PATCH, False):
+        return ""
+    return ("; importing zephon 0.2.0 patched torchdata's StatefulDataLoader.state_dict() in this process to "
+            "copy worker 0's snapshot to every worker, and this dataset's worker states are per worker: "
+            "resume it in a process that does not import zephon (docs/divergences.md D-50)")
 
 
 def publish_class(cls: type[Any], name: str) -> type[Any]:
