@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
 from zephon_ref.engine.core import FEEDING, Engine
+from zephon_ref.engine.indexable import IndexedView, not_indexable_reason
 from zephon_ref.engine.plan import k_ignored, resolve_k
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
@@ -518,9 +519,13 @@ class Builder:
     def is_indexable(self) -> bool:
         """Whether the plan supports random access, as zephon defines it: every operator indexable
         (no materialize()) and the work source ``supports_indexing()``.  Changes nothing."""
-        ops = all(op.traits().indexable for _, op in self._ops) and not self._materialize
-        supports = getattr(self._source, "supports_indexing", None)
-        return bool(ops and callable(supports) and supports())
+        return not_indexable_reason(self._source, self._ops, materialized=bool(self._materialize)) is None
+
+    def indexed_view(self) -> IndexedView:
+        """The semantics of zephon's ``to_indexable_torch_dataset()`` without torch: ``len()`` and
+        ``record_at(i)`` (:class:`zephon_ref.engine.indexable.IndexedView`); refused (ContractError, a
+        RuntimeError) when the plan is not indexable.  A zephon_ref extension; changes nothing."""
+        return IndexedView(self._source, self._ops, materialized=bool(self._materialize))
 
     def enable_observability(self, tracking: Any = "nodes", *, sink: Any = None) -> Self:
         """Set ``execution_tracking`` (zephon's ExecutionTrackingMode or its value; ValueError for
