@@ -90,7 +90,7 @@ class IndexedView:
             raise ConfigTypeError(expected(f"{type(self.source).__name__}.sample_id_at({i})",
                                            "a SampleId (dataset_id, shard_id, index): three ints", sid))
         # zephon's metadata for this path: lane 0, chunk 0, offset 0, component 0
-        (record,) = self._fetch.process_many([(sid, 0, 0, 0, 0)])
+        record: SampleRecord = self._fetch.process_many([(sid, 0, 0, 0, 0)])[0]
         for name, op in self.ops:
             out = op.process_many([record])
             if not (isinstance(out, list) and len(out) == 1 and isinstance(out[0], SampleRecord)):

@@ -160,11 +160,11 @@ def resolve_add_op(name_or_op: Any, *, name: str | None, placement: str,
     if not isinstance(name_or_op, str):
         raise ConfigTypeError(expected("add_op's first argument", "a BaseOp instance or an operator name "
                                        "(str)", name_or_op))
-    traits = {k: keywords[k] for k in ("indexable", "calibration_replayable", "batch_shape_sensitive",
-                                       "requires_serial_state") if keywords.get(k) is not None}
+    declared = {k: keywords[k] for k in ("indexable", "calibration_replayable", "batch_shape_sensitive",
+                                         "requires_serial_state") if keywords.get(k) is not None}
     op = FunctionalOp(name_or_op, process_many=keywords["process_many"],
                       preserves_cursor_order=keywords["preserves_cursor_order"],
                       accumulator=keywords.get("accumulator"), process_one=keywords.get("process_one"),
                       validation_samples=keywords.get("validation_samples"),
-                      parallelism=keywords.get("parallelism"), placement=placement, **traits)
+                      parallelism=keywords.get("parallelism"), placement=placement, **declared)
     return name_or_op, op
