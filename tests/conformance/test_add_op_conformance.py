@@ -227,6 +227,23 @@ def test_serial_state_with_parallel_workers_is_refused_when_a_run_starts_as_in_z
         views(impl, spec, deterministic=False)  # zephon allows it outside deterministic mode
 
 
+def test_an_instance_with_serial_state_and_parallel_workers_is_refused_as_in_zephon() -> None:
+    from zephon.ops import BaseOp as ZBaseOp
+    from zephon.ops import OpTraits as ZOpTraits
+
+    from zephon_ref.ops.base import BaseOp, OpTraits
+
+    for impl, base, traits in (("zephon", ZBaseOp, ZOpTraits), ("zephon_ref", BaseOp, OpTraits)):
+        op = type("Serial", (base,), {
+            "traits": lambda self, t=traits: t(preserves_cursor_order=True, requires_serial_state=True,
+                                               parallelism=4),
+            "process_many": lambda self, e: e})()
+        p = _plain(impl).add_op(op).options(runner="inline", canonical_replicas=1)
+        with warnings.catch_warnings(), pytest.raises(RuntimeError, match="serial"):
+            warnings.simplefilter("ignore")
+            list(p)
+
+
 def test_the_draws_cover_every_kind_and_accumulator_form() -> None:
     specs = [draw(s) for s in range(CONFIGS)]
     assert {s["kind"] for s in specs} == set(KINDS)

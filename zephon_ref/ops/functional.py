@@ -15,7 +15,8 @@ builds the operator itself.  :class:`FunctionalOp` is that built operator:
 * the traits are the keywords (``preserves_cursor_order`` required; ``indexable``,
   ``calibration_replayable``, ``batch_shape_sensitive``, ``requires_serial_state`` default
   False, ``parallelism`` default 1); as in zephon, ``requires_serial_state=True`` with
-  ``parallelism > 1`` is refused when a deterministic run starts (ContractError, a RuntimeError);
+  ``parallelism > 1`` is refused when a deterministic run starts (the engine checks it for
+  every operator: ContractError, a RuntimeError);
 * ``process_one`` (zephon's single-element fast path) and ``validation_samples`` (records for
   ``Pipeline.validate()``) are optional hooks; neither changes the stream.
 
@@ -36,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits, PassthroughAccumulator
 from zephon_ref.ops.knobs import Bool, Func, Text, check_execution, check_fields, knob
 from zephon_ref.ops.stateful import checked_records
@@ -108,11 +109,6 @@ class FunctionalOp(BaseOp):
                         requires_serial_state=c.requires_serial_state)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        if deterministic and self.config.requires_serial_state and self.parallelism > 1:
-            # as zephon's planner: serial state cannot be sharded over parallel workers
-            raise ContractError(expected(f"add_op {self.config.name!r} parallelism",
-                                         "1 in deterministic mode (requires_serial_state=True)",
-                                         self.parallelism))
         factory = self.config.accumulator
         if factory is None:
             return PassthroughAccumulator()
