@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
 from zephon_ref.engine.core import FEEDING, Engine
+from zephon_ref.engine.indexable import IndexedView, not_indexable_reason
 from zephon_ref.engine.plan import k_ignored, resolve_k
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
@@ -72,11 +73,12 @@ from zephon_ref.errors import (
 )
 from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
-from zephon_ref.ops.base import BaseOp, OpTraits, check_parallelism, check_placement
+from zephon_ref.ops.base import BaseOp, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.decode_text import DecodeText
 from zephon_ref.ops.ensure_mixture import EnsureMixture
 from zephon_ref.ops.expand_chat import ExpandChat
+from zephon_ref.ops.functional import resolve_add_op
 from zephon_ref.ops.grouping import DomainGroups
 from zephon_ref.ops.map_batch import MapBatch
 from zephon_ref.ops.map_transform import MapTransform
@@ -180,15 +182,24 @@ class Builder:
         self._engine = None
         return self
 
-    def add_op(self, op: BaseOp, /, *, name: str | None = None, placement: str = "auto") -> Self:
-        if not isinstance(op, BaseOp):
-            raise ConfigTypeError(expected("add_op op", "a BaseOp instance", type(op).__name__))
-        if name is not None and (not isinstance(name, str) or not name):
-            raise ConfigTypeError(expected("add_op name", "None or a non-empty str", name))
-        traits = op.traits()
-        if not isinstance(traits, OpTraits):
-            raise ConfigTypeError(expected(f"{type(op).__name__}.traits()", "an OpTraits", traits))
-        return self._add(name or type(op).__name__.lower(), op)
+    def add_op(self, name_or_op: BaseOp | str, /, *, name: str | None = None,
+               process_many: Callable[[list[Any]], Any] | None = None,
+               preserves_cursor_order: bool | None = None, calibration_replayable: bool | None = None,
+               accumulator: Callable[..., Any] | None = None, process_one: Callable[[Any], Any] | None = None,
+               validation_samples: Callable[[], Any] | None = None, parallelism: int | None = None,
+               placement: str = "auto", indexable: bool | None = None,
+               batch_shape_sensitive: bool | None = None, requires_serial_state: bool | None = None) -> Self:
+        """zephon's two forms: ``add_op(op, name=, placement=)`` with a BaseOp instance, or
+        ``add_op("name", process_many=..., preserves_cursor_order=..., ...)``, which builds the operator
+        (:mod:`zephon_ref.ops.functional`)."""
+        keywords = {"process_many": process_many, "preserves_cursor_order": preserves_cursor_order,
+                    "calibration_replayable": calibration_replayable, "accumulator": accumulator,
+                    "process_one": process_one, "validation_samples": validation_samples,
+                    "parallelism": parallelism, "indexable": indexable,
+                    "batch_shape_sensitive": batch_shape_sensitive,
+                    "requires_serial_state": requires_serial_state}
+        op_name, op = resolve_add_op(name_or_op, name=name, placement=placement, keywords=keywords)
+        return self._add(op_name, op)
 
     def map_transform(self, transform_fn: Callable[[Any], Any], *, drop_none: bool = True,
                       placement: str = "auto", parallelism: int | None = None) -> Self:
@@ -509,9 +520,13 @@ class Builder:
     def is_indexable(self) -> bool:
         """Whether the plan supports random access, as zephon defines it: every operator indexable
         (no materialize()) and the work source ``supports_indexing()``.  Changes nothing."""
-        ops = all(op.traits().indexable for _, op in self._ops) and not self._materialize
-        supports = getattr(self._source, "supports_indexing", None)
-        return bool(ops and callable(supports) and supports())
+        return not_indexable_reason(self._source, self._ops, materialized=bool(self._materialize)) is None
+
+    def indexed_view(self) -> IndexedView:
+        """The semantics of zephon's ``to_indexable_torch_dataset()`` without torch: ``len()`` and
+        ``record_at(i)`` (:class:`zephon_ref.engine.indexable.IndexedView`); refused (ContractError, a
+        RuntimeError) when the plan is not indexable.  A zephon_ref extension; changes nothing."""
+        return IndexedView(self._source, self._ops, materialized=bool(self._materialize))
 
     def enable_observability(self, tracking: Any = "nodes", *, sink: Any = None) -> Self:
         """Set ``execution_tracking`` (zephon's ExecutionTrackingMode or its value; ValueError for

@@ -163,6 +163,13 @@ class Pipeline(Builder):
 
         return to_torch_dataset(self, stateful, collate=collate, device=device)
 
+    def to_indexable_torch_dataset(self) -> Any:
+        """zephon's map-style torch Dataset over an indexable pipeline (``is_indexable``):
+        ``len()`` and ``ds[i]``, a SampleRecord (:mod:`zephon_ref.torch.indexable`)."""
+        from zephon_ref.torch.indexable import to_indexable_torch_dataset
+
+        return to_indexable_torch_dataset(self)
+
     def for_worker(self, worker_id: int, num_workers: int) -> Pipeline:
         clone = super().for_worker(worker_id, num_workers)
         clone._restored_generation = dict(self._restored_generation)

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-zephon's validation harness smoke-tests the operators a user adds with ``add_op`` (built-in
+zephon's validation harness smoke-tests the operators a user adds with ``add_op``, either form (built-in
 operators are skipped) and returns a :class:`ValidationReport`; ``strict=True`` raises
 :class:`ValidationError` (a RuntimeError) when the report has an error.  zephon_ref keeps the
 report's shape (``issues``, ``ok``, ``errors``, ``warnings``, ``format()``) and runs its own
@@ -28,6 +28,7 @@ from typing import Any
 from zephon_ref.builder import Builder
 from zephon_ref.engine.plan import k_ignored
 from zephon_ref.errors import ContractError
+from zephon_ref.ops.functional import FunctionalOp
 
 __all__ = ["Issue", "ValidationError", "ValidationReport", "preflight_tokenizers", "validate_pipeline"]
 
@@ -79,7 +80,8 @@ class ValidationError(ContractError):
 
 
 def _user_op(op: Any) -> bool:
-    return not type(op).__module__.startswith("zephon_ref.")
+    # a keyword-form add_op operator is the user's callables in zephon_ref's wrapper
+    return isinstance(op, FunctionalOp) or not type(op).__module__.startswith("zephon_ref.")
 
 
 def validate_pipeline(pipeline: Builder) -> ValidationReport:

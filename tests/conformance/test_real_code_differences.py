@@ -525,7 +525,7 @@ def test_a_state_taken_after_a_pass_ended_resumes_at_the_next_pass(workers: int)
     """torchdata starts the next pass from a state whose pass had ended; with num_workers=0 it makes
     an iterator of the restored pass and at once the next one, over the same pipeline, which zephon_ref
     refused as a second concurrent iteration (ContractError) before the dataset closed its superseded
-    pass.  zephon 0.2.0 delivers the next pass with 1 worker, an empty pass with 0 (divergence D-97)."""
+    pass.  zephon 0.2.0 delivers the next pass with 1 worker, an empty pass with 0 (divergence D-100)."""
     pytest.importorskip("torchdata.stateful_dataloader")
     full, again = _resume_after_the_end("zephon_ref", workers)
     assert full and again == full

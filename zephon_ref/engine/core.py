@@ -208,8 +208,14 @@ class Engine:
             "replay_targets": self._targets,
             "drops": self.drops,
         }
-        return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx)
-                for name, op in build_chain(self._ops, self._datasets)]
+        chain = build_chain(self._ops, self._datasets)
+        for name, op in chain:
+            traits = op.traits()
+            if self._deterministic and traits.requires_serial_state and traits.parallelism > 1:
+                # as zephon's planner: an accumulator's serial state cannot be sharded over workers
+                raise ContractError(expected(f"operator {name!r} parallelism", "1 in deterministic mode "
+                                             "(requires_serial_state=True)", traits.parallelism))
+        return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx) for name, op in chain]
 
     def _lane_items(self, lane: int) -> Iterator[Any]:
         """The lane's item stream, opened on first use and shared by both admission modes."""

@@ -94,4 +94,8 @@ def __getattr__(name: str) -> Any:
         return stateful_dataset_class()
     if name == "LoaderStatefulPipelineDataset":
         return loader_stateful_class()
+    if name == "IndexablePipelineDataset":
+        from zephon_ref.torch.indexable import indexable_dataset_class
+
+        return indexable_dataset_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -141,7 +141,7 @@ def loader_stateful_class() -> type[Any]:
             # a new pass supersedes this dataset's previous one where both iterate the same pipeline
             # (num_workers=0): torchdata restoring a state taken after a pass ended builds an iterator
             # (the restored pass) and, seeing it finished, at once another (the next pass)
-            # divergence D-97
+            # divergence D-100
             previous = self._items() if self._items is not None else None
             if previous is not None and previous.open:
                 previous.close()
