@@ -21,7 +21,9 @@ its domain's classes (:meth:`Domain.classes`), all classes equally likely.  Ints
 (:data:`SPAN`); a str, a callable or an opaque value comes from :data:`VALUES` (the values that
 mean something to the suite: a field the records hold, a length function, ...), and a class
 without a value there is never drawn, which the coverage table shows.  A drawn call the builder
-refuses (a rule between knobs) is redrawn a few times, then falls back to :data:`REQUIRED`.
+refuses (a rule between knobs) is redrawn a few times, then falls back to :data:`REQUIRED`.  A method
+the builder takes only after another (``map_batch`` after ``batch``) is checked after the call
+:data:`PRECEDED_BY` names.
 
 :class:`Coverage` counts, per (method, knob, value class), the calls that drew it; the
 conformance command prints it (``--coverage``) and writes it in ``--json``.
@@ -41,9 +43,11 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from properties import hf_tokenizer as _hf
 from zephon_ref.ops import knobs as K
 
-__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "RARELY_DRAWN", "REQUIRED", "VALUES",
+__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "PRECEDED_BY", "RARELY_DRAWN",
+           "REQUIRED", "VALUES",
            "Coverage", "Knob", "Method", "api", "config_classes", "drawn_methods",
            "op_calls", "undeclared"]
 
@@ -70,16 +74,14 @@ NOT_DATA: Mapping[str, str] = {
     "preserves_cursor_order": "introspection",
 }
 
-#: data methods the suite does not draw yet, each with its reason: their configs declare their knobs,
-#: but op_units' data shapes cannot feed them yet.  Left out of the end-to-end chains and the
+#: data methods the suite does not draw, each with its reason: their configs declare their knobs,
+#: but op_units' data shapes cannot feed them here.  Left out of the end-to-end chains and the
 #: operators row; tests/properties/test_generator_coverage.py requires each to stay undrawn (a
-#: stale entry fails) and every other method drawn.  Issue 32: this table must become empty.
-NOT_YET_DRAWN_METHODS: Mapping[str, str] = {
-    "decode_text": "needs bytes payload fields (the suite's corpora hold str and token lists)",
-    "expand_chat": "needs chat-shaped payloads (a messages list per record)",
-    "tokenize_chat": "needs an HF tokenizer with a chat template in VALUES (properties/hf_tokenizer.py "
-                     "builds one) and chat payloads",
-    "map_batch": "runs after batch() only: the chain builder places every method before batch",
+#: stale entry fails) and every other method drawn.  Issue 32: this table must stay empty where the
+#: extras are installed (CI installs them).
+NOT_YET_DRAWN_METHODS: Mapping[str, str] = {} if _hf.AVAILABLE else {
+    "tokenize_chat": "needs a fast Hugging Face tokenizer: the hf extra (transformers, tokenizers) is not "
+                     "installed here (pip install -e '.[hf]')",
 }
 #: (method, knob, value class) rows no VALUES entry reaches yet, each with its reason
 NOT_YET_DRAWN_ROWS: Mapping[tuple[str, str, str], str] = {
@@ -169,6 +171,24 @@ def _pass_records(recs: list[Any]) -> list[Any]:
     return list(recs)
 
 
+def _batch_identity(batch: Any) -> Any:
+    return batch
+
+
+def _drop_odd_batch(batch: Any) -> Any:
+    """Drop a micro-batch of an odd number of records (None: tombstones under drop_none, else kept)."""
+    return None if len(batch.records) % 2 == 1 else batch
+
+
+def _tag_batch(batch: Any) -> Any:
+    """A new SampleBatch: every mapping payload gains the batch's size (metadata kept)."""
+    from zephon_ref.types import SampleBatch, SampleRecord
+
+    n = len(batch.records)
+    return SampleBatch(tuple(SampleRecord(r.meta, {**r.payload, "batch_n": n})
+                             if isinstance(r.payload, Mapping) else r for r in batch.records))
+
+
 def _crc_like_tokenizer() -> Any:
     from zephon_ref.ops.tokenize import HashTokenizer
 
@@ -193,6 +213,21 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     ("stateful_transform", "flush"): {"callable": (_hold_flush,)},
     ("stateful_transform", "should_flush"): {"callable": (_hold_full,)},
     ("stateful_transform", "transform"): {"callable": (_pass_records,)},
+    ("map_batch", "transform_fn"): {"callable": (_batch_identity, _drop_odd_batch, _tag_batch)},
+    # decode_text over op_units' bytes payloads (properties.op_units.bytes_payloads reads these knobs)
+    ("decode_text", "fields"): {"a tuple of field names": (("text",), ("text", "raw"), ("title",))},
+    ("decode_text", "encoding"): {"text": ("utf-8", "latin-1", "ascii")},
+    ("decode_text", "errors"): {"text": ("strict", "replace", "ignore")},
+    # the chat operators over op_units' chat payloads (properties.op_units.chat_payloads)
+    ("expand_chat", "field"): {"text": ("messages", "chat.messages")},
+    ("tokenize_chat", "tokenizer"): {"a fast Hugging Face tokenizer": tuple(f"tiny_hf:{k}"
+                                                                             for k in _hf.KINDS)},
+    ("tokenize_chat", "field"): {"text": ("messages", "chat.messages")},
+    ("tokenize_chat", "chat_template"): {"text": (_hf.TEMPLATE, _hf.TAGGED_TEMPLATE)},
+    ("tokenize_chat", "chat_template_kwargs"): {"a mapping of template arguments": ("date_kwargs",)},
+    ("tokenize_chat", "tools_field"): {"text": ("tools", "meta.tools")},
+    ("tokenize_chat", "enable_thinking_field"): {"text": ("enable_thinking", "meta.thinking")},
+    ("tokenize_chat", "mask_field_out"): {"text": ("loss_mask", "labels_mask")},
 }
 
 #: the keywords a method cannot go without, used when every drawn call was refused
@@ -204,6 +239,8 @@ REQUIRED: Mapping[str, Mapping[str, Any]] = {
     "map_transform": {"transform_fn": _identity},
     "stateful_transform": {"name": "hold", "init_state": _hold_init, "push": _pass_push},
     "shuffle": {}, "ensure_mixture": {},
+    "map_batch": {"transform_fn": _batch_identity},
+    "tokenize_chat": {"tokenizer": "tiny_hf:plain"},  # a symbolic value of VALUES (see _resolve)
 }
 
 
@@ -420,6 +457,10 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
     """A symbolic value of :data:`VALUES` made concrete for this draw."""
     if value == "hash997" and name == "tokenizer":
         return _crc_like_tokenizer()
+    if isinstance(value, str) and value.startswith("tiny_hf:") and name == "tokenizer":
+        return _hf.tiny_tokenizer(value.split(":", 1)[1])
+    if value == "date_kwargs" and name == "chat_template_kwargs":
+        return {"date_string": "2026-01-01"}  # a fresh mapping per call (the template ignores it)
     if value == "components" and name == "mixture":
         names = list(ctx.get("components", ("web",)))
         return {n: float(i + 1) for i, n in enumerate(names)}
@@ -449,7 +490,7 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
     flat = [(k, c) for k, cs in rows.items() for c in cs]
     if focus is None or focus not in flat:
         focus = draw(st.sampled_from(flat)) if flat else None
-    required = REQUIRED.get(method.name, {})
+    required = {k: _resolve(method.name, k, v, ctx) for k, v in REQUIRED.get(method.name, {}).items()}
 
     def value(name: str, cls: str) -> Any:
         strat = class_values(next(k for k in method.knobs if k.name == name), cls)
@@ -519,13 +560,24 @@ def _accepted(method: str, drawn: Mapping[str, Any], pins: Mapping[str, Any], re
     return None
 
 
+#: the call a method needs in front of it on the builder (it refuses to start a chain): checked after it
+PRECEDED_BY: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "map_batch": ("batch", {"microbatch_size": 2}),
+}
+
+
 def refused_by_builder(make: Callable[[], Any]) -> Validate:
-    """A validator: the call is accepted when the builder ``make()`` returns takes it."""
+    """A validator: the call is accepted when the builder ``make()`` returns takes it (after the call
+    :data:`PRECEDED_BY` names for it)."""
     from zephon_ref.errors import ZephonRefError
 
     def ok(method: str, kwargs: dict[str, Any]) -> bool:
         try:
-            getattr(make(), method)(**kwargs)
+            builder = make()
+            if method in PRECEDED_BY:
+                before, before_kw = PRECEDED_BY[method]
+                builder = getattr(builder, before)(**before_kw)
+            getattr(builder, method)(**kwargs)
         except (ZephonRefError, TypeError, ValueError):
             return False
         return True

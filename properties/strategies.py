@@ -182,6 +182,16 @@ END_TO_END_SKIPS: dict[str, str] = {
     "tokenize": "the suite's crc tokenizer map stands in (the lineage row knows each sample's tokens "
                 "through it); split children's token offsets are not in its model yet",
     "stateful_transform": "a user state machine: its callables are the operator row's (properties.op_units)",
+    "decode_text": "the suite's corpora hold str text and token lists, no bytes fields, and the lineage row "
+                   "knows each sample's tokens from its text (lowercase would change them); the operator row "
+                   "draws it over bytes payloads (properties.op_units.bytes_payloads)",
+    "expand_chat": "the suite's corpora hold no conversations; the operator row draws it over chat payloads "
+                   "(properties.op_units.chat_payloads)",
+    "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens "
+                     "through the crc tokenizer map only; the operator row draws it with the tiny offline HF "
+                     "tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
+    "map_batch": "runs after batch() only, and the chain builder places every method before batch; the "
+                 "operator row draws it over the micro-batches of a drawn batch call",
     "pack_flat": "a second packer: the chain builder does not yet keep one packer per chain (pack_flat after "
                  "pack_sequences sees envelopes), and the lineage row's model has no flat rows; the operator "
                  "row draws it",
