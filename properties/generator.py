@@ -46,8 +46,7 @@ from hypothesis import strategies as st
 from properties import hf_tokenizer as _hf
 from zephon_ref.ops import knobs as K
 
-__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "PRECEDED_BY", "RARELY_DRAWN",
-           "REQUIRED", "VALUES",
+__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "PRECEDED_BY", "REQUIRED", "VALUES",
            "Coverage", "Knob", "Method", "api", "config_classes", "drawn_methods",
            "op_calls", "undeclared"]
 
@@ -83,21 +82,8 @@ NOT_YET_DRAWN_METHODS: Mapping[str, str] = {} if _hf.AVAILABLE else {
     "tokenize_chat": "needs a fast Hugging Face tokenizer: the hf extra (transformers, tokenizers) is not "
                      "installed here (pip install -e '.[hf]')",
 }
-#: (method, knob, value class) rows no VALUES entry reaches yet, each with its reason
-NOT_YET_DRAWN_ROWS: Mapping[tuple[str, str, str], str] = {
-    **{(m, "groups", "DomainGroups"): "needs the source's component names in VALUES"
-       for m in ("pack_sequences", "pack_flat")},
-    **{(m, "homogeneity", "'group'"): "needs groups= (the row above)"
-       for m in ("pack_sequences", "pack_flat")},
-    ("pack_flat", "tokens_field", "text"): "no VALUES entry names the token field for pack_flat",
-}
-#: (method, knob) pairs whose value classes are drawn in some derandomized sequences and not in
-#: others (not checked either way), each with its reason
-RARELY_DRAWN: Mapping[tuple[str, str], str] = {
-    (m, k): "meaningful only under algorithm='best_fit_wrap' with num_bins=None: the focus draw "
-            "reaches it only when the repair keeps that mode (needs a mode-aware focus)"
-    for m in ("pack_sequences", "pack_flat") for k in ("candidate_pool_size", "max_candidate_age")
-}
+#: (method, knob, value class) rows no VALUES entry reaches yet, each with its reason (none today)
+NOT_YET_DRAWN_ROWS: Mapping[tuple[str, str, str], str] = {}
 
 
 def drawn_methods() -> list[str]:
@@ -176,8 +162,9 @@ def _batch_identity(batch: Any) -> Any:
 
 
 def _drop_odd_batch(batch: Any) -> Any:
-    """Drop a micro-batch of an odd number of records (None: tombstones under drop_none, else kept)."""
-    return None if len(batch.records) % 2 == 1 else batch
+    """Drop a micro-batch whose first record sits at an odd chunk offset (None: tombstones under
+    drop_none, else the batch is kept)."""
+    return None if batch.records[0].meta.chunk_offset % 2 == 1 else batch
 
 
 def _tag_batch(batch: Any) -> Any:
@@ -202,6 +189,11 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     ("tokenize", "field"): {"text": ("text",)},
     ("tokenize", "tokenizer"): {"callable": ("hash997",)},  # built by _value (a fresh tokenizer object)
     ("pack_sequences", "tokens_field"): {"text": ("auto", "input_ids")},
+    ("pack_flat", "tokens_field"): {"text": ("auto", "input_ids")},
+    # a plain mapping (zephon takes one too; the builder makes the DomainGroups) over the drawn source's
+    # component names (ctx["components"]): all in one group, the first alone (the rest ungrouped), two groups
+    **{(m, "groups"): {"DomainGroups": ("groups:all", "groups:first", "groups:two")}
+       for m in ("pack_sequences", "pack_flat")},
     ("pack_sequences", "length_fn"): {"callable": (_n_tokens,)},
     ("pack_sequences", "pack_payloads"): {"callable": (_pack_tuple,)},
     ("ensure_mixture", "weight_by"): {"text": ("input_ids",), "callable": (_weight,)},
@@ -213,7 +205,7 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     ("stateful_transform", "flush"): {"callable": (_hold_flush,)},
     ("stateful_transform", "should_flush"): {"callable": (_hold_full,)},
     ("stateful_transform", "transform"): {"callable": (_pass_records,)},
-    ("map_batch", "transform_fn"): {"callable": (_batch_identity, _drop_odd_batch, _tag_batch)},
+    ("map_batch", "transform_fn"): {"callable": (_drop_odd_batch, _batch_identity, _tag_batch)},
     # decode_text over op_units' bytes payloads (properties.op_units.bytes_payloads reads these knobs)
     ("decode_text", "fields"): {"a tuple of field names": (("text",), ("text", "raw"), ("title",))},
     ("decode_text", "encoding"): {"text": ("utf-8", "latin-1", "ascii")},
@@ -461,6 +453,13 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
         return _hf.tiny_tokenizer(value.split(":", 1)[1])
     if value == "date_kwargs" and name == "chat_template_kwargs":
         return {"date_string": "2026-01-01"}  # a fresh mapping per call (the template ignores it)
+    if isinstance(value, str) and value.startswith("groups:") and name == "groups":
+        names = list(ctx.get("components", ("web",)))
+        if value == "groups:all":
+            return {"g0": names}
+        if value == "groups:first" or len(names) == 1:
+            return {"g0": names[:1]}
+        return {"g0": names[:1], "g1": names[1:]}
     if value == "components" and name == "mixture":
         names = list(ctx.get("components", ("web",)))
         return {n: float(i + 1) for i, n in enumerate(names)}
@@ -471,7 +470,7 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
 def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None,
             ctx: Mapping[str, Any] | None = None, validate: Validate | None = None,
             coverage: Coverage | None = None, exclude: Mapping[str, Iterable[str]] | None = None,
-            focus: tuple[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+            focus: tuple[str, str] | None = None, mode_aware: bool = False) -> tuple[str, dict[str, Any]]:
     """One call of ``method`` (``fixed``: knobs pinned by the caller; ``exclude``: knob -> value
     classes not drawn here).
 
@@ -481,7 +480,13 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
     between knobs) is tried over the method's :data:`REQUIRED` keywords, then with one drawn knob
     less (the last drawn first); the other knobs are redrawn up to 3 times, then one more knob's
     class is searched for (the focus ``num_bins=None`` finds ``algorithm="wrap"``), then the focus
-    goes and :data:`REQUIRED` is the call."""
+    goes and :data:`REQUIRED` is the call.
+
+    ``mode_aware`` (the operator row's draws): that search also tries :data:`REQUIRED` less one of
+    its keywords (a mode may refuse one: best_fit_wrap refuses num_bins=2), and the accepted call's
+    knobs left at a None default are drawn once more (:func:`_complete_mode`), so a knob only some
+    modes take is drawn in most calls of its mode.  Off, the draws are those of stop 38 (the
+    end-to-end chains keep them: see properties.strategies.END_TO_END_RARELY_DRAWN)."""
     ctx = ctx or {}
     pins = dict(fixed or {})
     ex = {k: tuple(v) for k, v in (exclude or {}).items()}
@@ -513,24 +518,44 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
         if kwargs is not None:
             break
     if kwargs is None and validate is not None:
-        # the focus may need another knob's class (num_bins=None needs algorithm="wrap"): one more knob
+        # the focus may need another knob's class (num_bins=None needs algorithm="wrap"), and a mode
+        # where one of REQUIRED's keywords is refused (candidate_pool_size needs best_fit_wrap, which
+        # refuses REQUIRED's num_bins=2): one more knob, over REQUIRED less at most one of its keywords
+        bases = [{}, required, *({n: v for n, v in required.items() if n != drop}
+                                 for drop in (required if mode_aware else ()))]
         for k in method.knobs:
             for cls in rows.get(k.name, []) if k.name not in pins else []:
-                for kw in ({**pins, k.name: value(k.name, cls)},):
-                    if validate(method.name, kw):
-                        kwargs = kw
-                    elif validate(method.name, {**required, **kw}):
-                        kwargs = {**required, **kw}
+                kw = {**pins, k.name: value(k.name, cls)}
+                kwargs = next(({**base, **kw} for base in bases if validate(method.name, {**base, **kw})),
+                              None)
                 if kwargs is not None:
                     break
             if kwargs is not None:
                 break
     if kwargs is None:
         kwargs = {**required, **dict(fixed or {})}
+    elif validate is not None and mode_aware:
+        kwargs = _complete_mode(draw, method, kwargs, rows, value, validate)
     for cov in (coverage, seen()):
         if cov is not None:
             cov.add(method.name, kwargs, method.knobs)
     return method.name, kwargs
+
+
+def _complete_mode(draw: Any, method: Method, kwargs: dict[str, Any], rows: Mapping[str, list[str]],
+                   value: Callable[[str, str], Any], validate: Validate) -> dict[str, Any]:
+    """The accepted call with each knob it leaves at a None default drawn once more (half the time,
+    kept when ``validate`` takes it): a knob only some modes take (candidate_pool_size under
+    best_fit_wrap, groups under homogeneity="group") is then drawn in most calls of its mode, not
+    only when the first draw happened to pick the mode too."""
+    for k in method.knobs:
+        classes = [c for c in rows.get(k.name, []) if c != "None"]
+        if k.name in kwargs or k.default is not None or not classes or not draw(st.booleans()):
+            continue
+        kw = {**kwargs, k.name: value(k.name, draw(st.sampled_from(classes)))}
+        if validate(method.name, kw):
+            kwargs = kw
+    return kwargs
 
 
 def _too_big(k: Knob) -> bool:

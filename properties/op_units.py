@@ -293,7 +293,8 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     names = gen.drawn_methods() if methods is None else [m for m in methods if m in table]
     method = draw(st.sampled_from(names))
     validate = gen.refused_by_builder(_probe)
-    _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate))
+    _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate,
+                                 mode_aware=True))
     length = kwargs.get("max_length") if isinstance(kwargs.get("max_length"), int) else None
     wrap = method in ("pack_sequences", "pack_flat") and kwargs.get("algorithm") == "wrap"
     # known gap (divergence D-2): wrap tombstones an empty closing child at once, ahead of a sibling
@@ -313,7 +314,8 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     elif method in ("expand_chat", "tokenize_chat"):
         recs = draw(chat_payloads(recs, method, kwargs))
     elif method == "map_batch":  # a batch call drawn from the API in front of it
-        _, batch_first = draw(gen.op_call(table["batch"], ctx={"components": COMPONENTS}, validate=validate))
+        _, batch_first = draw(gen.op_call(table["batch"], ctx={"components": COMPONENTS}, validate=validate,
+                                          mode_aware=True))
     case = OpCase(method, kwargs, split_first, tuple(recs), (), 0, batch_first)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a batch's documented drops: not this row's subject
