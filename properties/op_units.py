@@ -9,7 +9,8 @@ increasing chunks whose records are empty, exactly ``max_length`` long, a little
 fanned out into siblings of one offset (a one-to-many map), optionally cut by
 ``tokenize(split_long_samples=True)`` before the operator (a packer then sees windows of one
 document), and single-record epochs.  The operators that read other payloads get them in the same
-lineage shapes, tombstones of upstream drops among them: ``decode_text`` bytes-like (or str / int)
+lineage shapes (no tombstones: the engine forwards those past every operator, zephon's too):
+``decode_text`` bytes-like (or str / int)
 values in the fields it decodes, some absent (:func:`bytes_payloads`); ``expand_chat`` and
 ``tokenize_chat`` message lists at the drawn field path, unanswered, empty and tool turns among them,
 with per-record tools / thinking flags (:func:`chat_payloads`; ``tokenize_chat`` runs the tiny
@@ -42,7 +43,7 @@ from hypothesis import strategies as st
 from properties import generator as gen
 from properties.hf_tokenizer import WORDS
 from properties.opkit import closers, last_fragment, rec, run, split
-from zephon_ref.lineage import spawn_child, tombstones_for_record
+from zephon_ref.lineage import spawn_child
 from zephon_ref.types import SampleBatch, SampleRecord
 
 __all__ = ["COMPONENTS", "OpCase", "bytes_payloads", "chat_payloads", "op_cases", "unit_problems",
@@ -273,20 +274,6 @@ def chat_payloads(draw: Any, recs: Sequence[SampleRecord], method: str,
 
 
 @st.composite
-def _with_drops(draw: Any, recs: Sequence[SampleRecord]) -> list[SampleRecord]:
-    """``recs`` with some records dropped upstream (as map_transform(drop_none=True) drops them): their
-    tombstones in their place (a non-closing sibling leaves nothing)."""
-    out: list[SampleRecord] = []
-    for r in recs:
-        out.extend(tombstones_for_record(r) if draw(st.integers(0, 5)) == 0 else [r])
-    return out
-
-
-#: the methods op_cases feeds payloads of their own (the others get token lists), and map_batch
-OWN_SHAPES = ("decode_text", "expand_chat", "tokenize_chat", "map_batch")
-
-
-@st.composite
 def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     """An operator call drawn from the API and the records it is fed (the module docstring)."""
     table = gen.api()
@@ -307,8 +294,6 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
         if wrap:
             recs = [r if r.payload["input_ids"] else SampleRecord(r.meta, _payload(1, 0)) for r in recs]
     batch_first = None
-    if method in OWN_SHAPES:
-        recs = draw(_with_drops(recs))
     if method == "decode_text":
         recs = draw(bytes_payloads(recs, kwargs))
     elif method in ("expand_chat", "tokenize_chat"):
