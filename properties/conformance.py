@@ -892,15 +892,17 @@ def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: 
     return Row(name, c.runs, c.passed)
 
 
-def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
+def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None], *,
+                   methods: Sequence[str] | None = None) -> Row:
     """The ``operators`` row: the operator unit properties over drawn operator calls (its own draws),
-    twice ``examples`` per data method of the builder (a case costs milliseconds)."""
+    twice ``examples`` per data method of the builder (a case costs milliseconds); ``methods``: only
+    these (the planted-bug tests)."""
     from properties import generator as gen
     from properties.op_units import op_cases, unit_problems
 
     c = _Counter(tick)
     try:
-        for method in gen.drawn_methods():
+        for method in gen.drawn_methods() if methods is None else methods:
             _run_operator_cases(c, method, 2 * examples, derandomize, op_cases, unit_problems)
     except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
         return Row("operators", c.runs, c.passed, failure=f"{c.last} :: {_first_line(exc)}", config=c.last,

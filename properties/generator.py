@@ -21,7 +21,9 @@ its domain's classes (:meth:`Domain.classes`), all classes equally likely.  Ints
 (:data:`SPAN`); a str, a callable or an opaque value comes from :data:`VALUES` (the values that
 mean something to the suite: a field the records hold, a length function, ...), and a class
 without a value there is never drawn, which the coverage table shows.  A drawn call the builder
-refuses (a rule between knobs) is redrawn a few times, then falls back to :data:`REQUIRED`.
+refuses (a rule between knobs) is redrawn a few times, then falls back to :data:`REQUIRED`.  A method
+the builder takes only after another (``map_batch`` after ``batch``) is checked after the call
+:data:`PRECEDED_BY` names.
 
 :class:`Coverage` counts, per (method, knob, value class), the calls that drew it; the
 conformance command prints it (``--coverage``) and writes it in ``--json``.
@@ -35,15 +37,17 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
 
+from properties import hf_tokenizer as _hf
 from zephon_ref.ops import knobs as K
 
-__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "RARELY_DRAWN", "REQUIRED", "VALUES",
+__all__ = ["NOT_DATA", "NOT_YET_DRAWN_METHODS", "NOT_YET_DRAWN_ROWS", "PRECEDED_BY", "REQUIRED", "VALUES",
            "Coverage", "Knob", "Method", "api", "config_classes", "drawn_methods",
            "op_calls", "undeclared"]
 
@@ -71,32 +75,17 @@ NOT_DATA: Mapping[str, str] = {
     "preserves_cursor_order": "introspection",
 }
 
-#: data methods the suite does not draw yet, each with its reason: their configs declare their knobs,
-#: but op_units' data shapes cannot feed them yet.  Left out of the end-to-end chains and the
+#: data methods the suite does not draw, each with its reason: their configs declare their knobs,
+#: but op_units' data shapes cannot feed them here.  Left out of the end-to-end chains and the
 #: operators row; tests/properties/test_generator_coverage.py requires each to stay undrawn (a
-#: stale entry fails) and every other method drawn.  Issue 32: this table must become empty.
-NOT_YET_DRAWN_METHODS: Mapping[str, str] = {
-    "decode_text": "needs bytes payload fields (the suite's corpora hold str and token lists)",
-    "expand_chat": "needs chat-shaped payloads (a messages list per record)",
-    "tokenize_chat": "needs an HF tokenizer with a chat template in VALUES (properties/hf_tokenizer.py "
-                     "builds one) and chat payloads",
-    "map_batch": "runs after batch() only: the chain builder places every method before batch",
+#: stale entry fails) and every other method drawn.  Issue 32: this table must stay empty where the
+#: extras are installed (CI installs them).
+NOT_YET_DRAWN_METHODS: Mapping[str, str] = {} if _hf.AVAILABLE else {
+    "tokenize_chat": "needs a fast Hugging Face tokenizer: the hf extra (transformers, tokenizers) is not "
+                     "installed here (pip install -e '.[hf]')",
 }
-#: (method, knob, value class) rows no VALUES entry reaches yet, each with its reason
-NOT_YET_DRAWN_ROWS: Mapping[tuple[str, str, str], str] = {
-    **{(m, "groups", "DomainGroups"): "needs the source's component names in VALUES"
-       for m in ("pack_sequences", "pack_flat")},
-    **{(m, "homogeneity", "'group'"): "needs groups= (the row above)"
-       for m in ("pack_sequences", "pack_flat")},
-    ("pack_flat", "tokens_field", "text"): "no VALUES entry names the token field for pack_flat",
-}
-#: (method, knob) pairs whose value classes are drawn in some derandomized sequences and not in
-#: others (not checked either way), each with its reason
-RARELY_DRAWN: Mapping[tuple[str, str], str] = {
-    (m, k): "meaningful only under algorithm='best_fit_wrap' with num_bins=None: the focus draw "
-            "reaches it only when the repair keeps that mode (needs a mode-aware focus)"
-    for m in ("pack_sequences", "pack_flat") for k in ("candidate_pool_size", "max_candidate_age")
-}
+#: (method, knob, value class) rows no VALUES entry reaches yet, each with its reason (none today)
+NOT_YET_DRAWN_ROWS: Mapping[tuple[str, str, str], str] = {}
 
 
 def drawn_methods() -> list[str]:
@@ -170,6 +159,25 @@ def _pass_records(recs: list[Any]) -> list[Any]:
     return list(recs)
 
 
+def _batch_identity(batch: Any) -> Any:
+    return batch
+
+
+def _drop_odd_batch(batch: Any) -> Any:
+    """Drop a micro-batch whose first record sits at an odd chunk offset (None: tombstones under
+    drop_none, else the batch is kept)."""
+    return None if batch.records[0].meta.chunk_offset % 2 == 1 else batch
+
+
+def _tag_batch(batch: Any) -> Any:
+    """A new SampleBatch: every mapping payload gains the batch's size (metadata kept)."""
+    from zephon_ref.types import SampleBatch, SampleRecord
+
+    n = len(batch.records)
+    return SampleBatch(tuple(SampleRecord(r.meta, {**r.payload, "batch_n": n})
+                             if isinstance(r.payload, Mapping) else r for r in batch.records))
+
+
 def _crc_like_tokenizer() -> Any:
     from zephon_ref.ops.tokenize import HashTokenizer
 
@@ -183,6 +191,11 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     ("tokenize", "field"): {"text": ("text",)},
     ("tokenize", "tokenizer"): {"callable": ("hash997",)},  # built by _value (a fresh tokenizer object)
     ("pack_sequences", "tokens_field"): {"text": ("auto", "input_ids")},
+    ("pack_flat", "tokens_field"): {"text": ("auto", "input_ids")},
+    # a plain mapping (zephon takes one too; the builder makes the DomainGroups) over the drawn source's
+    # component names (ctx["components"]): all in one group, the first alone (the rest ungrouped), two groups
+    **{(m, "groups"): {"DomainGroups": ("groups:all", "groups:first", "groups:two")}
+       for m in ("pack_sequences", "pack_flat")},
     ("pack_sequences", "length_fn"): {"callable": (_n_tokens,)},
     ("pack_sequences", "pack_payloads"): {"callable": (_pack_tuple,)},
     ("ensure_mixture", "weight_by"): {"text": ("input_ids",), "callable": (_weight,)},
@@ -194,6 +207,21 @@ VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     ("stateful_transform", "flush"): {"callable": (_hold_flush,)},
     ("stateful_transform", "should_flush"): {"callable": (_hold_full,)},
     ("stateful_transform", "transform"): {"callable": (_pass_records,)},
+    ("map_batch", "transform_fn"): {"callable": (_drop_odd_batch, _batch_identity, _tag_batch)},
+    # decode_text over op_units' bytes payloads (properties.op_units.bytes_payloads reads these knobs)
+    ("decode_text", "fields"): {"a tuple of field names": (("text",), ("text", "raw"), ("title",))},
+    ("decode_text", "encoding"): {"text": ("utf-8", "latin-1", "ascii")},
+    ("decode_text", "errors"): {"text": ("strict", "replace", "ignore")},
+    # the chat operators over op_units' chat payloads (properties.op_units.chat_payloads)
+    ("expand_chat", "field"): {"text": ("messages", "chat.messages")},
+    ("tokenize_chat", "tokenizer"): {"a fast Hugging Face tokenizer": tuple(f"tiny_hf:{k}"
+                                                                             for k in _hf.KINDS)},
+    ("tokenize_chat", "field"): {"text": ("messages", "chat.messages")},
+    ("tokenize_chat", "chat_template"): {"text": (_hf.TEMPLATE, _hf.TAGGED_TEMPLATE)},
+    ("tokenize_chat", "chat_template_kwargs"): {"a mapping of template arguments": ("date_kwargs",)},
+    ("tokenize_chat", "tools_field"): {"text": ("tools", "meta.tools")},
+    ("tokenize_chat", "enable_thinking_field"): {"text": ("enable_thinking", "meta.thinking")},
+    ("tokenize_chat", "mask_field_out"): {"text": ("loss_mask", "labels_mask")},
 }
 
 #: the keywords a method cannot go without, used when every drawn call was refused
@@ -205,6 +233,8 @@ REQUIRED: Mapping[str, Mapping[str, Any]] = {
     "map_transform": {"transform_fn": _identity},
     "stateful_transform": {"name": "hold", "init_state": _hold_init, "push": _pass_push},
     "shuffle": {}, "ensure_mixture": {},
+    "map_batch": {"transform_fn": _batch_identity},
+    "tokenize_chat": {"tokenizer": "tiny_hf:plain"},  # a symbolic value of VALUES (see _resolve)
 }
 
 
@@ -421,6 +451,17 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
     """A symbolic value of :data:`VALUES` made concrete for this draw."""
     if value == "hash997" and name == "tokenizer":
         return _crc_like_tokenizer()
+    if isinstance(value, str) and value.startswith("tiny_hf:") and name == "tokenizer":
+        return _hf.tiny_tokenizer(value.split(":", 1)[1])
+    if value == "date_kwargs" and name == "chat_template_kwargs":
+        return {"date_string": "2026-01-01"}  # a fresh mapping per call (the template ignores it)
+    if isinstance(value, str) and value.startswith("groups:") and name == "groups":
+        names = list(ctx.get("components", ("web",)))
+        if value == "groups:all":
+            return {"g0": names}
+        if value == "groups:first" or len(names) == 1:
+            return {"g0": names[:1]}
+        return {"g0": names[:1], "g1": names[1:]}
     if value == "components" and name == "mixture":
         names = list(ctx.get("components", ("web",)))
         return {n: float(i + 1) for i, n in enumerate(names)}
@@ -431,7 +472,7 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
 def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None,
             ctx: Mapping[str, Any] | None = None, validate: Validate | None = None,
             coverage: Coverage | None = None, exclude: Mapping[str, Iterable[str]] | None = None,
-            focus: tuple[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+            focus: tuple[str, str] | None = None, mode_aware: bool = False) -> tuple[str, dict[str, Any]]:
     """One call of ``method`` (``fixed``: knobs pinned by the caller; ``exclude``: knob -> value
     classes not drawn here).
 
@@ -441,7 +482,13 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
     between knobs) is tried over the method's :data:`REQUIRED` keywords, then with one drawn knob
     less (the last drawn first); the other knobs are redrawn up to 3 times, then one more knob's
     class is searched for (the focus ``num_bins=None`` finds ``algorithm="wrap"``), then the focus
-    goes and :data:`REQUIRED` is the call."""
+    goes and :data:`REQUIRED` is the call.
+
+    ``mode_aware`` (the operator row's draws): that search also tries :data:`REQUIRED` less one of
+    its keywords (a mode may refuse one: best_fit_wrap refuses num_bins=2), and the accepted call's
+    knobs left at a None default are drawn once more (:func:`_complete_mode`), so a knob only some
+    modes take is drawn in most calls of its mode.  Off, the draws are those of stop 38 (the
+    end-to-end chains keep them: see properties.strategies.END_TO_END_RARELY_DRAWN)."""
     ctx = ctx or {}
     pins = dict(fixed or {})
     ex = {k: tuple(v) for k, v in (exclude or {}).items()}
@@ -450,7 +497,7 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
     flat = [(k, c) for k, cs in rows.items() for c in cs]
     if focus is None or focus not in flat:
         focus = draw(st.sampled_from(flat)) if flat else None
-    required = REQUIRED.get(method.name, {})
+    required = {k: _resolve(method.name, k, v, ctx) for k, v in REQUIRED.get(method.name, {}).items()}
 
     def value(name: str, cls: str) -> Any:
         strat = class_values(next(k for k in method.knobs if k.name == name), cls)
@@ -473,24 +520,44 @@ def op_call(draw: Any, method: Method, *, fixed: Mapping[str, Any] | None = None
         if kwargs is not None:
             break
     if kwargs is None and validate is not None:
-        # the focus may need another knob's class (num_bins=None needs algorithm="wrap"): one more knob
+        # the focus may need another knob's class (num_bins=None needs algorithm="wrap"), and a mode
+        # where one of REQUIRED's keywords is refused (candidate_pool_size needs best_fit_wrap, which
+        # refuses REQUIRED's num_bins=2): one more knob, over REQUIRED less at most one of its keywords
+        bases = [{}, required, *({n: v for n, v in required.items() if n != drop}
+                                 for drop in (required if mode_aware else ()))]
         for k in method.knobs:
             for cls in rows.get(k.name, []) if k.name not in pins else []:
-                for kw in ({**pins, k.name: value(k.name, cls)},):
-                    if validate(method.name, kw):
-                        kwargs = kw
-                    elif validate(method.name, {**required, **kw}):
-                        kwargs = {**required, **kw}
+                kw = {**pins, k.name: value(k.name, cls)}
+                kwargs = next(({**base, **kw} for base in bases if validate(method.name, {**base, **kw})),
+                              None)
                 if kwargs is not None:
                     break
             if kwargs is not None:
                 break
     if kwargs is None:
         kwargs = {**required, **dict(fixed or {})}
+    elif validate is not None and mode_aware:
+        kwargs = _complete_mode(draw, method, kwargs, rows, value, validate)
     for cov in (coverage, seen()):
         if cov is not None:
             cov.add(method.name, kwargs, method.knobs)
     return method.name, kwargs
+
+
+def _complete_mode(draw: Any, method: Method, kwargs: dict[str, Any], rows: Mapping[str, list[str]],
+                   value: Callable[[str, str], Any], validate: Validate) -> dict[str, Any]:
+    """The accepted call with each knob it leaves at a None default drawn once more (half the time,
+    kept when ``validate`` takes it): a knob only some modes take (candidate_pool_size under
+    best_fit_wrap, groups under homogeneity="group") is then drawn in most calls of its mode, not
+    only when the first draw happened to pick the mode too."""
+    for k in method.knobs:
+        classes = [c for c in rows.get(k.name, []) if c != "None"]
+        if k.name in kwargs or k.default is not None or not classes or not draw(st.booleans()):
+            continue
+        kw = {**kwargs, k.name: value(k.name, draw(st.sampled_from(classes)))}
+        if validate(method.name, kw):
+            kwargs = kw
+    return kwargs
 
 
 def _too_big(k: Knob) -> bool:
@@ -520,13 +587,26 @@ def _accepted(method: str, drawn: Mapping[str, Any], pins: Mapping[str, Any], re
     return None
 
 
+#: the call a method needs in front of it on the builder (it refuses to start a chain): checked after it
+PRECEDED_BY: Mapping[str, tuple[str, Mapping[str, Any]]] = {
+    "map_batch": ("batch", {"microbatch_size": 2}),
+}
+
+
 def refused_by_builder(make: Callable[[], Any]) -> Validate:
-    """A validator: the call is accepted when the builder ``make()`` returns takes it."""
+    """A validator: the call is accepted when the builder ``make()`` returns takes it (after the call
+    :data:`PRECEDED_BY` names for it)."""
     from zephon_ref.errors import ZephonRefError
 
     def ok(method: str, kwargs: dict[str, Any]) -> bool:
         try:
-            getattr(make(), method)(**kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a probe's warnings (a deprecated knob) are not the run's
+                builder = make()
+                if method in PRECEDED_BY:
+                    before, before_kw = PRECEDED_BY[method]
+                    builder = getattr(builder, before)(**before_kw)
+                getattr(builder, method)(**kwargs)
         except (ZephonRefError, TypeError, ValueError):
             return False
         return True

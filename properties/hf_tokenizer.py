@@ -7,16 +7,26 @@ pre-tokenizer, so offsets are exact), wraps it in a fast ``transformers`` tokeni
 ``{% generation %}`` blocks).  Nothing is downloaded: the directory loads with
 ``AutoTokenizer.from_pretrained(path, local_files_only=True)`` and is what a test passes as
 ``tokenizer_id``.  :func:`conversations` draws chats over the same words from a seeded generator.
+:func:`tiny_tokenizer` loads one of three such tokenizers (plain template, tagged template, none),
+built once per process in a temporary directory: the operator row's ``tokenize_chat`` draws them.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import json
 import random
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SPECIALS", "TAGGED_TEMPLATE", "TEMPLATE", "WORDS", "build_tokenizer", "conversations", "texts"]
+__all__ = ["AVAILABLE", "KINDS", "SPECIALS", "TAGGED_TEMPLATE", "TEMPLATE", "WORDS", "build_tokenizer",
+           "conversations", "texts", "tiny_tokenizer"]
+
+#: whether the ``hf`` extra (transformers, tokenizers) is installed: the tiny tokenizer needs it
+AVAILABLE = all(importlib.util.find_spec(m) is not None for m in ("transformers", "tokenizers"))
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>")
 WORDS = tuple(
@@ -133,3 +143,25 @@ def texts(seed: int, n: int) -> list[dict[str, Any]]:
         sep = rng.choice([" ", " ", "\r\n", "\r", "\n"])
         out.append({"text": sep.join(words), "id": i})
     return out
+
+
+#: template kind -> template text (None: the tokenizer defines none)
+KINDS = {"plain": TEMPLATE, "tagged": TAGGED_TEMPLATE, "bare": None}
+_LOADED: dict[str, Any] = {}  # the suite's (not the semantics'): one tokenizer object per kind and process
+_ROOT: list[Path] = []
+
+
+def tiny_tokenizer(kind: str = "plain") -> Any:
+    """The tiny tokenizer with template ``kind`` (:data:`KINDS`), loaded from a directory built once per
+    process (removed at exit); the same object on every call (it keeps no per-call state)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {sorted(KINDS)}, received {kind!r}")
+    if kind not in _LOADED:
+        from zephon_ref.io.tokenizers import load_tokenizer
+
+        if not _ROOT:
+            root = Path(tempfile.mkdtemp(prefix="zephon-ref-tiny-tok-"))
+            atexit.register(shutil.rmtree, root, True)
+            _ROOT.append(root)
+        _LOADED[kind] = load_tokenizer(build_tokenizer(_ROOT[0] / kind, template=KINDS[kind]))
+    return _LOADED[kind]

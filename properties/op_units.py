@@ -8,7 +8,14 @@ builds it with the builder, and draws the records it is fed (:func:`unit_streams
 increasing chunks whose records are empty, exactly ``max_length`` long, a little shorter or longer,
 fanned out into siblings of one offset (a one-to-many map), optionally cut by
 ``tokenize(split_long_samples=True)`` before the operator (a packer then sees windows of one
-document), and single-record epochs.  Three properties hold for every case
+document), and single-record epochs.  The operators that read other payloads get them in the same
+lineage shapes (no tombstones: the engine forwards those past every operator, zephon's too):
+``decode_text`` bytes-like (or str / int)
+values in the fields it decodes, some absent (:func:`bytes_payloads`); ``expand_chat`` and
+``tokenize_chat`` message lists at the drawn field path, unanswered, empty and tool turns among them,
+with per-record tools / thinking flags (:func:`chat_payloads`; ``tokenize_chat`` runs the tiny
+offline Hugging Face tokenizer of :mod:`properties.hf_tokenizer`); ``map_batch`` the micro-batches
+of a ``batch`` call drawn from the API in front of it.  Three properties hold for every case
 (:func:`unit_problems`):
 
 * **exactly-once closure**: over pushes cut at drawn points and a final flush, every input base
@@ -26,6 +33,7 @@ operators are zephon_ref's; tests/unit/test_ops_properties.py runs them under th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +41,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 from properties import generator as gen
+from properties.hf_tokenizer import WORDS
 from properties.opkit import closers, last_fragment, rec, run, split
 from zephon_ref.lineage import spawn_child
 from zephon_ref.types import SampleBatch, SampleRecord
 
-__all__ = ["COMPONENTS", "OpCase", "op_cases", "unit_problems", "unit_streams"]
+__all__ = ["COMPONENTS", "OpCase", "bytes_payloads", "chat_payloads", "op_cases", "unit_problems",
+           "unit_streams"]
 
 #: the component names of the probe source (component ids 0, 1, 2 in the records)
 COMPONENTS = ("web", "code", "books")
@@ -51,17 +61,46 @@ class OpCase:
     records: tuple[SampleRecord, ...]
     cuts: tuple[int, ...]
     prefix: int  # records pushed before the lane's reset flush
+    batch_first: Mapping[str, Any] | None = None  # batch(**batch_first) before the operator (map_batch)
 
     def describe(self) -> str:
-        kw = {k: getattr(v, "__name__", v) for k, v in self.kwargs.items()}
-        shape = [(r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset, r.meta.lineage,
-                  len(r.payload.get("input_ids", ())) if isinstance(r.payload, Mapping) else None)
+        kw = {k: _short(v) for k, v in self.kwargs.items()}
+        shape = [(r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset, r.meta.lineage, _size(r.payload))
                  for r in self.records]
         pre = (f"tokenize(split_long_samples=True, max_length={self.split_first}) -> "
                if self.split_first else "")
+        if self.batch_first is not None:
+            pre += f"batch({dict(self.batch_first)}) -> "
         return (f"{pre}{self.method}({kw}) over {len(self.records)} records "
                 f"(lane, chunk, offset, lineage, tokens) {shape}, cuts {list(self.cuts)}, reset after "
                 f"{self.prefix}")
+
+
+def _short(v: Any) -> Any:
+    """A knob value as the failure line shows it (a function's name, a tokenizer's template kind)."""
+    if hasattr(v, "__name__"):
+        return v.__name__
+    if hasattr(v, "apply_chat_template"):
+        from properties.hf_tokenizer import KINDS
+
+        own = getattr(v, "chat_template", None)
+        return "tiny_hf:" + next((k for k, t in KINDS.items() if t == own), "?")
+    return v if not isinstance(v, str) or len(v) < 40 else v[:37] + "..."
+
+
+def _size(payload: Any) -> Any:
+    """A record's shape in the failure line: tokens, a chat's roles, a bytes field's length."""
+    if payload is None:
+        return None  # a tombstone
+    if not isinstance(payload, Mapping):
+        return type(payload).__name__
+    if "input_ids" in payload:
+        return len(payload["input_ids"])
+    msgs = payload.get("messages", payload.get("chat", {}).get("messages") if isinstance(
+        payload.get("chat"), Mapping) else None)
+    if isinstance(msgs, list):
+        return "".join(m["role"][0] for m in msgs) or "no messages"
+    return {k: (len(v) if hasattr(v, "__len__") else v) for k, v in payload.items()}
 
 
 def _probe() -> Any:
@@ -74,8 +113,13 @@ def _probe() -> Any:
 
 
 def build_op(method: str, kwargs: Mapping[str, Any]) -> Any:
-    """The operator ``Pipeline.<method>(**kwargs)`` adds (built by the builder, so its checks run)."""
-    p = getattr(_probe(), method)(**dict(kwargs))
+    """The operator ``Pipeline.<method>(**kwargs)`` adds (built by the builder, so its checks run;
+    after the call :data:`properties.generator.PRECEDED_BY` names, where the builder needs one)."""
+    p = _probe()
+    if method in gen.PRECEDED_BY:
+        before, before_kw = gen.PRECEDED_BY[method]
+        p = getattr(p, before)(**dict(before_kw))
+    p = getattr(p, method)(**dict(kwargs))
     return p._ops[-1][1]
 
 
@@ -125,6 +169,110 @@ def _texts(recs: Sequence[SampleRecord]) -> list[SampleRecord]:
     return [SampleRecord(r.meta, {"text": " ".join(f"w{t}" for t in r.payload["input_ids"])}) for r in recs]
 
 
+_WORD = st.sampled_from(WORDS)
+
+
+def _sentence(draw: Any, lo: int = 0, hi: int = 4) -> str:
+    return " ".join(draw(st.lists(_WORD, min_size=lo, max_size=hi)))
+
+
+@st.composite
+def bytes_payloads(draw: Any, recs: Sequence[SampleRecord], kwargs: Mapping[str, Any]) -> list[SampleRecord]:
+    """``recs`` (tombstones kept) with ``decode_text`` payloads: each of the drawn ``fields`` (and a
+    ``text`` field) holds bytes, a bytearray, a memoryview, a str or an int, or is absent; the text has
+    CR, CRLF or LF line ends and capitals, and is encodable in the drawn ``encoding`` unless the drawn
+    ``errors`` handler tolerates what is not (then an undecodable byte may appear too)."""
+    fields = tuple(kwargs.get("fields", ("text",)))
+    encoding = kwargs.get("encoding", "utf-8")
+    strict = kwargs.get("errors", "strict") == "strict"
+    out: list[SampleRecord] = []
+    for r in recs:
+        if r.meta.tombstone:
+            out.append(r)
+            continue
+        payload: dict[str, Any] = {"id": r.meta.chunk_offset}
+        for f in dict.fromkeys(("text", *fields)):
+            if draw(st.integers(0, 5)) == 0:
+                continue  # absent: decode_text leaves it absent
+            words = [w.capitalize() if draw(st.booleans()) else w
+                     for w in draw(st.lists(_WORD, max_size=5))]
+            text = draw(st.sampled_from([" ", "\r\n", "\r", "\n"])).join(words)
+            if draw(st.integers(0, 3)) == 0:
+                text += "\u00e9"  # not ascii
+            # encodable under a strict handler (what the codec cannot hold is left out), else utf-8
+            raw = text.encode(encoding if strict else "utf-8", errors="ignore")
+            if not strict and draw(st.integers(0, 3)) == 0:
+                raw += b"\xff"  # not utf-8, not ascii
+            kind = draw(st.sampled_from(["bytes", "bytes", "bytearray", "memoryview", "str", "int"]))
+            payload[f] = {"bytes": raw, "bytearray": bytearray(raw), "memoryview": memoryview(raw),
+                          "str": text, "int": len(raw)}[kind]
+        out.append(SampleRecord(r.meta, payload))
+    return out
+
+
+@st.composite
+def _messages(draw: Any, *, user_first: bool) -> list[dict[str, Any]]:
+    """A chat: an optional system prompt, user queries answered (or not, or by an empty turn), the
+    odd tool turn; ``user_first``: it opens with a non-empty system or user message (a template-free
+    render otherwise supervises its first token, which tokenize_chat refuses)."""
+    msgs: list[dict[str, Any]] = []
+    if draw(st.integers(0, 3)) == 0:
+        msgs.append({"role": "system", "content": _sentence(draw, 1, 3)})
+    if not user_first and draw(st.integers(0, 5)) == 0:
+        msgs.append({"role": "assistant", "content": _sentence(draw)})  # answers no query
+    for q in range(draw(st.integers(0, 3))):
+        msgs.append({"role": "user", "content": _sentence(draw, 1 if user_first and q == 0 else 0)})
+        turn = draw(st.sampled_from(["answered", "answered", "unanswered", "empty", "tool"]))
+        if turn == "answered":
+            msgs.append({"role": "assistant", "content": _sentence(draw, 1)})
+        elif turn == "empty":
+            msgs.append({"role": "assistant", "content": ""})
+        elif turn == "tool":
+            msgs += [{"role": "assistant", "content": _sentence(draw, 1)},
+                     {"role": "tool", "content": _sentence(draw, 1, 2)},
+                     {"role": "assistant", "content": _sentence(draw, 0)}]
+    if user_first and not msgs:
+        msgs.append({"role": "user", "content": _sentence(draw, 1)})
+    return msgs
+
+
+def _put(payload: dict[str, Any], path: str, value: Any) -> None:
+    *outer, last = path.split(".")
+    here = payload
+    for key in outer:
+        here = here.setdefault(key, {})
+    here[last] = value
+
+
+@st.composite
+def chat_payloads(draw: Any, recs: Sequence[SampleRecord], method: str,
+                  kwargs: Mapping[str, Any]) -> list[SampleRecord]:
+    """``recs`` (tombstones kept) with chat payloads for ``method``: messages at the drawn ``field``
+    path, an upstream ``meta`` field, and (tokenize_chat) per-record tools / thinking flags at the
+    drawn paths, at times."""
+    field = kwargs.get("field", "messages")
+    user_first = method == "tokenize_chat"
+    out: list[SampleRecord] = []
+    for r in recs:
+        if r.meta.tombstone:
+            out.append(r)
+            continue
+        payload: dict[str, Any] = {"meta": {"k": r.meta.chunk_offset}}
+        msgs = draw(_messages(user_first=user_first))
+        if method == "tokenize_chat":
+            # a space after every content, as chat data has between turns: a template-free render
+            # concatenates contents, and "hi" + "fine</s>" would be one word of the word-level tokenizer
+            msgs = [{**m, "content": m["content"] + " "} for m in msgs]
+        _put(payload, field, msgs)
+        if method == "tokenize_chat":
+            if draw(st.integers(0, 3)) == 0:
+                _put(payload, kwargs.get("tools_field", "tools"), [{"name": draw(_WORD)}])
+            if draw(st.integers(0, 3)) == 0:
+                _put(payload, kwargs.get("enable_thinking_field", "enable_thinking"), draw(st.booleans()))
+        out.append(SampleRecord(r.meta, payload))
+    return out
+
+
 @st.composite
 def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     """An operator call drawn from the API and the records it is fed (the module docstring)."""
@@ -132,7 +280,8 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     names = gen.drawn_methods() if methods is None else [m for m in methods if m in table]
     method = draw(st.sampled_from(names))
     validate = gen.refused_by_builder(_probe)
-    _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate))
+    _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate,
+                                 mode_aware=True))
     length = kwargs.get("max_length") if isinstance(kwargs.get("max_length"), int) else None
     wrap = method in ("pack_sequences", "pack_flat") and kwargs.get("algorithm") == "wrap"
     # known gap (divergence D-2): wrap tombstones an empty closing child at once, ahead of a sibling
@@ -144,9 +293,21 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
         split_first = draw(st.integers(1, max(1, (length or 8) // 2 + 1)))
         if wrap:
             recs = [r if r.payload["input_ids"] else SampleRecord(r.meta, _payload(1, 0)) for r in recs]
-    cuts = tuple(draw(st.lists(st.integers(0, len(recs)), max_size=4)))
-    prefix = draw(st.integers(0, len(recs)))
-    return OpCase(method, kwargs, split_first, tuple(recs), cuts, prefix)
+    batch_first = None
+    if method == "decode_text":
+        recs = draw(bytes_payloads(recs, kwargs))
+    elif method in ("expand_chat", "tokenize_chat"):
+        recs = draw(chat_payloads(recs, method, kwargs))
+    elif method == "map_batch":  # a batch call drawn from the API in front of it
+        _, batch_first = draw(gen.op_call(table["batch"], ctx={"components": COMPONENTS}, validate=validate,
+                                          mode_aware=True))
+    case = OpCase(method, kwargs, split_first, tuple(recs), (), 0, batch_first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a batch's documented drops: not this row's subject
+        n = len(fed_records(case))  # what the operator is fed (micro-batches after batch)
+    cuts = tuple(draw(st.lists(st.integers(0, n), max_size=4)))
+    prefix = draw(st.integers(0, n))
+    return OpCase(method, kwargs, split_first, tuple(recs), cuts, prefix, batch_first)
 
 
 def _flat(out: Sequence[Any]) -> list[SampleRecord]:
@@ -154,6 +315,11 @@ def _flat(out: Sequence[Any]) -> list[SampleRecord]:
     for x in out:
         res.extend(x.records if isinstance(x, SampleBatch) else [x])
     return res
+
+
+def _lane(x: Any) -> int:
+    """The lane of a fed element: a record's, or a (lane-pure) micro-batch's."""
+    return int(x.records[0].meta.lane_id if isinstance(x, SampleBatch) else x.meta.lane_id)
 
 
 def _key(out: Sequence[Any]) -> list[Any]:
@@ -166,8 +332,10 @@ CTX = {"get_component_id": lambda name: COMPONENTS.index(name)}
 
 def fed_records(case: OpCase) -> list[SampleRecord]:
     """What the operator is fed: the case's records, as text for tokenize, cut into windows first
-    when the case says so."""
-    recs = list(case.records)
+    when the case says so, batched first for map_batch (micro-batches and the tombstones that pass)."""
+    recs: list[Any] = list(case.records)
+    if case.batch_first is not None:
+        return run(build_op("batch", case.batch_first), [recs], ctx=dict(CTX))
     if case.split_first is not None:
         from zephon_ref.ops import Tokenize
 
@@ -205,7 +373,9 @@ def unit_problems(case: OpCase) -> list[str]:
     except ZephonRefError:
         return []  # refused input (a record over max_length under drop_oversized=False): typed, not a bug
     drops = case.method == "batch" and case.kwargs.get("drop_last", True)
-    problems += _closure(recs, out, partial_ok=drops)
+    # after a batch(drop_last=True) in front (map_batch), an offset whose closer that batch dropped is
+    # not owed: only the offsets the fed micro-batches close are
+    problems += _closure(_flat(recs), out, partial_ok=drops, owed_closed_only=case.batch_first is not None)
 
     # flush resets the lane: after the drawn prefix, and after each of the first prefixes that leave
     # their last record's lane with nothing pending (a flush that finds the lane's buffer empty,
@@ -215,7 +385,7 @@ def unit_problems(case: OpCase) -> list[str]:
     empties: list[int] = []
     for k, r in enumerate(recs, 1):
         run(the_op, [[r]], acc=probe, flush=False)
-        if not probe.has_pending_data(r.meta.lane_id) and len(empties) < 3:
+        if not probe.has_pending_data(_lane(r)) and len(empties) < 3:
             empties.append(k)
     for prefix in sorted({case.prefix, *empties}):
         problems += _reset_problems(the_op, recs, prefix)
@@ -224,10 +394,10 @@ def unit_problems(case: OpCase) -> list[str]:
     return problems
 
 
-def _reset_problems(the_op: Any, recs: Sequence[SampleRecord], prefix: int) -> list[str]:
+def _reset_problems(the_op: Any, recs: Sequence[Any], prefix: int) -> list[str]:
     problems: list[str] = []
     before, after = recs[:prefix], recs[prefix:]
-    lane = (before or recs)[-1].meta.lane_id
+    lane = _lane((before or recs)[-1])
     used = the_op.accumulator(deterministic=True, ctx=dict(CTX))
     run(the_op, [before], acc=used, flush=False)
     flushed = [x for b, _ in used.flush(reset=True, lane_id=lane) for x in the_op.process_many(list(b))]
@@ -235,7 +405,7 @@ def _reset_problems(the_op: Any, recs: Sequence[SampleRecord], prefix: int) -> l
         problems.append(f"flush(reset=True, lane_id={lane}) emitted records of other lanes")
     if used.has_pending_data(lane):
         problems.append(f"lane {lane} has pending data after flush(reset=True, lane_id={lane})")
-    after_l = [r for r in after if r.meta.lane_id == lane]
+    after_l = [r for r in after if _lane(r) == lane]
     fresh = the_op.accumulator(deterministic=True, ctx=dict(CTX))
     got = [r for r in _flat(run(the_op, [after_l], acc=used, flush=False)) if r.meta.lane_id == lane]
     want = _flat(run(the_op, [after_l], acc=fresh, flush=False))
@@ -243,7 +413,7 @@ def _reset_problems(the_op: Any, recs: Sequence[SampleRecord], prefix: int) -> l
         problems.append(f"lane {lane} after flush(reset=True) differs from a fresh accumulator: "
                         f"{_key(got)[:2]!r:.300} vs {_key(want)[:2]!r:.300}")
     ref = the_op.accumulator(deterministic=True, ctx=dict(CTX))
-    run(the_op, [[r for r in before if r.meta.lane_id != lane]], acc=ref, flush=False)
+    run(the_op, [[r for r in before if _lane(r) != lane]], acc=ref, flush=False)
     rest_used = [r for r in _flat(run(the_op, [], acc=used)) if r.meta.lane_id != lane]
     rest_ref = [r for r in _flat(run(the_op, [], acc=ref)) if r.meta.lane_id != lane]
     if _key(rest_used) != _key(rest_ref):
@@ -253,8 +423,10 @@ def _reset_problems(the_op: Any, recs: Sequence[SampleRecord], prefix: int) -> l
     return [f"{p} (reset after {prefix} records)" for p in problems]
 
 
-def _closure(inputs: Sequence[SampleRecord], out: Sequence[SampleRecord], *, partial_ok: bool) -> list[str]:
-    want = {(r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset) for r in inputs}
+def _closure(inputs: Sequence[SampleRecord], out: Sequence[SampleRecord], *, partial_ok: bool,
+             owed_closed_only: bool = False) -> list[str]:
+    want = (set(closers(inputs)) if owed_closed_only
+            else {(r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset) for r in inputs})
     cl = closers(out)
     last = last_fragment(out)
     problems = []

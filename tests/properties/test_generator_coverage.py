@@ -18,7 +18,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from properties import generator as gen
 from properties.op_units import _probe
 from properties.pipelines import PipelineConfig
-from properties.strategies import END_TO_END_EXCLUDED, END_TO_END_SKIPS, pipeline_configs
+from properties.strategies import (
+    END_TO_END_EXCLUDED,
+    END_TO_END_RARELY_DRAWN,
+    END_TO_END_SKIPS,
+    END_TO_END_UNDRAWN,
+    pipeline_configs,
+)
 from zephon_ref.ops import knobs as K
 
 
@@ -94,7 +100,8 @@ def _method_coverage(method: gen.Method, n: int) -> gen.Coverage:
     validate = gen.refused_by_builder(_probe)
 
     @DRAW(n)
-    @given(gen.op_call(method, ctx={"components": ("web", "code", "books")}, validate=validate, coverage=cov))
+    @given(gen.op_call(method, ctx={"components": ("web", "code", "books")}, validate=validate, coverage=cov,
+                       mode_aware=True))
     def draw(call: tuple[str, dict[str, Any]]) -> None:
         pass
 
@@ -108,7 +115,7 @@ def _method_coverage(method: gen.Method, n: int) -> gen.Coverage:
 def test_the_operator_row_draws_every_value_class_of_every_knob(method: str) -> None:
     cov = _method_coverage(gen.api()[method], 150)
     zeros = [(m, k, c) for (m, k, c), n in sorted(cov.counts.items()) if m == method and n == 0]
-    never = [row for row in zeros if row not in gen.NOT_YET_DRAWN_ROWS and row[:2] not in gen.RARELY_DRAWN]
+    never = [row for row in zeros if row not in gen.NOT_YET_DRAWN_ROWS]
     assert never == [], f"never drawn in 150 derandomized calls: {never}"
     stale = [row for row in gen.NOT_YET_DRAWN_ROWS if row[0] == method and row not in zeros]
     assert stale == [], f"drawn now: remove from properties.generator.NOT_YET_DRAWN_ROWS: {stale}"
@@ -120,7 +127,7 @@ def test_the_methods_not_drawn_yet_are_named_with_reasons_and_really_undrawn() -
     api = gen.api()
     assert set(gen.NOT_YET_DRAWN_METHODS) <= set(api)
     reasons = (*gen.NOT_YET_DRAWN_METHODS.values(), *gen.NOT_YET_DRAWN_ROWS.values(),
-               *gen.RARELY_DRAWN.values())
+               *END_TO_END_UNDRAWN.values(), *END_TO_END_RARELY_DRAWN.values())
     assert all(len(why) > 20 for why in reasons)
     assert not set(gen.drawn_methods()) & set(gen.NOT_YET_DRAWN_METHODS)
 
@@ -139,9 +146,11 @@ def test_the_end_to_end_pipelines_draw_every_class_they_may() -> None:
         (m, k, c) for (m, k, c) in cov.zeros()
         if m not in END_TO_END_SKIPS and m not in gen.NOT_YET_DRAWN_METHODS
         and c not in END_TO_END_EXCLUDED.get(m, {}).get(k, ()) and (m, k, c) not in gen.NOT_YET_DRAWN_ROWS
-        and (m, k) not in gen.RARELY_DRAWN
+        and (m, k) not in END_TO_END_RARELY_DRAWN and (m, k, c) not in END_TO_END_UNDRAWN
     ]
     assert never == [], f"never drawn in 500 derandomized pipelines: {never}"
+    stale = [row for row in END_TO_END_UNDRAWN if row not in cov.zeros()]
+    assert stale == [], f"drawn now: remove from properties.strategies.END_TO_END_UNDRAWN: {stale}"
     undrawn = {m for m, n in cov.calls.items() if n == 0}
     assert undrawn == set(END_TO_END_SKIPS) | set(gen.NOT_YET_DRAWN_METHODS), undrawn
 

@@ -1,0 +1,134 @@
+"""The operator row's cases of the payload-reading operators against zephon 0.2.0's own operators.
+
+properties.op_units draws decode_text (bytes fields), expand_chat and tokenize_chat (conversations;
+the tiny offline HF tokenizer) calls and the records they are fed; here both implementations run each
+case (the same pushes) and their per-lane outputs must be equal: cursor keys, contributors with
+is_last_child, tombstones, counts and payloads.  A ``memoryview`` field value is divergence D-15
+(zephon raises AttributeError): checked both ways, zephon refusing it and equal to ours when fed
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import logging
+import warnings
+from typing import Any
+
+import pytest
+
+pytest.importorskip("zephon", reason="zephon 0.2.0 (the conformance extra) is not installed")
+
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from zephon import types as zt  # noqa: E402
+from zephon._internal.ops.decode_text import DecodeText as ZDecodeText  # noqa: E402
+from zephon._internal.ops.expand_chat import ExpandChat as ZExpandChat  # noqa: E402
+from zephon.ops import OpContext as ZOpContext  # noqa: E402
+
+from properties.hf_tokenizer import AVAILABLE  # noqa: E402
+from properties.op_units import CTX, OpCase, build_op, fed_records, op_cases  # noqa: E402
+from properties.opkit import run, split  # noqa: E402
+from properties.zephon_records import per_lane, to_zephon  # noqa: E402
+from zephon_ref.ops.base import OpContext  # noqa: E402
+from zephon_ref.types import SampleRecord  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+
+CASES = settings(max_examples=60, deadline=None, database=None, derandomize=True, phases=[Phase.generate],
+                 suppress_health_check=list(HealthCheck))
+
+
+def _zephon_op(method: str, kwargs: dict[str, Any]) -> Any:
+    if method == "tokenize_chat":
+        from zephon._internal.ops.tokenize_chat import TokenizeChat as cls
+    else:
+        cls = {"decode_text": ZDecodeText, "expand_chat": ZExpandChat}[method]
+    takes = inspect.signature(cls.__init__).parameters  # zephon's classes take no execution settings
+    return cls(**{k: v for k, v in kwargs.items() if k in takes})
+
+
+def _bytes(value: Any) -> Any:
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def _as_zephon(r: SampleRecord) -> Any:
+    """``r`` for zephon (to_zephon deep-copies payloads, and a memoryview does not copy)."""
+    if not isinstance(r.payload, dict):
+        return to_zephon(r)
+    z = to_zephon(SampleRecord(r.meta, None))
+    return zt.SampleRecord(meta=z.meta, payload={k: v if isinstance(v, memoryview) else copy.deepcopy(v)
+                                                 for k, v in r.payload.items()})
+
+
+def _outcome(f: Any) -> tuple[str, Any]:
+    try:
+        return "ok", f()
+    except Exception as exc:  # noqa: BLE001 - the builtin each side raises is compared
+        return "error", exc
+
+
+def _compare(case: OpCase) -> str:
+    recs = fed_records(case)
+    decoded = tuple(case.kwargs.get("fields", ("text",))) if case.method == "decode_text" else ()
+    views = any(isinstance(r.payload.get(f), memoryview)
+                for r in recs if isinstance(r.payload, dict) for f in decoded)
+    ours = build_op(case.method, case.kwargs)
+    ours.setup(OpContext(dict(CTX)))
+    theirs = _zephon_op(case.method, dict(case.kwargs))
+    theirs.setup(ZOpContext(dict(CTX)))
+    mine = _outcome(lambda: per_lane(run(ours, split(recs, case.cuts), ctx=dict(CTX))))
+    if views:  # divergence D-15: zephon refuses memoryview values; fed the same bytes, it agrees
+        pushes = [[_as_zephon(r) for r in p] for p in split(recs, case.cuts)]
+        refused = _outcome(lambda: run(_zephon_op(case.method, dict(case.kwargs)), pushes, ctx=dict(CTX)))
+        assert refused[0] == "error" and isinstance(refused[1], AttributeError), refused
+        recs = [SampleRecord(r.meta, {k: _bytes(v) if k in decoded else v for k, v in r.payload.items()})
+                if isinstance(r.payload, dict) else r for r in recs]
+    z = _outcome(lambda: per_lane(run(theirs, [[_as_zephon(r) for r in p] for p in split(recs, case.cuts)],
+                                      ctx=dict(CTX))))
+    if mine[0] == "error" or z[0] == "error":
+        assert mine[0] == z[0] == "error", (mine, z, case.describe())
+        assert isinstance(mine[1], type(z[1])), (mine, z)  # ours derive from the builtin zephon raises
+        return "both refused"
+    assert mine[1] == z[1], case.describe()
+    return "equal"
+
+
+METHODS = ["decode_text", "expand_chat"] + (["tokenize_chat"] if AVAILABLE else [])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_operator_row_cases_equal_zephon(method: str) -> None:
+    seen = {"equal": 0, "both refused": 0}
+
+    @CASES
+    @given(case=op_cases(methods=[method]))
+    def check(case: OpCase) -> None:
+        seen[_compare(case)] += 1
+
+    quiet = logging.getLogger("zephon")  # zephon logs its chat drops
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check()
+    finally:
+        quiet.setLevel(level)
+    assert seen["equal"] + seen["both refused"] == 60 and seen["equal"] >= 50, seen
+
+
+def test_a_planted_decode_bug_is_a_difference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison can fail: ours lower-casing only the first character under lowercase=True."""
+    import zephon_ref.ops.decode_text as mod
+
+    plain = mod.decode_value
+
+    def planted(value: Any, c: Any) -> str:
+        text = plain(value, dataclasses.replace(c, lowercase=False))
+        return text[:1].lower() + text[1:] if c.lowercase else text
+
+    monkeypatch.setattr(mod, "decode_value", planted)
+    with pytest.raises(AssertionError):
+        test_the_operator_row_cases_equal_zephon("decode_text")

@@ -1,0 +1,93 @@
+"""The ``operators`` row over the operators that read payloads of their own (issue 32): decode_text
+(bytes fields), expand_chat and tokenize_chat (conversations; the tiny offline HF tokenizer) and
+map_batch (after a drawn batch call).  The row passes on zephon_ref, and a one-line bug planted in
+each operator (patched in for the test only) is caught, at the example the test bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from properties import conformance
+from properties import generator as gen
+from properties.hf_tokenizer import AVAILABLE
+
+NEW = ("decode_text", "expand_chat", "tokenize_chat", "map_batch")
+needs_hf = pytest.mark.skipif(not AVAILABLE, reason="tokenize_chat needs the hf extra (transformers)")
+
+
+def _row(method: str, examples: int) -> conformance.Row:
+    with conformance._shrink_cap(5):
+        return conformance._run_operators(examples, True, lambda: None, methods=[method])
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=needs_hf) if m == "tokenize_chat" else m
+                                    for m in NEW])
+def test_the_row_draws_the_method_and_passes_on_zephon_ref(method: str) -> None:
+    assert method in gen.drawn_methods()
+    row = _row(method, 30)  # 60 cases (the row runs twice the examples per method)
+    assert row.failure is None and row.passed == row.examples == 60, row
+
+
+def test_decode_text_that_skips_an_empty_document_without_a_tombstone_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from zephon_ref.ops.decode_text import DecodeText
+
+    process = DecodeText.process_many
+
+    def planted(self: DecodeText, elems: list[Any]) -> list[Any]:
+        # planted: `if not new.get("text"): continue` (an empty document skipped, its offset never closed)
+        return [r for r in process(self, elems) if r.meta.tombstone or r.payload.get("text", "-") != ""]
+
+    monkeypatch.setattr(DecodeText, "process_many", planted)
+    row = _row("decode_text", 30)
+    assert row.failure is not None and "never closed" in row.failure, row
+    assert row.found_at is not None and row.found_at <= 20, row
+
+
+def test_expand_chat_that_drops_an_unanswered_chat_without_tombstones_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import zephon_ref.ops.expand_chat as mod
+
+    monkeypatch.setattr(mod, "tombstones_for_record", lambda rec: [])  # planted: no answered query -> nothing
+    row = _row("expand_chat", 30)
+    assert row.failure is not None and "never closed" in row.failure, row
+    assert row.found_at is not None and row.found_at <= 10, row
+
+
+def test_expand_chat_whose_every_child_closes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zephon_ref.ops.expand_chat as mod
+
+    spawn = mod.spawn_child
+
+    def planted(meta: Any, idx: int, *, is_last_child: bool = False, **kw: Any) -> Any:
+        return spawn(meta, idx, is_last_child=True, **kw)  # planted: `i == last` became `True`
+
+    monkeypatch.setattr(mod, "spawn_child", planted)
+    row = _row("expand_chat", 30)
+    assert row.failure is not None and "closed" in row.failure, row
+    assert row.found_at is not None and row.found_at <= 20, row
+
+
+@needs_hf
+def test_tokenize_chat_that_drops_an_unsupervised_record_without_tombstones_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import zephon_ref.ops.tokenize_chat as mod
+
+    monkeypatch.setattr(mod, "tombstones_for_record", lambda rec: [])  # planted: too short -> nothing
+    row = _row("tokenize_chat", 30)
+    assert row.failure is not None and "never closed" in row.failure, row
+    assert row.found_at is not None and row.found_at <= 10, row
+
+
+def test_map_batch_that_drops_a_batch_without_tombstones_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import zephon_ref.ops.map_batch as mod
+
+    monkeypatch.setattr(mod, "tombstones_for_record", lambda rec: [])  # planted: None -> the batch vanishes
+    row = _row("map_batch", 30)
+    assert row.failure is not None and "never closed" in row.failure and "map_batch" in row.failure, row
+    assert row.found_at is not None and row.found_at <= 60, row  # within the row's 60 cases
