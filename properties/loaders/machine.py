@@ -687,6 +687,13 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             state = copy.deepcopy(pristine)
             others = [w for w in space_values(adapter, cfg, "workers") if w != cfg.workers]
             others = [w for w in others if adapter.unsupported(dataclasses.replace(cfg, workers=w)) is None]
+            # only counts whose epochs hold the same items: where they differ (drop_last drops each
+            # worker's partial batch), a stream cut under one count and read on under another has no
+            # epoch to compare with (the items before the cut were the old count's). Drawn, the
+            # difference itself was reported as a failure (torchdata, 0 -> 2 workers: "the run delivered
+            # 2 items, more than 0", a loader that refused nothing because the run was already over)
+            others = [w for w in others
+                      if adapter.epoch_spec(dataclasses.replace(cfg, workers=w)) == adapter.epoch_spec(cfg)]
             if not others:
                 self.restored(i)
                 return

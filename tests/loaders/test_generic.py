@@ -189,3 +189,36 @@ def test_the_cost_table_shows_runs_to_each_failure_and_the_shrink_bound() -> Non
     ]}
     row = render_costs([doc]).splitlines()[-1]
     assert row == "| x | 35 | 12 | resume 30 s | resume 50+150* |", row
+
+
+def test_workers_draws_only_worker_counts_whose_epochs_hold_the_same_items() -> None:
+    """A loader whose epoch under 2 workers holds one item less (each worker drops a partial batch, as
+    torchdata's drop_last does) and which harmlessly accepts a state from another worker count: the
+    workers property has no epoch to compare a stream cut under one count and read on under another
+    with, so it must not draw that change (it did, and reported torchdata's 0 -> 2 workers as "the run
+    delivered 2 items, more than 0"); a real worker-change bug is still caught (the planted one above)."""
+    from properties.loaders.adapters import reference
+    from properties.loaders.core import EpochSpec, default_epoch_spec
+
+    def spec(cfg: LoaderConfig) -> EpochSpec:
+        n = default_epoch_spec(cfg).length - (1 if cfg.workers else 0)
+        return EpochSpec(n, n < cfg.size, "each worker drops its partial batch")
+
+    class Run(reference._Run):
+        def _epoch_len(self) -> int:
+            return spec(self.cfg).length
+
+    class DropsUnderWorkers(ListLoader):
+        def epoch_spec(self, cfg: LoaderConfig) -> EpochSpec:
+            return spec(cfg)
+
+        def worker_change(self, cfg: LoaderConfig) -> str:
+            return "refuse"
+
+        def build(self, cfg: LoaderConfig, state: object = None, *, primed: bool = False) -> Run:
+            return Run(self, cfg, state)
+
+    a = Narrowed(DropsUnderWorkers(), size=5, batch=1, drop_last=False, shuffle=False, epochs=1)
+    r = check_property(a, "workers", examples=30, shrink_runs=1)
+    assert r.status == "pass", r.failure or r.reason
+    assert not any("->" in k for k in r.notes), r.notes  # no worker change was drawn
