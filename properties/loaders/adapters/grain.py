@@ -103,7 +103,21 @@ class _Run:
         return self.it.get_state()
 
     def counters(self) -> Mapping[str, int] | None:
-        if self.cfg.variant != "map":
+        """The positions Grain's states expose: ``next_index`` of a MapDataset's iterator (``map``: in
+        batches; ``iter-batch``: in items, the batch comes after it) and the DataLoader's
+        ``last_seen_indices`` (one process: the sampler's index of the last record read, across
+        epochs).  Other variants keep no position that counts delivered items."""
+        v, n = self.cfg.variant, self.cfg.size
+        if v == "iter-batch" or (v == "dataloader" and not self.cfg.workers and not self.cfg.drop_last):
+            if v == "iter-batch":
+                items = int(self.it.get_state()["next_index"])
+            else:
+                items = int(json.loads(self.it.get_state())["last_seen_indices"]["0"]) + 1
+            e, k = divmod(items, n) if n else (0, 0)
+            if k == 0 and items:
+                e, k = e - 1, n  # an epoch's end: the checker takes (e - 1, L) there
+            return {"epoch": e, "items_in_epoch": k}
+        if v != "map":
             return None
         nxt = int(self.it.get_state()["next_index"])
         b, n = self.cfg.batch, self.cfg.size
