@@ -264,12 +264,14 @@ def test_the_adapter_runs_against_the_peer(loader: str) -> None:
     ("torchdata", {"variant": "iterable", "batch": 2}),
     ("torchdata-nodes", {"batch": 2, "workers": 1}),
     ("datasets", {"variant": "direct"}),
+    ("grain", {"variant": "dataloader", "batch": 2}),
+    ("grain", {"variant": "dataloader", "batch": 1}),
 ])
 def test_none_items_reach_the_library_and_come_back(loader: str, knobs: dict) -> None:
     from properties.loaders.core import NONE_ID, LoaderConfig, dataset_ids
     from properties.loaders.machine import reference_stream
 
-    _need("torchdata", *(("datasets",) if loader == "datasets" else ()))
+    _need(*{"datasets": ("datasets", "torchdata"), "grain": ("grain",)}.get(loader, ("torchdata",)))
     a = resolve(loader)
     cfg = LoaderConfig(size=4, nones=1, epochs=2, **knobs)
     assert "nones" in str(a.space), f"{loader} does not draw None items"

@@ -30,7 +30,9 @@ from properties.loaders.core import (
     LoaderConfig,
     dataset_ids,
     default_epoch_spec,
+    library_values,
     shard_ids,
+    stream_id,
     unavailable,
 )
 
@@ -71,10 +73,10 @@ def _ids_of(el: Any, variant: str) -> list[int]:
         return out
     if hasattr(el, "tolist"):
         v = el.tolist()
-        return [int(x) for x in (v if isinstance(v, list) else [v])]
+        return [stream_id(x) for x in (v if isinstance(v, list) else [v])]
     if isinstance(el, (list, tuple)):
-        return [int(x) for x in el]
-    return [int(el)]
+        return [stream_id(x) for x in el]
+    return [stream_id(el)]
 
 
 class _Run:
@@ -136,7 +138,11 @@ class GrainAdapter:
     name = "grain"
     primed_ok = True
     preps = ("state", "used")  # set_state on an iterator that already produced elements is documented
-    _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+    # dups: every variant (an item's value twice); None items only for the DataLoader: a MapDataset
+    # treats None as a filtered-out element (to_iter_dataset skips it, Grain's filter convention), so
+    # there a None item is not an item
+    _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1),
+               "dups": (0, 1)}
     space = {"variant": {
         "map": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True)},
         "iter-batch": {**_common, "shuffle": (False, True), "batch": (1, 2, 3)},
@@ -145,7 +151,7 @@ class GrainAdapter:
         "mix": {**_common, "epochs": (1,), "shards": (2,)},
         "pack": {**_common, "epochs": (1,)},
         "dataloader": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True),
-                       "workers": (0, 0, 0, 2)},
+                       "workers": (0, 0, 0, 2), "nones": (0, 1)},
     }}
 
     def available(self) -> str | None:
@@ -213,7 +219,7 @@ class GrainAdapter:
 
     def pipeline(self, cfg: LoaderConfig) -> Any:
         grain = _grain()
-        ids = dataset_ids(cfg)
+        ids = library_values(dataset_ids(cfg))
         v = cfg.variant
         if v == "dataloader":
             sampler = grain.samplers.IndexSampler(
