@@ -865,7 +865,9 @@ def _deserialise(adapter: LoaderAdapter, blob: Any) -> Any:
         import torch
     except ImportError:
         return pickle.loads(blob)
-    return torch.load(io.BytesIO(blob), weights_only=False)
+    # torch.load's default (weights_only=True since torch 2.6), as a user's resume calls it: a state that
+    # only loads with weights_only=False is a finding, not something to paper over here
+    return torch.load(io.BytesIO(blob))
 
 
 def copy_state(state: Any) -> Any:

@@ -222,3 +222,33 @@ def test_workers_draws_only_worker_counts_whose_epochs_hold_the_same_items() -> 
     r = check_property(a, "workers", examples=30, shrink_runs=1)
     assert r.status == "pass", r.failure or r.reason
     assert not any("->" in k for k in r.notes), r.notes  # no worker change was drawn
+
+
+class _Pos:
+    """A state value of a class of its own (module level: pickle finds it)."""
+
+    def __init__(self, epoch: int, pos: int) -> None:
+        self.epoch, self.pos = epoch, pos
+
+
+def test_serialised_loads_with_torch_loads_default_as_a_users_resume_does() -> None:
+    """A state that torch.save writes but torch.load's default (weights_only=True) refuses fails
+    serialised (the suite loaded it with weights_only=False, which a user's resume does not pass)."""
+    pytest.importorskip("torch")
+    from properties.loaders.adapters import reference
+
+    class Run(reference._Run):
+        def state(self) -> object:
+            s = super().state()
+            return {"pos": _Pos(s["epoch"], s["pos"])}
+
+    class CustomState(ListLoader):
+        def build(self, cfg: LoaderConfig, state: object = None, *, primed: bool = False) -> Run:
+            if state is not None:
+                p = state["pos"]  # type: ignore[index]
+                state = {"epoch": p.epoch, "pos": p.pos}
+            return Run(self, cfg, state)
+
+    assert check_property(CustomState(), "resume", examples=10).status == "pass"
+    r = check_property(CustomState(), "serialised", examples=10, shrink_runs=1)
+    assert r.status == "FAIL" and "deserialise" in r.reason, r.reason
