@@ -727,7 +727,10 @@ def machine_for(adapter: LoaderAdapter, prop: str, record: _Record) -> type[Rule
             self.rollback(upto)
             self.steps.append(f"restore(state saved at {self.where(pos)}) under workers={w}: accepted")
             if mode == "refuse":
-                record.notes[f"workers {cfg.workers}->{w}: accepted silently"] += 1
+                # a restore that reads nothing (a state after the run's end) never reaches the iter()
+                # where a library checks the worker count: counted apart, it is no silent acceptance
+                how = "accepted silently" if got else "accepted, nothing delivered"
+                record.notes[f"workers {cfg.workers}->{w}: {how}"] += 1
             if mode != "exact":
                 self.exact = False
             self.deliver(got, _MAX_READ)
