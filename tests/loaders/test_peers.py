@@ -202,8 +202,12 @@ def test_the_suite_finds_the_known_failure(
     )
 
 
+#: each script once (two properties may find one bug: datasets' state_after_restore and counters)
+ONE_PER_SCRIPT = [k for i, k in enumerate(KNOWN) if k[4] not in [j[4] for j in KNOWN[:i]]]
+
+
 @pytest.mark.parametrize(("loader", "prop", "knobs", "libs", "script"),
-                         _params(KNOWN, [f"{k[4]}" for k in KNOWN]))
+                         _params(ONE_PER_SCRIPT, [f"{k[4]}" for k in ONE_PER_SCRIPT]))
 def test_the_reproduction_script_still_fails(
     loader: str, prop: str, knobs: dict, libs: tuple, script: str
 ) -> None:
