@@ -139,6 +139,14 @@ KNOWN = [
     ),
     (
         "datasets",
+        "resume",  # shuffle(buffer_size=3): a resume past the buffer repeats an item of the same epoch
+        {"variant": "buffer", "size": 6, "shards": 1, "shuffle": True, "buffer": 3, "epochs": 1,
+         "set_epoch": True},
+        ("datasets",),
+        "datasets_shuffle_buffer_repeats.py",
+    ),
+    (
+        "datasets",
         "counters",  # the state's epoch right after load_state_dict is the initial state's (item 4's root)
         {"variant": "direct", "size": 4, "shards": 1, "epochs": 2, "set_epoch": True, "dups": 0, "nones": 0},
         ("datasets",),
