@@ -30,7 +30,9 @@ from properties.loaders.core import (
     LoaderConfig,
     dataset_ids,
     default_epoch_spec,
+    library_values,
     shard_ids,
+    stream_id,
     unavailable,
 )
 
@@ -71,10 +73,10 @@ def _ids_of(el: Any, variant: str) -> list[int]:
         return out
     if hasattr(el, "tolist"):
         v = el.tolist()
-        return [int(x) for x in (v if isinstance(v, list) else [v])]
+        return [stream_id(x) for x in (v if isinstance(v, list) else [v])]
     if isinstance(el, (list, tuple)):
-        return [int(x) for x in el]
-    return [int(el)]
+        return [stream_id(x) for x in el]
+    return [stream_id(el)]
 
 
 class _Run:
@@ -103,7 +105,21 @@ class _Run:
         return self.it.get_state()
 
     def counters(self) -> Mapping[str, int] | None:
-        if self.cfg.variant != "map":
+        """The positions Grain's states expose: ``next_index`` of a MapDataset's iterator (``map``: in
+        batches; ``iter-batch``: in items, the batch comes after it) and the DataLoader's
+        ``last_seen_indices`` (one process: the sampler's index of the last record read, across
+        epochs).  Other variants keep no position that counts delivered items."""
+        v, n = self.cfg.variant, self.cfg.size
+        if v == "iter-batch" or (v == "dataloader" and not self.cfg.workers and not self.cfg.drop_last):
+            if v == "iter-batch":
+                items = int(self.it.get_state()["next_index"])
+            else:
+                items = int(json.loads(self.it.get_state())["last_seen_indices"]["0"]) + 1
+            e, k = divmod(items, n) if n else (0, 0)
+            if k == 0 and items:
+                e, k = e - 1, n  # an epoch's end: the checker takes (e - 1, L) there
+            return {"epoch": e, "items_in_epoch": k}
+        if v != "map":
             return None
         nxt = int(self.it.get_state()["next_index"])
         b, n = self.cfg.batch, self.cfg.size
@@ -122,7 +138,11 @@ class GrainAdapter:
     name = "grain"
     primed_ok = True
     preps = ("state", "used")  # set_state on an iterator that already produced elements is documented
-    _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+    # dups: every variant (an item's value twice); None items only for the DataLoader: a MapDataset
+    # treats None as a filtered-out element (to_iter_dataset skips it, Grain's filter convention), so
+    # there a None item is not an item
+    _common = {"size": (5, 1, 2, 4, 6, 7), "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1),
+               "dups": (0, 1)}
     space = {"variant": {
         "map": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True)},
         "iter-batch": {**_common, "shuffle": (False, True), "batch": (1, 2, 3)},
@@ -131,7 +151,7 @@ class GrainAdapter:
         "mix": {**_common, "epochs": (1,), "shards": (2,)},
         "pack": {**_common, "epochs": (1,)},
         "dataloader": {**_common, "shuffle": (False, True), "batch": (1, 2, 3), "drop_last": (False, True),
-                       "workers": (0, 0, 0, 2)},
+                       "workers": (0, 0, 0, 2), "nones": (0, 1)},
     }}
 
     def available(self) -> str | None:
@@ -199,7 +219,7 @@ class GrainAdapter:
 
     def pipeline(self, cfg: LoaderConfig) -> Any:
         grain = _grain()
-        ids = dataset_ids(cfg)
+        ids = library_values(dataset_ids(cfg))
         v = cfg.variant
         if v == "dataloader":
             sampler = grain.samplers.IndexSampler(

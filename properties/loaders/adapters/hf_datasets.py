@@ -19,8 +19,8 @@ dataset's state, as returned>}``.
 
 ``shuffle(buffer_size=...)`` loses the buffer's examples on resume (documented in
 ``IterableDataset.state_dict``: "examples from shuffle buffers are lost when resuming"): after a restore
-of a ``buffer`` configuration the suite checks only that nothing is repeated (``lossy_resume``); the
-library has no delivered-item counter.
+of a ``buffer`` configuration the suite checks only that nothing is repeated (``lossy_resume``).
+Counters: the library's ``epoch`` and the loader's ``_num_yielded`` (``counters``).
 """
 
 from __future__ import annotations
@@ -149,7 +149,21 @@ class _Run:
         return {**self.loop.loop_state(), "state": self.loop.loader.state_dict()}
 
     def counters(self) -> Mapping[str, int] | None:
-        return None
+        """The counters the library exposes: the ``epoch`` of ``IterableDataset.state_dict()`` (what the
+        user's ``set_epoch`` last set: checked where the user calls it) and, under the loader (one
+        process, no ``drop_last``), its ``_num_yielded`` batches of the current epoch.  The dataset's own
+        position is per shard and per Arrow chunk, not a delivered-item count."""
+        if self.cfg.variant in ("direct", "buffer"):
+            if not self.cfg.set_epoch:
+                return None
+            return {"epoch": int(self.loop.ds.state_dict()["epoch"])}
+        if self.cfg.workers or self.cfg.drop_last or self.cfg.variant != "loader":
+            return None
+        loop = self.loop
+        if loop.it is None or loop.epoch >= loop.epochs:
+            return None  # between epochs: the next iter() resets the count
+        n = int(loop.loader.state_dict()["_num_yielded"])
+        return {"epoch": loop.epoch, "items_in_epoch": min(n * self.cfg.batch, self.cfg.size)}
 
     def close(self) -> None:
         self.loop.close()
@@ -212,7 +226,7 @@ class DatasetsAdapter:
         return f"datasets {version('datasets')} (under torchdata {version('torchdata')})"
 
     def declared(self) -> Mapping[str, str]:
-        return {"counters": "IterableDataset keeps shard positions, not a delivered-item counter"}
+        return {}
 
     def unsupported(self, cfg: LoaderConfig) -> str | None:
         if cfg.shards > cfg.size:

@@ -83,7 +83,7 @@ class LitDataAdapter:
     preps = ("state", "used")  # the loader's load_state_dict applies to the next iter()
     space = {"size": (5, 1, 2, 6, 7), "shards": (1, 2, 3), "shuffle": (False, True), "batch": (1, 2, 3),
              "drop_last": (False, True), "workers": (0, 0, 0, 2), "epochs": (1, 2, 3), "seed": (0, 1),
-             "data_seed": (0, 1)}
+             "data_seed": (0, 1), "dups": (0, 1)}  # an int column: duplicate values, never None
 
     def available(self) -> str | None:
         return unavailable("litdata", hint="scripts/install_peers.sh installs it without torchvision")

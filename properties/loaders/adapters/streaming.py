@@ -259,7 +259,8 @@ class StreamingAdapter:
     primed_ok = False
     preps = ("state", "used")  # the loader's load_state_dict applies to the next iter()
     space = {"size": (5, 1, 2, 6, 7), "shuffle": (False, True), "batch": (1, 2, 3), "workers": (0, 0, 0, 2),
-             "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1)}
+             "epochs": (1, 2, 3), "seed": (0, 1), "data_seed": (0, 1),
+             "dups": (0, 1)}  # an int column: duplicate values, never None
 
     def available(self) -> str | None:
         try:
