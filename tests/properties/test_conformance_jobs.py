@@ -88,3 +88,10 @@ def test_ctrl_c_ends_every_worker(monkeypatch: pytest.MonkeyPatch,
     err = capsys.readouterr().err
     assert code == 130 and "interrupted" in err and len(err.strip().splitlines()) == 1
     assert multiprocessing.active_children() == [] and time.monotonic() - t0 < 60
+
+
+def test_the_launch_order_names_only_rows_of_the_suite() -> None:
+    """--jobs starts the dearest rows first (conformance.ROW_COST, measured); a renamed row would
+    silently fall back to the default cost, so the table's names must be the suite's."""
+    assert set(conformance.ROW_COST) <= set(conformance.ORDER)
+    assert max(conformance.ROW_COST, key=conformance.ROW_COST.__getitem__) == "eviction safety"
