@@ -350,6 +350,11 @@ def _sample_problems(consumed: Sequence[Step], mb_of_step: Sequence[tuple[int | 
     """The checks of a timeline with a micro-batch size change, in records (module docstring)."""
     problems: list[Problem] = []
     where = f"seed {seed}, " if seed is not None else ""
+    bad = next((v for step in (*consumed, *reference) for _, v in step if not isinstance(v, tuple)), None)
+    if bad is not None:
+        raise ValueError(f"check_history: expected per-record views (tuples, sim.workloads.records_view) "
+                         f"in a run whose micro-batch size changed, received {type(bad).__name__} "
+                         f"{bad!r:.80}")
     # every item holds 1..m records (exactly m with drop_last); items carried by a mid-step cut: its m
     for i, step in enumerate(consumed):
         sizes = {m for m in mb_of_step[i] if m is not None}

@@ -64,6 +64,9 @@ def test_the_checker_compares_records_across_a_microbatch_change() -> None:
     assert kinds(_hist(((0, ("a2",)), (1, ("b2",)))), drop_last=True) == ["lost", "lost"]
     assert check_history(_hist(mb2=4), REF, records=RECORDS, drop_last=True).ok  # 2 left < 4: dropped
     assert kinds(_hist(((0, ("a2",)), (1, ("b2",))), mb2=4), drop_last=True) == ["batch-size"]
+    # a changed size needs per-record views (an item's view as one string cannot be regrouped)
+    with pytest.raises(ValueError, match="per-record views"):
+        check_history(_hist(((0, "a2"), (1, "b2"))), REF, records=RECORDS)
     # not drained: a prefix suffices
     assert check_history(_hist(((0, ("a2",)), (1, ("b2",))), end="steps"), REF, records=RECORDS).ok
 
