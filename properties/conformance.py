@@ -84,6 +84,12 @@ unknown ``--property``, an ``--impl`` that is not importable or not an adapter):
 line on stderr naming what was expected and what was received, no traceback.
 ``--json FILE`` also writes the results for a machine (see :func:`results_json`);
 progress per property goes to stderr (tqdm) when it is a terminal, unless ``--quiet``.
+
+``--jobs N`` runs the rows in up to N worker processes (:func:`run_suite_parallel`): one
+process per row, each row derandomized as in one process, so the table, the coverage and the
+JSON do not depend on N (wall and CPU times aside); a worker that dies is a failing row naming
+its exit; Ctrl-C ends the workers and exits 130.  Every row reports its user + system CPU
+seconds (``cpu_seconds`` in the JSON), the cost to compare on a shared machine.
 """
 
 from __future__ import annotations
@@ -152,6 +158,7 @@ class Row:
     config: str | None = None  # the minimal failing configuration
     ours: str | None = None  # the first differing item: the implementation's ...
     theirs: str | None = None  # ... and the reference's (zephon_ref, or the implementation's own run)
+    cpu_seconds: float = 0.0  # user + sys CPU of the row (its process and the children it waited for)
 
 
 class Mismatch(AssertionError):
@@ -999,7 +1006,7 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
         for name in ORDER:
             if only and name not in only:
                 continue
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), _cpu()
             bar.start(name, 1 if name == "long run" else examples)
             try:
                 if name == "resume machine":
@@ -1040,8 +1047,161 @@ def _run_rows(adapter: Any, features: frozenset[str], bar: _Progress, examples: 
                 CTX.use_oracle = True  # from now on the resume rows compare with zephon_ref's stream too
             rows.append(Row(name, row.examples, row.passed, row.failure, row.skipped,
                             row.seconds or time.perf_counter() - t0, row.note, row.found_at, row.unsupported,
-                            row.config, row.ours, row.theirs))
+                            row.config, row.ours, row.theirs, _cpu() - cpu0))
     return rows
+
+
+def _cpu() -> float:
+    """User + system CPU seconds of this process and of the children it has waited for (the torch
+    row's DataLoader workers): a row's cost on a shared machine, where wall time is noisy."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# -- --jobs N: the rows in worker processes -----------------------------------------------------------
+
+#: CPU seconds of each row of ``--impl inline --examples 100 --skip torch`` (2026-12-06, 2 shared
+#: cores): ``--jobs`` starts the dearest rows first, so the slowest one (eviction safety, about half
+#: of the total) does not start last.  Only the launch order: the results never depend on it.
+ROW_COST: dict[str, float] = {
+    "eviction safety": 181, "operators": 30, "cross-lane order": 29, "lane remap": 24, "resume machine": 14,
+    "tamper refused": 13, "bounded inflight": 12, "checkpoint bytes": 11, "oracle": 10,
+    "settings invariance": 8.5, "resume at cuts": 6.6, "lineage": 6.5, "corrupt refused": 5.9,
+    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1,
+}
+
+
+def _one_row(adapter: Any, name: str, examples: int, derandomize: bool, shrink_seconds: float,
+             long_items: int | None, use_oracle: bool) -> Row:
+    """One row, as :func:`run_suite` runs it, in this (worker) process: ``use_oracle`` says whether
+    the implementation passed the oracle row (the resume rows then compare with zephon_ref too)."""
+    features = frozenset(getattr(adapter, "features", frozenset()))
+    import logging
+
+    logging.getLogger("zephon").setLevel(logging.ERROR)  # as run_suite: the table reports zephon's drops
+    CTX.use_oracle = use_oracle
+    return _run_rows(adapter, features, _Progress(False), examples, derandomize, [name], shrink_seconds,
+                     long_items)[0]
+
+
+def _worker(conn: Any, impl: str, name: str, examples: int, derandomize: bool, shrink_seconds: float,
+            long_items: int | None, use_oracle: bool) -> None:
+    """A worker process's body: run one row, send back (row, coverage, library versions).  SIGINT
+    is ignored here: on Ctrl-C the parent ends its workers itself."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from properties import generator as gen
+
+    gen.reset_seen()  # this row's draws only (a forked worker inherits the parent's counts)
+    try:
+        row = _one_row(load_adapter(impl), name, examples, derandomize, shrink_seconds, long_items,
+                       use_oracle)
+    except Exception as exc:  # noqa: BLE001 - a row that cannot even start is a failure of the row
+        row = Row(name, 0, 0, failure=f"the worker could not run the row :: {_first_line(exc)}")
+    conn.send((row, gen.seen(), _versions()))
+    conn.close()
+
+
+def _dead_worker(name: str, code: int | None) -> Row:
+    why = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+    return Row(name, 0, 0, failure=f"the worker process running this row died ({why}) before reporting a "
+                                   f"result :: rerun it alone: --property {name!r} --jobs 1")
+
+
+def run_suite_parallel(impl: str, *, jobs: int, examples: int, derandomize: bool = True,
+                       only: Sequence[str] = (), progress: bool = False,
+                       shrink_seconds: float = SHRINK_SECONDS, long_items: int | None = None,
+                       ) -> tuple[list[Row], dict[str, str]]:
+    """:func:`run_suite` with the rows in up to ``jobs`` worker processes (one process per row, the
+    adapter loaded there from ``impl``); the rows in :data:`ORDER`, and the library versions the
+    workers loaded.  Every row is drawn as in one process (derandomized rows give the same results
+    for any ``jobs``); the oracle row runs first when the implementation is not zephon_ref, since
+    its verdict decides whether the resume rows compare with zephon_ref too.  A worker that dies
+    without a result makes its row a failure naming the exit; on KeyboardInterrupt every worker is
+    ended and the interrupt goes on to the caller.  The drawn-call coverage of every worker is
+    merged into this process's (:func:`properties.generator.seen`)."""
+    import multiprocessing as mp
+
+    from properties import generator as gen
+
+    names = [n for n in ORDER if not only or n in only]
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    adapter = load_adapter(impl)
+    results: dict[str, Row] = {}
+    versions: dict[str, str] = {}
+    running: dict[Any, tuple[str, Any]] = {}  # parent end of the pipe -> (row, process)
+    first = ["oracle"] if "oracle" in names and adapter is not ORACLE else []
+    # the dearest rows first (ROW_COST; a row it does not know, e.g. torch, counts as dear): the wall
+    # time is then about the larger of the slowest row and the total over ``jobs``
+    queue = sorted((n for n in names if n not in first), key=lambda n: -ROW_COST.get(n, 60.0))
+    use_oracle = False
+
+    def launch(name: str) -> None:
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker, name=f"conformance: {name}",
+                           args=(child, impl, name, examples, derandomize, shrink_seconds, long_items,
+                                 use_oracle), daemon=True)
+        proc.start()
+        child.close()
+        running[parent] = (name, proc)
+
+    def collect() -> None:
+        for conn in _wait_any(list(running)):
+            name, proc = running.pop(conn)  # type: ignore[call-overload]
+            try:
+                row, cov, vers = conn.recv()
+            except (EOFError, OSError):
+                proc.join()
+                row = _dead_worker(name, proc.exitcode)
+            else:
+                gen.seen().merge(cov)
+                versions.update(vers)
+                proc.join()
+            conn.close()
+            results[name] = row
+            if progress:
+                state = "skipped" if row.skipped else "FAILED" if row.failure else "ok"
+                print(f"[{len(results)}/{len(names)}] {name}: {state}, {row.examples} examples, "
+                      f"{row.cpu_seconds:.0f} s CPU", file=sys.stderr, flush=True)
+
+    try:
+        for name in first:
+            launch(name)
+            while running:
+                collect()
+            row = results[name]
+            use_oracle = row.skipped is None and row.failure is None
+        while queue or running:
+            while queue and len(running) < jobs:
+                launch(queue.pop(0))
+            collect()
+    except BaseException:
+        _end_workers([proc for _, proc in running.values()])
+        raise
+    return [results[n] for n in names], versions
+
+
+def _wait_any(conns: list[Any]) -> list[Any]:
+    """The workers' pipe ends that have something to read (a result, or EOF: the worker died)."""
+    from multiprocessing.connection import wait
+
+    return wait(conns)
+
+
+def _end_workers(procs: Sequence[Any]) -> None:
+    """End the workers still running (SIGTERM, then SIGKILL after 5 s), a second Ctrl-C included."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.join(5)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 def _torch_unavailable() -> str | None:
@@ -1081,13 +1241,8 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def results_json(
-    adapter: Any, rows: Sequence[Row], *, examples: int, impl: str, seconds: float
-) -> dict[str, Any]:
-    """The results for a machine: the implementation, its features, library versions, the examples
-    setting, and per row: property, examples, passed, skipped (the reason), failure (minimal
-    configuration and first problem), config (the minimal configuration alone), ours / theirs (the
-    first differing item of each side, when a stream differed), seconds."""
+def _versions() -> dict[str, str]:
+    """Python's and Hypothesis's versions, and those of the libraries this process loaded."""
     import platform
 
     import hypothesis
@@ -1097,6 +1252,20 @@ def results_json(
         mod = sys.modules.get(lib)
         if mod is not None:
             versions[lib] = str(getattr(mod, "__version__", "unknown"))
+    return versions
+
+
+def results_json(
+    adapter: Any, rows: Sequence[Row], *, examples: int, impl: str, seconds: float,
+    loaded: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The results for a machine: the implementation, its features, library versions, the examples
+    setting, and per row: property, examples, passed, skipped (the reason), failure (minimal
+    configuration and first problem), config (the minimal configuration alone), ours / theirs (the
+    first differing item of each side, when a stream differed), seconds (wall), cpu_seconds (user +
+    sys); ``loaded``: the versions of libraries that worker processes loaded (``--jobs``)."""
+    versions = _versions()
+    versions.update(loaded or {})
     return {"impl": impl, "adapter": str(getattr(adapter, "name", impl)),
             "features": sorted(getattr(adapter, "features", ())), "versions": versions,
             "examples": examples, "profile": profiles.active(), "seconds": round(seconds, 3),
@@ -1147,6 +1316,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"stop shrinking a failing row after this many seconds (default: {SHRINK_SECONDS:g})",
     )
     ap.add_argument(
+        "--jobs",
+        type=int_at_least(1),
+        default=1,
+        help="run the rows in this many worker processes, >= 1 (default: 1, every row in this process); "
+             "the results do not depend on it",
+    )
+    ap.add_argument(
         "--long-items",
         type=int_at_least(1),
         default=None,
@@ -1181,11 +1357,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"property suite against {getattr(adapter, 'name', args.impl)} "
           f"(features: {', '.join(sorted(getattr(adapter, 'features', ()))) or 'none'}), "
           f"{args.examples} examples per property", flush=True)
+    from properties import generator as gen
+
+    gen.reset_seen()  # --coverage and --json count this command's draws
     t0 = time.perf_counter()
     only = [p for p in (args.property or ORDER) if p not in args.skip]
-    rows = run_suite(adapter, examples=args.examples, derandomize=not args.random, only=only,
-                     progress=sys.stderr.isatty() and not args.quiet, shrink_seconds=args.shrink_seconds,
-                     long_items=args.long_items)
+    loaded: dict[str, str] = {}
+    try:
+        if args.jobs > 1:
+            rows, loaded = run_suite_parallel(
+                args.impl, jobs=args.jobs, examples=args.examples, derandomize=not args.random, only=only,
+                progress=sys.stderr.isatty() and not args.quiet, shrink_seconds=args.shrink_seconds,
+                long_items=args.long_items)
+        else:
+            rows = run_suite(adapter, examples=args.examples, derandomize=not args.random, only=only,
+                             progress=sys.stderr.isatty() and not args.quiet,
+                             shrink_seconds=args.shrink_seconds, long_items=args.long_items)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted: expected the rows to finish, received Ctrl-C (no table, nothing "
+              f"written)", file=sys.stderr)
+        return 130
     print(format_table(rows))
     if args.coverage:
         from properties import generator as gen
@@ -1195,9 +1386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in gen.undeclared():
             print(f"not drawable: {line}")
     if args.json:
-        doc = results_json(
-            adapter, rows, examples=args.examples, impl=args.impl, seconds=time.perf_counter() - t0
-        )
+        doc = results_json(adapter, rows, examples=args.examples, impl=args.impl,
+                           seconds=time.perf_counter() - t0, loaded=loaded)
         Path(args.json).write_text(json.dumps(doc, indent=2, default=repr) + "\n")
     return 1 if any(r.failure for r in rows) else 0
 

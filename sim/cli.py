@@ -116,6 +116,11 @@ CONFIG_FIELDS: dict[str, tuple[str, str]] = {
         "excuses exactly what an uninterrupted run drops)",
     ),
     "mapping_strategy": ("", "how lanes map onto ranks: contiguous or interleaved"),
+    "restart_microbatch": (
+        "items",
+        "the micro-batch sizes a restart or a planned resize may pick (empty: never changed; "
+        "when it changes, the checker compares records, not batches)",
+    ),
     "mid_step_checkpoint": ("deliveries", "a checkpoint cut right after a delivery inside a global step"),
     "crash": ("participant events", "the whole job crashes"),
     "rank_crash": ("participant events", "one rank crashes (the job notices 20 ticks later)"),

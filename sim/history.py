@@ -48,6 +48,27 @@ uninterrupted single-rank reference run cut into global steps:
   stream must be the whole reference lane (a short stream lost its tail); otherwise a
   prefix suffices (the run stopped at its step budget).
 
+**A micro-batch size change** (a ``start`` or ``restore ok`` entry's ``extra["microbatch"]``
+differs from the first ``start``'s, the size the reference ran with): seed 002 promises that
+"the round-robin still cycles the same lanes producing the same data", not the same items (a
+lane's local batch holds another number of samples).  When a consumed step of the timeline ran
+with another size, the checker compares in a unit that survives the change, the *record* (a
+step's views are then tuples of per-record views, :func:`sim.workloads.records_view`):
+
+* per lane, the records in delivery order must be the complete record stream of the lane
+  (``records``: an uninterrupted run at micro-batch 1, which drops nothing) with the checks
+  above, record by record; a drained run with ``drop_last`` may end short by less than the
+  micro-batch size then in effect (its last partial batch, dropped by configuration);
+* every item holds 1 to ``m`` records, ``m`` the size its step ran with (exactly ``m`` with
+  ``drop_last``, which never emits a partial batch; the items a mid-step cut carried over a
+  restore may have the cut's size): an engine that kept the old size is caught here;
+* global steps: the steps before the first changed one are compared with the reference as
+  above; from it on, the samples of a step are one batch of each lane (the per-lane check
+  fixes which), so each undrifted step must be a *round*: a lane missing from a step may not
+  appear in a later one (near the end of data a participant whose lane ran dry delivers its
+  other lanes twice: that lane never comes back), and a step that holds every lane once
+  must list each participant's lanes in the reference's round-robin order.
+
 Each problem is a :class:`Problem` with a minimal witness (seed, step, lane, record);
 :class:`RunReport` keeps the one-line strings for callers that want text.
 
@@ -56,7 +77,7 @@ What may not live here: the world (this module only reads entries), pipeline log
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,12 +168,19 @@ def _lane_problem(lane: int, got: list[Any], want: list[Any], steps: list[int], 
 
 
 def check_history(
-    history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None
+    history: Sequence[Event], reference: Sequence[Step], *, seed: int | None = None,
+    records: Mapping[int, Sequence[Any]] | None = None, drop_last: bool = False,
 ) -> RunReport:
-    """Judge a world's history against the uninterrupted reference (see the module docstring)."""
+    """Judge a world's history against the uninterrupted reference (see the module docstring);
+    ``records``: every lane's complete record stream, for a run whose micro-batch size changed
+    (default: the reference's records), ``drop_last``: the workload's."""
     consumed: list[Step] = []
     dp_of_step: list[int] = []  # the rank count that produced each consumed step
     dp = 0
+    base_mb: int | None = None  # the micro-batch size of the first incarnation (the reference's)
+    mb: int | None = None  # the size the current incarnation runs with
+    mb_of_step: list[tuple[int | None, int | None]] = []  # (size of the step, size of carried items)
+    carried_mb: int | None = None  # the cut's size, for the first step after a mid-step restore
     last_remap: str | None = None
     remap_of_step: list[str | None] = []
     restores = 0
@@ -161,15 +189,17 @@ def check_history(
     order_of_step: list[Any] = []  # each participant's lanes in delivery order (None: not recorded)
     drifted = False
     # generation -> (consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step, drifted, dp at the
-    # cut, items of the unfinished step at the cut)
-    snapshots: dict[
-        Any, tuple[list[Step], list[int], list[str | None], list[bool], list[Any], bool, int, int]
-    ] = {}
+    # cut, items of the unfinished step at the cut, mb_of_step, micro-batch size at the cut)
+    snapshots: dict[Any, tuple[list[Step], list[int], list[str | None], list[bool], list[Any], bool, int,
+                               int, list[tuple[int | None, int | None]], int | None]] = {}
     for e in history:
         if e.type != "ok":
             continue
         if e.kind == "start":
             dp = int(e.detail)
+            mb = e.extra.get("microbatch") if isinstance(e.extra, dict) else None
+            if base_mb is None:
+                base_mb = mb
         elif e.kind == "step":
             if e.step != len(consumed) + 1:
                 problems.append(
@@ -181,6 +211,8 @@ def check_history(
             remap_of_step.append(last_remap)
             drift_of_step.append(drifted)
             order_of_step.append(e.extra.get("order") if isinstance(e.extra, dict) else None)
+            mb_of_step.append((mb, carried_mb))
+            carried_mb = None
         elif e.kind == "checkpoint" and isinstance(e.extra, dict) and e.extra.get("generation") is not None:
             snapshots[e.extra["generation"]] = (
                 list(consumed),
@@ -191,18 +223,24 @@ def check_history(
                 drifted,
                 int(e.extra.get("dp") or dp),
                 int(e.extra.get("mid_step") or 0),
+                list(mb_of_step),
+                mb,
             )
         elif e.kind == "restore":
             restores += 1
             gen = e.extra.get("generation") if isinstance(e.extra, dict) else None
             new_dp = int(e.detail) if isinstance(e.detail, int) else dp
             info = e.extra if isinstance(e.extra, dict) else {}
+            new_mb = info.get("microbatch", mb)
+            carried_mb = None
             if gen is not None and gen in snapshots:
                 # the trainer resumes from the generation's state: the stream consumed when it was saved
                 snap = snapshots[gen]
                 consumed, dp_of_step, remap_of_step = list(snap[0]), list(snap[1]), list(snap[2])
-                drift_of_step, order_of_step = list(snap[3]), list(snap[4])
+                drift_of_step, order_of_step, mb_of_step = list(snap[3]), list(snap[4]), list(snap[8])
                 mid, cut_dp = int(info.get("mid_step", snap[7]) or 0), int(info.get("cut_dp", snap[6]) or 0)
+                if mid:
+                    carried_mb = snap[9]  # the items the cut carries were batched with the cut's size
                 drifted = snap[5] or (mid > 0 and cut_dp != new_dp)
                 if len(consumed) != e.step:
                     problems.append(
@@ -217,15 +255,16 @@ def check_history(
                     break
             elif gen is None and e.step == 0:
                 consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step = [], [], [], [], []
+                mb_of_step = []
                 drifted = False
             else:
-                for lst in (consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step):
+                for lst in (consumed, dp_of_step, remap_of_step, drift_of_step, order_of_step, mb_of_step):
                     del lst[e.step:]
                 # no snapshot of this generation: the restore entry says whether its cut was mid-step
                 drifted = bool(drift_of_step and drift_of_step[-1]) or (
                     int(info.get("mid_step") or 0) > 0 and int(info.get("cut_dp") or 0) != new_dp)
             before = dp_of_step[-1] if dp_of_step else dp
-            dp = new_dp
+            dp, mb = new_dp, new_mb
             if dp != before and e.step > 0:
                 last_remap = f"restore at step {e.step}: {before} -> {dp} ranks"
             extra = e.extra if isinstance(e.extra, dict) else {}
@@ -235,6 +274,14 @@ def check_history(
                                         f"under it ({extra.get('why', 'unknown')})", seed, e.step,
                                         None, extra.get("generation")))
     drained = any(e.kind == "end" and e.detail == "end-of-data" for e in history)
+    changed = next((i for i, (m, _) in enumerate(mb_of_step) if m != base_mb), None)
+    if changed is None and mb != base_mb:
+        changed = len(consumed)  # the last incarnation took no step: its size still decides what it dropped
+    if changed is not None:
+        problems += _sample_problems(consumed, mb_of_step, remap_of_step, drift_of_step, order_of_step,
+                                     reference, records, changed, seed, drained=drained,
+                                     tail=(mb or 1) if drop_last else 1, drop_last=drop_last)
+        return RunReport(len(consumed), restores, tuple(str(p) for p in problems), tuple(problems))
     mine = per_lane(consumed)
     want = per_lane(reference)
     for lane in sorted(set(mine) | set(want)):
@@ -259,14 +306,24 @@ def check_history(
 
 
 def _interleaving_problem(consumed: Sequence[Step], orders: Sequence[Any], drift: Sequence[bool],
-                          reference: Sequence[Step], seed: int | None) -> Problem | None:
+                          reference: Sequence[Step], seed: int | None, *,
+                          rounds_from: int | None = None) -> Problem | None:
     """The first full-round, undrifted step where a participant's lanes are not in the reference's
-    order (a lane twice counts too); see the module docstring."""
+    order (a lane twice counts too); see the module docstring.  From step index ``rounds_from`` on
+    (a micro-batch size change: the steps no longer match the reference's one for one) a step is
+    checked when it holds every lane once, against the reference's first round's order."""
     n_lanes = len({lane for step in reference for lane, _ in step})
     for i, order in enumerate(orders):
-        if order is None or drift[i] or i >= len(reference):
-            continue
-        ref = reference[i]
+        if rounds_from is not None and i >= rounds_from:
+            if order is None or drift[i] or not reference:
+                continue
+            ref = reference[0]
+            if not len({lane for lane, _ in consumed[i]}) == n_lanes == len(consumed[i]):
+                continue  # not a whole round (the end of data)
+        else:
+            if order is None or drift[i] or i >= len(reference):
+                continue
+            ref = reference[i]
         if not len({lane for lane, _ in ref}) == n_lanes == len(ref):
             continue  # near the end of data the lanes run dry at different steps
         pos = {lane: k for k, (lane, _) in enumerate(ref)}
@@ -279,3 +336,79 @@ def _interleaving_problem(consumed: Sequence[Step], orders: Sequence[Any], drift
                                f"{list(seq)}, the uninterrupted run's round robin gives {want}",
                                seed, i + 1, seq[min(k, len(seq) - 1)], consumed[i])
     return None
+
+
+def _records(view: Any) -> tuple[Any, ...]:
+    """The per-record views of one item's view (:func:`sim.workloads.records_view` gives tuples)."""
+    return tuple(view) if isinstance(view, tuple) else (view,)
+
+
+def _sample_problems(consumed: Sequence[Step], mb_of_step: Sequence[tuple[int | None, int | None]],
+                     remap_of_step: Sequence[str | None], drift: Sequence[bool], orders: Sequence[Any],
+                     reference: Sequence[Step], records: Mapping[int, Sequence[Any]] | None, changed: int,
+                     seed: int | None, *, drained: bool, tail: int, drop_last: bool) -> list[Problem]:
+    """The checks of a timeline with a micro-batch size change, in records (module docstring)."""
+    problems: list[Problem] = []
+    where = f"seed {seed}, " if seed is not None else ""
+    bad = next((v for step in (*consumed, *reference) for _, v in step if not isinstance(v, tuple)), None)
+    if bad is not None:
+        raise ValueError(f"check_history: expected per-record views (tuples, sim.workloads.records_view) "
+                         f"in a run whose micro-batch size changed, received {type(bad).__name__} "
+                         f"{bad!r:.80}")
+    # every item holds 1..m records (exactly m with drop_last); items carried by a mid-step cut: its m
+    for i, step in enumerate(consumed):
+        sizes = {m for m in mb_of_step[i] if m is not None}
+        for lane, v in step:
+            n = len(_records(v))
+            ok = n in sizes if drop_last else 1 <= n <= max(sizes, default=n)
+            if sizes and not ok:
+                problems.append(Problem(
+                    "batch-size", f"{where}global step {i + 1}: lane {lane} delivered a micro-batch of {n} "
+                    f"records, the step ran with micro-batch size {sorted(sizes)}"
+                    + (" and drop_last" if drop_last else ""), seed, i + 1, lane, v))
+                break
+        if problems:
+            break
+    want: dict[int, list[Any]] = (
+        {lane: list(recs) for lane, recs in records.items()} if records is not None
+        else {lane: [r for v in views for r in _records(v)] for lane, views in per_lane(reference).items()})
+    got: dict[int, list[Any]] = {}
+    steps: dict[int, list[int]] = {}
+    remaps: dict[int, list[str | None]] = {}
+    for i, step in enumerate(consumed):
+        for lane, v in step:
+            for r in _records(v):
+                got.setdefault(lane, []).append(r)
+                steps.setdefault(lane, []).append(i + 1)
+                remaps.setdefault(lane, []).append(remap_of_step[i])
+    for lane in sorted(set(got) | set(want)):
+        g, w = got.get(lane, []), want.get(lane, [])
+        # a drained run with drop_last ends short by its last partial batch: less than the size then
+        exact = drained and not (g == w[:len(g)] and len(w) - len(g) < tail)
+        p = _lane_problem(lane, g, w, steps.get(lane, []), remaps.get(lane, []), seed, exact=exact)
+        if p is not None:
+            problems.append(p)
+    # the steps before the first changed one: the reference's own steps
+    head = [reference[i] if drift[i] and i < len(reference) else step
+            for i, step in enumerate(consumed[:changed])]
+    for text in global_step_problems(head, reference):
+        n = int(text.split()[2].rstrip(":"))
+        problems.append(Problem("global-step", f"{where}{text}", seed, n, None, consumed[n - 1]))
+    # from it on, rounds: a lane missing from a step comes back in no later step
+    later: set[int] = set()
+    missing: tuple[int, int] | None = None
+    for i in range(len(consumed) - 1, changed - 1, -1):
+        lanes = {lane for lane, _ in consumed[i]}
+        gone = sorted(later - lanes)
+        if gone and not drift[i]:
+            missing = (i, gone[0])
+        later |= lanes
+    if missing is not None:
+        i, lane = missing
+        problems.append(Problem("global-step", f"{where}global step {i + 1}: lane {lane} has no batch in it "
+                                f"but comes back later (after a micro-batch size change a step is one batch "
+                                f"of every lane)", seed, i + 1, lane, consumed[i]))
+    p = _interleaving_problem(consumed, orders, drift, reference, seed, rounds_from=changed)
+    if p is not None:
+        problems.append(p)
+    return problems

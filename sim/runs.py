@@ -37,6 +37,7 @@ What may not live here: pipeline logic, and anything from ``properties``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import json
@@ -44,16 +45,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.checker import LaneLineage, LineageReport, admitted_from_source, check_lineage
+from sim.checker import LaneLineage, LineageReport, admitted_from_source, check_lineage, records_of
 from sim.choices import SeededChoices
-from sim.history import Problem
+from sim.history import Problem, check_history
 from sim.invariants import Step
-from sim.workloads import Workload, item_view
-from sim.world import PROBES, World, WorldConfig, check_run, reference_steps
+from sim.workloads import Workload, item_view, record_view, records_view
+from sim.world import PROBES, World, WorldConfig, _closing_keys, check_run, reference_steps
 from zephon_ref.seeding import derive_seed
 
-__all__ = ["FAULTS", "FIXED_KNOBS", "KNOB_PROBES", "RunResult", "derive_config", "excuse_lost", "knob_probes",
-           "reference_for", "reference_lost", "run_seed", "run_seed_world", "world_config", "workload_of"]
+__all__ = ["FAULTS", "FIXED_KNOBS", "KNOB_PROBES", "RunResult", "complete_records", "derive_config",
+           "excuse_lost", "knob_probes", "reference_for", "reference_lost", "run_seed", "run_seed_world",
+           "undelivered_lost", "world_config", "workload_of"]
 
 #: Fault kinds a run may switch on (``faults=`` takes a comma list of these, "all" or "none").
 FAULTS: tuple[str, ...] = (
@@ -83,6 +85,7 @@ _RATIOS: dict[str, tuple[tuple[int, int], ...]] = {
     "latency_spike": ((1, 20), (1, 60)),
     "bit_rot": ((1, 2), (1, 1)),
 }
+Offset = tuple[int, int]  # (chunk id, chunk offset)
 _WORLD_FIELDS = {f.name for f in fields(WorldConfig)}
 _RUN_FLAGS = {"lineage", "record_deliveries"}  # run_seed's own switches (the lineage check, delivery entries)
 _WORKLOAD_FIELDS = {f.name for f in fields(Workload)}
@@ -122,7 +125,7 @@ def derive_config(seed: int, **overrides: Any) -> dict[str, Any]:
         # checkpoint cuts between two deliveries of a global step (per delivery; off in a quarter of the runs)
         "mid_step_checkpoint": list(c.choose("config/mid-step", ((0, 1), (1, 6), (1, 25), (1, 100)))),
     }
-    cfg.update(_knobs(seed))
+    cfg.update(_knobs(seed, int(cfg["microbatch_size"])))
     faults = [f for f in FAULTS if c.chance(f"config/fault/{f}", 1, 2)]
     spec = overrides.pop("faults", None) if "faults" in overrides else None
     if spec is not None:
@@ -198,19 +201,26 @@ FIXED_KNOBS: dict[str, Any] = {
     "shuffle_algorithm": "streaming",
     "drop_last": False,
     "mapping_strategy": "contiguous",
+    "restart_microbatch": [],
 }
 
 
-def _knobs(seed: int) -> dict[str, Any]:
+def _knobs(seed: int, microbatch: int) -> dict[str, Any]:
     """The engine knobs of the workload, from their own labelled substream (``sim.run/knobs``), so
     the values drawn before these knobs existed (``sim.run/config``) stay what they were; a seed
-    that draws today's defaults runs the same world (and fingerprint) as before."""
+    that draws today's defaults runs the same world (and fingerprint) as before.
+
+    ``restart_microbatch`` (on in half the runs): the micro-batch sizes a restart or planned resize
+    may pick, half, the same and twice the workload's (seed 002: a resume may change the
+    per-device micro-batch size; the checker then compares records, :mod:`sim.history`)."""
     k = SeededChoices(derive_seed(seed, "sim.run/knobs"))
     return {
         "pack_algorithm": k.choose("knobs/pack", ("first_fit", "first_fit", "best_fit", "wrap")),
         "shuffle_algorithm": k.choose("knobs/shuffle", ("streaming", "streaming", "block")),
         "drop_last": k.chance("knobs/drop-last", 1, 3),
         "mapping_strategy": k.choose("knobs/mapping", ("contiguous", "interleaved")),
+        "restart_microbatch": (sorted({max(1, microbatch // 2), microbatch, 2 * microbatch})
+                               if k.chance("knobs/microbatch-change", 1, 2) else []),
     }
 
 
@@ -242,18 +252,64 @@ def world_config(cfg: Mapping[str, Any]) -> WorldConfig:
 
 
 @functools.lru_cache(maxsize=32)
-def _reference(key: str) -> tuple[Step, ...]:
-    return tuple(reference_steps(_WORKLOADS[key].build, view=item_view))
+def _reference(key: str, records: bool) -> tuple[Step, ...]:
+    return tuple(reference_steps(_WORKLOADS[key].build, view=records_view if records else item_view))
 
 
 _WORKLOADS: dict[str, Workload] = {}
 
 
-def reference_for(workload: Workload) -> tuple[Step, ...]:
-    """The uninterrupted single-rank run of ``workload`` in global steps (cached per process)."""
+def reference_for(workload: Workload, *, records: bool = False) -> tuple[Step, ...]:
+    """The uninterrupted single-rank run of ``workload`` in global steps (cached per process); with
+    ``records`` each item's view is a tuple of per-record views (:func:`sim.workloads.records_view`)."""
     key = repr(workload)
     _WORKLOADS.setdefault(key, workload)
-    return _reference(key)
+    return _reference(key, records)
+
+
+@functools.lru_cache(maxsize=32)
+def _complete(key: str) -> tuple[dict[int, tuple[str, ...]], dict[int, tuple[tuple[Offset, ...], ...]]]:
+    workload = dataclasses.replace(_WORKLOADS[key], microbatch_size=1)
+    views: dict[int, list[str]] = {}
+    closes: dict[int, list[tuple[Offset, ...]]] = {}
+    engine = workload.build().engine()
+    while not engine.finished:
+        x = engine.deliver()
+        if x is None:
+            engine.step()
+            continue
+        for r in records_of([x]):
+            if r.meta.tombstone or r.meta.is_sentinel:
+                continue  # pragma: no cover - the engine delivers data records only
+            lane = int(r.meta.lane_id)
+            views.setdefault(lane, []).append(repr(record_view(r)[0]))
+            closes.setdefault(lane, []).append(tuple(sorted((c, o) for _, c, o in _closing_keys(r))))
+    return ({lane: tuple(v) for lane, v in views.items()}, {lane: tuple(v) for lane, v in closes.items()})
+
+
+def complete_records(workload: Workload) -> dict[int, tuple[str, ...]]:
+    """Every lane's complete record stream (per-record views, :func:`sim.workloads.records_view`'s
+    unit): an uninterrupted run of ``workload`` at micro-batch 1, which drops no partial batch.
+    The unit a run whose micro-batch size changes is checked in (cached per process)."""
+    key = repr(workload)
+    _WORKLOADS.setdefault(key, workload)
+    return _complete(key)[0]
+
+
+def undelivered_lost(workload: Workload, delivered: dict[int, int]) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Per lane, the offsets that only the records after the first ``delivered[lane]`` of its
+    complete stream close: what a drained run that delivered that many records and dropped the
+    rest (its last partial batch under drop_last) loses.  The drop_last excuse of a run whose
+    micro-batch size changed (the uninterrupted run's own losses are those of another size)."""
+    key = repr(workload)
+    _WORKLOADS.setdefault(key, workload)
+    closes = _complete(key)[1]
+    out = {}
+    for lane, per_record in sorted(closes.items()):
+        lost = sorted(k for keys in per_record[delivered.get(lane, 0):] for k in keys)
+        if lost:
+            out[lane] = tuple(lost)
+    return out
 
 
 @functools.lru_cache(maxsize=32)
@@ -350,6 +406,8 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
     cfg = derive_config(seed, **overrides)
     workload = workload_of(cfg)
     wcfg = world_config(cfg)
+    # a run whose micro-batch size may change is checked record by record (sim.history)
+    by_record = bool(wcfg.restart_microbatch)
     lineage_wanted = bool(cfg.get("lineage", True))
     # the record packed and no kernel trace kept: a long run's memory would grow by both (the fingerprint
     # is the same either way)
@@ -357,13 +415,17 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
         wcfg,
         workload.build,
         SeededChoices(seed, compact=True),
-        view=item_view,
+        view=records_view if by_record else item_view,
         keep_items=lineage_wanted,
         record_deliveries=bool(cfg.get("record_deliveries", True)),
         keep_trace=False,
     )
     world.run()
-    report = check_run(world.history, reference_for(workload), seed=seed)
+    if by_record:
+        report = check_history(world.history, reference_for(workload, records=True), seed=seed,
+                               records=complete_records(workload), drop_last=workload.drop_last)
+    else:
+        report = check_run(world.history, reference_for(workload), seed=seed)
     problems = list(report.problems)
     problems += [f"seed {seed}: bounded inflight: {p}" for p in world.inflight_problems]
     witnesses = list(report.witnesses)
@@ -380,6 +442,14 @@ def _run_seed(seed: int, **overrides: Any) -> tuple[RunResult, World]:
         # re-closings of already-consumed records left out), so an offset closed twice is flagged
         lin = check_lineage(admitted, delivered, world.tombstones)
         expected_lost = reference_lost(workload) if workload.drop_last else {}
+        if workload.drop_last and by_record:
+            # the run's last partial batch has the size of its last incarnation, cut from where that
+            # one started: it loses what it did not deliver of the complete streams (the history
+            # check holds each lane's shortfall under the last micro-batch size)
+            counts: dict[int, int] = {}
+            for r in records_of(delivered):
+                counts[int(r.meta.lane_id)] = counts.get(int(r.meta.lane_id), 0) + 1
+            expected_lost = undelivered_lost(workload, counts)
         if expected_lost:
             # drop_last=True drops each lane's partial last batch: exactly the uninterrupted run's losses
             # are excused, and only where the run lost exactly those (anything else is still a problem)

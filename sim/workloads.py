@@ -12,7 +12,9 @@ with the same tokenizer rule: crc32 of whitespace words).  :meth:`Workload.build
 
 :func:`item_view` is the normal form the checker compares: per record of a delivered
 item its lane, cursor key, contributors (with ``is_last_child``) and token payload,
-as a string (so it hashes and sorts the same in every process).
+as a string (so it hashes and sorts the same in every process).  :func:`records_view` is the same,
+one string per record, for a run whose micro-batch size changes (the checker then compares
+records, not batches); ``build(microbatch_size=...)`` builds the workload with another size.
 
 What may not live here: any pipeline logic (only public builder methods are called).
 """
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Workload", "crc_tokens", "item_view", "record_view"]
+__all__ = ["Workload", "crc_tokens", "item_view", "record_view", "records_view"]
 
 
 def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,8 +92,10 @@ class Workload:
             dsets, dict(self.weights), chunk_size=self.chunk_size, seed=self.source_seed
         )
 
-    def build(self, **topology: Any) -> Any:
-        """A fresh pipeline of this workload with the topology options (world_size, ...) applied."""
+    def build(self, *, microbatch_size: int | None = None, **topology: Any) -> Any:
+        """A fresh pipeline of this workload with the topology options (world_size, ...) applied;
+        ``microbatch_size`` replaces the workload's own (a restart that changes the per-device
+        micro-batch size, seed 002: the lanes' record streams stay the same)."""
         from zephon_ref.pipeline import Pipeline
 
         p = Pipeline(self.source()).map_transform(crc_tokens)
@@ -104,7 +108,8 @@ class Workload:
             p.ensure_mixture()
         # drop_last=True drops each lane's partial last batch with no tombstone: the run's lineage
         # check then expects exactly the offsets the uninterrupted run loses (sim.runs)
-        p.batch(self.microbatch_size, drop_last=self.drop_last)
+        size = self.microbatch_size if microbatch_size is None else microbatch_size
+        p.batch(size, drop_last=self.drop_last)
         options = {"runner": "inline", "canonical_replicas": self.canonical_replicas,
                    "flush_every_k_chunks": self.flush_every_k_chunks, **topology}
         if "world_size" in topology:  # the workload's mapping wins over the world's default
@@ -140,3 +145,9 @@ def record_view(item: Any) -> list[tuple[Any, ...]]:
 def item_view(item: Any) -> str:
     """:func:`record_view` as one string."""
     return repr(record_view(item))
+
+
+def records_view(item: Any) -> tuple[str, ...]:
+    """:func:`record_view` one string per record: the normal form of a run whose micro-batch size
+    may change (the checker then compares the lanes record by record, :mod:`sim.history`)."""
+    return tuple(repr(r) for r in record_view(item))

@@ -51,6 +51,11 @@ seeded run draws each kind from its own substream):
   published it starts from the beginning.  In ``unrecoverable`` mode every generation
   is damaged at the first crash after one was published, and the world checks only
   that restore refuses (the run then ends).
+* with ``restart_microbatch`` a restart and a planned resize also draw the next
+  incarnation's micro-batch size (label ``<why>/microbatch``; ``build`` then takes a
+  ``microbatch_size`` keyword; seed 002: the lanes' record streams do not change with it):
+  ``start`` and ``restore`` entries carry it in ``extra["microbatch"]`` and the checker
+  compares records across a change (:mod:`sim.history`).
 
 Everything that happens is appended to :attr:`World.history` as frozen
 :class:`~sim.history.Event` entries (invoke / ok / fail / info); a ``step`` entry's
@@ -71,6 +76,7 @@ admits what the engine's feeding policy admits).
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import warnings
@@ -135,6 +141,8 @@ PROBES: tuple[str, ...] = (
     "mid_step_checkpoint",
     "restore_mid_step",
     "restore_mid_step_remapped",
+    "restore_microbatch_changed",
+    "restore_microbatch_changed_remapped",
 )
 
 
@@ -170,6 +178,10 @@ class WorldConfig:
     bit_rot: Ratio = NEVER  # per crash: a file of a published generation is damaged
     unrecoverable: bool = False  # damage every generation at a crash; restore must refuse
     mid_step_checkpoint: Ratio = NEVER  # per delivery inside a global step: a checkpoint cut right after it
+    microbatch_size: int | None = None  # the workload's micro-batch size at the start (None: build's own)
+    # micro-batch sizes a restart or planned resize may pick (empty: never changed; build must then
+    # take a ``microbatch_size`` keyword)
+    restart_microbatch: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         c = self.canonical_replicas
@@ -181,6 +193,10 @@ class WorldConfig:
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ValueError(f"{name}: expected an int >= 1, received {v!r}")
+        for m in (*self.restart_microbatch, *((self.microbatch_size,) if self.restart_microbatch else ())):
+            if type(m) is not int or m < 1:
+                raise ValueError(f"restart_microbatch: expected micro-batch sizes (ints >= 1) and an int "
+                                 f"microbatch_size >= 1 to change from, received {m!r}")
         if self.unrecoverable and not self.storage:
             raise ValueError("unrecoverable: expected storage=True (it damages stored generations), received "
                              "storage=False")
@@ -197,6 +213,7 @@ class _Cut:
     partial: tuple[tuple[int, Any, Any], ...] = ()
     settled: tuple[tuple[Any, ...], ...] = ()
     dp: int = 0
+    microbatch: int | None = None  # the micro-batch size the participants ran with
 
 
 class _Crash(Exception):
@@ -330,6 +347,7 @@ class World:
         self._n_done = 0  # how many of them are done with the current step (O(1) per event, not O(ranks))
         self._rank_dead = False  # a rank of this incarnation crashed (the job has not noticed yet)
         self.dp = 0
+        self.microbatch = cfg.microbatch_size  # the micro-batch size the current incarnation runs with
         self.speed: list[int] = []
         self.incarnation = 0
         self.ended = False
@@ -413,7 +431,10 @@ class World:
             inc = self.incarnation
             # validate and digest the merged state once; each pipeline restores only its own lanes
             shared = SharedRestore(state) if state is not None else None
-            pipes = participants(self.build, dp, cfg.workers)
+            build = self.build
+            if cfg.restart_microbatch:  # the size this incarnation runs with (a restart may change it)
+                build = functools.partial(self.build, microbatch_size=self.microbatch)
+            pipes = participants(build, dp, cfg.workers)
             if shared is not None:
                 for p in pipes:
                     p.restore(shared.for_lanes(p.world().owned_lanes))
@@ -427,7 +448,8 @@ class World:
         if cfg.workers > 1:
             self._probe("workers_split")
         self._log(
-            "start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed)}
+            "start", "ok", "job", dp, extra={"incarnation": self.incarnation, "speed": list(self.speed),
+                                             "microbatch": self.microbatch}
         )
         for i, part in enumerate(self.parts):
             if part.lanes:
@@ -472,7 +494,7 @@ class World:
             if settled:
                 self._settled.append(tuple(settled))
             self._recent = keep
-        return _Cut(partial, tuple(self._settled), self.dp)
+        return _Cut(partial, tuple(self._settled), self.dp, self.microbatch)
 
     def _schedule(self, i: int, incarnation: int) -> None:
         part = self.parts[i]
@@ -732,7 +754,7 @@ class World:
             if any(s > 1 for s in self.speed):
                 self._probe("resize_while_rank_slow")
             self._log("resize", "info", "nemesis", (self.dp, resize_to))
-            self._restart(resize_to)
+            self._restart(resize_to, why="nemesis/resize")
             return
         if paused or self._paused:
             self._resume(after=latency)
@@ -801,7 +823,7 @@ class World:
             self._maybe_rot()
         options = self.cfg.restart_ranks or (self.dp,)
         dp = self.choices.choose("restart/ranks", options)
-        self._restart(dp)
+        self._restart(dp, why="restart")
 
     def _maybe_rot(self) -> None:
         gens = store.list_generations(CKPT_DIR, storage=self.disk)
@@ -826,8 +848,13 @@ class World:
                 self._probe("fault_bit_rot")
                 self._log("fault", "info", "nemesis", ("bit-rot", gen, name))
 
-    def _restart(self, dp: int) -> None:
+    def _restart(self, dp: int, *, why: str) -> None:
+        """Restart on ``dp`` ranks from the newest generation that verifies; with
+        ``restart_microbatch`` the new incarnation's micro-batch size is drawn too (label
+        ``<why>/microbatch``; seed 002: the lanes' record streams do not change with it)."""
         prev = self.dp
+        if self.cfg.restart_microbatch:
+            self.microbatch = self.choices.choose(f"{why}/microbatch", self.cfg.restart_microbatch)
         for attempt in range(8):
             try:
                 found = self._recover(attempt)
@@ -871,8 +898,13 @@ class World:
                 self._probe("restore_mid_step")
                 if dp != cut.dp:
                     self._probe("restore_mid_step_remapped")
+            if state is not None and cut.microbatch is not None and cut.microbatch != self.microbatch:
+                self._probe("restore_microbatch_changed")
+                if dp != cut.dp:
+                    self._probe("restore_microbatch_changed_remapped")
             self._restored["mid_step"] = len(cut.partial)
             self._restored["cut_dp"] = cut.dp
+            self._restored["microbatch"] = self.microbatch
             self._log("restore", "ok", "job", dp, extra=self._restored)
             return
         raise RuntimeError("sim: expected a restore to get through within 8 attempts, it did not")

@@ -69,6 +69,9 @@ def test_the_table_lists_every_property_against_inline(
         (["--impl", "nosuch"], ["expected one of", "received 'nosuch'"]),
         (["--shrink-seconds", "-1"], ["--shrink-seconds", "expected a number >= 0", "received -1"]),
         (["--skip", "nope"], ["--skip", "expected one of", "received 'nope'"]),
+        (["--jobs", "0"], ["--jobs", "expected an int >= 1", "received 0"]),
+        (["--jobs", "-1"], ["--jobs", "expected an int >= 1", "received -1"]),
+        (["--jobs", "x"], ["--jobs", "expected an int >= 1", "received 'x'"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

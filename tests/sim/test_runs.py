@@ -130,6 +130,8 @@ def test_every_fault_kind_is_reached_by_a_ci_seed(smoke: dict[int, Any]) -> None
         "mid_step_checkpoint",
         "restore_mid_step",
         "restore_mid_step_remapped",
+        "restore_microbatch_changed",
+        "restore_microbatch_changed_remapped",
     ]
     missing = [k for k in kinds if not reached.get(k)]
     assert not missing, f"fault kinds / probes no CI seed reaches: {missing}"

@@ -113,6 +113,7 @@ ROWS: list[Row | object] = [
     Row((*CONF, "--impl", "os:path"), EXIT_USAGE, "os:path"),
     Row((*CONF, "--examples", "x"), EXIT_USAGE, "'x'"),
     Row((*CONF, "--json", "no/such/dir/c.json"), EXIT_USAGE, "no/such/dir/c.json"),
+    Row((*CONF, "--jobs", "0"), EXIT_USAGE, "0"),
     # python -m properties.loaders
     Row((*LOADERS, "--loader", "nosuch"), EXIT_USAGE, "nosuch"),
     Row((*LOADERS, "--loader", "zephon_ref", "--examples", "0"), EXIT_USAGE, "0"),
