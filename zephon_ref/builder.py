@@ -59,7 +59,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
 from zephon_ref.engine.core import FEEDING, Engine
-from zephon_ref.engine.indexable import IndexedView, not_indexable_reason
 from zephon_ref.engine.plan import k_ignored, resolve_k
 from zephon_ref.engine.world import World
 from zephon_ref.errors import (
@@ -73,6 +72,7 @@ from zephon_ref.errors import (
 )
 from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
+from zephon_ref.indexable import IndexedView, not_indexable_reason
 from zephon_ref.ops.base import BaseOp, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.decode_text import DecodeText
@@ -524,7 +524,7 @@ class Builder:
 
     def indexed_view(self) -> IndexedView:
         """The semantics of zephon's ``to_indexable_torch_dataset()`` without torch: ``len()`` and
-        ``record_at(i)`` (:class:`zephon_ref.engine.indexable.IndexedView`); refused (ContractError, a
+        ``record_at(i)`` (:class:`zephon_ref.indexable.IndexedView`); refused (ContractError, a
         RuntimeError) when the plan is not indexable.  A zephon_ref extension; changes nothing."""
         return IndexedView(self._source, self._ops, materialized=bool(self._materialize))
 

@@ -44,6 +44,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.fingerprint", "semantics"),
     ("zephon_ref.explain", "semantics"),
     ("zephon_ref.builder", "semantics"),
+    ("zephon_ref.indexable", "semantics"),  # the map-style path: record i on its own, not the lane engine
     ("zephon_ref.training", "semantics"),
     ("zephon_ref.errors", "semantics"),
     ("zephon_ref.seeding", "semantics"),

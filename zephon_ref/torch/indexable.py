@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:func:`to_indexable_torch_dataset` wraps a pipeline's :class:`~zephon_ref.engine.indexable.IndexedView`
+:func:`to_indexable_torch_dataset` wraps a pipeline's :class:`~zephon_ref.indexable.IndexedView`
 (the semantics: which plans are indexable, what item ``i`` is) in a ``torch.utils.data.Dataset``:
 ``len(ds)`` and ``ds[i]`` are the view's ``len()`` and ``record_at(i)``, a SampleRecord, as zephon
 0.2.0 returns them.  The class needs torch, so it is built on first use and published as
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from zephon_ref.builder import Builder
-from zephon_ref.engine.indexable import IndexedView
+from zephon_ref.indexable import IndexedView
 from zephon_ref.torch.dataset import check_pipeline, publish_class
 from zephon_ref.torch.device import require_torch
 
