@@ -209,3 +209,20 @@ def test_pin_memory_pins_the_stamped_items_tensors_only() -> None:
     assert items and all(t.is_pinned() for item in items for t in item.values())
     head, state = run(2, stop=3)
     assert state["engine"]["lane_emitted"]  # the stamp itself stays a plain dict
+
+
+def test_a_pass_superseded_by_a_newer_iter_refuses_next_instead_of_ending_quietly() -> None:
+    """to_torch_dataset() closes its previous pass when a new iter() starts (torchdata restoring a state
+    taken after a pass ended opens the restored pass and at once the next one: docs/divergences.md D-100);
+    the superseded pass must not read as a shortened whole stream: next() on it is a ContractError."""
+    from zephon_ref.errors import ContractError
+
+    whole = [view(b) for b in small_pipeline().to_torch_dataset()]
+    ds = small_pipeline().to_torch_dataset()
+    first = iter(ds)
+    head = view(next(first))
+    second = iter(ds)
+    with pytest.raises(ContractError, match="superseded"):
+        next(first)
+    assert [head] == whole[:1]
+    assert [view(b) for b in second] == whole  # the newer pass is the whole stream from the start

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref.builder import Builder
-from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, StateMismatchError, expected
+from zephon_ref.errors import (
+    ConfigError,
+    ConfigTypeError,
+    ContractError,
+    StateFormatError,
+    StateMismatchError,
+    expected,
+)
 from zephon_ref.torch.collate import collate_batch
 from zephon_ref.torch.device import require_torch, resolve_device, worker_slot
 
@@ -142,20 +149,19 @@ def loader_stateful_class() -> type[Any]:
             # (num_workers=0): torchdata restoring a state taken after a pass ended builds an iterator
             # (the restored pass) and, seeing it finished, at once another (the next pass)
             # divergence D-100
+            # The superseded pass is closed and refuses a later next() loudly (ContractError), so a
+            # caller who still reads it gets an error, never a silently shortened stream.
             previous = self._items() if self._items is not None else None
             if previous is not None and previous.open:
-                previous.close()
+                previous.supersede()
             work = self._own_work()
             if self._resume is not None:
                 work.restore(self._resume["engine"])  # checked at load_state_dict(); raises, changing nothing
                 self._resume = None
             self._work = work
-            items: Iterator[Any] = iter(work)
+            items = _Pass(iter(work), self.collate)
             self._items = weakref.ref(items)
-            if self.collate is None:
-                return items
-            collate = self.collate
-            return (collate(x) for x in items)
+            return items
 
         def state_dict(self) -> dict[str, Any]:
             """This copy's local state after the last item it produced (see the class docstring), in
@@ -192,6 +198,38 @@ def loader_stateful_class() -> type[Any]:
 
     _LOADER_STATEFUL_CLASS = publish_class(LoaderStatefulPipelineDataset, "LoaderStatefulPipelineDataset")
     return _LOADER_STATEFUL_CLASS
+
+
+class _Pass:
+    """One pass of the loader-stateful dataset: the pipeline's iterator, collated.  Once a newer
+    ``iter()`` of the same dataset superseded it (its pipeline run is closed), ``next()`` raises
+    ContractError instead of ending quietly, so nothing reads a shortened stream as a whole one."""
+
+    __slots__ = ("__weakref__", "_collate", "_items", "superseded")
+
+    def __init__(self, items: Any, collate: Callable[[Any], Any] | None) -> None:
+        self._items = items  # a zephon_ref.builder.PipelineIterator
+        self._collate = collate
+        self.superseded = False
+
+    def __iter__(self) -> _Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self.superseded:
+            raise ContractError(expected("next() on this torch dataset's pass", "the current pass (one pass "
+                                         "at a time, as the pipeline runs one iteration at a time)",
+                                         "a pass a newer iter() of the same dataset superseded and closed"))
+        x = self._items.__next__()
+        return x if self._collate is None else self._collate(x)
+
+    @property
+    def open(self) -> bool:
+        return bool(self._items.open)
+
+    def supersede(self) -> None:
+        self.superseded = True
+        self._items.close()
 
 
 #: the attribute zephon 0.2.0 sets on torchdata's ``StatefulDataLoader`` when ``import zephon``
