@@ -1143,7 +1143,10 @@ def run_suite_parallel(impl: str, *, jobs: int, examples: int, derandomize: bool
         parent, child = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_worker, name=f"conformance: {name}",
                            args=(child, impl, name, examples, derandomize, shrink_seconds, long_items,
-                                 use_oracle), daemon=True)
+                                 use_oracle), daemon=False)
+        # not daemonic: a row may start processes of its own (the torch row's DataLoader workers;
+        # a daemonic worker may not have children).  The parent joins every worker, and ends them
+        # on an interrupt (_end_workers), so none outlives it.
         proc.start()
         child.close()
         running[parent] = (name, proc)

@@ -49,6 +49,21 @@ def test_jobs_2_gives_the_table_and_the_json_of_one_process(tmp_path: Path,
     assert sum(two[2]["coverage"]["calls"].values()) > 0  # the workers' draws were merged
 
 
+def test_a_row_that_starts_processes_runs_in_a_worker(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The torch row forks DataLoader workers: a --jobs worker must be allowed children (a daemonic
+    one is not: the row failed with "daemonic processes are not allowed to have children")."""
+    pytest.importorskip("torch")
+    pytest.importorskip("torchdata.stateful_dataloader")
+    out_json = tmp_path / "torch.json"
+    code = conformance.main(["--impl", "inline", "--examples", "3", "--quiet", "--jobs", "2",
+                             "--property", "torch", "--property", "shared walk", "--json", str(out_json)])
+    rows = {r["property"]: r for r in json.loads(out_json.read_text())["rows"]}
+    capsys.readouterr()
+    assert rows["torch"]["failure"] is None and rows["torch"]["passed"] > 0, rows["torch"]
+    assert code == 0
+
+
 def test_a_worker_that_dies_is_a_failing_row_not_a_hang(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     real = conformance._one_row
