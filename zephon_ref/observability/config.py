@@ -13,11 +13,25 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 
 __all__ = ["ExecutionTrackingMode", "MetricsSinkConfig", "MetricsSinkMode"]
+
+
+_E = TypeVar("_E", bound=Enum)
+
+
+def _member(cls: type[_E], value: object, default: _E, what: str) -> _E:
+    """``cls``'s member for a member, its exact str value, or None (``default``); ConfigError (a
+    ValueError, as zephon's) naming ``what`` otherwise."""
+    if value is None:
+        return default
+    for m in cls:
+        if value is m or (type(value) is str and value == m.value):
+            return m
+    raise ConfigError(f"Unsupported {what}: {value!r}")
 
 
 class ExecutionTrackingMode(str, Enum):
@@ -30,12 +44,7 @@ class ExecutionTrackingMode(str, Enum):
     @classmethod
     def from_value(cls, value: ExecutionTrackingMode | str | None) -> ExecutionTrackingMode:
         """A member from a member, its exact value, or None (OFF); ValueError otherwise, as zephon."""
-        if value is None:
-            return cls.OFF
-        for m in cls:
-            if value is m or (type(value) is str and value == m.value):
-                return m
-        raise ConfigError(f"Unsupported execution tracking mode: {value!r}")
+        return _member(cls, value, cls.OFF, "execution tracking mode")
 
     @property
     def collects_stages(self) -> bool:
@@ -56,12 +65,7 @@ class MetricsSinkMode(str, Enum):
     @classmethod
     def from_value(cls, value: MetricsSinkMode | str | None) -> MetricsSinkMode:
         """A member from a member, its exact value, or None (LOG); ValueError otherwise, as zephon."""
-        if value is None:
-            return cls.LOG
-        for m in cls:
-            if value is m or (type(value) is str and value == m.value):
-                return m
-        raise ConfigError(f"Unsupported metrics sink mode: {value!r}")
+        return _member(cls, value, cls.LOG, "metrics sink mode")
 
     def includes_statsd(self) -> bool:
         return self is not MetricsSinkMode.LOG
