@@ -244,6 +244,31 @@ def test_an_instance_with_serial_state_and_parallel_workers_is_refused_as_in_zep
             list(p)
 
 
+def test_the_instance_form_names_the_operator_by_its_class_name_as_zephon() -> None:
+    """zephon's docs: "the instance form defaults to the class name of ``op``"; the plan names (in
+    ``explain()``, metrics and the replay filter's name) are the class name as written, not lowercased."""
+    names = {}
+    import importlib
+
+    for impl in ("zephon", "zephon_ref"):
+        ops = importlib.import_module(f"{impl}.ops")
+
+        class MyCoolOp(ops.BaseOp):  # type: ignore[misc, name-defined]
+            traits_value = ops.OpTraits(preserves_cursor_order=True)
+
+            def traits(self) -> Any:
+                return self.traits_value
+
+            def process_many(self, e: Any) -> Any:
+                return e
+
+        text = _plain(impl).add_op(MyCoolOp()).options(runner="inline", canonical_replicas=1).explain()
+        names[impl] = [w for w in text.replace("'", " ").replace(",", " ").split() if "CoolOp" in w
+                       or "coolop" in w][:2]
+    assert names["zephon"] == ["MyCoolOp@p1", "MyCoolOp_replay_filter@p1"], names
+    assert names["zephon_ref"] == names["zephon"], names
+
+
 def test_the_draws_cover_every_kind_and_accumulator_form() -> None:
     specs = [draw(s) for s in range(CONFIGS)]
     assert {s["kind"] for s in specs} == set(KINDS)

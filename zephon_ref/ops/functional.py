@@ -150,7 +150,7 @@ def resolve_add_op(name_or_op: Any, *, name: str | None, placement: str,
         traits = name_or_op.traits()
         if not isinstance(traits, OpTraits):
             raise ConfigTypeError(expected(f"{type(name_or_op).__name__}.traits()", "an OpTraits", traits))
-        return name or type(name_or_op).__name__.lower(), name_or_op
+        return name or type(name_or_op).__name__, name_or_op
     if name is not None:
         raise ConfigError(expected("add_op(name, ...) name=", "None (the keyword form takes the name "
                                    "positionally; name= is for the instance form)", name))
