@@ -126,6 +126,9 @@ class Builder:
             )
         self._source = work_source
         self._ops: list[tuple[str, BaseOp]] = []
+        # the name each op was given, where the plan had to make it unique ("map_transform" twice:
+        # the second is "map_transform_2" in state and metrics); explain() prints the given one, as zephon
+        self._given_names: dict[str, str] = {}
         self._options: dict[str, Any] = copy.deepcopy({**_EXEC_OPTIONS, **_DATA_OPTIONS})
         #: execution settings outside options(): prefetch(...) as (buffer_size, parallelism,
         #: placement) once called, fetch(...) as (parallelism, max_batch), and
@@ -178,6 +181,8 @@ class Builder:
         while name in names:
             i += 1
             name = f"{base}_{i}"
+        if name != base:
+            self._given_names = {**self._given_names, name: base}
         self._ops.append((name, op))
         self._engine = None
         return self
@@ -635,10 +640,13 @@ class Builder:
                                     canonical_replicas=self._world_of(self._options).canonical_replicas,
                                     flush_every_k_chunks=self._resolve_k(warn=False))
 
-    def explain(self) -> str:
-        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`)."""
-        return explain_plan(self._ops, runner=self._options["runner"] or "threads",
-                            preserves_cursor_order=self.preserves_cursor_order)
+    def explain(self, *, default_workers: int = 4) -> str:
+        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`);
+        ``default_workers`` stands for ``max_workers`` where the options leave it unset."""
+        shown = [(self._given_names.get(n, n), op) for n, op in self._ops]
+        return explain_plan(shown, runner=self._options["runner"] or "threads",
+                            preserves_cursor_order=self.preserves_cursor_order, options=self._options,
+                            default_workers=default_workers)
 
     # -- iteration ------------------------------------------------------------------------------
     def _pending_state(self) -> dict[str, Any]:

@@ -5,7 +5,8 @@ What may not live here: anything that decides the data path (this only describes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from zephon_ref.ops.base import BaseOp
 from zephon_ref.ops.batch import Batch
@@ -13,38 +14,82 @@ from zephon_ref.ops.batch import Batch
 __all__ = ["explain_plan"]
 
 
-def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cursor_order: bool) -> str:
-    """The stages, their operators and the execution graph of a plan of ``ops``."""
-    user = [n for n, _ in ops]
-    batch_at = next((i for i, (_, op) in enumerate(ops) if isinstance(op, Batch)), None)
-    par = {n: op.traits().parallelism for n, op in ops}
-    par["fetch"] = 4
+#: the smallest queue depth explain() prints where the options leave a depth unset (zephon's)
+DEFAULT_DEPTH = 8
 
-    def fmt(names: list[str]) -> list[str]:
-        return [f"{n}@p{par.get(n, 1)}" for n in names]
+
+def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cursor_order: bool,
+                 options: Mapping[str, Any] | None = None, default_workers: int = 4) -> str:
+    """The stages, their operators and the execution graph of a plan of ``ops``.  The depths come
+    from ``options`` as in zephon (measured on 0.2.0: tests/conformance/test_explain_conformance.py):
+    ``prefetch_batches`` before the pipeline's end (``F``; unset: ``max(8, 2 * max_workers)``, and
+    ``max_workers`` unset: ``default_workers``, which zephon takes from the machine's CPU count clamped to
+    [4, 16]: ``zephon_ref.pipeline.Pipeline.explain`` passes it),
+    ``op_queue_capacity`` between the threads of a stage (``in_q``; unset: ``max(8, F)``),
+    ``per_stage_prefetch[i]`` else ``default_stage_prefetch`` after stage ``i`` (``stage_out`` and the
+    prefetch into the next stage; unset: ``max(8, F // 2)``).  A stage after ``batch`` runs on threads
+    when it holds more than ``batch`` (zephon's planner), on the caller's thread otherwise.  Execution
+    settings only: none of them changes the data (seed 002)."""
+    opts = options or {}
+    workers = opts.get("max_workers") or default_workers
+    final = opts.get("prefetch_batches") or max(DEFAULT_DEPTH, 2 * workers)
+    in_q = opts.get("op_queue_capacity") or max(DEFAULT_DEPTH, final)
+    per_stage = opts.get("per_stage_prefetch") or {}
+    default_stage = opts.get("default_stage_prefetch") or max(DEFAULT_DEPTH, final // 2)
+    # a plan node: (name, parallelism, counts towards the stage's cap); replay filters do not count
+    user = [(n, op.traits().parallelism, True) for n, op in ops]
+    batch_at = next((i for i, (_, op) in enumerate(ops) if isinstance(op, Batch)), None)
+    fetch = ("fetch", 4, True)
+
+    def fmt(nodes: list[tuple[str, int, bool]]) -> list[str]:
+        return [f"{n}@p{p}" for n, p, _ in nodes]
 
     if batch_at is None:
-        tail = user[-1] if user else "fetch"
-        stages = [["fetch", *user, f"{tail}_replay_filter"]]
+        tail = user[-1][0] if user else "fetch"
+        stages = [[fetch, *user, (f"{tail}_replay_filter", 1, False)]]
         modes = ["stream_items"]
     else:
-        bname = user[batch_at]
-        stages = [["fetch", *user[:batch_at]], [f"{bname}_replay_filter", bname, *user[batch_at + 1:]]]
+        bname = user[batch_at][0]
+        stages = [[fetch, *user[:batch_at]],
+                  [(f"{bname}_replay_filter", 1, False), user[batch_at], *user[batch_at + 1:]]]
         modes = ["microbatches", "stream_items"]
     lines = []
     for i, names in enumerate(stages):
         brk = "start" if i == 0 else "batch-inline"
         lines.append(f"Stage[{i}] place=local break='{brk}' ops={fmt(names)}")
-    lines += ["", "Execution Graph:", "Allocation=fit_to_ops (cap=sum(node.parallelism), min 1/op)"]
+    fit = [sum(p for _, p, counts in nodes if counts) or 1 for nodes in stages]
+    allocation = opts.get("worker_allocation") or "fit_to_ops"
+    if allocation == "per_stage_fixed":
+        caps, header = [workers] * len(stages), f"per_stage_fixed per_stage={workers}"
+    elif allocation == "global":
+        caps, header = split_workers(workers, fit), f"global total={workers}"
+    else:
+        caps, header = fit, "fit_to_ops (cap=sum(node.parallelism), min 1/op)"
+    lines += ["", "Execution Graph:", f"Allocation={header}"]
     lines.append("Bookkeeping=simple chunk-watermark (preserves_cursor_order=True)" if preserves_cursor_order
                  else "Bookkeeping=contributor-aware (packing/shuffle-safe)")
     for i, names in enumerate(stages):
-        stage_runner = "inline" if (i > 0 or runner == "inline") else runner
-        cap = sum(par.get(n, 1) for n in names if not n.endswith("_replay_filter")) or 1
-        lines.append(f"Stage[{i}] place=local runner={stage_runner} cap={cap} mode={modes[i]}")
-        sep = " -> " if stage_runner == "inline" else " -[in_q=8]-> "
+        stage_runner = runner if i == 0 else ("threads" if fit[i] > 1 else "inline")
+        lines.append(f"Stage[{i}] place=local runner={stage_runner} cap={caps[i]} mode={modes[i]}")
+        sep = " -> " if stage_runner == "inline" else f" -[in_q={in_q}]-> "
         lines.append("  " + sep.join(fmt(names)))
-        lines.append(f"  --[stage_out={cap}]-->")
-        lines.append(f"  ==[prefetch=8]==> Stage[{i + 1}]" if i + 1 < len(stages)
-                     else "  ==[final_prefetch=8]==> pipeline_end")
+        out = per_stage.get(i, default_stage)
+        lines.append(f"  --[stage_out={out}]-->")
+        lines.append(f"  ==[prefetch={out}]==> Stage[{i + 1}]" if i + 1 < len(stages)
+                     else f"  ==[final_prefetch={final}]==> pipeline_end")
     return "\n".join(lines)
+
+
+def split_workers(total: int, fit: Sequence[int]) -> list[int]:
+    """``worker_allocation="global"``: ``total`` workers shared by the stages in proportion to their
+    fit_to_ops caps: each stage its floor share, the workers left over one each to the largest
+    remainders, the earlier stage first on a tie; fewer workers than stages: one each (so a stage
+    may print cap=0, as zephon 0.2.0 does: measured in tests/conformance/test_explain_conformance.py)."""
+    if total < len(fit):
+        return [1] * len(fit)
+    whole = sum(fit)
+    caps = [total * f // whole for f in fit]
+    order = sorted(range(len(fit)), key=lambda i: (-(total * fit[i] % whole), i))
+    for i in order[:total - sum(caps)]:
+        caps[i] += 1
+    return caps

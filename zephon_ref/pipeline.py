@@ -140,6 +140,12 @@ class Pipeline(Builder):
         super().options(**hints)
         return self
 
+    def explain(self, *, default_workers: int | None = None) -> str:
+        """The plan as zephon prints it; an unset ``max_workers`` reads as zephon's default, this
+        machine's CPU count clamped to [4, 16] (execution only: no data depends on it)."""
+        workers = min(16, max(4, os.cpu_count() or 4)) if default_workers is None else default_workers
+        return super().explain(default_workers=workers)
+
     def validate(self, *, strict: bool = False) -> ValidationReport:
         """zephon's validation report (:func:`zephon_ref.validation.validate_pipeline`); with
         ``strict`` a report with an error raises ValidationError (a RuntimeError).  Changes nothing."""
