@@ -250,9 +250,9 @@ class SampleMeta:
         pm = self.tags.get(TAG_PACKING_METADATA)
         return None if not pm else pm.get("padding_length")
 
-    def with_contributors(self, refs: Iterable[ContributorRef] | None) -> SampleMeta:
+    def with_contributors(self, value: Iterable[ContributorRef] | None) -> SampleMeta:
         tags = dict(self.tags)
-        refs_t = tuple(refs) if refs else ()
+        refs_t = tuple(value) if value else ()
         if refs_t:
             tags[TAG_CONTRIBUTORS] = refs_t
         else:

@@ -303,3 +303,97 @@ def test_import_does_not_import_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "zephon_ref")], env=env, cwd=str(ROOT),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- parameters ------------------------------------------------------------------------------------
+
+#: Callables whose parameters differ from zephon 0.2.0's on purpose, each with its divergence row.
+PARAMETER_DIFFERENCES = {
+    "Dataset": "D-53: zephon's constructor takes a catalog backend description, zephon_ref's the shards",
+    "prime_token_ratios": "D-65: zephon_ref's takes count= in place of counting_spec / io_options / "
+                          "mp_context / pre_tokenize_replay",
+}
+
+
+def parameter_problems(theirs: Any, mine: Any) -> list[str]:
+    """Where a call written for ``theirs`` would bind differently on ``mine``: a positional
+    parameter at another place or not taken, a keyword not taken (absent, or positional-only)."""
+    try:
+        a, b = inspect.signature(theirs), inspect.signature(mine)
+    except (TypeError, ValueError):
+        return []  # a builtin without a signature
+    pa, pb = a.parameters, b.parameters
+    takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in pb.values())
+    takes_more_positional = any(p.kind is p.VAR_POSITIONAL for p in pb.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    pos_a = [p for p in pa.values() if p.kind in positional]
+    pos_b = [p.name for p in pb.values() if p.kind in positional]
+    out = []
+    for i, p in enumerate(pos_a):
+        if i >= len(pos_b):
+            if not takes_more_positional:
+                out.append(f"positional #{i} {p.name!r} not taken")
+        elif pos_b[i] != p.name and p.kind is not p.POSITIONAL_ONLY:
+            out.append(f"positional #{i} {p.name!r} is {pos_b[i]!r}")
+    for name, p in pa.items():
+        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            continue
+        q = pb.get(name)
+        if q is None and not takes_any_keyword:
+            out.append(f"keyword {name!r} not taken")
+        elif q is not None and q.kind is q.POSITIONAL_ONLY:
+            out.append(f"keyword {name!r} is positional-only")
+    return out
+
+
+def parameter_audit(modules: Mapping[str, ModuleType],
+                    ours: Callable[[str], ModuleType | None]) -> dict[str, list[str]]:
+    """``{qualified name: problems}`` over every public callable both have, and the public methods
+    of every public class both have."""
+    found: dict[str, list[str]] = {}
+    for name, module in modules.items():
+        mine = ours("zephon_ref" + name[len("zephon"):])
+        if mine is None:
+            continue
+        for n in sorted(module.__all__):
+            theirs, ours_obj = getattr(module, n), getattr(mine, n, None)
+            if ours_obj is None or not callable(theirs):
+                continue
+            if not str(getattr(theirs, "__module__", "")).startswith("zephon"):
+                continue  # typing aliases, builtins re-exported
+            pairs = [(n, theirs, ours_obj)]
+            if inspect.isclass(theirs) and inspect.isclass(ours_obj):
+                pairs += [(f"{n}.{k}", getattr(theirs, k), getattr(ours_obj, k))
+                          for k, v in vars(theirs).items() if not k.startswith("_") and hasattr(ours_obj, k)
+                          and (callable(v) or isinstance(v, (classmethod, staticmethod)))]
+            for label, x, y in pairs:
+                problems = parameter_problems(x, y)
+                if problems and label not in PARAMETER_DIFFERENCES:
+                    found[label] = problems
+    return found
+
+
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_every_call_written_for_zephon_binds_the_same_parameters() -> None:
+    """Code calls zephon's API by keyword (``StoreOptions.from_any(obj=...)``,
+    ``meta.with_contributors(value=...)``): every parameter name and position zephon 0.2.0's public
+    callables take, zephon_ref's take too, except the rows of PARAMETER_DIFFERENCES."""
+    import zephon
+
+    problems = parameter_audit(zephon_public_modules(zephon), import_ours)
+    assert not problems, problems
+    assert all(re.match(r"D-\d+: ", why) for why in PARAMETER_DIFFERENCES.values())
+
+
+def test_the_parameter_audit_can_fail() -> None:
+    def theirs(obj: Any, *, field: str = "x") -> None: ...
+    def renamed(value: Any, *, field: str = "x") -> None: ...
+    def no_field(obj: Any) -> None: ...
+    def any_keyword(obj: Any, **kw: Any) -> None: ...
+    def positional_only(obj: Any, /, *, field: str = "x") -> None: ...
+
+    assert parameter_problems(theirs, renamed) == ["positional #0 'obj' is 'value'",
+                                                   "keyword 'obj' not taken"]
+    assert parameter_problems(theirs, no_field) == ["keyword 'field' not taken"]
+    assert parameter_problems(theirs, any_keyword) == []
+    assert parameter_problems(theirs, positional_only) == ["keyword 'obj' is positional-only"]

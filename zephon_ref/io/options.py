@@ -147,17 +147,17 @@ class _Options:
         """The range checks zephon 0.2.0 makes for this class (ValueError), after defaults."""
 
     @classmethod
-    def from_any(cls: type[_O], value: Any) -> _O:
+    def from_any(cls: type[_O], obj: Any) -> _O:
         """``None`` -> defaults; an instance -> itself; a dict -> built from it (sizes may be strings)."""
-        if value is None:
+        if obj is None:
             return cls()
-        if isinstance(value, cls):
-            return value
-        if type(value) is not dict:
-            raise ConfigTypeError(expected(cls._WHAT, f"None, a {cls.__name__} or a dict", repr(value)))
+        if isinstance(obj, cls):
+            return obj
+        if type(obj) is not dict:
+            raise ConfigTypeError(expected(cls._WHAT, f"None, a {cls.__name__} or a dict", repr(obj)))
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         kwargs: dict[str, Any] = {}
-        for key, item in value.items():
+        for key, item in obj.items():
             f = fields.get(key)
             if f is None:
                 if cls._STRICT_KEYS:

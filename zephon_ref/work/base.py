@@ -177,24 +177,24 @@ class WorkChunk:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> WorkChunk:
+    def from_state(cls, payload: Mapping[str, Any]) -> WorkChunk:
         """Rebuild a chunk from :meth:`state_dict`; malformed input raises StateFormatError."""
-        if not isinstance(state, Mapping):
-            raise StateFormatError(expected("WorkChunk state", "a mapping", type(state).__name__))
-        if state.get("version") != WORK_CHUNK_VERSION:
+        if not isinstance(payload, Mapping):
+            raise StateFormatError(expected("WorkChunk state", "a mapping", type(payload).__name__))
+        if payload.get("version") != WORK_CHUNK_VERSION:
             raise StateFormatError(
-                expected("WorkChunk state version", str(WORK_CHUNK_VERSION), state.get("version"))
+                expected("WorkChunk state version", str(WORK_CHUNK_VERSION), payload.get("version"))
             )
         try:
             comps: dict[str, list[SampleId]] = {}
-            for name, items in state["components"]:
+            for name, items in payload["components"]:
                 sids = []
                 for raw in items:
                     if len(raw) != 3:
                         raise StateFormatError(expected(f"SampleId in component {name!r}", "3 ints", raw))
                     sids.append(SampleId(int(raw[0]), int(raw[1]), int(raw[2])))
                 comps[str(name)] = sids
-            order = state.get("component_order") or list(comps)
+            order = payload.get("component_order") or list(comps)
             if sorted(order) != sorted(comps):
                 raise StateFormatError(
                     expected("WorkChunk component_order", f"a permutation of {list(comps)}", order)
@@ -202,15 +202,15 @@ class WorkChunk:
             comps = {n: comps[n] for n in order}
             chunk = cls(
                 comps,
-                seed=state.get("seed"),
-                target_mixture=state.get("target_mixture"),
-                source_exhausted=tuple(state.get("source_exhausted") or ()),
+                seed=payload.get("seed"),
+                target_mixture=payload.get("target_mixture"),
+                source_exhausted=tuple(payload.get("source_exhausted") or ()),
             )
         except StateFormatError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFormatError(f"WorkChunk state is malformed: {exc}") from exc
-        total = state.get("total_samples")
+        total = payload.get("total_samples")
         if total is not None and total != len(chunk):
             raise StateFormatError(expected("WorkChunk total_samples", str(len(chunk)), total))
         return chunk
