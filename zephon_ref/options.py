@@ -3,18 +3,22 @@
 Theory of operation
 -------------------
 :class:`RuntimeOptions` is a plain record of every key ``Pipeline.options(**hints)`` takes, in
-zephon's order, with zephon's defaults (``mp_context=None`` stands for zephon's spawn context,
-``io_options=None`` for a default StoreOptions, ``execution_tracking="off"`` for
-``ExecutionTrackingMode.OFF``).  Like zephon's, it checks nothing itself: ``Pipeline.options``
-checks each value at the call (:mod:`zephon_ref.settings`).  ``p.options(**vars(opts))`` (or
-``dataclasses.asdict``) applies one.  What zephon_ref does with each key: docs/options.md;
-the execution settings never change a stream (seed 002).
+zephon's order, with zephon's defaults as zephon holds them (the spawn context, a default
+``StoreOptions``, ``ExecutionTrackingMode.OFF``; ``Pipeline.options`` itself starts from None, None
+and "off", which mean the same: :mod:`zephon_ref.settings`).  Like zephon's, it checks nothing
+itself: ``Pipeline.options`` checks each value at the call (:mod:`zephon_ref.settings`).
+``p.options(**vars(opts))`` (or ``dataclasses.asdict``) applies one.  What zephon_ref does with
+each key: docs/options.md; the execution settings never change a stream (seed 002).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from zephon_ref.io.options import StoreOptions
+from zephon_ref.observability.config import ExecutionTrackingMode
 
 __all__ = ["IpcTransport", "RuntimeOptions"]
 
@@ -29,7 +33,7 @@ class RuntimeOptions:
     runner: str | None = None
     run_id: str = "default_run_id"
     per_stage_runner: dict[int, str] = field(default_factory=dict)
-    mp_context: Any = None
+    mp_context: Any = field(default_factory=lambda: multiprocessing.get_context("spawn"))
     worker_allocation: Literal["fit_to_ops", "per_stage_fixed", "global", "autotune"] = "fit_to_ops"
     max_workers: int | None = None
     deterministic: bool = True
@@ -40,7 +44,7 @@ class RuntimeOptions:
     ipc_transport: IpcTransport = "socketpair"
     ipc_buffer_bytes: int = 512 * 1024
     mixture_config: Any = None
-    io_options: Any = None
+    io_options: Any = field(default_factory=StoreOptions)
     allow_latency_flush_in_deterministic: bool = True
     flush_every_k_chunks: int | None = None
     shutdown_mode: Literal["graceful", "hard"] = "graceful"
@@ -70,5 +74,5 @@ class RuntimeOptions:
     aggregate_timeout_s: float = 180.0
     aggregate_serializer: str = "msgpack"
     aggregate_compressor: str = "zstd"
-    execution_tracking: Any = "off"
+    execution_tracking: Any = ExecutionTrackingMode.OFF
     metrics_sink_config: Any = None

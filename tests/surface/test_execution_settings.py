@@ -405,8 +405,18 @@ def test_runtime_options_mirror_zephons_and_apply_through_options() -> None:
         {"runner": "process", "mtp_mode": True, "prefetch_batches": 0}
     assert _stream(p) == BASELINE
     defaults = vars(RuntimeOptions())
-    # one default per key: the record's equals what options() starts from
-    assert all(defaults[k] == EXEC_DEFAULTS[k] for k in defaults if k in EXEC_DEFAULTS)
+    # one default per key: the record's equals what options() starts from, or (three keys) is the
+    # object zephon's record holds for it, which options() takes as the same setting
+    from zephon_ref.io.options import StoreOptions
+    from zephon_ref.observability import ExecutionTrackingMode
+
+    held = {"mp_context": None, "io_options": None, "execution_tracking": "off"}
+    assert defaults["io_options"] == StoreOptions() and defaults["mp_context"].get_start_method() == "spawn"
+    assert defaults["execution_tracking"] is ExecutionTrackingMode.OFF
+    assert all(defaults[k] == EXEC_DEFAULTS[k] for k in defaults if k in EXEC_DEFAULTS and k not in held)
+    assert all(EXEC_DEFAULTS[k] == v for k, v in held.items())
+    execution = {k: v for k, v in defaults.items() if k not in ("canonical_replicas", "flush_every_k_chunks")}
+    assert _stream(_pipeline().options(**execution)) == BASELINE  # zephon's held objects are accepted
     assert set(defaults) == set(EXEC_DEFAULTS) - {"feeding"} | {"canonical_replicas", "flush_every_k_chunks"}
     if zephon_available():
         import dataclasses
