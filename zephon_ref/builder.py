@@ -73,7 +73,7 @@ from zephon_ref.errors import (
 from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.indexable import IndexedView, not_indexable_reason
-from zephon_ref.ops.base import BaseOp, check_parallelism, check_placement
+from zephon_ref.ops.base import BaseOp, FasterOps, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.decode_text import DecodeText
 from zephon_ref.ops.ensure_mixture import EnsureMixture
@@ -682,23 +682,23 @@ class Builder:
         return None
 
     def _started_engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
-                        walk: SharedWalk | None = None) -> Engine:
+                        walk: SharedWalk | None = None, faster: FasterOps | None = None) -> Engine:
         """The engine of the next run, started with the execution settings now in effect: the one
         a pending restore loaded, else a fresh one.  ``walk``: the lanes' shared chunk walk
-        (default :meth:`_shared_walk`)."""
+        (default :meth:`_shared_walk`); ``faster``: faster operators (None: the plain ones)."""
         engine = self._engine
         if engine is None or engine.started:
             engine = self._build_engine(self._pending)
         opts = self._options
         engine.start(queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
                      feeding=opts["feeding"], walk=walk if walk is not None else self._shared_walk(),
-                     on_tombstone=on_tombstone)
+                     on_tombstone=on_tombstone, faster=faster)
         self._pending = None
         self._engine = engine
         return engine
 
     def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
-               walk: SharedWalk | None = None) -> Engine:
+               walk: SharedWalk | None = None, faster: FasterOps | None = None) -> Engine:
         """A started engine for a run that the caller drives step by step (the simulator).
 
         It starts from the pending restore if there is one, like iteration; afterwards
@@ -716,7 +716,9 @@ class Builder:
         ``walk``: a shared chunk walk (:class:`~zephon_ref.work.base.SharedWalk`, e.g.
         :class:`zephon_ref.fast.walk.ChunkWalk`) the caller owns and shares among the engines
         it drives from one thread (the simulated world shares one among every rank).  It
-        changes no chunk or state.
+        changes no chunk or state.  ``faster``: faster operators (:class:`~zephon_ref.ops.base.FasterOps`,
+        e.g. :class:`zephon_ref.fast.ops.FastOps`, the benchmarks' seam); they change no record,
+        state or fingerprint.
         """
         if on_tombstone is not None and not callable(on_tombstone):
             raise ConfigTypeError(
@@ -730,7 +732,10 @@ class Builder:
                 expected("engine(walk=...)", "None or a shared chunk walk (zephon_ref.fast.walk.ChunkWalk)",
                          type(walk).__name__)
             )
-        return self._started_engine(on_tombstone=on_tombstone, walk=walk)
+        if faster is not None and not isinstance(faster, FasterOps):
+            raise ConfigTypeError(expected("engine(faster=...)", "None or faster operators "
+                                           "(zephon_ref.fast.ops.FastOps)", type(faster).__name__))
+        return self._started_engine(on_tombstone=on_tombstone, walk=walk, faster=faster)
 
     def __iter__(self) -> PipelineIterator:
         """A builder has no runner: iterate a :class:`zephon_ref.pipeline.Pipeline` (the facade)."""
