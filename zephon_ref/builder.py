@@ -70,7 +70,6 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.indexable import IndexedView, not_indexable_reason
 from zephon_ref.ops.base import BaseOp, FasterOps, check_parallelism, check_placement
@@ -538,15 +537,6 @@ class Builder:
         self._metrics_sink = sink
         return self
 
-    def inflight_summary(self) -> dict[int, int]:
-        """``{lane: number of inflight chunks}`` of this participant's lanes in the current or last
-        run; ``{}`` before any run (as zephon).  The counts depend on feeding and read-ahead (an
-        execution matter): they are not zephon's numbers, only its shape.  Changes nothing."""
-        engine = self._engine
-        if engine is None or not engine.started:
-            return {}
-        return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
-
     def dropped(self) -> tuple[DropTotal, ...]:
         """What the current (or last) run of this participant dropped by configuration, per lane,
         operator and cause (:class:`zephon_ref.errors.DropTotal`, sorted; docs/drops.md): counted
@@ -557,24 +547,6 @@ class Builder:
         if engine is None or not engine.started:
             return ()
         return engine.drops.totals()
-
-    def metrics_snapshot(self) -> None:
-        """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
-        when observability is off)."""
-        return None
-
-    def fetch_timing_snapshot(self) -> None:
-        """zephon's fetch timings; None here (see :meth:`metrics_snapshot`)."""
-        return None
-
-    def prefetch_timing_snapshot(self) -> None:
-        """zephon's prefetch timings; None here (see :meth:`metrics_snapshot`)."""
-        return None
-
-    def mtp_queue_stats(self) -> None:
-        """zephon's MTP queue statistics; None here: no engine subprocess runs (``mtp_mode=True``
-        runs in this process; zephon returns None without MTP too)."""
-        return None
 
     # -- plan ---------------------------------------------------------------------------------
     def world(self) -> World:
@@ -634,11 +606,6 @@ class Builder:
         return pipeline_fingerprint(self._source, self._ops,
                                     canonical_replicas=self._world_of(self._options).canonical_replicas,
                                     flush_every_k_chunks=self._resolve_k(warn=False))
-
-    def explain(self) -> str:
-        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`)."""
-        return explain_plan(self._ops, runner=self._options["runner"] or "threads",
-                            preserves_cursor_order=self.preserves_cursor_order)
 
     # -- iteration ------------------------------------------------------------------------------
     def _pending_state(self) -> dict[str, Any]:
