@@ -170,4 +170,5 @@ def iterate(pipeline: Any, faster: Any = None) -> Iterator[Any]:
     """Iterate a :class:`zephon_ref.pipeline.Pipeline` as ``iter(pipeline)`` does (the runner its
     options name), with ``faster`` (default a :class:`FastOps`) plugged in at the engine seam:
     the same items, faster.  ``pipeline.checkpoint()`` reads this run as it reads an ``iter()``."""
-    return pipeline._drive(pipeline.engine(faster=FastOps() if faster is None else faster))
+    run: Iterator[Any] = pipeline._drive(pipeline.engine(faster=FastOps() if faster is None else faster))
+    return run
