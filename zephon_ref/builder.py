@@ -70,10 +70,9 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.explain import explain_plan
 from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.indexable import IndexedView, not_indexable_reason
-from zephon_ref.ops.base import BaseOp, check_parallelism, check_placement
+from zephon_ref.ops.base import BaseOp, FasterOps, check_parallelism, check_placement
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.decode_text import DecodeText
 from zephon_ref.ops.ensure_mixture import EnsureMixture
@@ -543,15 +542,6 @@ class Builder:
         self._metrics_sink = sink
         return self
 
-    def inflight_summary(self) -> dict[int, int]:
-        """``{lane: number of inflight chunks}`` of this participant's lanes in the current or last
-        run; ``{}`` before any run (as zephon).  The counts depend on feeding and read-ahead (an
-        execution matter): they are not zephon's numbers, only its shape.  Changes nothing."""
-        engine = self._engine
-        if engine is None or not engine.started:
-            return {}
-        return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
-
     def dropped(self) -> tuple[DropTotal, ...]:
         """What the current (or last) run of this participant dropped by configuration, per lane,
         operator and cause (:class:`zephon_ref.errors.DropTotal`, sorted; docs/drops.md): counted
@@ -562,24 +552,6 @@ class Builder:
         if engine is None or not engine.started:
             return ()
         return engine.drops.totals()
-
-    def metrics_snapshot(self) -> None:
-        """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
-        when observability is off)."""
-        return None
-
-    def fetch_timing_snapshot(self) -> None:
-        """zephon's fetch timings; None here (see :meth:`metrics_snapshot`)."""
-        return None
-
-    def prefetch_timing_snapshot(self) -> None:
-        """zephon's prefetch timings; None here (see :meth:`metrics_snapshot`)."""
-        return None
-
-    def mtp_queue_stats(self) -> None:
-        """zephon's MTP queue statistics; None here: no engine subprocess runs (``mtp_mode=True``
-        runs in this process; zephon returns None without MTP too)."""
-        return None
 
     # -- plan ---------------------------------------------------------------------------------
     def world(self) -> World:
@@ -640,14 +612,6 @@ class Builder:
                                     canonical_replicas=self._world_of(self._options).canonical_replicas,
                                     flush_every_k_chunks=self._resolve_k(warn=False))
 
-    def explain(self, *, default_workers: int = 4) -> str:
-        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`);
-        ``default_workers`` stands for ``max_workers`` where the options leave it unset."""
-        shown = [(self._given_names.get(n, n), op) for n, op in self._ops]
-        return explain_plan(shown, runner=self._options["runner"] or "threads",
-                            preserves_cursor_order=self.preserves_cursor_order, options=self._options,
-                            default_workers=default_workers)
-
     # -- iteration ------------------------------------------------------------------------------
     def _pending_state(self) -> dict[str, Any]:
         """An owned copy of the whole pending restore."""
@@ -690,23 +654,23 @@ class Builder:
         return None
 
     def _started_engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
-                        walk: SharedWalk | None = None) -> Engine:
+                        walk: SharedWalk | None = None, faster: FasterOps | None = None) -> Engine:
         """The engine of the next run, started with the execution settings now in effect: the one
         a pending restore loaded, else a fresh one.  ``walk``: the lanes' shared chunk walk
-        (default :meth:`_shared_walk`)."""
+        (default :meth:`_shared_walk`); ``faster``: faster operators (None: the plain ones)."""
         engine = self._engine
         if engine is None or engine.started:
             engine = self._build_engine(self._pending)
         opts = self._options
         engine.start(queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
                      feeding=opts["feeding"], walk=walk if walk is not None else self._shared_walk(),
-                     on_tombstone=on_tombstone)
+                     on_tombstone=on_tombstone, faster=faster)
         self._pending = None
         self._engine = engine
         return engine
 
     def engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
-               walk: SharedWalk | None = None) -> Engine:
+               walk: SharedWalk | None = None, faster: FasterOps | None = None) -> Engine:
         """A started engine for a run that the caller drives step by step (the simulator).
 
         It starts from the pending restore if there is one, like iteration; afterwards
@@ -724,7 +688,9 @@ class Builder:
         ``walk``: a shared chunk walk (:class:`~zephon_ref.work.base.SharedWalk`, e.g.
         :class:`zephon_ref.fast.walk.ChunkWalk`) the caller owns and shares among the engines
         it drives from one thread (the simulated world shares one among every rank).  It
-        changes no chunk or state.
+        changes no chunk or state.  ``faster``: faster operators (:class:`~zephon_ref.ops.base.FasterOps`,
+        e.g. :class:`zephon_ref.fast.ops.FastOps`, the benchmarks' seam); they change no record,
+        state or fingerprint.
         """
         if on_tombstone is not None and not callable(on_tombstone):
             raise ConfigTypeError(
@@ -738,7 +704,10 @@ class Builder:
                 expected("engine(walk=...)", "None or a shared chunk walk (zephon_ref.fast.walk.ChunkWalk)",
                          type(walk).__name__)
             )
-        return self._started_engine(on_tombstone=on_tombstone, walk=walk)
+        if faster is not None and not isinstance(faster, FasterOps):
+            raise ConfigTypeError(expected("engine(faster=...)", "None or faster operators "
+                                           "(zephon_ref.fast.ops.FastOps)", type(faster).__name__))
+        return self._started_engine(on_tombstone=on_tombstone, walk=walk, faster=faster)
 
     def __iter__(self) -> PipelineIterator:
         """A builder has no runner: iterate a :class:`zephon_ref.pipeline.Pipeline` (the facade)."""

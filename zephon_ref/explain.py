@@ -5,6 +5,7 @@ What may not live here: anything that decides the data path (this only describes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,19 +20,19 @@ DEFAULT_DEPTH = 8
 
 
 def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cursor_order: bool,
-                 options: Mapping[str, Any] | None = None, default_workers: int = 4) -> str:
+                 options: Mapping[str, Any] | None = None, default_workers: int | None = None) -> str:
     """The stages, their operators and the execution graph of a plan of ``ops``.  The depths come
     from ``options`` as in zephon (measured on 0.2.0: tests/conformance/test_explain_conformance.py):
     ``prefetch_batches`` before the pipeline's end (``F``; unset: ``max(8, 2 * max_workers)``, and
-    ``max_workers`` unset: ``default_workers``, which zephon takes from the machine's CPU count clamped to
-    [4, 16]: ``zephon_ref.pipeline.Pipeline.explain`` passes it),
+    ``max_workers`` unset: ``default_workers``, else zephon's default, this machine's CPU count clamped
+    to [4, 16]),
     ``op_queue_capacity`` between the threads of a stage (``in_q``; unset: ``max(8, F)``),
     ``per_stage_prefetch[i]`` else ``default_stage_prefetch`` after stage ``i`` (``stage_out`` and the
     prefetch into the next stage; unset: ``max(8, F // 2)``).  A stage after ``batch`` runs on threads
     when it holds more than ``batch`` (zephon's planner), on the caller's thread otherwise.  Execution
     settings only: none of them changes the data (seed 002)."""
     opts = options or {}
-    workers = opts.get("max_workers") or default_workers
+    workers = opts.get("max_workers") or default_workers or min(16, max(4, os.cpu_count() or 4))
     final = opts.get("prefetch_batches") or max(DEFAULT_DEPTH, 2 * workers)
     in_q = opts.get("op_queue_capacity") or max(DEFAULT_DEPTH, final)
     per_stage = opts.get("per_stage_prefetch") or {}

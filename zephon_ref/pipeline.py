@@ -11,6 +11,8 @@ adds only what needs the machinery, each entering the builder at one seam:
   names (:mod:`zephon_ref.runners`: ``inline`` for None / "auto" / "inline" and zephon's
   "process", ``threads`` for "threads" and zephon's "remote"; docs/options.md);
 * validation: ``validate()`` and ``preflight_tokenizers()`` (:mod:`zephon_ref.validation`);
+* diagnostics that describe a plan or a run and decide nothing: ``explain()``
+  (:mod:`zephon_ref.explain`), ``inflight_summary()`` and zephon's snapshot queries (None here);
 * the shared chunk walk: every engine's lanes share one
   :class:`~zephon_ref.fast.walk.ChunkWalk` (the same chunks as walking plainly, faster);
 * aggregation: with several participants ``checkpoint()`` runs the round the
@@ -36,6 +38,7 @@ from zephon_ref.builder import Aggregate, Builder, PipelineIterator
 from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import Engine
 from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError, expected
+from zephon_ref.explain import explain_plan
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.io.options import StoreOptions
 from zephon_ref.io.tokenizers import load_tokenizer, read_template
@@ -74,6 +77,41 @@ class Pipeline(Builder):
         from zephon_ref.coordination.driver import pipeline_aggregate
 
         return pipeline_aggregate(self._options)
+
+    # -- diagnostics (they describe a run, never decide one) ----------------------------------
+    def inflight_summary(self) -> dict[int, int]:
+        """``{lane: number of inflight chunks}`` of this participant's lanes in the current or last
+        run; ``{}`` before any run (as zephon).  The counts depend on feeding and read-ahead (an
+        execution matter): they are not zephon's numbers, only its shape.  Changes nothing."""
+        engine = self._engine
+        if engine is None or not engine.started:
+            return {}
+        return {lane: len(engine.streams[lane].inflight) for lane in sorted(engine.streams)}
+
+    def metrics_snapshot(self) -> None:
+        """zephon's pipeline metrics; None here (no timings are collected; zephon returns None too
+        when observability is off)."""
+        return None
+
+    def fetch_timing_snapshot(self) -> None:
+        """zephon's fetch timings; None here (see :meth:`metrics_snapshot`)."""
+        return None
+
+    def prefetch_timing_snapshot(self) -> None:
+        """zephon's prefetch timings; None here (see :meth:`metrics_snapshot`)."""
+        return None
+
+    def mtp_queue_stats(self) -> None:
+        """zephon's MTP queue statistics; None here: no engine subprocess runs (``mtp_mode=True``
+        runs in this process; zephon returns None without MTP too)."""
+        return None
+
+    def explain(self) -> str:
+        """The plan, in zephon's explain() layout (:func:`zephon_ref.explain.explain_plan`), with
+        each operator under the name it was given (the plan makes a repeated name unique)."""
+        shown = [(self._given_names.get(n, n), op) for n, op in self._ops]
+        return explain_plan(shown, runner=self._options["runner"] or "threads",
+                            preserves_cursor_order=self.preserves_cursor_order, options=self._options)
 
     # -- tokenizers from disk (the builder's operators take objects) ---------------------------
     def tokenize(self, tokenizer: Any = None, tokenizer_id: str | None = None, *, field: str,
@@ -139,12 +177,6 @@ class Pipeline(Builder):
                 raise type(exc)(f"io_options: {exc}") from exc
         super().options(**hints)
         return self
-
-    def explain(self, *, default_workers: int | None = None) -> str:
-        """The plan as zephon prints it; an unset ``max_workers`` reads as zephon's default, this
-        machine's CPU count clamped to [4, 16] (execution only: no data depends on it)."""
-        workers = min(16, max(4, os.cpu_count() or 4)) if default_workers is None else default_workers
-        return super().explain(default_workers=workers)
 
     def validate(self, *, strict: bool = False) -> ValidationReport:
         """zephon's validation report (:func:`zephon_ref.validation.validate_pipeline`); with

@@ -91,7 +91,7 @@ def test_the_comparison_sees_a_depth_taken_from_the_wrong_option(monkeypatch: py
         o["prefetch_batches"] = o.get("default_stage_prefetch")
         return plain(ops, options=o, **kw)
 
-    monkeypatch.setattr("zephon_ref.builder.explain_plan", wrong)
+    monkeypatch.setattr("zephon_ref.pipeline.explain_plan", wrong)
     assert explain("zephon_ref", chain, opts) != explain("zephon", chain, opts)
 
 

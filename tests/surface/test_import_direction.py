@@ -42,7 +42,6 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.state", "semantics"),
     ("zephon_ref.codec", "semantics"),
     ("zephon_ref.fingerprint", "semantics"),
-    ("zephon_ref.explain", "semantics"),
     ("zephon_ref.builder", "semantics"),
     ("zephon_ref.indexable", "semantics"),  # the map-style path: record i on its own, not the lane engine
     ("zephon_ref.training", "semantics"),
@@ -65,6 +64,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.narrow", "machinery"),
     ("zephon_ref.options", "machinery"),
     ("zephon_ref.validation", "machinery"),
+    ("zephon_ref.explain", "machinery"),  # diagnostics: describes a plan, decides nothing (Pipeline.explain)
     ("zephon_ref.observability", "machinery"),
     ("zephon_ref.debug", "machinery"),
     ("zephon_ref.build_index", "machinery"),

@@ -1,4 +1,5 @@
-"""The fast paths taken for speed give exactly the general paths' answers."""
+"""The faster operators (zephon_ref.fast.ops) give exactly the plain operators' answers on fixed cases
+(the drawn ones: tests/properties/test_fast_ops.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 
 from properties.opkit import rec, run
+from zephon_ref.fast.ops import ID_TABLE_LIMIT, FastOps
 from zephon_ref.ops import HashTokenizer, Tokenize
 
 TEXTS = [
@@ -23,17 +25,21 @@ def crc_ids(text: str, vocab: int = 32000, offset: int = 3) -> list[int]:
     return [zlib.crc32(w.encode("utf-8")) % vocab + offset for w in text.split()]
 
 
-def test_hash_tokenizer_gives_the_crc_ids_with_and_without_its_id_table() -> None:
+def test_hash_tokenizer_gives_the_crc_ids_and_the_fast_tokenize_the_same_with_and_without_its_table() -> None:
     tok = HashTokenizer()
     assert [tok.encode(t) for t in TEXTS] == [crc_ids(t) for t in TEXTS]
-    again = tok.encode("hello world hello")
-    assert again[0] is again[2]  # one int object per id
-    big = HashTokenizer(vocab_size=(1 << 17) + 1, offset=5)  # past ID_TABLE_LIMIT: no table, same ids
-    assert [big.encode(t) for t in TEXTS] == [crc_ids(t, (1 << 17) + 1, 5) for t in TEXTS]
-    assert big == HashTokenizer(vocab_size=(1 << 17) + 1, offset=5) and tok == HashTokenizer()
+    big = HashTokenizer(vocab_size=ID_TABLE_LIMIT + 1, offset=5)  # past ID_TABLE_LIMIT: no table, same ids
+    assert [big.encode(t) for t in TEXTS] == [crc_ids(t, ID_TABLE_LIMIT + 1, 5) for t in TEXTS]
+    assert big == HashTokenizer(vocab_size=ID_TABLE_LIMIT + 1, offset=5) and tok == HashTokenizer()
     small = HashTokenizer(vocab_size=50, offset=7)
     assert [small.encode(t) for t in TEXTS] == [crc_ids(t, 50, 7) for t in TEXTS]
     assert [small.word_id(w) for w in ["b", "a", "c"]] == crc_ids("b a c", 50, 7)
+    recs = [rec(0, 0, i, payload={"text": t}) for i, t in enumerate(TEXTS)]
+    for t in (tok, big, small):
+        op = Tokenize(t, field="text", special_tokens="none")
+        fast = run(FastOps().operator(op), [recs])
+        assert [r.payload["input_ids"] for r in fast] == [t.encode(x) for x in TEXTS]
+        assert fast[2].payload["input_ids"][0] is fast[2].payload["input_ids"][2] or t is big  # interned
 
 
 class _Delegate:
@@ -63,8 +69,10 @@ CASES: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("knobs", CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()) or "default")
-def test_builtin_tokenizer_path_equals_the_general_path(knobs: dict[str, Any]) -> None:
+def test_fast_builtin_tokenizer_path_equals_the_plain_and_the_general_paths(knobs: dict[str, Any]) -> None:
     recs = [rec(0, 0, i, payload={"text": t, "k": i}) for i, t in enumerate(TEXTS)]
-    fast = run(Tokenize(HashTokenizer(), field="text", **knobs), [recs])
+    fast = run(FastOps().operator(Tokenize(HashTokenizer(), field="text", **knobs)), [recs])
+    plain = run(Tokenize(HashTokenizer(), field="text", **knobs), [recs])
     general = run(Tokenize(_Delegate(), field="text", **knobs), [recs])
-    assert [(r.meta, r.payload) for r in fast] == [(r.meta, r.payload) for r in general]
+    assert [(r.meta, r.payload) for r in fast] == [(r.meta, r.payload) for r in plain]
+    assert [(r.meta, r.payload) for r in plain] == [(r.meta, r.payload) for r in general]

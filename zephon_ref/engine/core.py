@@ -100,7 +100,7 @@ from zephon_ref.errors import (
     StateMismatchError,
     expected,
 )
-from zephon_ref.ops.base import BaseOp, lane_of
+from zephon_ref.ops.base import BaseOp, FasterOps, lane_of
 from zephon_ref.ops.replay_filter import ReplayFilterAccumulator
 from zephon_ref.types import TAG_BOUNDARY_CID, SampleBatch, SampleCursor, SampleRecord
 from zephon_ref.work.base import SharedWalk, WorkSource, check_source_state
@@ -202,7 +202,7 @@ class Engine:
             assert 0 <= self.rr_next_idx[self._rr_key] < len(lanes), self.rr_next_idx
 
     # -- plan -------------------------------------------------------------------------------
-    def _stages(self) -> list[OpStage]:
+    def _stages(self, faster: FasterOps | None) -> list[OpStage]:
         ctx = {
             "get_component_id": lambda name: self._ids[name],
             "replay_targets": self._targets,
@@ -215,7 +215,8 @@ class Engine:
                 # as zephon's planner: an accumulator's serial state cannot be sharded over workers
                 raise ContractError(expected(f"operator {name!r} parallelism", "1 in deterministic mode "
                                              "(requires_serial_state=True)", traits.parallelism))
-        return [OpStage(name, op, deterministic=self._deterministic, ctx=ctx) for name, op in chain]
+        return [OpStage(name, op if faster is None else faster.operator(op),
+                        deterministic=self._deterministic, ctx=ctx) for name, op in chain]
 
     def _lane_items(self, lane: int) -> Iterator[Any]:
         """The lane's item stream, opened on first use and shared by both admission modes."""
@@ -255,7 +256,7 @@ class Engine:
 
     def start(self, *, queue_size: int = 8, deterministic: bool = True, feeding: str = "demand",
               walk: SharedWalk | None = None, on_tombstone: Callable[[SampleRecord], None] | None = None,
-              ) -> None:
+              faster: FasterOps | None = None) -> None:
         """Compile the chain and open the source; the first step of every run (once).
 
         The execution settings of the run, none of which reaches the state or the stream:
@@ -263,8 +264,9 @@ class Engine:
         way), ``deterministic`` (handed to the operators' accumulators), ``feeding``
         (:data:`FEEDING`), ``walk`` (a :class:`~zephon_ref.work.base.SharedWalk` the lanes
         share; not thread-safe: every ``next_chunk`` call happens on the thread that admits;
-        None: every lane clone walks the global chunk order itself, the plain definition) and
-        ``on_tombstone`` (the observer above).
+        None: every lane clone walks the global chunk order itself, the plain definition),
+        ``on_tombstone`` (the observer above) and ``faster`` (a :class:`~zephon_ref.ops.base.FasterOps`
+        that may swap each stage's operator for one with equal output; None: the plain operators).
         """
         if self._started:
             raise StateMismatchError(
@@ -277,7 +279,7 @@ class Engine:
         for stream in self.streams.values():
             stream.source.share_walk(walk)
         self._started = True
-        self.stages = self._stages()
+        self.stages = self._stages(faster)
         accs = [st.acc for st in self.stages if isinstance(st.acc, ReplayFilterAccumulator)]
         self._replay_filter = accs[0] if accs else None
         self._inbox = [deque() for _ in self.stages]

@@ -29,7 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 from zephon_ref.types import SampleBatch, SampleRecord
@@ -38,6 +38,7 @@ __all__ = [
     "Accumulator",
     "BaseOp",
     "CountingAccumulator",
+    "FasterOps",
     "OpContext",
     "OpTraits",
     "PassthroughAccumulator",
@@ -324,3 +325,14 @@ class BaseOp(ABC):
 
     def validation_samples(self) -> list[SampleRecord] | None:
         return None
+
+
+@runtime_checkable
+class FasterOps(Protocol):
+    """The seam where faster operator implementations enter (:class:`zephon_ref.fast.ops.FastOps`):
+    ``operator(op)`` is an operator whose records, refusals and warnings equal ``op``'s for every
+    input, or ``op`` itself.  The engine asks it once per stage at start; the fingerprint and the
+    state never see it (tests/properties/test_fast_ops.py checks it against the plain operators)."""
+
+    def operator(self, op: BaseOp) -> BaseOp:
+        ...

@@ -607,12 +607,6 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         c = self.config
         if c.length_fn is not None:
             return checked_length(c.length_fn(rec), rec)
-        payload = rec.payload
-        if type(payload) is dict:
-            # fast path, same answer as below: "auto" picks input_ids first whenever it has a length
-            value = payload.get("input_ids" if c.tokens_field == "auto" else c.tokens_field)
-            if type(value) is list:
-                return len(value)
         name = resolve_token_field(rec.payload, c.tokens_field)
         return value_length(rec.payload[name], name)
 
@@ -1067,6 +1061,9 @@ class PackSequences(BaseOp):
     """``pack_sequences(max_length, *, num_bins=None, ...)`` (envelope) and ``pack_flat``
     (``output="flat"``)."""
 
+    #: the accumulator class (a faster subclass enters here: zephon_ref.fast.ops)
+    ACCUMULATOR: ClassVar[type[PackingAccumulator]] = PackingAccumulator
+
     def __init__(
         self,
         max_length: int,
@@ -1145,7 +1142,7 @@ class PackSequences(BaseOp):
         return group_domain
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        acc = PackingAccumulator(self.config, domain_of=self.domain_function(ctx))
+        acc = self.ACCUMULATOR(self.config, domain_of=self.domain_function(ctx))
         acc.drops = ledger_of(ctx)
         return acc
 

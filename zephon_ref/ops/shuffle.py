@@ -205,7 +205,7 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
         out: list[SampleRecord] = []
         lanes = self._lanes
         for rec in elems:
-            lane = rec.meta.lane_id if type(rec) is SampleRecord else lane_of(rec)
+            lane = lane_of(rec)
             st = lanes.get(lane)
             if st is None:
                 st = lanes[lane] = _StreamingLane()

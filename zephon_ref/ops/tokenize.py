@@ -36,7 +36,7 @@ What may not live here: downloads, or per-call state.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 from zlib import crc32
 
@@ -57,10 +57,7 @@ from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_fi
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
 
-__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize", "TokenizeConfig"]
-
-#: Largest vocabulary whose ids a HashTokenizer keeps as one tuple (about 4.7 MiB at the limit).
-ID_TABLE_LIMIT = 1 << 17
+__all__ = ["HashTokenizer", "Tokenize", "TokenizeConfig"]
 
 SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 MISSING_FIELD_MODES = ("error", "empty")
@@ -73,13 +70,6 @@ class HashTokenizer:
     special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
     a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
     ``bos_token_id`` / ``eos_token_id`` are the ids the operator's bracket modes use.
-
-    The ids come out of one immutable tuple of the id range, built at construction when
-    ``vocab_size <= ID_TABLE_LIMIT`` (a plain table of values, not a memo: it never changes
-    and is excluded from equality): every occurrence of an id is then the same int object.
-    That matters when records are buffered: 64 lanes' shuffle reservoirs can hold a whole
-    corpus of token lists, and with a fresh int per token the collector walks millions of
-    distinct objects (issue 22: 64-lane throughput fell to 0.55 of one lane, RSS +45%).
     """
 
     vocab_size: int = 32000
@@ -88,22 +78,15 @@ class HashTokenizer:
     bos_token_id: int = 1
     eos_token_id: int = 2
 
-    _id_table: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, minimum=1)
         check_int("offset", self.offset, minimum=0)
-        if self.vocab_size <= ID_TABLE_LIMIT:
-            object.__setattr__(self, "_id_table", tuple(range(self.offset, self.offset + self.vocab_size)))
 
     def word_id(self, word: str) -> int:
         return crc32(word.encode("utf-8")) % self.vocab_size + self.offset
 
     def encode(self, text: str) -> list[int]:
-        vocab, table = self.vocab_size, self._id_table
-        if table:  # table[i] == i + offset
-            return [table[crc32(w.encode("utf-8")) % vocab] for w in text.split()]
-        return [crc32(w.encode("utf-8")) % vocab + self.offset for w in text.split()]
+        return [self.word_id(w) for w in text.split()]
 
     def __call__(
         self,
@@ -360,8 +343,6 @@ class Tokenize(BaseOp):
         texts_bases = [self._text_and_base(r) for r in elems]
         texts = [t for t, _ in texts_bases]
         c = self.config
-        if self._owns_specials and type(c.tokenizer) is HashTokenizer and c.padding != "longest":
-            return self._process_builtin(elems, texts, [b for _, b in texts_bases])
         enc = c.tokenizer(texts, **self._hf_kwargs())
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
@@ -397,49 +378,6 @@ class Tokenize(BaseOp):
             pad = target - len(ids)
             if pad > 0:
                 rows[k] = (ids + [pad_id] * pad, None if mask is None else mask + [0] * pad)
-
-    def _process_builtin(self, elems: list[SampleRecord], texts: list[str],
-                         bases: list[dict[str, Any]]) -> list[SampleRecord]:
-        """The general path above, specialised to the built-in tokenizer when the op owns the specials.
-
-        Same output (tests/conformance/test_ops_conformance.py::test_tokenize runs both
-        this and zephon's operator): the tokenizer is asked for no specials, truncated
-        to the room left for them, bracketed with BOS/EOS, and every real token has mask 1;
-        here each list is built once instead of once per step.
-        """
-        c = self.config
-        tok = c.tokenizer
-        assert isinstance(tok, HashTokenizer)
-        limit = (
-            self._hf_kwargs().get("max_length") if c.truncation and not c.split_long_samples else None
-        )
-        pre = [] if self._bos is None else [self._bos]
-        post = [] if self._eos is None else [self._eos]
-        pad_to = (c.max_length if c.padding == "max_length" and not c.split_long_samples
-                  else None)
-        pad_id = self._pad_id() if pad_to is not None else 0
-        want_mask = c.add_attention_mask
-        simple = pad_to is None and not c.split_long_samples
-        out: list[SampleRecord] = []
-        for rec, text, base in zip(elems, texts, bases, strict=True):
-            words = tok.encode(text)
-            if limit is not None and len(words) > limit:
-                del words[limit:]
-            ids = [*pre, *words, *post] if (pre or post) else words
-            n = len(ids)
-            if simple:
-                payload = dict(base)
-                payload["input_ids"] = ids
-                if want_mask:
-                    payload["attention_mask"] = [1] * n
-                out.append(SampleRecord(rec.meta, payload))
-                continue
-            mask: list[int] | None = [1] * n
-            if pad_to is not None and pad_to > n:
-                ids = ids + [pad_id] * (pad_to - n)
-                mask = [1] * n + [0] * (pad_to - n)
-            out.extend(self._emit(rec, base, ids, mask))
-        return out
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)

@@ -1,0 +1,139 @@
+"""The faster operators (zephon_ref.fast.ops) equal the plain ones (properties.fast_ops), and a
+pipeline run with them plugged in at the engine seam has the same stream, checkpoints and
+fingerprint as the plain run.  Planted differences in each faster path are caught."""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+
+from properties.fast_ops import FastOpCase, fast_op_cases, fast_ops_problems
+from properties.profiles import examples
+from zephon_ref.codec import pack
+from zephon_ref.fast.ops import FastOps, FastPackingAccumulator, FastPackSequences, FastTokenize
+from zephon_ref.ops import HashTokenizer, PackSequences, Shuffle, Tokenize
+
+_HEALTH = [HealthCheck.filter_too_much, HealthCheck.too_slow]
+
+
+@settings(max_examples=examples(200), suppress_health_check=_HEALTH)
+@given(fast_op_cases())
+def test_fast_operators_equal_the_plain_operators(case: FastOpCase) -> None:
+    assert fast_ops_problems(case) == []
+
+
+def test_fast_ops_swaps_exactly_the_plain_builtin_types() -> None:
+    fast = FastOps()
+    tok = Tokenize(field="text")
+    pack = PackSequences(8, num_bins=2)
+    assert type(fast.operator(tok)) is FastTokenize and type(fast.operator(pack)) is FastPackSequences
+    assert fast.operator(tok).config is tok.config  # the knobs are the plain operator's, once
+    shuffle = Shuffle(4)
+    assert fast.operator(shuffle) is shuffle
+
+    class Mine(Tokenize):  # a user's subclass keeps its own methods
+        pass
+
+    mine = Mine(field="text")
+    assert fast.operator(mine) is mine
+    acc = fast.operator(pack).accumulator(deterministic=True, ctx={})
+    assert type(acc) is FastPackingAccumulator
+
+
+def test_fast_tokenize_shares_one_int_object_per_id() -> None:
+    """What the 64-lane benchmark needs (issue 22); the plain tokenizer makes fresh ints."""
+    from properties.opkit import rec, run
+
+    recs = [rec(0, 0, 0, payload={"text": "hello world hello " * 3})]
+    out = run(FastOps().operator(Tokenize(HashTokenizer(), field="text", special_tokens="none")), [recs])
+    ids = out[0].payload["input_ids"]
+    assert ids == [zlib.crc32(w.encode()) % 32000 + 3 for w in ("hello world hello " * 3).split()]
+    assert ids[0] is ids[2] is ids[3]
+
+
+def _plant_tokenize_truncation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faster tokenize keeps one token too many under truncation (the plain path is right)."""
+    plain = Tokenize._hf_kwargs
+
+    def off_by_one(self: Any) -> dict[str, Any]:
+        kw = plain(self)
+        if "max_length" in kw:
+            kw["max_length"] += 1
+        return kw
+
+    monkeypatch.setattr(FastTokenize, "_hf_kwargs", off_by_one)
+
+
+def _plant_pack_list_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faster pack measures a list of exactly 4 tokens as 3."""
+
+    def short(self: Any, rec: Any) -> int:
+        n = FastPackingAccumulator.__mro__[1]._length(self, rec)
+        return 3 if n == 4 else n
+
+    monkeypatch.setattr(FastPackingAccumulator, "_length", short)
+
+
+@pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_pack_list_length])
+def test_a_planted_difference_in_a_fast_path_is_found(plant: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    plant(monkeypatch)
+    found = find(fast_op_cases(), lambda c: bool(fast_ops_problems(c)),
+                 settings=settings(max_examples=2000, database=None, suppress_health_check=_HEALTH))
+    assert fast_ops_problems(found), found
+
+
+# -- the whole pipeline: the seam changes no stream, checkpoint or fingerprint ----------------------
+
+
+def _pipeline(lanes: int) -> Any:
+    from zephon_ref.pipeline import Pipeline
+    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+
+    corpus = synthetic_corpus(layout={"web": (120, 80), "code": (60,), "books": (40,)}, seed=3)
+    source = StaticMixtureWorkSource(list(corpus.datasets), {"web": 3, "code": 2, "books": 1}, chunk_size=16,
+                                     seed=2)
+    return (Pipeline(source).tokenize(field="text", max_length=24, split_long_samples=True)
+            .pack_sequences(32, num_bins=3).shuffle(16, seed=1).batch(2)
+            .options(runner="inline", canonical_replicas=lanes))
+
+
+def _digest(batch: Any) -> Any:
+    return [(r.meta, r.payload) for r in batch.records]
+
+
+def _run(lanes: int, faster: Any, cuts: tuple[int, ...]) -> tuple[list[Any], list[bytes], str]:
+    from zephon_ref.runners import drive
+
+    pipe = _pipeline(lanes)
+    out: list[Any] = []
+    states: list[bytes] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = pipe.engine(faster=faster)
+        items = drive(engine, runner="inline", workers=1, queue_size=8, deterministic=True)
+        for i, b in enumerate(items):
+            out.append(_digest(b))
+            if i in cuts:
+                states.append(pack(pipe.checkpoint()))
+    return out, states, pipe.fingerprint()
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int) -> None:
+    cuts = (0, 5, 17, 40)
+    plain = _run(lanes, None, cuts)
+    fast = _run(lanes, FastOps(), cuts)
+    assert len(plain[0]) > 40 and plain[0] == fast[0]
+    assert len(plain[1]) == len(cuts) and plain[1] == fast[1]  # byte-identical checkpoints
+    assert plain[2] == fast[2]
+
+
+def test_engine_refuses_a_faster_that_is_not_one() -> None:
+    from zephon_ref.errors import ConfigTypeError
+
+    with pytest.raises(ConfigTypeError, match="faster"):
+        _pipeline(1).engine(faster=object())  # type: ignore[arg-type]
