@@ -33,6 +33,7 @@ operators are zephon_ref's; tests/unit/test_ops_properties.py runs them under th
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -344,7 +345,21 @@ def fed_records(case: OpCase) -> list[SampleRecord]:
         recs = pre.process_many(_texts(recs))
     elif case.method == "tokenize":
         recs = _texts(recs)
+    if case.method == "pack_sequences" and case.kwargs.get("pack_payloads") == "torch_tensor":
+        recs = _tensor_payloads(recs)
     return recs
+
+
+def _tensor_payloads(recs: list[Any]) -> list[Any]:
+    """``pack_payloads="torch_tensor"`` joins tensors only: every list field as an int64 tensor when
+    torch imports (without torch the lists stay, and the packer refuses them, typed)."""
+    if importlib.util.find_spec("torch") is None:
+        return recs
+    import torch
+
+    return [SampleRecord(r.meta, {k: torch.tensor(v, dtype=torch.int64) if isinstance(v, list) else v
+                                  for k, v in r.payload.items()})
+            if isinstance(r.payload, Mapping) else r for r in recs]
 
 
 class _WordIds:

@@ -21,7 +21,17 @@ accumulator is a count-only :class:`CountingAccumulator`).  Per record:
    a resume regroups the replayed chunks (divergence D-10);
 5. with ``split_long_samples`` cut into ``max_length`` windows; more than one
    window fans out with :func:`~zephon_ref.lineage.spawn_child` (child index =
-   window index, only the last child closes).
+   window index, only the last child closes);
+6. ``return_tensors`` (``"pt"``, ``"np"`` / ``"numpy"``, ``"tf"``; zephon 0.2.0's rule): where the
+   operator owns the specials or splits, the tokenizer is asked for lists and each emitted
+   ``input_ids`` / ``attention_mask`` becomes the library's array of that list (``torch.tensor`` /
+   ``numpy.array``: int64, and the default float dtype for an empty row), through the installed tensor
+   libraries of :mod:`zephon_ref.training` (the torch path installs torch; the semantics import none);
+   a library that is not installed is a RuntimeError at the first record, as in zephon.  Under
+   ``special_tokens="tokenizer_default"`` without splitting the tokenizer owns everything: the
+   keyword is handed to it and each row is kept as it returns it (a Hugging Face tokenizer gives
+   rows of its batch tensor and refuses a ragged batch without padding; one that ignores the
+   keyword gives lists).
 
 :class:`HashTokenizer` is the built-in tokenizer: whitespace words, each id =
 ``crc32(word utf-8) % vocab_size + offset``; no download, identical in every
@@ -40,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 from zlib import crc32
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 from zephon_ref.lineage import spawn_child
 from zephon_ref.ops.base import (
     Accumulator,
@@ -54,6 +64,7 @@ from zephon_ref.ops.base import (
     check_placement,
 )
 from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_fields, knob
+from zephon_ref.training import tensor_library
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
 
@@ -64,6 +75,8 @@ ID_TABLE_LIMIT = 1 << 17
 
 SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 MISSING_FIELD_MODES = ("error", "empty")
+#: ``return_tensors`` -> the tensor library it names (zephon 0.2.0's backends)
+RETURN_TENSORS = {"pt": "torch", "np": "numpy", "numpy": "numpy", "tf": "tensorflow"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +156,9 @@ class TokenizeConfig:
 
     BUILDER: ClassVar[str] = "tokenize"
     #: call parameters the config does not store: the semantic builder's tokenizer_id (the facade
-    #: also loads a local directory), lists only, and an HF loading hint
+    #: also loads a local directory) and an HF loading hint (the facade's load_tokenizer uses it)
     CALL_KNOBS: ClassVar[Mapping[str, Domain]] = {
         "tokenizer_id": Choice((None, "__fallback__")),
-        "return_tensors": Choice((None,)),
         "use_fast": Bool(none=True),
     }
 
@@ -164,6 +176,8 @@ class TokenizeConfig:
     bos_token_id: int | None = knob(None, Int(0, none=True), doc="BOS override under bos_eos / bos")
     eos_token_id: int | None = knob(None, Int(0, none=True), doc="EOS override under bos_eos / eos")
     max_batch: int = knob(64, Int(1), doc="records per process_many call (the 'longest' group)")
+    return_tensors: str | None = knob(None, Choice((None, *RETURN_TENSORS)),
+                                      doc="lists, or torch / numpy / tensorflow arrays per field")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -194,7 +208,7 @@ class Tokenize(BaseOp):
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         max_batch: int = 64,
-        return_tensors: None = None,
+        return_tensors: str | None = None,
         use_fast: bool = True,
         placement: str = "auto",
         parallelism: int | None = None,
@@ -219,14 +233,6 @@ class Tokenize(BaseOp):
         check_int("max_batch", max_batch, minimum=1)
         check_placement(placement)
         check_parallelism(parallelism)
-        if return_tensors is not None:
-            raise ConfigError(
-                expected(
-                    "return_tensors",
-                    "None (zephon_ref emits lists; tensors are the torch path's collate job)",
-                    return_tensors,
-                )
-            )
         check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
@@ -272,7 +278,8 @@ class Tokenize(BaseOp):
             missing_field=missing_field, add_attention_mask=add_attention_mask, max_length=max_length,
             padding=padding, truncation=truncation, split_long_samples=split_long_samples,
             preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
-            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch)
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch,
+            return_tensors=return_tensors)
         self.parallelism = 1 if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
@@ -352,7 +359,25 @@ class Tokenize(BaseOp):
             max_len = c.max_length - self._n_bos - self._n_eos
         if max_len is not None:
             kw["max_length"] = max_len
+        if self._hands_over_tensors():
+            kw["return_tensors"] = c.return_tensors
         return kw
+
+    def _hands_over_tensors(self) -> bool:
+        """Whether the tokenizer makes the arrays (step 6): it owns the specials and no split."""
+        c = self.config
+        return c.return_tensors is not None and not self._owns_specials and not c.split_long_samples
+
+    def _array(self, values: list[int]) -> Any:
+        """An emitted field as ``return_tensors`` asks (step 6): the list itself, or the library's array."""
+        rt = self.config.return_tensors
+        if rt is None:
+            return values
+        lib = tensor_library(RETURN_TENSORS[rt])
+        if lib is None or not lib.available():
+            raise ContractError(expected("return_tensors", f"{rt!r} with {RETURN_TENSORS[rt]} installed",
+                                         f"{RETURN_TENSORS[rt]} is not available"))
+        return lib.array(values)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         if not elems:
@@ -366,9 +391,10 @@ class Tokenize(BaseOp):
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
         rows: list[tuple[list[int], list[int] | None]] = []
+        as_given = self._hands_over_tensors()  # rows of the tokenizer's own arrays, kept as they are
         for i in range(len(elems)):
-            ids = _as_list(raw_ids[i])
-            mask = _as_list(raw_masks[i]) if raw_masks is not None else None
+            ids = raw_ids[i] if as_given else _as_list(raw_ids[i])
+            mask = (raw_masks[i] if as_given else _as_list(raw_masks[i])) if raw_masks is not None else None
             if self._owns_specials and (self._bos is not None or self._eos is not None):
                 pre = [self._bos] if self._bos is not None else []
                 post = [self._eos] if self._eos is not None else []
@@ -419,7 +445,7 @@ class Tokenize(BaseOp):
                   else None)
         pad_id = self._pad_id() if pad_to is not None else 0
         want_mask = c.add_attention_mask
-        simple = pad_to is None and not c.split_long_samples
+        simple = pad_to is None and not c.split_long_samples and c.return_tensors is None
         out: list[SampleRecord] = []
         for rec, text, base in zip(elems, texts, bases, strict=True):
             words = tok.encode(text)
@@ -443,9 +469,10 @@ class Tokenize(BaseOp):
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)
-        p["input_ids"] = ids
+        as_given = self._hands_over_tensors()
+        p["input_ids"] = ids if as_given else self._array(ids)
         if self.config.add_attention_mask and mask is not None:
-            p["attention_mask"] = mask
+            p["attention_mask"] = mask if as_given else self._array(mask)
         return p
 
     def _emit(
