@@ -189,6 +189,19 @@ def _as_list(seq: Any) -> list[int]:
     return [int(x) for x in seq]
 
 
+def _tokenizer_refused(exc: Exception, return_tensors: Any) -> Exception:
+    """The tokenizer's refusal to build ``return_tensors`` arrays, as zephon_ref's error of the same
+    builtin (a Hugging Face tokenizer refuses a ragged batch without padding, ValueError)."""
+    msg = expected(f"the tokenizer's return_tensors={return_tensors!r} batch under "
+                   "special_tokens='tokenizer_default'", "one it can build (rows of one length: padding=True "
+                   "or 'max_length')", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, TypeError):
+        return ConfigTypeError(msg)
+    if isinstance(exc, ValueError):
+        return ConfigError(msg)
+    return ContractError(msg)
+
+
 class Tokenize(BaseOp):
     """``tokenize(tokenizer=None, *, field, ...)`` with the knobs of zephon 0.2.0."""
 
@@ -387,7 +400,12 @@ class Tokenize(BaseOp):
         c = self.config
         if self._owns_specials and type(c.tokenizer) is HashTokenizer and c.padding != "longest":
             return self._process_builtin(elems, texts, [b for _, b in texts_bases])
-        enc = c.tokenizer(texts, **self._hf_kwargs())
+        try:
+            enc = c.tokenizer(texts, **self._hf_kwargs())
+        except (TypeError, ValueError, RuntimeError) as exc:
+            if not self._hands_over_tensors():
+                raise
+            raise _tokenizer_refused(exc, c.return_tensors) from exc
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
         rows: list[tuple[list[int], list[int] | None]] = []
