@@ -436,3 +436,15 @@ def test_a_checkpoint_holds_no_tensor() -> None:
         state = _checkpoint_at(impl, cfg, 2)
         kinds = {type(v).__module__.split(".")[0] for v in leaves(state)}
         assert "torch" not in kinds, (impl, kinds)
+
+
+def test_a_row_off_the_cpu_is_padded_on_its_device_where_zephon_refuses() -> None:
+    """Divergence D-8: zephon pads a partial pack_flat row with a CPU tensor, which torch will not join
+    to a tensor on another device; zephon_ref pads on the field's own device (the meta device stands
+    in for a GPU)."""
+    knobs = {"max_length": 8, "algorithm": "first_fit", "num_bins": 1, "output": "flat", "pad_token_id": 9}
+    pushes = [[rec(0, 0, 0, payload={"input_ids": torch.tensor([1, 2, 3], device="meta")})]]
+    mine, z = run_both(knobs, pushes)
+    assert z[0] == "raised" and isinstance(z[1], RuntimeError) and "device" in str(z[1]), z
+    (row,) = mine
+    assert row.payload["input_ids"].device.type == "meta" and tuple(row.payload["input_ids"].shape) == (8,)
