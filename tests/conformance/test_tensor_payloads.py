@@ -448,3 +448,41 @@ def test_a_row_off_the_cpu_is_padded_on_its_device_where_zephon_refuses() -> Non
     assert z[0] == "raised" and isinstance(z[1], RuntimeError) and "device" in str(z[1]), z
     (row,) = mine
     assert row.payload["input_ids"].device.type == "meta" and tuple(row.payload["input_ids"].shape) == (8,)
+
+
+def _shape_view(out: Any) -> Any:
+    """A record's lineage and, per field, (kind, dtype, shape) only: zephon's built-in tokenizer draws
+    its ids from a salted string hash (another per process), so ids are not comparable."""
+    if isinstance(out, tuple):
+        return ("raised", [k.__name__ for k in (ValueError, TypeError, RuntimeError)
+                           if isinstance(out[1], k)])
+
+    def form(v: Any) -> Any:
+        if not hasattr(v, "__len__"):
+            return v
+        return type(v).__name__, str(getattr(v, "dtype", "")), tuple(getattr(v, "shape", ())) or len(v)
+
+    metas, payloads = split_view(out)
+    return metas, [{k: form(v) for k, v in p.items()} for p in payloads]
+
+
+@pytest.mark.parametrize("return_tensors", [None, "pt", "np", "numpy", "tf"])
+def test_the_built_in_tokenizer_gives_zephons_kinds_dtypes_and_shapes(return_tensors: str | None) -> None:
+    """tokenizer=None on both (zephon's fallback tokenizer, zephon_ref's HashTokenizer): under
+    tokenizer_default the tokenizer itself builds the batch array (a ragged batch refused)."""
+    recs = [rec(0, 0, i, payload={"text": t, "k": i}) for i, t in enumerate(TEXTS)]
+    for knobs in TOKENIZE_KNOBS:
+        kn = {**knobs, "return_tensors": return_tensors}
+
+        def ours(kn: dict[str, Any] = kn) -> Any:
+            op = Tokenize(None, field="text", **kn)
+            op.setup(OpContext({}))
+            return run(op, [recs], ctx={})
+
+        def theirs(kn: dict[str, Any] = kn) -> Any:
+            op = ZTokenize(None, "__fallback__", field="text", **kn)
+            op.setup(ZOpContext({}))
+            return run(op, to_zephon_all([recs]), ctx={})
+
+        mine, z = outcome(ours), outcome(theirs)
+        assert _shape_view(mine) == _shape_view(z), f"{kn}\nzephon_ref: {mine!r:.800}\nzephon:     {z!r:.800}"

@@ -68,7 +68,7 @@ from zephon_ref.training import tensor_library
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
 
-__all__ = ["ID_TABLE_LIMIT", "HashTokenizer", "Tokenize", "TokenizeConfig"]
+__all__ = ["ID_TABLE_LIMIT", "RETURN_TENSORS", "HashTokenizer", "Tokenize", "TokenizeConfig", "library_array"]
 
 #: Largest vocabulary whose ids a HashTokenizer keeps as one tuple (about 4.7 MiB at the limit).
 ID_TABLE_LIMIT = 1 << 17
@@ -79,9 +79,24 @@ MISSING_FIELD_MODES = ("error", "empty")
 RETURN_TENSORS = {"pt": "torch", "np": "numpy", "numpy": "numpy", "tf": "tensorflow"}
 
 
+def library_array(return_tensors: Any, values: list[Any]) -> Any:
+    """``values`` as the array ``return_tensors`` names (step 6 of the module docstring): the installed
+    tensor library's own constructor (``torch.tensor`` / ``numpy.array``); a library that is not
+    installed is a RuntimeError, a name no library has a ValueError (zephon's builtins)."""
+    if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
+        raise ConfigError(expected("return_tensors", f"one of {sorted(RETURN_TENSORS)}", return_tensors))
+    name = RETURN_TENSORS[return_tensors]
+    lib = tensor_library(name)
+    if lib is None or not lib.available():
+        raise ContractError(expected("return_tensors", f"{return_tensors!r} with {name} installed",
+                                     f"{name} is not available"))
+    return lib.array(values)
+
+
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
-    """Deterministic, download-free tokenizer with the HF call convention: a word's id is
+    """Deterministic, download-free tokenizer with the HF call convention (``return_tensors`` too: the
+    batch as one array of the library it names, see :func:`library_array`): a word's id is
     ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).  It adds no
     special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
     a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
@@ -126,8 +141,9 @@ class HashTokenizer:
         padding: bool | str = False,
         truncation: bool = False,
         max_length: int | None = None,
+        return_tensors: str | None = None,
         **_ignored: Any,
-    ) -> dict[str, list[list[int]]]:
+    ) -> dict[str, Any]:
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids_out: list[list[int]] = []
         for text in batch:
@@ -144,7 +160,12 @@ class HashTokenizer:
                 if pad > 0:
                     ids.extend([self.pad_token_id] * pad)
                     mask.extend([0] * pad)
-        return {"input_ids": ids_out, "attention_mask": masks}
+        if return_tensors is None:
+            return {"input_ids": ids_out, "attention_mask": masks}
+        # as zephon's built-in tokenizer: the batch as one array (rows of one length, else the library's
+        # ValueError; Tokenize reports it typed)
+        return {"input_ids": library_array(return_tensors, ids_out),
+                "attention_mask": library_array(return_tensors, masks)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,13 +405,7 @@ class Tokenize(BaseOp):
     def _array(self, values: list[int]) -> Any:
         """An emitted field as ``return_tensors`` asks (step 6): the list itself, or the library's array."""
         rt = self.config.return_tensors
-        if rt is None:
-            return values
-        lib = tensor_library(RETURN_TENSORS[rt])
-        if lib is None or not lib.available():
-            raise ContractError(expected("return_tensors", f"{rt!r} with {RETURN_TENSORS[rt]} installed",
-                                         f"{RETURN_TENSORS[rt]} is not available"))
-        return lib.array(values)
+        return values if rt is None else library_array(rt, values)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         if not elems:
