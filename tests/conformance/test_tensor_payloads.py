@@ -486,3 +486,29 @@ def test_the_built_in_tokenizer_gives_zephons_kinds_dtypes_and_shapes(return_ten
 
         mine, z = outcome(ours), outcome(theirs)
         assert _shape_view(mine) == _shape_view(z), f"{kn}\nzephon_ref: {mine!r:.800}\nzephon:     {z!r:.800}"
+
+
+def as_words(row: Any) -> Any:
+    from properties.hf_tokenizer import WORDS
+
+    return {"text": " ".join(WORDS[t % len(WORDS)] for t in row["input_ids"])}
+
+
+@pytest.mark.skipif(not HF_AVAILABLE, reason="the hf extra (transformers, tokenizers) is not installed")
+@pytest.mark.parametrize(("return_tensors", "use_fast"), [("pt", True), ("np", False), (None, None)])
+def test_a_tokenizer_directory_with_return_tensors_and_use_fast_packs_like_zephon(
+        tmp_path: Any, return_tensors: str | None, use_fast: bool | None) -> None:
+    """The facade's path: ``tokenize(tokenizer_id=<a local directory>, use_fast=, return_tensors=)`` (the
+    tiny offline HF tokenizer), then pack_flat over its arrays: every row tensor-equal to zephon's."""
+    from properties.hf_tokenizer import build_tokenizer
+
+    path = str(build_tokenizer(tmp_path / "tok"))
+    cfg = PipelineConfig([("map_transform", {"transform_fn": as_words}),
+                          ("tokenize", {"tokenizer_id": path, "field": "text",
+                                        "return_tensors": return_tensors, "use_fast": use_fast}),
+                          ("pack_flat", {"max_length": 64, "num_bins": 2, "pad_token_id": 0})],
+                         options={"runner": "inline", "canonical_replicas": 1})
+    mine = _items("zephon_ref", cfg)
+    assert judge(mine, _items("zephon", cfg), cfg.describe()) == "equal" and len(mine) > 10
+    kind = {"pt": torch.Tensor, "np": np.ndarray, None: list}[return_tensors]
+    assert all(type(x.payload["input_ids"]) is kind for x in mine)
