@@ -15,7 +15,9 @@ values in the fields it decodes, some absent (:func:`bytes_payloads`); ``expand_
 ``tokenize_chat`` message lists at the drawn field path, unanswered, empty and tool turns among them,
 with per-record tools / thinking flags (:func:`chat_payloads`; ``tokenize_chat`` runs the tiny
 offline Hugging Face tokenizer of :mod:`properties.hf_tokenizer`); ``map_batch`` the micro-batches
-of a ``batch`` call drawn from the API in front of it.  Three properties hold for every case
+of a ``batch`` call drawn from the API in front of it; ``pack_sequences(pack_payloads="torch_tensor")``
+int64 tensors for every list field where torch imports (without torch the lists stay and the packer
+refuses them, typed).  Three properties hold for every case
 (:func:`unit_problems`):
 
 * **exactly-once closure**: over pushes cut at drawn points and a final flush, every input base
