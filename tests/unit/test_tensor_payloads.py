@@ -90,3 +90,15 @@ def test_tokenize_return_tensors_by_hand(torch: Any) -> None:
     assert np_[1].payload["input_ids"].dtype == np.int64
     with pytest.raises(ContractError, match="tensorflow"):
         run(Tokenize(field="text", return_tensors="tf"), [recs])
+
+
+@pytest.mark.parametrize("value", [np.array(3), np.int64(3), np.float32(3.0), np.bool_(True)],
+                         ids=["0-d array", "np.int64", "np.float32", "np.bool_"])
+def test_a_numpy_scalar_beside_the_tokens_is_refused_as_zephon_refuses_it(value: Any) -> None:
+    """zephon 0.2.0 measures a numpy scalar or 0-d array as a length and refuses it (ValueError); a
+    Python int / float (np.float64 is one) is left out of the row, on both."""
+    pack = PackSequences(8, output="flat", num_bins=1, pad_token_id=0)
+    with pytest.raises(ConfigError, match="payload field 's'"):
+        run(pack, [[rec(0, 0, 0, payload={"input_ids": [1, 2, 3], "s": value})]])
+    (row,) = run(pack, [[rec(0, 0, 0, payload={"input_ids": [1, 2, 3], "s": np.float64(3.0)})]])
+    assert sorted(row.payload) == ["input_ids", "positions"]

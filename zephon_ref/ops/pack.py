@@ -274,9 +274,10 @@ def aligned_fields(payload: Mapping[str, Any], token_field: str, seq_len: int) -
     for k, v in payload.items():
         if k == token_field or v is None or isinstance(v, (bool, int, float)):
             continue
-        if is_tensor(v) and v.dim() == 0:  # zephon measures it as an int and refuses it (ValueError)
+        if getattr(v, "ndim", None) == 0:  # a 0-dim tensor / array, a numpy int: zephon refuses it too
             raise ConfigError(expected(f"payload field {k!r}", f"a Python scalar or a field of length "
-                                       f"{seq_len} (aligned with {token_field!r})", "a 0-dim tensor"))
+                                       f"{seq_len} (aligned with {token_field!r})",
+                                       f"a 0-dim {type(v).__name__}"))
         try:
             n = value_length(v, k)
         except ConfigTypeError:
