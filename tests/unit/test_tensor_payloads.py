@@ -102,3 +102,13 @@ def test_a_numpy_scalar_beside_the_tokens_is_refused_as_zephon_refuses_it(value:
         run(pack, [[rec(0, 0, 0, payload={"input_ids": [1, 2, 3], "s": value})]])
     (row,) = run(pack, [[rec(0, 0, 0, payload={"input_ids": [1, 2, 3], "s": np.float64(3.0)})]])
     assert sorted(row.payload) == ["input_ids", "positions"]
+
+
+def test_numpy_fields_that_do_not_join_are_refused_typed() -> None:
+    """A 2-D numpy field cannot take pack_flat's 1-D pad (zephon: numpy's bare ValueError)."""
+    pack = PackSequences(8, output="flat", num_bins=1, pad_token_id=0)
+    with pytest.raises(ConfigError, match="field 'e' to pad with 0"):
+        run(pack, [[rec(0, 0, 0, payload={"input_ids": np.arange(3), "e": np.ones((3, 2))})]])
+    (row,) = run(PackSequences(3, output="flat", num_bins=1, pad_token_id=0),
+                 [[rec(0, 0, 0, payload={"input_ids": np.arange(3), "e": np.ones((3, 2))})]])
+    assert row.payload["e"].shape == (3, 2)  # a full row needs no pad

@@ -291,6 +291,16 @@ def aligned_fields(payload: Mapping[str, Any], token_field: str, seq_len: int) -
     return sorted(names)
 
 
+def _numpy_join(parts: list[Any], what: str) -> Any:
+    """``np.concatenate`` along the first axis; numpy's refusal as zephon_ref's error of its builtin."""
+    try:
+        return np.concatenate(parts, axis=0)
+    except (TypeError, ValueError) as exc:
+        err = ConfigTypeError if isinstance(exc, TypeError) else ConfigError
+        raise err(expected(what, "arrays numpy joins along the first axis (same number of dims and "
+                           "trailing sizes; a 1-D pad for a 1-D field)", str(exc))) from exc
+
+
 def concat(parts: list[Any], name: str) -> Any:
     """Join slices along their first axis, keeping the first slice's kind (list, tuple, ndarray, tensor)."""
     first = parts[0]
@@ -299,7 +309,7 @@ def concat(parts: list[Any], name: str) -> Any:
     if isinstance(first, tuple):
         return tuple(x for p in parts for x in p)
     if isinstance(first, np.ndarray):
-        return np.concatenate(parts, axis=0)
+        return _numpy_join(parts, f"field {name!r} to concatenate")
     if is_tensor(first):
         return concat_tensors(parts, name)
     raise ConfigTypeError(expected(f"field {name!r} to concatenate",
@@ -320,7 +330,8 @@ def pad(value: Any, count: int, fill: int, name: str) -> Any:
             if not info.min <= fill <= info.max:
                 raise ConfigError(expected(f"pad value for field {name!r}",
                                            f"an id representable in {value.dtype}", fill))
-        return np.concatenate([value, np.full(count, fill, dtype=value.dtype)], axis=0)
+        return _numpy_join([value, np.full(count, fill, dtype=value.dtype)],
+                           f"field {name!r} to pad with {fill}")
     if is_tensor(value):
         return pad_tensor(value, count, fill, name)
     raise ConfigTypeError(expected(f"field {name!r} to pad", "a list, tuple, numpy array or torch tensor",
