@@ -16,13 +16,15 @@ is_last_child, tombstones, counts, ``_packing_metadata``):
   raise the same builtin; where zephon raises KeyError / IndexError (a key missing, a dict after a
   tensor) zephon_ref raises its typed ConfigError / ConfigTypeError (divergence D-8);
 * **tokenize**: every ``return_tensors`` (None, "pt", "np", "numpy", "tf") under ten knob sets with
-  the built-in tokenizer and, where the ``hf`` extra is installed, the tiny offline HF tokenizer;
+  zephon_ref's HashTokenizer given to both and, where the ``hf`` extra is installed, the tiny offline HF
+  tokenizer (also loaded from its directory by the facade, with ``use_fast``); ``tokenizer=None`` on
+  both (each library's built-in tokenizer: kinds, dtypes and shapes, zephon's ids being salted);
 * **pipeline**: ``ZEPHON_REF_TENSOR_PIPELINE_CONFIGS`` pipelines (default 10): a map that makes
   tensor fields (or tokenize(return_tensors="pt") over text), then a packer and sometimes a batch,
   on 1-2 lanes; the streams are equal, and at ``CUTS`` cuts a zephon_ref checkpoint and a zephon
   checkpoint restored into a fresh zephon_ref pipeline each continue with exactly the
   uninterrupted remainder (checkpoints hold cursors, not payloads: the bins in flight at a cut,
-  tensors included, are rebuilt by replay on both).
+  tensors included, are rebuilt by replay on both); pack_flat tensor rows through ``to_training``.
 """
 
 from __future__ import annotations
