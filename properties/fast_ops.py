@@ -131,6 +131,8 @@ def _tokenize_case(draw: st.DrawFn) -> FastOpCase:
         "add_attention_mask": draw(st.booleans()), "preserve_upstream_payload": draw(st.booleans()),
         "missing_field": draw(st.sampled_from(["error", "empty", "empty"])),
         "max_batch": draw(st.integers(1, 5)),
+        # arrays of the library named: the faster path hands such records to the plain one
+        "return_tensors": draw(st.sampled_from([None, None, None, "np"])),
     }
     if special in ("bos_eos", "bos", "eos") and draw(st.booleans()):
         knobs["bos_token_id"], knobs["eos_token_id"] = draw(st.integers(0, 9)), draw(st.integers(0, 9))

@@ -15,7 +15,9 @@ values in the fields it decodes, some absent (:func:`bytes_payloads`); ``expand_
 ``tokenize_chat`` message lists at the drawn field path, unanswered, empty and tool turns among them,
 with per-record tools / thinking flags (:func:`chat_payloads`; ``tokenize_chat`` runs the tiny
 offline Hugging Face tokenizer of :mod:`properties.hf_tokenizer`); ``map_batch`` the micro-batches
-of a ``batch`` call drawn from the API in front of it.  Three properties hold for every case
+of a ``batch`` call drawn from the API in front of it; ``pack_sequences(pack_payloads="torch_tensor")``
+int64 tensors for every list field where torch imports (without torch the lists stay and the packer
+refuses them, typed).  Three properties hold for every case
 (:func:`unit_problems`):
 
 * **exactly-once closure**: over pushes cut at drawn points and a final flush, every input base
@@ -33,6 +35,7 @@ operators are zephon_ref's; tests/unit/test_ops_properties.py runs them under th
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -344,7 +347,21 @@ def fed_records(case: OpCase) -> list[SampleRecord]:
         recs = pre.process_many(_texts(recs))
     elif case.method == "tokenize":
         recs = _texts(recs)
+    if case.method == "pack_sequences" and case.kwargs.get("pack_payloads") == "torch_tensor":
+        recs = _tensor_payloads(recs)
     return recs
+
+
+def _tensor_payloads(recs: list[Any]) -> list[Any]:
+    """``pack_payloads="torch_tensor"`` joins tensors only: every list field as an int64 tensor when
+    torch imports (without torch the lists stay, and the packer refuses them, typed)."""
+    if importlib.util.find_spec("torch") is None:
+        return recs
+    import torch
+
+    return [SampleRecord(r.meta, {k: torch.tensor(v, dtype=torch.int64) if isinstance(v, list) else v
+                                  for k, v in r.payload.items()})
+            if isinstance(r.payload, Mapping) else r for r in recs]
 
 
 class _WordIds:

@@ -199,8 +199,9 @@ END_TO_END_SKIPS: dict[str, str] = {
 #: value classes the end-to-end pipelines do not draw, with the reason (the operator row draws them)
 END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
     # a pack's payload is one token tuple per contributor in the lineage row's model
-    # numpy_array joins numpy payloads only (a typed refusal for the suite's token lists)
-    "pack_sequences": {"pack_payloads": ("callable", "'numpy_array'"),
+    # numpy_array / torch_tensor join numpy / torch payloads only (a typed refusal for the suite's token
+    # lists; tests/conformance/test_tensor_payloads.py packs tensors)
+    "pack_sequences": {"pack_payloads": ("callable", "'numpy_array'", "'torch_tensor'"),
                        # first/best fit refuse an oversized record at run time: an error, not a stream
                        "drop_oversized": ("False",),
                        # the operator row draws groups (properties.op_units); drawn here, they would

@@ -281,7 +281,7 @@ class Builder:
         op = Tokenize(tokenizer, field=field, missing_field=missing_field,
                       add_attention_mask=add_attention_mask, max_length=max_length, padding=padding,
                       truncation=truncation,
-                      return_tensors=return_tensors,  # type: ignore[arg-type]  # None only: refused otherwise
+                      return_tensors=return_tensors,
                       split_long_samples=split_long_samples, use_fast=True if use_fast is None else use_fast,
                       preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
                       bos_token_id=bos_token_id, eos_token_id=eos_token_id, placement=placement,

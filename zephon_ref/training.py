@@ -63,6 +63,7 @@ __all__ = [
     "install_tensor_library",
     "installed_tensor_libraries",
     "resolve_tensorizer",
+    "tensor_library",
     "to_training",
 ]
 
@@ -117,6 +118,12 @@ class TensorLibrary(Protocol):
         """The tensorizer for ``dtype`` (``"auto"``: the library's default integer dtype)."""
         ...
 
+    def array(self, values: list[Any]) -> Any:
+        """The library's array of a Python list, in the dtype the library infers (``numpy.array``,
+        ``torch.tensor``: ints give int64, an empty list the default float dtype): what
+        ``tokenize(return_tensors=...)`` emits per field."""
+        ...
+
 
 def _reraise_as_ours(exc: BaseException, what: str, want: str, got: Any) -> Exception:
     """A zephon_ref error of the same builtin kind as ``exc`` (what the library raised)."""
@@ -168,6 +175,9 @@ class NumpyLibrary:
     def tensorizer(self, dtype: Any) -> Tensorizer:
         return _NumpyTensorizer(np.int64 if isinstance(dtype, str) and dtype == "auto" else dtype)
 
+    def array(self, values: list[Any]) -> Any:
+        return np.array(values)
+
 
 # The installed libraries, most preferred first.  Written only by install_tensor_library, which the
 # package runs once at import (zephon_ref/__init__.py); the value depends on nothing but that.
@@ -181,6 +191,11 @@ def install_tensor_library(library: TensorLibrary) -> None:
 
 def installed_tensor_libraries() -> tuple[TensorLibrary, ...]:
     return tuple(_LIBRARIES)
+
+
+def tensor_library(name: str) -> TensorLibrary | None:
+    """The installed library called ``name`` (``"numpy"``, ``"torch"``), or None."""
+    return next((lib for lib in _LIBRARIES if lib.name == name), None)
 
 
 def resolve_tensorizer(dtype: Any, libraries: Sequence[TensorLibrary] | None = None) -> Tensorizer | None:

@@ -203,8 +203,11 @@ def test_odd_objects_in_choice_arguments_get_typed_errors_not_their_own_eq(odd: 
 
 
 def test_tokenize_return_tensors_and_use_fast() -> None:
-    with pytest.raises(ConfigError, match="return_tensors: expected None"):
-        Tokenize(field="text", return_tensors="np")
+    for bad, err in (("torch", ConfigError), ("PT", ConfigError), (5, ConfigTypeError)):
+        with pytest.raises(err, match="return_tensors: expected one of None, 'pt', 'np', 'numpy', 'tf'"):
+            Tokenize(field="text", return_tensors=bad)  # zephon: ValueError at the first record (D-62)
+    for ok in (None, "pt", "np", "numpy", "tf"):
+        assert Tokenize(field="text", return_tensors=ok).config.return_tensors == ok
     with pytest.raises(ConfigTypeError, match="use_fast"):
         Tokenize(field="text", use_fast="yes")
     Tokenize(

@@ -214,8 +214,8 @@ def test_numpy_array_merging_refuses_what_does_not_stack() -> None:
         join_numpy([{"x": a, "y": a}, {"x": b}])
     with pytest.raises(ConfigError, match="agree beyond their first axis"):
         join_numpy([np.ones((2, 2)), np.ones((3, 3))])
-    with pytest.raises(ConfigError):
-        PackSequences(8, num_bins=1, pack_payloads="torch_tensor")  # the semantics import no torch
+    with pytest.raises(ConfigError, match="torch_tensor"):
+        PackSequences(8, num_bins=1, pack_payloads="torch_tensors")  # a misspelt mode names the real ones
 
 
 def _children(sizes: list[int]) -> list[SampleRecord]:

@@ -98,7 +98,7 @@ class FastTokenize(Tokenize):
         post = [] if self._eos is None else [self._eos]
         pad_to = c.max_length if c.padding == "max_length" and not c.split_long_samples else None
         pad_id = self._pad_id() if pad_to is not None else 0
-        simple = pad_to is None and not c.split_long_samples
+        simple = pad_to is None and not c.split_long_samples and c.return_tensors is None
         out: list[SampleRecord] = []
         for rec, (text, base) in zip(elems, texts_bases, strict=True):
             words = self._encode(tok, text)

@@ -81,8 +81,9 @@ the records pushed since the lane's last flush.
 Invariants: per lane and base offset exactly one closing contributor or
 tombstone leaves, after every other fragment of the offset (wrap: see the
 divergence row on empty closers); ``flush(reset=True, lane_id=L)`` drops all of
-L's state.  What may not live here: clocks, torch (payload tensors are refused
-by name; the torch path converts), unsorted iteration.
+L's state.  Payload fields that are torch tensors are joined and padded by torch's own
+rules (:mod:`zephon_ref.ops.tensors`, which takes torch from the tensors themselves).  What may
+not live here: clocks, importing torch, unsorted iteration.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ from zephon_ref.ops.knobs import (
     knob,
 )
 from zephon_ref.ops.shuffle import batch_seed
+from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_tensors, pad_tensor
 from zephon_ref.types import (
     TAG_CONTRIBUTORS,
     TAG_PACKING_METADATA,
@@ -272,6 +274,10 @@ def aligned_fields(payload: Mapping[str, Any], token_field: str, seq_len: int) -
     for k, v in payload.items():
         if k == token_field or v is None or isinstance(v, (bool, int, float)):
             continue
+        if getattr(v, "ndim", None) == 0:  # a 0-dim tensor / array, a numpy int: zephon refuses it too
+            raise ConfigError(expected(f"payload field {k!r}", f"a Python scalar or a field of length "
+                                       f"{seq_len} (aligned with {token_field!r})",
+                                       f"a 0-dim {type(v).__name__}"))
         try:
             n = value_length(v, k)
         except ConfigTypeError:
@@ -285,17 +291,29 @@ def aligned_fields(payload: Mapping[str, Any], token_field: str, seq_len: int) -
     return sorted(names)
 
 
+def _numpy_join(parts: list[Any], what: str) -> Any:
+    """``np.concatenate`` along the first axis; numpy's refusal as zephon_ref's error of its builtin."""
+    try:
+        return np.concatenate(parts, axis=0)
+    except (TypeError, ValueError) as exc:
+        err = ConfigTypeError if isinstance(exc, TypeError) else ConfigError
+        raise err(expected(what, "arrays numpy joins along the first axis (same number of dims and "
+                           "trailing sizes; a 1-D pad for a 1-D field)", str(exc))) from exc
+
+
 def concat(parts: list[Any], name: str) -> Any:
-    """Join slices along their first axis, keeping the first slice's kind (list, tuple, ndarray)."""
+    """Join slices along their first axis, keeping the first slice's kind (list, tuple, ndarray, tensor)."""
     first = parts[0]
     if isinstance(first, list):
         return [x for p in parts for x in p]
     if isinstance(first, tuple):
         return tuple(x for p in parts for x in p)
     if isinstance(first, np.ndarray):
-        return np.concatenate(parts, axis=0)
-    raise ConfigTypeError(expected(f"field {name!r} to concatenate", "a list, tuple or numpy array",
-                                   type(first).__name__))
+        return _numpy_join(parts, f"field {name!r} to concatenate")
+    if is_tensor(first):
+        return concat_tensors(parts, name)
+    raise ConfigTypeError(expected(f"field {name!r} to concatenate",
+                                   "a list, tuple, numpy array or torch tensor", type(first).__name__))
 
 
 def pad(value: Any, count: int, fill: int, name: str) -> Any:
@@ -312,8 +330,11 @@ def pad(value: Any, count: int, fill: int, name: str) -> Any:
             if not info.min <= fill <= info.max:
                 raise ConfigError(expected(f"pad value for field {name!r}",
                                            f"an id representable in {value.dtype}", fill))
-        return np.concatenate([value, np.full(count, fill, dtype=value.dtype)], axis=0)
-    raise ConfigTypeError(expected(f"field {name!r} to pad", "a list, tuple or numpy array",
+        return _numpy_join([value, np.full(count, fill, dtype=value.dtype)],
+                           f"field {name!r} to pad with {fill}")
+    if is_tensor(value):
+        return pad_tensor(value, count, fill, name)
+    raise ConfigTypeError(expected(f"field {name!r} to pad", "a list, tuple, numpy array or torch tensor",
                                    type(value).__name__))
 
 
@@ -486,8 +507,10 @@ class PackConfig:
                                         doc="reorder each push before packing")
     shuffle_seed: int | None = knob(None, Int(0, none=True), doc="shuffle_strategy='random': its seed")
     flush_strategy: str = knob("fifo", Choice(("fifo", "fullest")), doc="which bin closes at num_bins")
-    pack_payloads: Any = knob("keep_list", OneOf((Choice(("keep_list", "numpy_array")), Func())),
-                              doc="envelope: merge a bin's entries (a list, joined numpy arrays, a callable)")
+    pack_payloads: Any = knob("keep_list",
+                              OneOf((Choice(("keep_list", "numpy_array", "torch_tensor")), Func())),
+                              doc="envelope: merge a bin's entries (a list, joined numpy arrays or torch "
+                                  "tensors, a callable)")
     emit_positions: bool = knob(True, Bool(), doc="flat: add the positions field")
     pad_token_id: int | None = knob(None, Int(0, none=True), doc="flat: the token field's pad id")
     candidate_pool_size: int | None = knob(None, Int(1, none=True),
@@ -581,8 +604,10 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         self.cap = config.max_sequences_per_bin
         self.flat = config.output == "flat"
         pp = config.pack_payloads
+        joiners: dict[str, Callable[[list[Any]], Any]] = {"numpy_array": join_numpy,
+                                                          "torch_tensor": join_tensors}
         self.pack_payloads: Callable[[list[Any]], Any] | None = (
-            None if pp == "keep_list" else join_numpy if pp == "numpy_array" else pp)
+            None if isinstance(pp, str) and pp == "keep_list" else joiners[pp] if isinstance(pp, str) else pp)
         self.domain_of = domain_of
         self.dropped_oversized = 0  # diagnostics only, never decides output
         # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)

@@ -21,7 +21,17 @@ accumulator is a count-only :class:`CountingAccumulator`).  Per record:
    a resume regroups the replayed chunks (divergence D-10);
 5. with ``split_long_samples`` cut into ``max_length`` windows; more than one
    window fans out with :func:`~zephon_ref.lineage.spawn_child` (child index =
-   window index, only the last child closes).
+   window index, only the last child closes);
+6. ``return_tensors`` (``"pt"``, ``"np"`` / ``"numpy"``, ``"tf"``; zephon 0.2.0's rule): where the
+   operator owns the specials or splits, the tokenizer is asked for lists and each emitted
+   ``input_ids`` / ``attention_mask`` becomes the library's array of that list (``torch.tensor`` /
+   ``numpy.array``: int64, and the default float dtype for an empty row), through the installed tensor
+   libraries of :mod:`zephon_ref.training` (the torch path installs torch; the semantics import none);
+   a library that is not installed is a RuntimeError at the first record, as in zephon.  Under
+   ``special_tokens="tokenizer_default"`` without splitting the tokenizer owns everything: the
+   keyword is handed to it and each row is kept as it returns it (a Hugging Face tokenizer gives
+   rows of its batch tensor and refuses a ragged batch without padding; one that ignores the
+   keyword gives lists).
 
 :class:`HashTokenizer` is the built-in tokenizer: whitespace words, each id =
 ``crc32(word utf-8) % vocab_size + offset``; no download, identical in every
@@ -40,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from zlib import crc32
 
-from zephon_ref.errors import ConfigError, ConfigTypeError, expected
+from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 from zephon_ref.lineage import spawn_child
 from zephon_ref.ops.base import (
     Accumulator,
@@ -54,18 +64,36 @@ from zephon_ref.ops.base import (
     check_placement,
 )
 from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_fields, knob
+from zephon_ref.training import tensor_library
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
 
-__all__ = ["HashTokenizer", "Tokenize", "TokenizeConfig"]
+__all__ = ["RETURN_TENSORS", "HashTokenizer", "Tokenize", "TokenizeConfig", "library_array"]
 
 SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 MISSING_FIELD_MODES = ("error", "empty")
+#: ``return_tensors`` -> the tensor library it names (zephon 0.2.0's backends)
+RETURN_TENSORS = {"pt": "torch", "np": "numpy", "numpy": "numpy", "tf": "tensorflow"}
+
+
+def library_array(return_tensors: Any, values: list[Any]) -> Any:
+    """``values`` as the array ``return_tensors`` names (step 6 of the module docstring): the installed
+    tensor library's own constructor (``torch.tensor`` / ``numpy.array``); a library that is not
+    installed is a RuntimeError, a name no library has a ValueError (zephon's builtins)."""
+    if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
+        raise ConfigError(expected("return_tensors", f"one of {sorted(RETURN_TENSORS)}", return_tensors))
+    name = RETURN_TENSORS[return_tensors]
+    lib = tensor_library(name)
+    if lib is None or not lib.available():
+        raise ContractError(expected("return_tensors", f"{return_tensors!r} with {name} installed",
+                                     f"{name} is not available"))
+    return lib.array(values)
 
 
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
-    """Deterministic, download-free tokenizer with the HF call convention: a word's id is
+    """Deterministic, download-free tokenizer with the HF call convention (``return_tensors`` too: the
+    batch as one array of the library it names, see :func:`library_array`): a word's id is
     ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).  It adds no
     special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
     a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
@@ -96,8 +124,9 @@ class HashTokenizer:
         padding: bool | str = False,
         truncation: bool = False,
         max_length: int | None = None,
+        return_tensors: str | None = None,
         **_ignored: Any,
-    ) -> dict[str, list[list[int]]]:
+    ) -> dict[str, Any]:
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids_out: list[list[int]] = []
         for text in batch:
@@ -114,7 +143,12 @@ class HashTokenizer:
                 if pad > 0:
                     ids.extend([self.pad_token_id] * pad)
                     mask.extend([0] * pad)
-        return {"input_ids": ids_out, "attention_mask": masks}
+        if return_tensors is None:
+            return {"input_ids": ids_out, "attention_mask": masks}
+        # as zephon's built-in tokenizer: the batch as one array (rows of one length, else the library's
+        # ValueError; Tokenize reports it typed)
+        return {"input_ids": library_array(return_tensors, ids_out),
+                "attention_mask": library_array(return_tensors, masks)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,10 +160,9 @@ class TokenizeConfig:
 
     BUILDER: ClassVar[str] = "tokenize"
     #: call parameters the config does not store: the semantic builder's tokenizer_id (the facade
-    #: also loads a local directory), lists only, and an HF loading hint
+    #: also loads a local directory) and an HF loading hint (the facade's load_tokenizer uses it)
     CALL_KNOBS: ClassVar[Mapping[str, Domain]] = {
         "tokenizer_id": Choice((None, "__fallback__")),
-        "return_tensors": Choice((None,)),
         "use_fast": Bool(none=True),
     }
 
@@ -147,6 +180,8 @@ class TokenizeConfig:
     bos_token_id: int | None = knob(None, Int(0, none=True), doc="BOS override under bos_eos / bos")
     eos_token_id: int | None = knob(None, Int(0, none=True), doc="EOS override under bos_eos / eos")
     max_batch: int = knob(64, Int(1), doc="records per process_many call (the 'longest' group)")
+    return_tensors: str | None = knob(None, Choice((None, *RETURN_TENSORS)),
+                                      doc="lists, or torch / numpy / tensorflow arrays per field")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -156,6 +191,19 @@ def _as_list(seq: Any) -> list[int]:
     if hasattr(seq, "tolist"):
         return [int(x) for x in seq.tolist()]
     return [int(x) for x in seq]
+
+
+def _tokenizer_refused(exc: Exception, return_tensors: Any) -> Exception:
+    """The tokenizer's refusal to build ``return_tensors`` arrays, as zephon_ref's error of the same
+    builtin (a Hugging Face tokenizer refuses a ragged batch without padding, ValueError)."""
+    msg = expected(f"the tokenizer's return_tensors={return_tensors!r} batch under "
+                   "special_tokens='tokenizer_default'", "one it can build (rows of one length: padding=True "
+                   "or 'max_length')", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, TypeError):
+        return ConfigTypeError(msg)
+    if isinstance(exc, ValueError):
+        return ConfigError(msg)
+    return ContractError(msg)
 
 
 class Tokenize(BaseOp):
@@ -177,7 +225,7 @@ class Tokenize(BaseOp):
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         max_batch: int = 64,
-        return_tensors: None = None,
+        return_tensors: str | None = None,
         use_fast: bool = True,
         placement: str = "auto",
         parallelism: int | None = None,
@@ -202,14 +250,6 @@ class Tokenize(BaseOp):
         check_int("max_batch", max_batch, minimum=1)
         check_placement(placement)
         check_parallelism(parallelism)
-        if return_tensors is not None:
-            raise ConfigError(
-                expected(
-                    "return_tensors",
-                    "None (zephon_ref emits lists; tensors are the torch path's collate job)",
-                    return_tensors,
-                )
-            )
         check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
@@ -255,7 +295,8 @@ class Tokenize(BaseOp):
             missing_field=missing_field, add_attention_mask=add_attention_mask, max_length=max_length,
             padding=padding, truncation=truncation, split_long_samples=split_long_samples,
             preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
-            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch)
+            bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch,
+            return_tensors=return_tensors)
         self.parallelism = 1 if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
@@ -335,7 +376,19 @@ class Tokenize(BaseOp):
             max_len = c.max_length - self._n_bos - self._n_eos
         if max_len is not None:
             kw["max_length"] = max_len
+        if self._hands_over_tensors():
+            kw["return_tensors"] = c.return_tensors
         return kw
+
+    def _hands_over_tensors(self) -> bool:
+        """Whether the tokenizer makes the arrays (step 6): it owns the specials and no split."""
+        c = self.config
+        return c.return_tensors is not None and not self._owns_specials and not c.split_long_samples
+
+    def _array(self, values: list[int]) -> Any:
+        """An emitted field as ``return_tensors`` asks (step 6): the list itself, or the library's array."""
+        rt = self.config.return_tensors
+        return values if rt is None else library_array(rt, values)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         if not elems:
@@ -343,13 +396,19 @@ class Tokenize(BaseOp):
         texts_bases = [self._text_and_base(r) for r in elems]
         texts = [t for t, _ in texts_bases]
         c = self.config
-        enc = c.tokenizer(texts, **self._hf_kwargs())
+        try:
+            enc = c.tokenizer(texts, **self._hf_kwargs())
+        except (TypeError, ValueError, RuntimeError) as exc:
+            if not self._hands_over_tensors():
+                raise
+            raise _tokenizer_refused(exc, c.return_tensors) from exc
         raw_ids = enc["input_ids"]
         raw_masks = enc.get("attention_mask") if hasattr(enc, "get") else None
         rows: list[tuple[list[int], list[int] | None]] = []
+        as_given = self._hands_over_tensors()  # rows of the tokenizer's own arrays, kept as they are
         for i in range(len(elems)):
-            ids = _as_list(raw_ids[i])
-            mask = _as_list(raw_masks[i]) if raw_masks is not None else None
+            ids = raw_ids[i] if as_given else _as_list(raw_ids[i])
+            mask = (raw_masks[i] if as_given else _as_list(raw_masks[i])) if raw_masks is not None else None
             if self._owns_specials and (self._bos is not None or self._eos is not None):
                 pre = [self._bos] if self._bos is not None else []
                 post = [self._eos] if self._eos is not None else []
@@ -381,9 +440,10 @@ class Tokenize(BaseOp):
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)
-        p["input_ids"] = ids
+        as_given = self._hands_over_tensors()
+        p["input_ids"] = ids if as_given else self._array(ids)
         if self.config.add_attention_mask and mask is not None:
-            p["attention_mask"] = mask
+            p["attention_mask"] = mask if as_given else self._array(mask)
         return p
 
     def _emit(

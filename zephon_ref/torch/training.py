@@ -120,6 +120,11 @@ class TorchLibrary:
             dtype = torch.long
         return _TorchTensorizer(torch, dtype, _compute_dtype(dtype))
 
+    def array(self, values: list[Any]) -> Any:
+        import torch
+
+        return torch.tensor(values)
+
 
 def install() -> None:
     """Make torch the preferred library of ``to_training`` (idempotent)."""
