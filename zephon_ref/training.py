@@ -573,7 +573,7 @@ def to_training(
     def stack(rows: list[Any], what: str) -> Any:
         return [list(r) for r in rows] if tz is None else tz.stack(rows, what)
 
-    out: dict[str, Any] = {"ids": [r.meta.sample_id for r in items], "texts": ex.texts}
+    out: dict[str, Any] = {"ids": [tuple(r.meta.sample_id) for r in items], "texts": ex.texts}
     kinds: dict[str, Kind] = {}  # the array-valued keys and what they are
     tokens = stack(ex.tokens, "token rows")
     pads = [r.meta.padding_length or 0 for r in items] if (return_labels or return_padding_mask) else []

@@ -189,9 +189,6 @@ def knobs(draw: st.DrawFn, token_name: str) -> dict[str, Any]:
 
 def same(a: Any, b: Any, where: str) -> None:
     """``a`` (zephon_ref) and ``b`` (zephon) are the same value of the same kind."""
-    if isinstance(a, tuple) and isinstance(b, tuple):  # SampleId is a NamedTuple over zephon's tuple
-        assert tuple(a) == tuple(b), where
-        return
     assert type(a) is type(b), f"{where}: {type(a).__name__} != {type(b).__name__}"
     if isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, (where, a, b)

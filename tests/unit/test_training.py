@@ -170,3 +170,14 @@ def test_auto_without_torch_is_numpy_int64(monkeypatch: pytest.MonkeyPatch) -> N
     out = batch().to_training(return_labels=True, return_loss_mask=True)
     assert isinstance(out["input_ids"], np.ndarray) and out["input_ids"].dtype == np.int64
     assert out["loss_mask"].dtype == np.float32
+
+
+def test_ids_are_plain_tuples_as_in_zephon() -> None:
+    """zephon's records carry ``sample_id`` as a plain tuple and ``to_training()["ids"]`` holds them;
+    zephon_ref's records carry a SampleId (a NamedTuple of the same ints): ``ids`` holds plain tuples,
+    so code testing ``type(i) is tuple`` or serialising with a strict encoder sees zephon's values."""
+    from zephon_ref.types import SampleBatch, SampleId, SampleMeta, SampleRecord
+
+    rec = SampleRecord(SampleMeta(sample_id=SampleId(1, 2, 3), lane_id=0, chunk_id=0), {"input_ids": [1, 2]})
+    ids = SampleBatch([rec]).to_training()["ids"]
+    assert ids == [(1, 2, 3)] and type(ids[0]) is tuple
