@@ -256,3 +256,39 @@ def test_a_record_failing_its_structure_check_raises_like_zephon(tokdir: Path) -
 
     with pytest.raises(TemplateVerificationError, match="CHAT_TEMPLATE_INVALID"):
         list(build("zephon_ref", rows, chain, tokdir=tokdir, chunk_size=2, lanes=1, seed=0))
+
+
+def test_zephons_cached_verdict_depends_on_what_its_process_saw_before(tokdir: Path) -> None:
+    """divergence D-19: zephon caches a successful structure check by a key that does not see
+    whitespace around a text, while the check keeps it.  Alone, an assistant text with a leading
+    space fails zephon's mask-parity check (its ValidationError); after a record of the same
+    structure without the space, zephon skips the check and drops the record as unsupervised.
+    zephon_ref checks every record: it raises either way (as a fresh zephon process does)."""
+    import logging
+
+    import transformers
+    from zephon._internal.ops.tokenize_chat import TokenizeChat as ZTokenizeChat
+    from zephon._internal.utils import chat_template as zchat
+
+    from zephon_ref.ops.chat_ownership import TemplateVerificationError
+    from zephon_ref.ops.tokenize_chat import TokenizeChat
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(tokdir), local_files_only=True)
+    plain = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "fine"}]}
+    spaced = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " fine"}]}
+    logging.disable(logging.WARNING)
+    try:
+        zchat._VERIFIED_STRUCTURES.clear()  # a fresh process's cache
+        with pytest.raises(RuntimeError):
+            ZTokenizeChat(tok, loss_scope="after_last_user")._tokenize_delivery(spaced, "s")
+        zchat._VERIFIED_STRUCTURES.clear()
+        op = ZTokenizeChat(tok, loss_scope="after_last_user")
+        ids, _ = op._tokenize_delivery(plain, "a")
+        assert len(ids) == 6
+        assert op._tokenize_delivery(spaced, "b") == "unsupervised"
+    finally:
+        logging.disable(logging.NOTSET)
+    ours = TokenizeChat(tok, loss_scope="after_last_user")
+    assert len(ours.ids_and_mask(plain, "a")[0]) == 6
+    with pytest.raises(TemplateVerificationError):
+        ours.ids_and_mask(spaced, "b")

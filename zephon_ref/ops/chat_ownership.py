@@ -35,8 +35,9 @@ defines the scope by a renderer of its own, reproduced here as zephon documents 
   or its name when they are empty) and the changed range is judged like a marker.
   Setup verifies ``user, assistant`` and ``user, assistant, user, assistant`` (every text
   ``"text"``) once; each record is verified before it is tokenized.  zephon caches successful
-  verifications by message structure; the check is a pure function of that structure, so the
-  reference verifies every record and caches nothing.
+  verifications process-wide by a message-structure key that does not see whitespace around a
+  text, which the check does see; the reference caches nothing and verifies every record, as a
+  fresh zephon process verifies its first record of a structure (divergence D-19).
 * **mask** (:func:`owned_mask`): the selected owners' ranges mapped through the encoding of the
   real render by zephon's endpoint rule.
 

@@ -546,6 +546,7 @@ class TokenizeChat(BaseOp):
         other issue: TemplateVerificationError), then the selected owners' ranges of the real render."""
         c, owned = self.config, self._owned
         assert owned is not None
+        # every record is checked (zephon skips a structure its process checked before): divergence D-19
         codes, detail = verify(owned, c.tokenizer, messages, kwargs, c.loss_scope)
         if codes:
             if set(codes) == {CONTENT}:
