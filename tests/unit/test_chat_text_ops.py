@@ -212,6 +212,25 @@ def test_after_last_user_over_generation_tags_supervises_owned_ranges_after_the_
         chat_stream(tokdir, [msgs((U, "hello"), (A, ""))], **kw)  # a range starting at a space
 
 
+def test_an_owned_range_operator_copies_and_pickles(tokdir: Path) -> None:
+    """The compiled owned-range template is rebuilt from its text by a copy or a pickle (a spawned
+    worker gets a working operator with the same output)."""
+    import copy
+    import pickle
+
+    import transformers
+
+    from zephon_ref.ops.tokenize_chat import TokenizeChat
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(tokdir), local_files_only=True)
+    op = TokenizeChat(tok, chat_template=TAGGED_TEMPLATE, loss_scope="after_last_user")
+    row = msgs((U, "hello"), (A, "hi"), (U, "bye"), (A, "ok"))
+    want = op.ids_and_mask(row, "s")
+    assert want[1] == [0] * 10 + [1, 1]
+    for other in (copy.deepcopy(op), pickle.loads(pickle.dumps(op))):
+        assert other._owned is not op._owned and other.ids_and_mask(row, "s") == want
+
+
 def test_unsupervised_and_tiny_conversations_are_dropped(tokdir: Path) -> None:
     rows = [msgs((U, "hello")), {"messages": []}, msgs((U, "hi"), (A, "yes"))]
     assert [len(i) for i, _ in chat_stream(tokdir, rows)] == [6]

@@ -333,6 +333,10 @@ class OwnedTemplate:
         self.compiled = env.from_string(ast)
         self.source = template
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # a copy or a pickle (process runner, spawned DataLoader workers) compiles the text again
+        return (OwnedTemplate, (self.source,))
+
     def render(
         self, messages: Sequence[Mapping[str, Any]], context: Mapping[str, Any]
     ) -> tuple[str, list[tuple[int, int, int]]]:
