@@ -253,9 +253,13 @@ def test_a_record_failing_its_structure_check_raises_like_zephon(tokdir: Path) -
     chain = [("tokenize_chat", {"tokenizer": TOK, "loss_scope": "after_last_user"})]
     assert check_case(rows, chain, tokdir=tokdir) == -1
     from zephon_ref.ops.chat_ownership import TemplateVerificationError
+    from zephon_ref.validation import ValidationError
 
-    with pytest.raises(TemplateVerificationError, match="CHAT_TEMPLATE_INVALID"):
+    with pytest.raises(TemplateVerificationError, match="CHAT_TEMPLATE_INVALID") as info:
         list(build("zephon_ref", rows, chain, tokdir=tokdir, chunk_size=2, lanes=1, seed=0))
+    # zephon's class by its public name: `except zephon.validation.ValidationError` keeps working
+    assert isinstance(info.value, ValidationError) and isinstance(info.value, RuntimeError)
+    assert {i.code for i in info.value.report.errors} == {"CHAT_TEMPLATE_INVALID", "CHAT_INPUT_CONTEXT"}
 
 
 def test_zephons_cached_verdict_depends_on_what_its_process_saw_before(tokdir: Path) -> None:

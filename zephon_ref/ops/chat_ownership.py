@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.errors import ConfigError, Issue, ValidationError, ValidationReport, expected
 
 __all__ = [
     "CONTENT",
@@ -87,19 +87,30 @@ _STATE = "__zephon_ref_owned_ranges"
 _SETUP_ROLES = (("user", "assistant"), ("user", "assistant", "user", "assistant"))
 
 
-class TemplateVerificationError(ContractError):
-    """The template failed a verification (zephon raises its ValidationError, a RuntimeError);
-    ``codes`` are the issue codes found."""
+class TemplateVerificationError(ValidationError):
+    """The template failed a verification: zephon's ValidationError (a RuntimeError) with a report of
+    its issue codes; ``codes`` are those found (CHAT_INPUT_CONTEXT names the record, as zephon's)."""
 
-    def __init__(self, codes: Sequence[str], detail: str) -> None:
-        super().__init__(
-            expected(
-                "a chat template whose generation blocks own exactly their assistant's content",
-                "verification issues " + ", ".join(sorted(set(codes))),
-                detail,
+    def __init__(self, codes: Sequence[str], detail: str, *, context: str = "") -> None:
+        found = list(dict.fromkeys(codes))  # first-seen order, once each
+        issues = [
+            Issue(
+                "error",
+                code,
+                "tokenize_chat",
+                expected(
+                    "generation blocks inside the assistant's message loop covering its content, "
+                    "nothing else's",
+                    code,
+                    detail,
+                ),
             )
-        )
-        self.codes = frozenset(codes)
+            for code in found
+        ]
+        if context:
+            issues.append(Issue("error", "CHAT_INPUT_CONTEXT", "tokenize_chat", context))
+        super().__init__(ValidationReport(issues))
+        self.codes = frozenset(found)
 
 
 class _Invalid(ValueError):
@@ -641,4 +652,4 @@ def setup_check(owned: OwnedTemplate, tokenizer: Any, kwargs: Mapping[str, Any],
             owned, tokenizer, [{"role": r, "content": "text"} for r in roles], kwargs, scope, setup=True
         )
         if codes:
-            raise TemplateVerificationError(codes, f"setup conversation {list(roles)}: {detail}")
+            raise TemplateVerificationError(codes, detail, context=f"setup conversation {list(roles)}")

@@ -551,7 +551,9 @@ class TokenizeChat(BaseOp):
         if codes:
             if set(codes) == {CONTENT}:
                 return [], []
-            raise TemplateVerificationError(codes, f"sample {sample!r}: {detail}")
+            raise TemplateVerificationError(
+                codes, detail, context=f"loss_scope={c.loss_scope!r}, sample={sample!r}"
+            )
         text, ranges = owned.render(messages, {**c.tokenizer.special_tokens_map, **kwargs})
         selected = selected_assistants(messages, c.loss_scope)
         rendered = {o for o, a, b in ranges if b > a}
