@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -51,6 +51,9 @@ __all__ = [
     "ConfigNotImplemented",
     "ConfigTypeError",
     "ContractError",
+    "Issue",
+    "ValidationError",
+    "ValidationReport",
     "PayloadError",
     "PayloadTypeError",
     "StateFormatError",
@@ -83,6 +86,54 @@ class ConfigNotImplemented(ZephonRefError, NotImplementedError):
 
 class ContractError(ZephonRefError, RuntimeError):
     """A run-time contract was violated (by an operator, a source, or the caller)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One validation finding (zephon's shape): ``severity`` is "error" or "warning"; ``code`` a short
+    stable name."""
+
+    severity: str
+    code: str
+    op_name: str
+    message: str
+    doc_link: str = "docs/options.md"
+
+
+@dataclass
+class ValidationReport:
+    """What a validation found (zephon's shape)."""
+
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No error (warnings allowed)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    def format(self) -> str:
+        if not self.issues:
+            return "ValidationReport: ok (nothing to check or all checks passed)"
+        lines = [f"ValidationReport: {len(self.errors)} error(s), {len(self.warnings)} warning(s)"]
+        lines += [f"  [{i.severity}] {i.code} in {i.op_name!r}: {i.message}" for i in self.issues]
+        return "\n".join(lines)
+
+
+class ValidationError(ContractError):
+    """A validation found an error (zephon raises its ValidationError, a RuntimeError): a strict
+    ``Pipeline.validate()``, or a tokenize_chat template check (:mod:`zephon_ref.ops.chat_ownership`)."""
+
+    def __init__(self, report: ValidationReport) -> None:
+        super().__init__(report.format())
+        self.report = report
 
 
 class PayloadError(ZephonRefError, ValueError):

@@ -22,61 +22,14 @@ empty.  Neither check ever changes the stream (seed 002).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Any
 
 from zephon_ref.builder import Builder
 from zephon_ref.engine.plan import k_ignored
-from zephon_ref.errors import ContractError
+from zephon_ref.errors import Issue, ValidationError, ValidationReport
 from zephon_ref.ops.functional import FunctionalOp
 
 __all__ = ["Issue", "ValidationError", "ValidationReport", "preflight_tokenizers", "validate_pipeline"]
-
-
-@dataclass(frozen=True, slots=True)
-class Issue:
-    """One finding: ``severity`` is "error" or "warning"; ``code`` a short stable name."""
-
-    severity: str
-    code: str
-    op_name: str
-    message: str
-    doc_link: str = "docs/options.md"
-
-
-@dataclass
-class ValidationReport:
-    """What a validation found (zephon's shape)."""
-
-    issues: list[Issue] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No error (warnings allowed)."""
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Issue]:
-        return [i for i in self.issues if i.severity == "warning"]
-
-    def format(self) -> str:
-        if not self.issues:
-            return "ValidationReport: ok (nothing to check or all checks passed)"
-        lines = [f"ValidationReport: {len(self.errors)} error(s), {len(self.warnings)} warning(s)"]
-        lines += [f"  [{i.severity}] {i.code} in {i.op_name!r}: {i.message}" for i in self.issues]
-        return "\n".join(lines)
-
-
-class ValidationError(ContractError):
-    """A strict validation found an error (zephon raises its ValidationError, a RuntimeError)."""
-
-    def __init__(self, report: ValidationReport) -> None:
-        super().__init__(report.format())
-        self.report = report
 
 
 def _user_op(op: Any) -> bool:

@@ -112,12 +112,14 @@ def _chat_case(rng: random.Random) -> tuple[list[Any], dict[str, Any]]:
     if not tagged and rng.random() < 0.25:
         kw["apply_chat_template"] = False
     scope = rng.choice([None, "all_assistant", "last_span", "after_last_user"])
-    if scope == "after_last_user" and (tagged or kw.get("apply_chat_template") is False):
+    if scope == "after_last_user" and kw.get("apply_chat_template") is False:
         scope = "last_span"
     if scope is not None:
         kw["loss_scope"] = scope
     if scope == "after_last_user":
-        kw["span_source"] = "prefix_diff"
+        # untagged: prefix_diff by name; tagged: "auto" finds the tags (zephon's owned ranges)
+        if not tagged:
+            kw["span_source"] = "prefix_diff"
     elif kw.get("apply_chat_template", True) and rng.random() < 0.3:
         kw["span_source"] = "generation_tags" if tagged else "prefix_diff"
     if rng.random() < 0.4:

@@ -176,6 +176,61 @@ def test_prefix_diff_supervises_assistant_content_and_its_eos(tokdir: Path) -> N
     assert tagged == (full, [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1])
 
 
+def test_after_last_user_over_generation_tags_supervises_owned_ranges_after_the_last_user(
+    tokdir: Path,
+) -> None:
+    """zephon's owned ranges: only the assistants after the last user carry the loss (both, when two
+    follow it); no user or no assistant after it: nothing supervised, the record dropped; a record
+    whose selected content the template omits is dropped; one failing its structure check raises."""
+    kw: dict[str, Any] = {"chat_template": TAGGED_TEMPLATE, "loss_scope": "after_last_user"}
+    row = msgs((U, "hello"), (A, "hi you"), (U, "bye"), (A, "ok"), (A, "fine"))
+    full = ids(
+        "<|user|>", "hello", "</s>", "<|assistant|>", "hi", "you", "</s>",
+        "<|user|>", "bye", "</s>", "<|assistant|>", "ok", "</s>", "<|assistant|>", "fine", "</s>",
+    )  # fmt: skip
+    want = [0] * 11 + [1, 1, 0, 1, 1]
+    assert chat_stream(tokdir, [row], **kw) == [(full, want)]
+    assert chat_stream(tokdir, [row], span_source="generation_tags", **kw) == [(full, want)]
+    # all_assistant over the same tags keeps every assistant (the tokenizer's own mask)
+    assert chat_stream(tokdir, [row], chat_template=TAGGED_TEMPLATE) == [
+        (full, [0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0] + want[11:])
+    ]
+    (cut,) = chat_stream(tokdir, [row], max_length=12, **kw)
+    assert cut == (full[:12], want[:12])
+    unsupervised = [msgs((U, "hello"), (A, "hi"), (U, "bye")), msgs((S, "yes"), (A, "fine"))]
+    assert chat_stream(tokdir, unsupervised + [row], **kw) == [(full, want)]
+    skipping = TAGGED_TEMPLATE.replace(
+        "{{ m['content'] }} </s>{% endgeneration %}",
+        "{% if not m.get('skip') %}{{ m['content'] }} {% endif %}</s>{% endgeneration %}",
+    )
+    assert skipping != TAGGED_TEMPLATE
+    skipped = {"messages": [{"role": U, "content": "hi"}, {"role": A, "content": "ok", "skip": True}]}
+    assert chat_stream(tokdir, [skipped, row], **{**kw, "chat_template": skipping}) == [(full, want)]
+    from zephon_ref.ops.chat_ownership import TemplateVerificationError
+
+    with pytest.raises(TemplateVerificationError, match="CHAT_TEMPLATE_INVALID"):
+        chat_stream(tokdir, [msgs((U, "hello"), (A, ""))], **kw)  # a range starting at a space
+
+
+def test_an_owned_range_operator_copies_and_pickles(tokdir: Path) -> None:
+    """The compiled owned-range template is rebuilt from its text by a copy or a pickle (a spawned
+    worker gets a working operator with the same output)."""
+    import copy
+    import pickle
+
+    import transformers
+
+    from zephon_ref.ops.tokenize_chat import TokenizeChat
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(tokdir), local_files_only=True)
+    op = TokenizeChat(tok, chat_template=TAGGED_TEMPLATE, loss_scope="after_last_user")
+    row = msgs((U, "hello"), (A, "hi"), (U, "bye"), (A, "ok"))
+    want = op.ids_and_mask(row, "s")
+    assert want[1] == [0] * 10 + [1, 1]
+    for other in (copy.deepcopy(op), pickle.loads(pickle.dumps(op))):
+        assert other._owned is not op._owned and other.ids_and_mask(row, "s") == want
+
+
 def test_unsupervised_and_tiny_conversations_are_dropped(tokdir: Path) -> None:
     rows = [msgs((U, "hello")), {"messages": []}, msgs((U, "hi"), (A, "yes"))]
     assert [len(i) for i, _ in chat_stream(tokdir, rows)] == [6]
@@ -193,7 +248,11 @@ def test_tokenize_chat_refusals_at_the_call(tokdir: Path) -> None:
         {"max_length": 1},
         {"loss_scope": "x"},
         {"span_source": "generation_tags"},
-        {"chat_template": TAGGED_TEMPLATE, "loss_scope": "after_last_user"},
+        # a generation block zephon cannot attribute to a message (outside every loop)
+        {
+            "chat_template": "{% generation %}x{% endgeneration %}" + TAGGED_TEMPLATE,
+            "loss_scope": "after_last_user",
+        },
         {"chat_template_kwargs": {"tools": []}},
         {"mask_field_out": "input_ids"},
     ):

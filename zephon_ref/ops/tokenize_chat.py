@@ -18,7 +18,10 @@ the facade's job, :mod:`zephon_ref.io.tokenizers`; this module reads no file).  
      len(render(messages[:i+1]))]`` in the full render, which must start with every such
      partial render (else the template is position dependent: PayloadError);
    * ``generation_tags``: the tokenizer's own ``return_assistant_tokens_mask`` over the
-     full render;
+     full render; with ``after_last_user``, zephon's owned ranges instead
+     (:mod:`zephon_ref.ops.chat_ownership`: each block's input message, a structure check per
+     record whose only issue, omitted selected content, drops the record, and the selected
+     owners' ranges mapped by zephon's endpoint rule);
 
    characters map to tokens by the offset mapping: a token is supervised when its
    character range overlaps a supervised span (``start < b and end > a``); text is
@@ -56,6 +59,14 @@ import numpy as np
 from zephon_ref.errors import ConfigError, ConfigTypeError, PayloadError, PayloadTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.chat_ownership import (
+    CONTENT,
+    OwnedTemplate,
+    TemplateVerificationError,
+    owned_mask,
+    setup_check,
+    verify,
+)
 from zephon_ref.ops.expand_chat import read_path
 from zephon_ref.ops.knobs import (
     Bool,
@@ -316,6 +327,8 @@ class TokenizeChat(BaseOp):
             template=template if apply_chat_template else chat_template,
         )
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
+        #: the owned-range renderer (after_last_user over generation tags), else None
+        self._owned: OwnedTemplate | None = None
         self._source = self._check_tokenizer()
 
     # -- setup: what zephon checks at its first batch, checked at the builder call --------------
@@ -368,14 +381,10 @@ class TokenizeChat(BaseOp):
                 )
             source = "generation_tags" if tagged else "prefix_diff"
         if source == "generation_tags" and c.loss_scope == "after_last_user":
-            raise ConfigError(
-                expected(
-                    "loss_scope='after_last_user' with generation tags",
-                    "span_source='prefix_diff' (zephon's template verifier is not part of "
-                    "zephon_ref: docs/divergences.md)",
-                    "generation_tags",
-                )
-            )
+            # owned generation ranges: compile (ConfigError) and zephon's setup probes
+            # (TemplateVerificationError, a RuntimeError as zephon's ValidationError)
+            self._owned = OwnedTemplate(c.template)
+            setup_check(self._owned, tok, dict(c.chat_template_kwargs or {}), c.loss_scope)
         if source == "prefix_diff":
             probe = [{"role": "user", "content": ""}]
             with_prompt, without = (
@@ -529,6 +538,42 @@ class TokenizeChat(BaseOp):
         out = c.tokenizer.apply_chat_template(messages, **call)
         return [int(i) for i in _flat(out["input_ids"])], [int(b) for b in _flat(out["assistant_masks"])]
 
+    def _owned_tags(
+        self, messages: list[Mapping[str, Any]], kwargs: dict[str, Any], sample: Any
+    ) -> tuple[list[int], list[int]]:
+        """``after_last_user`` over generation tags (:mod:`zephon_ref.ops.chat_ownership`): the record's
+        structure check (omitted selected content alone: no tokens, so the record is dropped; any
+        other issue: TemplateVerificationError), then the selected owners' ranges of the real render."""
+        c, owned = self.config, self._owned
+        assert owned is not None
+        # every record is checked (zephon skips a structure its process checked before): divergence D-19
+        codes, detail = verify(owned, c.tokenizer, messages, kwargs, c.loss_scope)
+        if codes:
+            if set(codes) == {CONTENT}:
+                return [], []
+            raise TemplateVerificationError(
+                codes, detail, context=f"loss_scope={c.loss_scope!r}, sample={sample!r}"
+            )
+        text, ranges = owned.render(messages, {**c.tokenizer.special_tokens_map, **kwargs})
+        selected = selected_assistants(messages, c.loss_scope)
+        rendered = {o for o, a, b in ranges if b > a}
+        for i in sorted(selected - rendered):
+            m = messages[i]
+            if any(m.get(k) for k in ("content", "reasoning_content", "reasoning", "thinking", "tool_calls")):
+                raise PayloadError(
+                    expected(
+                        f"tokenize_chat: sample {sample!r}",
+                        f"a generation range for the non-empty selected assistant {i}",
+                        "none rendered",
+                    )
+                )
+        kw: dict[str, Any] = {"add_special_tokens": False}
+        if c.max_length is not None:
+            kw.update(truncation=True, max_length=c.max_length)
+        enc = c.tokenizer(text, **kw)
+        ids = [int(i) for i in _flat(enc["input_ids"])]
+        return ids, [int(b) for b in owned_mask(enc, ranges, selected)]
+
     def ids_and_mask(self, payload: Any, sample: Any) -> tuple[list[int], list[int]]:
         """Steps 1-4 of the module docstring for one payload."""
         c = self.config
@@ -539,6 +584,8 @@ class TokenizeChat(BaseOp):
             ids, mask = self._no_template(messages)
         elif self._source == "prefix_diff":
             ids, mask = self._prefix_diff(messages, self._render_kwargs(payload))
+        elif self._owned is not None:
+            ids, mask = self._owned_tags(messages, self._render_kwargs(payload), sample)
         else:
             ids, mask = self._generation_tags(messages, self._render_kwargs(payload))
         if c.loss_scope == "last_span":
