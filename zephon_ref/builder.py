@@ -402,7 +402,7 @@ class Builder:
     ) -> Self:
         check_placement(placement)
         check_parallelism(parallelism)
-        op = EnsureMixture(**kwargs)  # validates its own arguments
+        op = EnsureMixture(parallelism=parallelism, **kwargs)  # validates its own arguments
         try:
             names = dict(self._source.component_ids())
         except NotImplementedError:  # a custom work source without a vocabulary: nothing to check against

@@ -3,8 +3,9 @@
 explain() describes execution (stages, parallelism, queue depths), never the data; a user reading
 the plan of a zephon pipeline run on zephon_ref sees the same depths as zephon prints for the same
 options.  The generator draws a chain from a few operator shapes (with and without ``batch``, whose
-position splits the plan into two stages; an operator name twice; parallelism on map_transform
-and map_batch), a runner, the depth options and the worker allocation.
+position splits the plan into two stages; an operator name twice; parallelism given to map_transform,
+map_batch, pack_sequences, pack_flat, shuffle, ensure_mixture, expand_chat and tokenize, and their
+defaults), a runner, the depth options and the worker allocation.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytest.importorskip("zephon")
 
 from properties.pipelines import PipelineConfig, crc_tokens, work_source  # noqa: E402
 
-CONFIGS = 120
+CONFIGS = 160
 CHAINS: list[list[tuple[str, dict[str, Any]]]] = [
     [],
     [("shuffle", {"buffer_size": 4})],
@@ -32,6 +33,13 @@ CHAINS: list[list[tuple[str, dict[str, Any]]]] = [
     [("batch", {"microbatch_size": 2}), ("map_batch", {"transform_fn": lambda b: b, "parallelism": 7})],
     [("map_transform", {"transform_fn": crc_tokens}), ("shuffle", {"buffer_size": 4}),
      ("batch", {"microbatch_size": 3})],
+    [("pack_sequences", {"max_length": 16, "num_bins": 2, "parallelism": 3}),
+     ("shuffle", {"buffer_size": 4, "parallelism": 2}), ("ensure_mixture", {"parallelism": 5}),
+     ("batch", {"microbatch_size": 2})],
+    [("pack_flat", {"max_length": 16, "num_bins": 2, "pad_token_id": 0, "parallelism": 2})],
+    [("tokenize", {"field": "text"}), ("decode_text", {}), ("expand_chat", {"parallelism": 3})],
+    [("tokenize", {"field": "text", "parallelism": 2}), ("pack_flat", {"max_length": 8, "num_bins": 1,
+                                                                        "pad_token_id": 0})],
 ]
 
 

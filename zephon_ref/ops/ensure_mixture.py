@@ -546,8 +546,12 @@ class EnsureMixture(BaseOp):
         weight_by: str | Callable[[SampleRecord], float] = "auto",
         warn_tolerance: float | None = None,
         mixture: Mapping[Any, float] | None = None,
+        parallelism: int | None = None,
     ) -> None:
         super().__init__()
+        check_int("parallelism", parallelism, minimum=1, allow_none=True)
+        # an execution hint (plan and explain(); the fingerprint leaves it out), never read by the data path
+        self.parallelism = 1 if parallelism is None else parallelism
         check_int("max_buffer_size", max_buffer_size, minimum=1, allow_none=True)
         _check_ratio("drain_target_ratio", drain_target_ratio, 0, 1, lo_open=True, hi_open=True)
         _check_ratio("obsolete_drain_rate", obsolete_drain_rate, 0, 1, lo_open=False, hi_open=False)
@@ -582,7 +586,8 @@ class EnsureMixture(BaseOp):
         return self.config.max_buffer_size is None
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False, indexable=False, calibration_replayable=not self.strict)
+        return OpTraits(preserves_cursor_order=False, indexable=False, calibration_replayable=not self.strict,
+                        parallelism=self.parallelism)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
         c = self.config

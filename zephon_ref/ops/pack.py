@@ -1115,8 +1115,10 @@ class PackSequences(BaseOp):
         parallelism: int | None = None,
     ) -> None:
         super().__init__()
-        # execution settings: validated here, never stored, so they cannot reach the data path
+        # execution settings: validated here; parallelism is kept as the plan's hint only (traits,
+        # explain(); the fingerprint leaves it out), never read by the data path
         check_execution(placement=placement, parallelism=parallelism)
+        self.parallelism = 1 if parallelism is None else parallelism
         if groups is not None and not isinstance(groups, DomainGroups) and isinstance(groups, Mapping):
             groups = DomainGroups(groups)
         self.config = PackConfig(
@@ -1139,7 +1141,7 @@ class PackSequences(BaseOp):
         return self.config.algorithm
 
     def traits(self) -> OpTraits:
-        return OpTraits(preserves_cursor_order=False, indexable=False)
+        return OpTraits(preserves_cursor_order=False, indexable=False, parallelism=self.parallelism)
 
     def domain_function(self, ctx: Mapping[str, Any]) -> Callable[[SampleRecord], Any] | None:
         """A record's packing group: None for ``homogeneity="none"``, else see the module docstring.

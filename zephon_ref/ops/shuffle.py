@@ -331,14 +331,17 @@ class Shuffle(BaseOp):
         parallelism: int | None = None,
     ) -> None:
         super().__init__()
-        # execution settings: validated here, never stored, so they cannot reach the data path
+        # execution settings: validated here; parallelism is kept as the plan's hint only (traits,
+        # explain(); the fingerprint leaves it out), never read by the data path
         check_execution(placement=placement, parallelism=parallelism)
+        self.parallelism = 1 if parallelism is None else parallelism
         self.config = ShuffleConfig(buffer_size=DEFAULT_BUFFER_SIZE if buffer_size is None else buffer_size,
                                     seed=seed, algorithm=algorithm, warmup_growth=warmup_growth)
 
     def traits(self) -> OpTraits:
         return OpTraits(
-            preserves_cursor_order=False, indexable=False, calibration_replayable=True, parallelism=1
+            preserves_cursor_order=False, indexable=False, calibration_replayable=True,
+            parallelism=self.parallelism
         )
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:

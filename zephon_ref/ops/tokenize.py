@@ -70,6 +70,9 @@ from zephon_ref.work.token_estimation import TextCounting
 
 __all__ = ["RETURN_TENSORS", "HashTokenizer", "Tokenize", "TokenizeConfig", "library_array"]
 
+#: the parallelism zephon's plan gives tokenize when the call names none (an execution hint: explain())
+DEFAULT_PARALLELISM = 4
+
 SPECIAL_TOKENS_MODES = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 MISSING_FIELD_MODES = ("error", "empty")
 #: ``return_tensors`` -> the tensor library it names (zephon 0.2.0's backends)
@@ -297,7 +300,7 @@ class Tokenize(BaseOp):
             preserve_upstream_payload=preserve_upstream_payload, special_tokens=special_tokens,
             bos_token_id=bos_token_id, eos_token_id=eos_token_id, max_batch=max_batch,
             return_tensors=return_tensors)
-        self.parallelism = 1 if parallelism is None else parallelism
+        self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
         self._owns_specials = owns
         self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
         self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
