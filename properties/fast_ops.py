@@ -15,7 +15,8 @@ payloads; every packing algorithm, envelope and flat, ``tokens_field`` auto and 
 fields that are lists, tuples, int lengths, absent or of the wrong type, and oversized records.
 
 :func:`fast_op_cases` is the Hypothesis strategy; ``tests/properties/test_fast_ops.py`` runs it,
-with the whole-pipeline check (same stream, checkpoints and fingerprint) beside it.
+with the whole-pipeline check (same stream, checkpoints and fingerprint) beside it, and the
+conformance CLI as its ``fast ops`` row (:func:`fast_ops_check`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hypothesis import strategies as st
 
 from properties.opkit import rec, run, split
 
-__all__ = ["FastOpCase", "fast_op_cases", "fast_ops_problems"]
+__all__ = ["FastOpCase", "fast_op_cases", "fast_ops_check", "fast_ops_problems"]
 
 _WORDS = ("a", "bb", "héllo", "x1", "the", "end", "zz", "q")
 
@@ -103,6 +104,12 @@ def fast_ops_problems(case: FastOpCase, faster: Any = None) -> list[str]:
     first = next(i for i, (x, y) in enumerate(zip(a[1] + [None], b[1] + [None], strict=False)) if x != y)
     return [f"{case.kind}: output differs at record {first} of {len(a[1])} / {len(b[1])}: "
             f"plain {a[1][first:first + 1]!r:.300}, fast {b[1][first:first + 1]!r:.300}"]
+
+
+def fast_ops_check(adapter: Any, case: FastOpCase) -> list[str]:
+    """The ``fast ops`` row of the conformance CLI: :func:`fast_ops_problems` (the adapter declares
+    the ``fast_ops`` feature; the faster operators are zephon_ref's own, whatever the runner)."""
+    return fast_ops_problems(case)
 
 
 @st.composite

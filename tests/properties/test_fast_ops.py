@@ -137,3 +137,16 @@ def test_engine_refuses_a_faster_that_is_not_one() -> None:
 
     with pytest.raises(ConfigTypeError, match="faster"):
         _pipeline(1).engine(faster=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_pack_list_length])
+def test_the_conformance_fast_ops_row_fails_on_a_planted_difference(plant: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from properties import conformance
+    from properties.adapters import ADAPTERS
+
+    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 100, True, lambda: None)
+    assert row.failure is None and row.passed == 100
+    plant(monkeypatch)
+    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 300, True, lambda: None)
+    assert row.failure is not None and "plain" in row.failure, row
