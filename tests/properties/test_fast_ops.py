@@ -105,28 +105,29 @@ def _digest(batch: Any) -> Any:
     return [(r.meta, r.payload) for r in batch.records]
 
 
-def _run(lanes: int, faster: Any, cuts: tuple[int, ...]) -> tuple[list[Any], list[bytes], str]:
-    from zephon_ref.runners import drive
+def _run(lanes: int, fast: bool, cuts: tuple[int, ...], runner: str) -> tuple[list[Any], list[bytes], str]:
+    """The delivered stream, the encoded checkpoint at each cut and the fingerprint: ``iter(pipe)``
+    (the plain operators) or :func:`zephon_ref.fast.ops.iterate` (FastOps at the engine seam)."""
+    from zephon_ref.fast.ops import iterate
 
-    pipe = _pipeline(lanes)
+    pipe = _pipeline(lanes).options(runner=runner)
     out: list[Any] = []
     states: list[bytes] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        engine = pipe.engine(faster=faster)
-        items = drive(engine, runner="inline", workers=1, queue_size=8, deterministic=True)
-        for i, b in enumerate(items):
+        for i, b in enumerate(iterate(pipe) if fast else iter(pipe)):
             out.append(_digest(b))
             if i in cuts:
                 states.append(pack(pipe.checkpoint()))
     return out, states, pipe.fingerprint()
 
 
-@pytest.mark.parametrize("lanes", [1, 3])
-def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int) -> None:
+@pytest.mark.parametrize(("lanes", "runner"), [(1, "inline"), (3, "inline"), (3, "threads")])
+def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int,
+                                                                                   runner: str) -> None:
     cuts = (0, 5, 17, 40)
-    plain = _run(lanes, None, cuts)
-    fast = _run(lanes, FastOps(), cuts)
+    plain = _run(lanes, False, cuts, runner)
+    fast = _run(lanes, True, cuts, runner)
     assert len(plain[0]) > 40 and plain[0] == fast[0]
     assert len(plain[1]) == len(cuts) and plain[1] == fast[1]  # byte-identical checkpoints
     assert plain[2] == fast[2]
