@@ -50,7 +50,7 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
 * ``fast ops`` [fast_ops]: zephon_ref's faster operators (:class:`zephon_ref.fast.ops.FastOps`:
-  tokenize with the built-in tokenizer, pack's list lengths) give the plain operators' records,
+  tokenize with the built-in tokenizer, interned ids) gives the plain operator's records,
   refusals and warnings on drawn operators and records (:func:`properties.fast_ops.fast_ops_check`);
 * ``torch`` [torch]: the stateful torch datasets' state at every position of a pass and of a
   resumed pass (the state before its first item too), under 0, 1 and 2 DataLoader workers, against
