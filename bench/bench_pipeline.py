@@ -621,10 +621,9 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
         ref_inline: dict[int, str] = {}
         for lanes in (1, 4, 16, 64):
             for runner in ("inline", "threads"):
-                runs: dict[str, list[dict[str, Any]]] = {"zephon_ref": [], "zephon": [], FAST: []}
-                with_fast = (FAST,) if runner == "inline" else ()
+                runs: dict[str, list[dict[str, Any]]] = {"zephon_ref": [], "zephon": []}
                 for _ in range(rounds):
-                    for impl in ("zephon_ref", *(("zephon",) if have_z else ()), *with_fast):
+                    for impl in ("zephon_ref", "zephon") if have_z else ("zephon_ref",):
                         runs[impl].append(run_child(tmp, mode="lanes", impl=impl, lanes=lanes, runner=runner))
                 ours = statistics.median(r["docs"] / r["wall"] for r in runs["zephon_ref"])
                 theirs = statistics.median(r["docs"] / r["wall"] for r in runs["zephon"]) if have_z else None
@@ -650,25 +649,9 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                         "vs": f"zephon 0.2.0 {runner}" if have_z else None,
                         "unit": "docs/s",
                         "ratio": None if theirs is None else ours / theirs,
-                        "note": note + "; the plain semantics (no FastOps)",
+                        "note": note + "; the plain semantics (FastOps swaps no operator of this pipeline)",
                     }
                 )
-                if with_fast:
-                    fast = statistics.median(r["docs"] / r["wall"] for r in runs[FAST])
-                    fs = {r["stream"] for r in runs[FAST]}
-                    rows.append(
-                        {
-                            "name": f"pipeline {runner}, {lanes} lane(s), FastOps plugged in: zephon_ref vs "
-                            f"zephon 0.2.0 {runner}",
-                            "ours": fast,
-                            "theirs": theirs,
-                            "vs": f"zephon 0.2.0 {runner}" if have_z else None,
-                            "unit": "docs/s",
-                            "ratio": None if theirs is None else fast / theirs,
-                            "note": f"zephon_ref.fast.ops.FastOps at the engine seam (faster pack length); "
-                            f"stream {'=' if fs == {base} else '!='} zephon_ref inline",
-                        }
-                    )
         mem = {impl: run_child(tmp, mode="throughput", impl=impl, cfg="T")
                for impl in (("zephon_ref", "zephon") if have_z else ("zephon_ref",))}
         rows.append(
@@ -782,13 +765,12 @@ def main() -> None:
         # 1. throughput -------------------------------------------------------------------------
         print(f"## 1. Throughput, config T (one pass, K={CONFIGS['T']['k']}), "
               f"{rounds} rounds alternating, fresh process each\n")
-        tp_impls = [impls[0], FAST, *impls[1:]]
-        tp: dict[str, list[dict[str, Any]]] = {i: [] for i in tp_impls}
+        tp: dict[str, list[dict[str, Any]]] = {i: [] for i in impls}
         for _ in range(rounds):
-            for impl in tp_impls:
+            for impl in impls:
                 tp[impl].append(run_child(tmp, mode="throughput", impl=impl, cfg="T"))
         rows = []
-        for impl in tp_impls:
+        for impl in impls:
             rs = tp[impl]
             same = len({(r["batches"], r["docs"], r["tokens"], r["stream"]) for r in rs}) == 1
             rows.append(
@@ -806,14 +788,12 @@ def main() -> None:
         table(["impl", "docs/s median [min-max]", "wall s", "1st batch s", "batches", "docs", "tokens",
                "stream digest"], rows)
         if "zephon" in tp:
-            for ours in ("zephon_ref", FAST):
-                ratio = (statistics.median(r["docs"] / r["wall"] for r in tp[ours])
-                         / statistics.median(r["docs"] / r["wall"] for r in tp["zephon"]))
-                equal = tp[ours][0]["stream"] == tp["zephon"][0]["stream"]
-                print(f"ratio {ours} / zephon (medians) = **{ratio:.2f}x** (issue goal >= 1.5x); "
-                      f"delivered streams {'identical' if equal else 'DIFFER'}")
-            print(f"({FAST}: zephon_ref.fast.ops.FastOps plugged in at the engine seam; zephon_ref alone: "
-                  "the plain semantics)\n")
+            ratio = (statistics.median(r["docs"] / r["wall"] for r in tp["zephon_ref"])
+                     / statistics.median(r["docs"] / r["wall"] for r in tp["zephon"]))
+            equal = tp["zephon_ref"][0]["stream"] == tp["zephon"][0]["stream"]
+            print(f"ratio zephon_ref / zephon (medians) = **{ratio:.2f}x** (issue goal >= 1.5x); "
+                  f"delivered streams {'identical' if equal else 'DIFFER'}; the plain semantics (this "
+                  "pipeline has no operator FastOps swaps)\n")
 
         # 2-4. checkpoints and restores -----------------------------------------------------------
         k = CONFIGS["R"]["k"]

@@ -80,6 +80,8 @@ FEATURES = {
     "run",
     "shared_walk": "the shared walk row: zephon_ref's shared chunk walk checked against the plain walk "
     "(zephon_ref's own shortcut; no other implementation has it)",
+    "fast_ops": "the fast ops row: zephon_ref's faster operators checked against its plain ones "
+    "(zephon_ref's own shortcut; no other implementation has it)",
     "merged_checkpoint": "the cross-lane order row: merged_checkpoint(runs) gives the state of a whole "
     "topology from its participants' runs (with remap: N -> M -> N through global-step boundaries)",
     "torch": "the torch row: torch_dataset(cfg, kind) for each kind of torch_kinds ('loader': "
@@ -292,7 +294,7 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "aggregation", "merged_checkpoint", "torch", "operators"})
+                           "fast_ops", "aggregation", "merged_checkpoint", "torch", "operators"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

@@ -49,6 +49,9 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:class:`zephon_ref.fast.walk.ChunkWalk`), gives every lane exactly the chunks and states
   of the plain per-lane walk, over drawn sources, interleavings, restores and tampered
   states (:func:`properties.shortcuts.shared_walk_problems`);
+* ``fast ops`` [fast_ops]: zephon_ref's faster operators (:class:`zephon_ref.fast.ops.FastOps`:
+  tokenize with the built-in tokenizer, interned ids) gives the plain operator's records,
+  refusals and warnings on drawn operators and records (:func:`properties.fast_ops.fast_ops_check`);
 * ``torch`` [torch]: the stateful torch datasets' state at every position of a pass and of a
   resumed pass (the state before its first item too), under 0, 1 and 2 DataLoader workers, against
   the oracle's stream (:mod:`properties.torch_row`; at most ``EXAMPLES_CAP`` examples);
@@ -747,6 +750,7 @@ ORDER = (
     "checkpoint bytes",
     "corrupt refused",
     "shared walk",
+    "fast ops",
     "torch",
     "aggregation",
     "operators",
@@ -862,6 +866,7 @@ def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None])
 CASE_ROWS: dict[str, tuple[str, str, str]] = {
     "aggregation": ("aggregation", "properties.aggregation:round_cases",
                     "properties.aggregation:round_problems"),
+    "fast ops": ("fast_ops", "properties.fast_ops:fast_op_cases", "properties.fast_ops:fast_ops_check"),
 }
 
 
@@ -1069,7 +1074,7 @@ ROW_COST: dict[str, float] = {
     "eviction safety": 181, "operators": 30, "cross-lane order": 29, "lane remap": 24, "resume machine": 14,
     "tamper refused": 13, "bounded inflight": 12, "checkpoint bytes": 11, "oracle": 10,
     "settings invariance": 8.5, "resume at cuts": 6.6, "lineage": 6.5, "corrupt refused": 5.9,
-    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1,
+    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6,
 }
 
 

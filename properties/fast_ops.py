@@ -2,20 +2,20 @@
 
 Theory of operation
 -------------------
-:class:`zephon_ref.fast.ops.FastOps` swaps ``tokenize`` and ``pack_sequences`` / ``pack_flat``
-for faster subclasses at the engine's seam.  Its invariant is that the swap changes nothing a
-caller sees.  :func:`fast_ops_problems` checks that on one drawn :class:`FastOpCase`: the plain
-operator and ``FastOps().operator(op)`` (or the ``faster`` given, to show a planted difference
-is caught) each run the case's records through a fresh accumulator, split into the case's
-pushes, then flush; the output records (metadata and payloads), or the refusal (type and
-message), must be equal.  The draws reach every branch of the faster paths: the built-in
-tokenizer with and without its id table, every special-tokens mode, truncation, splitting,
-both paddings (``"longest"`` takes the plain path), missing and non-str text fields, non-dict
-payloads; every packing algorithm, envelope and flat, ``tokens_field`` auto and named, token
-fields that are lists, tuples, int lengths, absent or of the wrong type, and oversized records.
+:class:`zephon_ref.fast.ops.FastOps` swaps ``tokenize`` for a faster subclass at the engine's
+seam.  Its invariant is that the swap changes nothing a caller sees.  :func:`fast_ops_problems`
+checks that on one drawn :class:`FastOpCase`: the plain operator and ``FastOps().operator(op)``
+(or the ``faster`` given, to show a planted difference is caught) each run the case's records
+through a fresh accumulator, split into the case's pushes, then flush; the output records
+(metadata and payloads), or the refusal (type and message), and the warnings must be equal.  The
+draws reach every branch of the faster path: the built-in tokenizer with and without its id
+table, every special-tokens mode, BOS/EOS overrides, truncation, splitting, both paddings
+(``"longest"`` takes the plain path), whitespace runs, tabs and newlines, missing and non-str
+text fields, non-dict payloads, one to five records per call.
 
 :func:`fast_op_cases` is the Hypothesis strategy; ``tests/properties/test_fast_ops.py`` runs it,
-with the whole-pipeline check (same stream, checkpoints and fingerprint) beside it.
+with the whole-pipeline check (same stream, checkpoints and fingerprint) beside it, and the
+conformance CLI as its ``fast ops`` row (:func:`fast_ops_check`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from properties.opkit import rec, run, split
 
-__all__ = ["FastOpCase", "fast_op_cases", "fast_ops_problems"]
+__all__ = ["FastOpCase", "fast_op_cases", "fast_ops_check", "fast_ops_problems"]
 
 _WORDS = ("a", "bb", "héllo", "x1", "the", "end", "zz", "q")
 
@@ -51,13 +51,12 @@ class FastOpCase:
 
 def build_op(case: FastOpCase) -> Any:
     """The plain operator of ``case`` (a refusal propagates)."""
-    from zephon_ref.ops import HashTokenizer, PackSequences, Tokenize
+    from zephon_ref.ops import HashTokenizer, Tokenize
 
-    if case.kind == "tokenize":
-        tok = None if case.tokenizer is None else HashTokenizer(vocab_size=case.tokenizer[0],
-                                                                offset=case.tokenizer[1])
-        return Tokenize(tok, **dict(case.knobs))
-    return PackSequences(**dict(case.knobs))
+    assert case.kind == "tokenize", case.kind  # the one operator FastOps swaps
+    vocab, offset = case.tokenizer if case.tokenizer is not None else (32000, 3)
+    tok = HashTokenizer(vocab_size=vocab, offset=offset)
+    return Tokenize(tok, **dict(case.knobs))
 
 
 def _outcome(op: Any, case: FastOpCase) -> Any:
@@ -105,6 +104,12 @@ def fast_ops_problems(case: FastOpCase, faster: Any = None) -> list[str]:
             f"plain {a[1][first:first + 1]!r:.300}, fast {b[1][first:first + 1]!r:.300}"]
 
 
+def fast_ops_check(adapter: Any, case: FastOpCase) -> list[str]:
+    """The ``fast ops`` row of the conformance CLI: :func:`fast_ops_problems` (the adapter declares
+    the ``fast_ops`` feature; the faster operators are zephon_ref's own, whatever the runner)."""
+    return fast_ops_problems(case)
+
+
 @st.composite
 def _text(draw: st.DrawFn) -> Any:
     words = draw(st.lists(st.sampled_from(_WORDS), max_size=14))
@@ -148,38 +153,6 @@ def _tokenize_case(draw: st.DrawFn) -> FastOpCase:
     return _records_case(draw, "tokenize", knobs, payload, tokenizer)
 
 
-@st.composite
-def _pack_case(draw: st.DrawFn) -> FastOpCase:
-    algorithm = draw(st.sampled_from(["first_fit", "first_fit", "best_fit", "wrap", "best_fit_wrap"]))
-    flat = draw(st.booleans())
-    slicing = algorithm in ("wrap", "best_fit_wrap")
-    max_length = draw(st.integers(1, 16))
-    knobs: dict[str, Any] = {
-        "max_length": max_length, "algorithm": algorithm, "output": "flat" if flat else "envelope",
-        "tokens_field": draw(st.sampled_from(["auto", "auto", "input_ids", "tokens"])),
-        "num_bins": None if slicing else draw(st.integers(1, 4)),
-        "drop_oversized": False if slicing else draw(st.sampled_from([None, True, False])),
-        "min_sequence_length": draw(st.integers(0, 3)),
-        "shuffle_strategy": draw(st.sampled_from([None, None, "length", "random"])),
-        "max_sequences_per_bin": draw(st.sampled_from([None, None, 2])),
-    }
-    if flat:
-        knobs["pad_token_id"] = 0
-    n = st.integers(0, 20)
-    ids = n.map(lambda k: [100 + i for i in range(k)])
-    payload = st.one_of(
-        ids.map(lambda v: {"input_ids": v, "mask": [1] * len(v)}),
-        ids.map(lambda v: {"input_ids": v}),
-        ids.map(lambda v: {"tokens": v}),
-        ids.map(lambda v: {"input_ids": tuple(v)}),  # a tuple: the general path
-        n.map(lambda k: {"input_ids": k}),  # an int length
-        ids.map(lambda v: {"input_ids": v, "tokens": [1, 2]}),
-        st.just({"input_ids": None}),
-        st.just({"text": "no tokens"}),
-    )
-    return _records_case(draw, "pack", knobs, payload, None)
-
-
 def _records_case(draw: st.DrawFn, kind: str, knobs: dict[str, Any], payload: Any,
                   tokenizer: tuple[int, int] | None) -> FastOpCase:
     lanes = draw(st.sampled_from([1, 1, 2, 3]))
@@ -201,4 +174,4 @@ def _builds(case: FastOpCase) -> bool:
 
 def fast_op_cases() -> st.SearchStrategy[FastOpCase]:
     """Operators the builder accepts (a refused configuration has no faster operator) with records."""
-    return st.one_of(_tokenize_case(), _pack_case()).filter(_builds)
+    return _tokenize_case().filter(_builds)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, find, given, settings
 from properties.fast_ops import FastOpCase, fast_op_cases, fast_ops_problems
 from properties.profiles import examples
 from zephon_ref.codec import pack
-from zephon_ref.fast.ops import FastOps, FastPackingAccumulator, FastPackSequences, FastTokenize
+from zephon_ref.fast.ops import FastOps, FastTokenize
 from zephon_ref.ops import HashTokenizer, PackSequences, Shuffle, Tokenize
 
 _HEALTH = [HealthCheck.filter_too_much, HealthCheck.too_slow]
@@ -26,22 +26,19 @@ def test_fast_operators_equal_the_plain_operators(case: FastOpCase) -> None:
     assert fast_ops_problems(case) == []
 
 
-def test_fast_ops_swaps_exactly_the_plain_builtin_types() -> None:
+def test_fast_ops_swaps_exactly_the_plain_tokenize() -> None:
     fast = FastOps()
     tok = Tokenize(field="text")
-    pack = PackSequences(8, num_bins=2)
-    assert type(fast.operator(tok)) is FastTokenize and type(fast.operator(pack)) is FastPackSequences
+    assert type(fast.operator(tok)) is FastTokenize
     assert fast.operator(tok).config is tok.config  # the knobs are the plain operator's, once
-    shuffle = Shuffle(4)
-    assert fast.operator(shuffle) is shuffle
+    for other in (Shuffle(4), PackSequences(8, num_bins=2)):
+        assert fast.operator(other) is other
 
     class Mine(Tokenize):  # a user's subclass keeps its own methods
         pass
 
     mine = Mine(field="text")
     assert fast.operator(mine) is mine
-    acc = fast.operator(pack).accumulator(deterministic=True, ctx={})
-    assert type(acc) is FastPackingAccumulator
 
 
 def test_fast_tokenize_shares_one_int_object_per_id() -> None:
@@ -68,17 +65,17 @@ def _plant_tokenize_truncation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FastTokenize, "_hf_kwargs", off_by_one)
 
 
-def _plant_pack_list_length(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The faster pack measures a list of exactly 4 tokens as 3."""
+def _plant_tokenize_split_on_spaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faster tokenize splits words on single spaces (tabs, newlines and space runs differ)."""
+    from zlib import crc32
 
-    def short(self: Any, rec: Any) -> int:
-        n = FastPackingAccumulator.__mro__[1]._length(self, rec)
-        return 3 if n == 4 else n
+    def encode(self: Any, tok: Any, text: str) -> list[int]:
+        return [crc32(w.encode("utf-8")) % tok.vocab_size + tok.offset for w in text.split(" ") if w]
 
-    monkeypatch.setattr(FastPackingAccumulator, "_length", short)
+    monkeypatch.setattr(FastTokenize, "_encode", encode)
 
 
-@pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_pack_list_length])
+@pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_tokenize_split_on_spaces])
 def test_a_planted_difference_in_a_fast_path_is_found(plant: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     plant(monkeypatch)
     found = find(fast_op_cases(), lambda c: bool(fast_ops_problems(c)),
@@ -105,28 +102,29 @@ def _digest(batch: Any) -> Any:
     return [(r.meta, r.payload) for r in batch.records]
 
 
-def _run(lanes: int, faster: Any, cuts: tuple[int, ...]) -> tuple[list[Any], list[bytes], str]:
-    from zephon_ref.runners import drive
+def _run(lanes: int, fast: bool, cuts: tuple[int, ...], runner: str) -> tuple[list[Any], list[bytes], str]:
+    """The delivered stream, the encoded checkpoint at each cut and the fingerprint: ``iter(pipe)``
+    (the plain operators) or :func:`zephon_ref.fast.ops.iterate` (FastOps at the engine seam)."""
+    from zephon_ref.fast.ops import iterate
 
-    pipe = _pipeline(lanes)
+    pipe = _pipeline(lanes).options(runner=runner)
     out: list[Any] = []
     states: list[bytes] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        engine = pipe.engine(faster=faster)
-        items = drive(engine, runner="inline", workers=1, queue_size=8, deterministic=True)
-        for i, b in enumerate(items):
+        for i, b in enumerate(iterate(pipe) if fast else iter(pipe)):
             out.append(_digest(b))
             if i in cuts:
                 states.append(pack(pipe.checkpoint()))
     return out, states, pipe.fingerprint()
 
 
-@pytest.mark.parametrize("lanes", [1, 3])
-def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int) -> None:
+@pytest.mark.parametrize(("lanes", "runner"), [(1, "inline"), (3, "inline"), (3, "threads")])
+def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int,
+                                                                                   runner: str) -> None:
     cuts = (0, 5, 17, 40)
-    plain = _run(lanes, None, cuts)
-    fast = _run(lanes, FastOps(), cuts)
+    plain = _run(lanes, False, cuts, runner)
+    fast = _run(lanes, True, cuts, runner)
     assert len(plain[0]) > 40 and plain[0] == fast[0]
     assert len(plain[1]) == len(cuts) and plain[1] == fast[1]  # byte-identical checkpoints
     assert plain[2] == fast[2]
@@ -137,3 +135,16 @@ def test_engine_refuses_a_faster_that_is_not_one() -> None:
 
     with pytest.raises(ConfigTypeError, match="faster"):
         _pipeline(1).engine(faster=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_tokenize_split_on_spaces])
+def test_the_conformance_fast_ops_row_fails_on_a_planted_difference(plant: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from properties import conformance
+    from properties.adapters import ADAPTERS
+
+    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 100, True, lambda: None)
+    assert row.failure is None and row.passed == 100
+    plant(monkeypatch)
+    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 300, True, lambda: None)
+    assert row.failure is not None and "plain" in row.failure, row

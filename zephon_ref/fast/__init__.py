@@ -4,7 +4,7 @@ definition by the property suite (house rule 8).
 * :mod:`zephon_ref.fast.walk` — :class:`~zephon_ref.fast.walk.ChunkWalk`, one walk of the global
   chunk order shared by lane clones (seam: ``walk=``; checked by the suite's ``shared walk`` row);
 * :mod:`zephon_ref.fast.ops` — :class:`~zephon_ref.fast.ops.FastOps`, faster ``tokenize`` (built-in
-  tokenizer, interned ids) and ``pack_sequences`` / ``pack_flat`` (list token fields) (seam:
+  tokenizer, interned ids) (seam:
   ``faster=`` of ``Builder.engine`` / ``Engine.start``; checked against the plain operators by
   ``properties.fast_ops``; the benchmarks that use it say so);
 * :mod:`zephon_ref.fast.tensor` — the array implementation of the hot path (seam: its own

@@ -17,16 +17,18 @@ plain method it replaces and when it defers to it:
   :data:`ID_TABLE_LIMIT`), so every occurrence of an id is one int object.  That matters when
   records are buffered: 64 lanes' shuffle reservoirs can hold a whole corpus of token lists, and
   with a fresh int per token the cyclic collector walks millions of objects (issue 22: 64-lane
-  throughput fell to 0.55 of one lane, RSS +45%);
-* :class:`FastPackSequences` (its accumulator :class:`FastPackingAccumulator`): ``_length`` of a
-  dict payload whose token field is a list is ``len`` of that list, without the general field
-  resolution (``"auto"`` picks ``input_ids`` first whenever it has a length).
+  throughput fell to 0.55 of one lane, RSS +45%).
+
+pack's old shortcut (``len`` of a list token field before the general field resolution) is not
+here: measured on the tokenizing and the map_transform pipelines it saved no CPU time within the
+noise, so it was deleted rather than kept (house rule 8: a shortcut worth keeping).
 
 Invariant (the reason they may exist): for every input, a faster operator gives the records,
 refusals and warnings of the plain one, so streams, checkpoints and fingerprints are the same
 with or without a FastOps (the fingerprint is taken from the builder's plain operators; no state
-names an operator's class).  ``properties.shortcuts.fast_ops_problems`` checks it on drawn
-operators and records, ``tests/properties/test_fast_ops.py`` runs it (and a planted difference).
+names an operator's class).  ``properties.fast_ops.fast_ops_problems`` checks it on drawn
+operators and records; ``tests/properties/test_fast_ops.py`` and the conformance CLI's ``fast ops``
+row run it (and planted differences).
 
 Who uses it: the benchmarks that measure speed with it say so in their rows; nothing in the
 semantics imports this module, and the facade does not plug it in by itself.
@@ -42,12 +44,10 @@ from typing import Any, TypeVar
 from zlib import crc32
 
 from zephon_ref.ops.base import BaseOp
-from zephon_ref.ops.pack import PackingAccumulator, PackSequences
 from zephon_ref.ops.tokenize import HashTokenizer, Tokenize
 from zephon_ref.types import SampleRecord
 
-__all__ = ["ID_TABLE_LIMIT", "FastOps", "FastPackSequences", "FastPackingAccumulator", "FastTokenize",
-           "iterate"]
+__all__ = ["ID_TABLE_LIMIT", "FastOps", "FastTokenize", "iterate"]
 
 #: Largest vocabulary whose ids a FastTokenize keeps as one tuple (about 4.7 MiB at the limit).
 ID_TABLE_LIMIT = 1 << 17
@@ -121,29 +121,6 @@ class FastTokenize(Tokenize):
         return out
 
 
-class FastPackingAccumulator(PackingAccumulator):
-    """``PackingAccumulator._length`` with the common case first; see the module docstring."""
-
-    def _length(self, rec: SampleRecord) -> int:
-        c = self.config
-        payload = rec.payload
-        if c.length_fn is None and type(payload) is dict:
-            value = payload.get("input_ids" if c.tokens_field == "auto" else c.tokens_field)
-            if type(value) is list:
-                return len(value)
-        return super()._length(rec)  # the plain definition (and its refusals)
-
-
-class FastPackSequences(PackSequences):
-    """``pack_sequences`` / ``pack_flat`` with :class:`FastPackingAccumulator`."""
-
-    ACCUMULATOR = FastPackingAccumulator
-
-    @classmethod
-    def from_plain(cls, op: PackSequences) -> FastPackSequences:
-        return _adopt(cls, op)
-
-
 class FastOps:
     """The faster operators, by exact plain type (a user's subclass keeps its own methods).
 
@@ -152,14 +129,11 @@ class FastOps:
     """
 
     #: what it swaps, for a benchmark row to say
-    SWAPS = ("tokenize (built-in tokenizer: one pass per record, interned ids)",
-             "pack_sequences / pack_flat (list token fields measured by len)")
+    SWAPS = ("tokenize (built-in tokenizer: one pass per record, interned ids)",)
 
     def operator(self, op: BaseOp) -> BaseOp:
         if type(op) is Tokenize:
             return FastTokenize.from_plain(op)
-        if type(op) is PackSequences:
-            return FastPackSequences.from_plain(op)
         return op
 
     def __repr__(self) -> str:

@@ -1086,9 +1086,6 @@ class PackSequences(BaseOp):
     """``pack_sequences(max_length, *, num_bins=None, ...)`` (envelope) and ``pack_flat``
     (``output="flat"``)."""
 
-    #: the accumulator class (a faster subclass enters here: zephon_ref.fast.ops)
-    ACCUMULATOR: ClassVar[type[PackingAccumulator]] = PackingAccumulator
-
     def __init__(
         self,
         max_length: int,
@@ -1169,7 +1166,7 @@ class PackSequences(BaseOp):
         return group_domain
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        acc = self.ACCUMULATOR(self.config, domain_of=self.domain_function(ctx))
+        acc = PackingAccumulator(self.config, domain_of=self.domain_function(ctx))
         acc.drops = ledger_of(ctx)
         return acc
 

@@ -351,7 +351,7 @@ class Tokenize(BaseOp):
     def _text_and_base(self, rec: SampleRecord) -> tuple[str, dict[str, Any]]:
         c = self.config
         payload = rec.payload
-        if type(payload) is not dict and not isinstance(payload, Mapping):
+        if not isinstance(payload, Mapping):
             return str(payload), {}
         if c.field in payload:
             text = payload[c.field]
@@ -366,7 +366,7 @@ class Tokenize(BaseOp):
                 )
             )
         base = dict(payload) if c.preserve_upstream_payload else {}
-        return (text if type(text) is str else str(text)), base
+        return str(text), base
 
     def _hf_kwargs(self) -> dict[str, Any]:
         c = self.config
