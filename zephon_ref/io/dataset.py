@@ -32,6 +32,10 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz"),
     "parquet": (".parquet",),
 }
+#: The formats read from a directory with an ``index.json`` (not from files by name).
+DIRECTORY_FORMATS: tuple[str, ...] = ("mds",)
+#: Every ``fmt`` :meth:`Dataset.from_path` accepts.
+READ_FORMATS: tuple[str, ...] = (*FORMATS, *DIRECTORY_FORMATS)
 
 
 class DatasetNotFound(ConfigError, FileNotFoundError):
@@ -264,28 +268,42 @@ class Dataset(_semantic.Dataset):
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
         """A dataset over a directory of JSONL (``.jsonl``, or compressed ``.jsonl.gz`` / ``.zst`` /
-        ``.bz2`` / ``.xz``) or ``.parquet`` files, or over one such file.
+        ``.bz2`` / ``.xz``) or ``.parquet`` files, or over one such file; or over an MDS directory.
 
-        One shard per file, in sorted file-name order, shard ids 0, 1, ...; subdirectories are not
-        read (as in zephon).  ``fmt`` None picks JSONL when the directory holds a ``.jsonl`` file,
-        else Parquet when it holds a ``.parquet`` file.
+        JSONL and Parquet: one shard per file, in sorted file-name order, shard ids 0, 1, ...;
+        subdirectories are not read (as in zephon).  MDS (``fmt="mds"``): a directory whose
+        ``index.json`` lists the shards (:mod:`zephon_ref.io.mds`).  ``fmt`` None reads the
+        directory's ``index.json`` when it has one (an MDS index is MDS, as zephon classifies it),
+        else picks JSONL when the directory holds a ``.jsonl`` file, else Parquet when it holds a
+        ``.parquet`` file.
         """
         if fmt is not None and not isinstance(fmt, str):
-            raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(FORMATS)}",
+            raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(READ_FORMATS)}",
                                            type(fmt).__name__))
-        if fmt is not None and fmt not in FORMATS:
-            raise ConfigError(expected("fmt", f"None or one of {sorted(FORMATS)} (the formats zephon_ref "
-                                       "reads)", fmt))
+        if fmt is not None and fmt not in READ_FORMATS:
+            raise ConfigError(expected("fmt", f"None or one of {sorted(READ_FORMATS)} (the formats "
+                                       "zephon_ref reads)", fmt))  # divergence D-49
         if not isinstance(name, str) or not name:
             raise ConfigError(expected("Dataset name", "a non-empty str", name))
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
         p = Path(path)
         if p.is_file():
+            if fmt in DIRECTORY_FORMATS:
+                raise ConfigError(expected("path", f"a directory (an {fmt} dataset)", str(path)))
             kind = fmt or next((k for k in FORMATS if _shard_files([p], k)), "jsonl")
             files = [p]
         elif p.is_dir():
             entries = sorted(p.iterdir())
+            if fmt is None:
+                fmt = _index_format(p)
+                if fmt is not None and fmt not in READ_FORMATS:
+                    raise ConfigError(expected(f"the dataset at {p}", f"one of {sorted(READ_FORMATS)} (the "
+                                               "formats zephon_ref reads)", f"a {fmt} index.json"))  # D-49
+            if fmt == "mds":
+                from zephon_ref.io.mds import mds_shards
+
+                return cls(name, dict(enumerate(mds_shards(p))), path=str(p))
             kind = fmt or next((k for k in FORMATS if _shard_files(entries, k)), "jsonl")
             # every entry named like a shard is one: a directory or a dangling link by that name is refused
             files = _shard_files(entries, kind)
@@ -299,6 +317,35 @@ class Dataset(_semantic.Dataset):
             raise ConfigError(expected("path", f"a directory holding at least one {names} file", str(path)))
         shard = JsonlShard if kind == "jsonl" else ParquetShard
         return cls(name, {i: shard(f) for i, f in enumerate(files)}, path=str(p))
+
+
+def _index_format(root: Path) -> str | None:
+    """The format ``root/index.json`` names, as zephon 0.2.0 classifies it, or None without one.
+
+    An object with ``chunks`` and ``config`` is LitData's; one with ``shards`` is MDS unless its
+    first shard names a JSONL file or carries Parquet row groups (a zephon index over those files,
+    which are then read as files); anything else is MDS.  Unparsable JSON is a ConfigError (zephon
+    raises JSONDecodeError, a ValueError).
+    """
+    f = root / "index.json"
+    if not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(expected(f"index {f}", "a JSON object", f"unreadable JSON ({exc})")) from exc
+    if isinstance(data, dict) and "chunks" in data and "config" in data:
+        return "litdata"
+    if isinstance(data, dict) and isinstance(data.get("shards"), list) and data["shards"]:
+        first = data["shards"][0]
+        if isinstance(first, dict):
+            extra = first.get("extra")
+            if isinstance(extra, dict) and "row_groups" in extra:
+                return "parquet"
+            base = first.get("basename")
+            if isinstance(base, str) and base.endswith(FORMATS["jsonl"]):
+                return "jsonl"
+    return "mds"
 
 
 def write_jsonl(datasets: Iterable[_semantic.Dataset], root: str | Path) -> Path:
