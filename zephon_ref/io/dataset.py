@@ -33,7 +33,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet",),
 }
 #: The formats read from a directory with an ``index.json`` (not from files by name).
-DIRECTORY_FORMATS: tuple[str, ...] = ("mds",)
+DIRECTORY_FORMATS: tuple[str, ...] = ("litdata", "mds")
 #: Every ``fmt`` :meth:`Dataset.from_path` accepts.
 READ_FORMATS: tuple[str, ...] = (*FORMATS, *DIRECTORY_FORMATS)
 
@@ -304,6 +304,11 @@ class Dataset(_semantic.Dataset):
                 from zephon_ref.io.mds import mds_shards
 
                 return cls(name, dict(enumerate(mds_shards(p))), path=str(p))
+            if fmt == "litdata":
+                from zephon_ref.io.litdata import litdata_shards
+                from zephon_ref.io.mds import _index
+
+                return cls(name, dict(enumerate(litdata_shards(p, _index(p, "LitData")))), path=str(p))
             kind = fmt or next((k for k in FORMATS if _shard_files(entries, k)), "jsonl")
             # every entry named like a shard is one: a directory or a dangling link by that name is refused
             files = _shard_files(entries, kind)

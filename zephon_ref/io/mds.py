@@ -41,15 +41,16 @@ _SHAPE_DTYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "uint64"}
 _COMPRESSIONS = ("gz", "bz2", "xz", "zstd")
 
 
-def _index(root: Path) -> Any:
+def _index(root: Path, kind: str = "MDS") -> Any:
     """``root/index.json`` parsed; its absence or bad JSON is a ConfigError (zephon: ValueError)."""
     f = root / "index.json"
     if not f.is_file():
-        raise ConfigError(expected(f"MDS dataset {root}", "an index.json file", "none (missing MDS index)"))
+        raise ConfigError(expected(f"{kind} dataset {root}", "an index.json file", f"none (missing {kind} "
+                                   "index)"))
     try:
         return json.loads(f.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(expected(f"MDS index {f}", "a JSON object", f"unreadable JSON ({exc})")) from exc
+        raise ConfigError(expected(f"{kind} index {f}", "a JSON object", f"unreadable JSON ({exc})")) from exc
 
 
 def _ndarray_decoder(encoding: str) -> Any:
