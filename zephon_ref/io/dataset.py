@@ -33,7 +33,7 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet",),
 }
 #: The formats read from a directory with an ``index.json`` (not from files by name).
-DIRECTORY_FORMATS: tuple[str, ...] = ("litdata", "mds")
+DIRECTORY_FORMATS: tuple[str, ...] = ("lance", "litdata", "mds")
 #: Every ``fmt`` :meth:`Dataset.from_path` accepts.
 READ_FORMATS: tuple[str, ...] = (*FORMATS, *DIRECTORY_FORMATS)
 
@@ -288,6 +288,11 @@ class Dataset(_semantic.Dataset):
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
         p = Path(path)
+        from zephon_ref.io.lance import is_manifest, lance_shards
+
+        if fmt in (None, "lance") and p.is_file() and is_manifest(p) or fmt == "lance" and p.is_dir():
+            pinned, fragments = lance_shards(p)
+            return cls(name, dict(enumerate(fragments)), path=pinned)
         if p.is_file():
             if fmt in DIRECTORY_FORMATS:
                 raise ConfigError(expected("path", f"a directory (an {fmt} dataset)", str(path)))
@@ -309,6 +314,10 @@ class Dataset(_semantic.Dataset):
                 from zephon_ref.io.mds import _index
 
                 return cls(name, dict(enumerate(litdata_shards(p, _index(p, "LitData")))), path=str(p))
+            if (fmt is None and not any(_shard_files(entries, k) for k in FORMATS)
+                    and (p / "_versions").is_dir()):
+                pinned, fragments = lance_shards(p)  # zephon probes for a Lance dataset last
+                return cls(name, dict(enumerate(fragments)), path=pinned)
             kind = fmt or next((k for k in FORMATS if _shard_files(entries, k)), "jsonl")
             # every entry named like a shard is one: a directory or a dangling link by that name is refused
             files = _shard_files(entries, kind)
