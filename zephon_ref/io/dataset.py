@@ -30,6 +30,7 @@ __all__ = ["Dataset", "DatasetNotFound", "JsonlShard", "ParquetShard", "write_js
 #: (JSONL plain or compressed, as zephon 0.2.0 reads them).
 FORMATS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz"),
+    "vortex": (".vortex",),  # before Parquet: zephon's detection order
     "parquet": (".parquet",),
 }
 #: The formats read from a directory with an ``index.json`` (not from files by name).
@@ -268,14 +269,17 @@ class Dataset(_semantic.Dataset):
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
         """A dataset over a directory of JSONL (``.jsonl``, or compressed ``.jsonl.gz`` / ``.zst`` /
-        ``.bz2`` / ``.xz``) or ``.parquet`` files, or over one such file; or over an MDS directory.
+        ``.bz2`` / ``.xz``), ``.vortex`` or ``.parquet`` files, or over one such file; or over an
+        MDS, LitData or Lance dataset.
 
-        JSONL and Parquet: one shard per file, in sorted file-name order, shard ids 0, 1, ...;
-        subdirectories are not read (as in zephon).  MDS (``fmt="mds"``): a directory whose
-        ``index.json`` lists the shards (:mod:`zephon_ref.io.mds`).  ``fmt`` None reads the
-        directory's ``index.json`` when it has one (an MDS index is MDS, as zephon classifies it),
-        else picks JSONL when the directory holds a ``.jsonl`` file, else Parquet when it holds a
-        ``.parquet`` file.
+        JSONL, Vortex and Parquet: one shard per file, in sorted file-name order, shard ids 0, 1,
+        ...; subdirectories are not read (as in zephon).  MDS (:mod:`zephon_ref.io.mds`) and LitData
+        (:mod:`zephon_ref.io.litdata`): a directory whose ``index.json`` lists the shards.  Lance
+        (:mod:`zephon_ref.io.lance`): a dataset directory (its latest version) or one version's
+        ``_versions/*.manifest`` file.  ``fmt`` None: a manifest file is Lance; a directory with an
+        ``index.json`` is the format the index names (as zephon classifies it), else JSONL when the
+        directory holds a JSONL file, else Vortex, else Parquet, else Lance when it has a
+        ``_versions/`` directory.
         """
         if fmt is not None and not isinstance(fmt, str):
             raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(READ_FORMATS)}",
@@ -329,6 +333,10 @@ class Dataset(_semantic.Dataset):
         if not files:
             names = " / ".join(FORMATS[kind])
             raise ConfigError(expected("path", f"a directory holding at least one {names} file", str(path)))
+        if kind == "vortex":
+            from zephon_ref.io.vortex import VortexShard
+
+            return cls(name, {i: VortexShard(f) for i, f in enumerate(files)}, path=str(p))
         shard = JsonlShard if kind == "jsonl" else ParquetShard
         return cls(name, {i: shard(f) for i, f in enumerate(files)}, path=str(p))
 
