@@ -41,6 +41,10 @@ def test_refusals(tmp_path: Path) -> None:
         Dataset.from_path(name="e", path=tmp_path / "empty", fmt="lance")
     with pytest.raises(ConfigError, match=r"\.parquet"):
         Dataset.from_path(name="e", path=tmp_path / "empty", fmt="parquet")
+    for remote in ("hf://org/data/train", "s3://bucket/prefix"):  # divergence D-49: no network
+        with pytest.raises(ConfigError, match="remote store") as info:
+            Dataset.from_path(name="r", path=remote)
+        assert not isinstance(info.value, FileNotFoundError)
 
 
 def test_a_file_changed_after_from_path_is_refused(tmp_path: Path) -> None:

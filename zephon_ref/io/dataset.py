@@ -15,13 +15,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
+from zephon_ref.io.cells import parquet_value as _parquet_value
+from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
 from zephon_ref.work import dataset as _semantic
 
 __all__ = ["Dataset", "DatasetNotFound", "JsonlShard", "ParquetShard", "write_jsonl", "write_parquet"]
@@ -64,19 +65,6 @@ def _decompress(path: Path, data: bytes) -> bytes:
     except (OSError, EOFError, ValueError) as exc:  # gzip/bz2/lzma/zstd errors
         raise ConfigError(expected(f"JSONL shard {path}", "a complete compressed file", str(exc))) from exc
     return data
-
-
-def _zstd_decompress(data: bytes) -> bytes:
-    try:
-        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
-    except ImportError:
-        try:
-            from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError as exc:
-            raise ConfigError(expected(".jsonl.zst shard", "a zstd module (Python 3.14, or pip install "
-                                       "backports.zstd)", "none installed")) from exc
-    out: bytes = zstd.decompress(data)
-    return out
 
 
 def _shard_files(entries: list[Path], kind: str) -> list[Path]:
@@ -182,36 +170,6 @@ def _pyarrow() -> Any:
     return pq
 
 
-def _numeric(t: Any) -> bool:
-    import pyarrow.types as pat
-
-    return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t))
-
-
-def _parquet_value(scalar: Any) -> Any:
-    """One cell as zephon 0.2.0 delivers it (found by running it; tests/conformance/test_parquet_rows.py).
-
-    null -> None; an integer or float column -> a numpy scalar of the column's type; a bool
-    column -> a Python bool; a list of integers, floats or bools with no null element -> a numpy
-    array of the element type; anything else (strings, bytes, structs, nested or null-holding
-    lists) -> the Python value (``as_py()``).
-    """
-    import pyarrow.types as pat
-
-    if not scalar.is_valid:
-        return None
-    t = scalar.type
-    if pat.is_boolean(t):
-        return bool(scalar.as_py())
-    if pat.is_integer(t) or pat.is_floating(t):
-        return np.array(scalar.as_py(), dtype=t.to_pandas_dtype())[()]
-    if (pat.is_list(t) or pat.is_large_list(t)) and _numeric(t.value_type):
-        values = scalar.values
-        if values.null_count == 0:
-            return values.to_numpy(zero_copy_only=False).astype(t.value_type.to_pandas_dtype(), copy=True)
-    return scalar.as_py()
-
-
 class ParquetShard:
     """One Parquet file: its row count read from the footer at construction, rows read lazily.
 
@@ -291,6 +249,9 @@ class Dataset(_semantic.Dataset):
             raise ConfigError(expected("Dataset name", "a non-empty str", name))
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
+        if isinstance(path, str) and len(urllib.parse.urlparse(path).scheme) > 1:  # not a drive letter
+            raise ConfigError(expected("path", "a local file or directory (zephon_ref reads no remote store)",
+                                       path))  # divergence D-49
         p = Path(path)
         from zephon_ref.io.lance import is_manifest, lance_shards
 
@@ -326,10 +287,9 @@ class Dataset(_semantic.Dataset):
             # every entry named like a shard is one: a directory or a dangling link by that name is refused
             files = _shard_files(entries, kind)
         elif not p.exists():  # a dangling link too
-            raise DatasetNotFound(expected("path", "an existing JSONL or Parquet file or directory",
-                                           str(path)))
+            raise DatasetNotFound(expected("path", "an existing file or directory", str(path)))
         else:
-            raise ConfigError(expected("path", "a JSONL or Parquet file or a directory", str(path)))
+            raise ConfigError(expected("path", "a regular file or a directory", str(path)))
         if not files:
             names = " / ".join(FORMATS[kind])
             raise ConfigError(expected("path", f"a directory holding at least one {names} file", str(path)))

@@ -11,7 +11,7 @@ datasets with ``lance.write_dataset`` (appends and deletions included) and readi
 * a shard's count is its live rows (deleted rows are not read) and its ``raw_bytes`` the size of
   its data files;
 * rows in fragment order, each a dict of the columns with Parquet's cell values
-  (:func:`zephon_ref.io.dataset._parquet_value`).
+  (:func:`zephon_ref.io.cells.parquet_value`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class LanceShard:
 
     def _load(self) -> list[Any]:
         if self._rows is None:
-            from zephon_ref.io.dataset import _parquet_value
+            from zephon_ref.io.cells import parquet_value as _parquet_value
 
             table = self._fragment.to_table()
             if table.num_rows != self._count:

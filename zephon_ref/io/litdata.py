@@ -119,7 +119,7 @@ class LitDataShard:
                 raise ContractError(expected(f"LitData chunk {self._file}", "a readable file (named by the "
                                              "index)", str(exc))) from exc
             if self._compressed:
-                from zephon_ref.io.dataset import _zstd_decompress
+                from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
 
                 data = _zstd_decompress(data)
             n = int(np.frombuffer(data, "<u4", 1)[0])

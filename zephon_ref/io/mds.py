@@ -117,7 +117,7 @@ def _decompress(kind: str, data: bytes) -> bytes:
         import lzma
 
         return lzma.decompress(data)
-    from zephon_ref.io.dataset import _zstd_decompress
+    from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
 
     return _zstd_decompress(data)
 

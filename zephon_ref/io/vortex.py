@@ -4,7 +4,7 @@ One shard per ``.vortex`` file of the directory (or the one file given), in sort
 order, as JSONL and Parquet; with ``fmt=None`` a directory is Vortex when it holds a ``.vortex``
 file and no JSONL file (zephon detects JSONL, then Vortex, then Parquet).  A shard's count is the
 file's row count, its ``raw_bytes`` the file's size, its rows dicts of the columns with Parquet's
-cell values (:func:`zephon_ref.io.dataset._parquet_value`); learned by writing files with
+cell values (:func:`zephon_ref.io.cells.parquet_value`); learned by writing files with
 ``vortex.io.write`` and reading them with zephon 0.2.0 (tests/conformance/test_vortex_rows.py).
 """
 
@@ -54,7 +54,7 @@ class VortexShard:
 
     def _load(self) -> list[Any]:
         if self._rows is None:
-            from zephon_ref.io.dataset import _parquet_value
+            from zephon_ref.io.cells import parquet_value as _parquet_value
 
             try:
                 table = _vortex().open(str(self._path)).to_arrow().read_all()
