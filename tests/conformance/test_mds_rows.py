@@ -153,3 +153,41 @@ def test_mds_refusals_share_zephons_builtins(tmp_path: Path) -> None:
                 z.Dataset.from_path(name="x", path=str(tmp_path / where), fmt=fmt)
         with pytest.raises(zephon_ref.errors.ConfigError):
             zephon_ref.Dataset.from_path(name="x", path=str(tmp_path / where), fmt=fmt)
+
+
+def image_view(v: Any) -> Any:
+    """An image as (class, mode, size, file format, pixels); a list of them item by item."""
+    if isinstance(v, list):
+        return [image_view(x) for x in v]
+    return (type(v).__name__, v.mode, v.size, v.format, v.tobytes())
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_mds_image_columns_equal_zephons(tmp_path: Path) -> None:
+    """pil, jpeg, png and their lists: the same Pillow image classes, modes, sizes, formats and pixels."""
+    _streaming()
+    pil = pytest.importorskip("PIL.Image", reason="Pillow not installed")
+    import zephon
+    from streaming import MDSWriter
+
+    rng = np.random.default_rng(3)
+    cols = {"p": "pil", "j": "jpeg", "g": "png", "lp": "list[pil]", "lj": "list[jpeg]", "lg": "list[png]"}
+    with MDSWriter(out=str(tmp_path / "img"), columns=cols, size_limit=3000) as w:
+        for k in range(5):
+            h, wd = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+            im = pil.fromarray(rng.integers(0, 256, size=(h, wd, 3)).astype(np.uint8))
+            gray = im.convert("L")
+            w.write({"p": gray if k % 2 else im, "j": im, "g": gray, "lp": [im, gray][: 1 + k % 2],
+                     "lj": [im] * k, "lg": [gray, im]})
+
+    def stream(z: Any) -> list[Any]:
+        d = z.Dataset.from_path(name="img", path=str(tmp_path / "img"))
+        src = z.StaticMixtureWorkSource([d], {"img": 1.0}, chunk_size=1, seed=4, exhausted_policy="stop")
+        recs = [(tuple(r.meta.sample_id), {c: image_view(v) for c, v in r.payload.items()})
+                for r in z.Pipeline(src)]
+        return [d.counts().tolist(), *recs]
+
+    ours, theirs = stream(zephon_ref), stream(zephon)
+    assert len(ours) == 6 and len(ours[0]) > 1
+    assert ours == theirs

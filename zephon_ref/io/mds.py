@@ -14,8 +14,10 @@ No library is needed: the file layout (facts of the format, learned by writing d
   Python int (int64), ``uint8`` ... ``float64`` as a numpy scalar, ``str_int`` / ``str_float``
   / ``str_decimal`` as int / float / Decimal, ``json`` as ``json.loads``, ``pkl`` as
   ``pickle.loads`` (as zephon and Streaming do: read only datasets you trust), ``ndarray`` (with
-  optional ``:dtype[:shape]``) as a read-only numpy array; image encodings (``pil``, ``jpeg``,
-  ``png``, their lists) are refused at ``from_path``.
+  optional ``:dtype[:shape]``) as a read-only numpy array, ``pil`` / ``jpeg`` / ``png`` as a
+  Pillow image (Pillow imported only then), ``list[pil]`` / ``list[jpeg]`` / ``list[png]`` as a
+  list of them; ``jpeg_array`` is refused at ``from_path`` (D-49: zephon 0.2.0 fails to read what
+  Streaming 0.13.0 writes for it).
 """
 
 from __future__ import annotations
@@ -78,6 +80,27 @@ def _ndarray_decoder(encoding: str) -> Any:
     return decode
 
 
+def _image_decoder(encoding: str) -> Any:
+    """``pil``: ``uint32`` width, height and mode length, the mode, the raw pixels -> a PIL Image;
+    ``jpeg`` / ``png``: the image file's bytes -> the image Pillow opens (lazily decoded)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise ConfigError(expected(f"MDS column encoding {encoding!r}", "Pillow installed (pip install "
+                                   "pillow)", f"ImportError: {exc}")) from exc
+    if encoding != "pil":
+        import io
+
+        return lambda b: Image.open(io.BytesIO(b))
+
+    def decode(data: bytes) -> Any:
+        width, height, mode_len = np.frombuffer(data, "<u4", 3).tolist()
+        mode = data[12:12 + mode_len].decode("utf-8")
+        return Image.frombytes(mode, (width, height), data[12 + mode_len:])
+
+    return decode
+
+
 def _decoder(encoding: str) -> Any:
     """The function turning one column's bytes into zephon's value, or a ConfigError for an unknown one."""
     if encoding == "bytes":
@@ -100,8 +123,24 @@ def _decoder(encoding: str) -> Any:
         return pickle.loads
     if encoding == "ndarray" or encoding.startswith("ndarray:"):
         return _ndarray_decoder(encoding)
+    if encoding in ("pil", "jpeg", "png"):
+        return _image_decoder(encoding)
+    if encoding in ("list[pil]", "list[jpeg]", "list[png]"):
+        one = _image_decoder(encoding[5:-1])
+
+        def decode_list(data: bytes) -> list[Any]:
+            # a 4-byte placeholder, uint32 n, n uint32 sizes, then the n images' bytes
+            n = int(np.frombuffer(data, "<u4", 1, 4)[0])
+            pos, out = 8 + 4 * n, []
+            for size in np.frombuffer(data, "<u4", n, 8).tolist():
+                out.append(one(data[pos:pos + size]))
+                pos += size
+            return out
+
+        return decode_list
     raise ConfigError(expected("MDS column encoding", "bytes, str, int, a numpy scalar type, str_int, "
-                               "str_float, str_decimal, json, pkl or ndarray[:dtype[:shape]]", encoding))
+                               "str_float, str_decimal, json, pkl, ndarray[:dtype[:shape]], pil, jpeg, "
+                               "png or list[pil|jpeg|png]", encoding))  # divergence D-49
 
 
 def _decompress(kind: str, data: bytes) -> bytes:
