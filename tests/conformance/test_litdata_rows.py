@@ -145,3 +145,26 @@ def test_litdata_refusals_share_zephons_builtins(tmp_path: Path) -> None:
                 z.Dataset.from_path(name="x", path=str(tmp_path / where), fmt="litdata")
         with pytest.raises(zephon_ref.errors.ConfigError):
             zephon_ref.Dataset.from_path(name="x", path=str(tmp_path / where), fmt="litdata")
+
+
+@pytest.mark.conformance
+@pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
+def test_a_framed_compressed_chunk_is_refused_at_from_path(tmp_path: Path) -> None:
+    """litdata 0.2.76's zstd-compressed chunks are framed (LDFZ): zephon fails at the first read with
+    ValueError, zephon_ref refuses them at from_path with a ConfigError (a ValueError; divergence D-49)."""
+    import zephon
+    from litdata.streaming.writer import BinaryWriter
+
+    w = BinaryWriter(str(tmp_path / "z"), chunk_size=3, compression="zstd")
+    rng = np.random.default_rng(1)
+    for k in range(10):  # (litdata leaves a tiny chunk plain)
+        w.add_item(k, item(rng, 0, k, "int32"))
+    w.done()
+    w.merge()
+    assert sorted((tmp_path / "z").glob("*.bin"))[0].read_bytes()[:4] == b"LDFZ"
+    d = zephon.Dataset.from_path(name="z", path=str(tmp_path / "z"))
+    src = zephon.StaticMixtureWorkSource([d], {"z": 1.0}, chunk_size=1, seed=1, exhausted_policy="stop")
+    with pytest.raises(ValueError):
+        list(zephon.Pipeline(src))
+    with pytest.raises(zephon_ref.errors.ConfigError, match="LDFZ"):
+        zephon_ref.Dataset.from_path(name="z", path=str(tmp_path / "z"))

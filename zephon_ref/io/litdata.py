@@ -99,9 +99,21 @@ class LitDataShard:
         # zstd-compressed as a whole when the file is named so (litdata's BinaryWriter with
         # compression="zstd" writes plain .bin chunks, and zephon reads them plainly)
         self._compressed = self._file.name.endswith(".zst")
+        if not self._compressed and self._framed():
+            # litdata 0.2.76's optimize(compression=...) writes framed ".bin" chunks ("LDFZ" magic),
+            # which zephon 0.2.0 fails to read (ValueError at the first read): refused at from_path
+            raise ConfigError(expected(f"{where} {chunk['filename']}", "a plain or whole-chunk zstd "
+                                       "(.bin.zst) chunk", "a framed compressed chunk (LDFZ)"))  # D-49
         self._spec = spec
         self._decoders = decoders
         self._rows: list[Any] | None = None
+
+    def _framed(self) -> bool:
+        try:
+            with self._file.open("rb") as fh:
+                return fh.read(4) == b"LDFZ"
+        except OSError:
+            return False  # a missing chunk fails at its first read, as in zephon
 
     def __len__(self) -> int:
         return self._count
