@@ -35,10 +35,16 @@ def test_refusals(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match=r"\.jsonl"):
         Dataset.from_path(name="e", path=tmp_path / "empty")
-    with pytest.raises(ConfigError, match="parquet"):
+    with pytest.raises(ConfigError, match="parquet"):  # a format zephon does not read either
+        Dataset.from_path(name="e", path=tmp_path / "empty", fmt="tfrecord")
+    with pytest.raises(ConfigError, match="_versions"):  # Lance is read now: an empty directory is no dataset
         Dataset.from_path(name="e", path=tmp_path / "empty", fmt="lance")
     with pytest.raises(ConfigError, match=r"\.parquet"):
         Dataset.from_path(name="e", path=tmp_path / "empty", fmt="parquet")
+    for remote in ("hf://org/data/train", "s3://bucket/prefix"):  # divergence D-49: no network
+        with pytest.raises(ConfigError, match="remote store") as info:
+            Dataset.from_path(name="r", path=remote)
+        assert not isinstance(info.value, FileNotFoundError)
 
 
 def test_a_file_changed_after_from_path_is_refused(tmp_path: Path) -> None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
+from zephon_ref.io.cells import parquet_value as _parquet_value
+from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
 from zephon_ref.work import dataset as _semantic
 
 __all__ = ["Dataset", "DatasetNotFound", "JsonlShard", "ParquetShard", "write_jsonl", "write_parquet"]
@@ -30,8 +31,13 @@ __all__ = ["Dataset", "DatasetNotFound", "JsonlShard", "ParquetShard", "write_js
 #: (JSONL plain or compressed, as zephon 0.2.0 reads them).
 FORMATS: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".jsonl.gz", ".jsonl.zst", ".jsonl.bz2", ".jsonl.xz"),
+    "vortex": (".vortex",),  # before Parquet: zephon's detection order
     "parquet": (".parquet",),
 }
+#: The formats read from a directory with an ``index.json`` (not from files by name).
+DIRECTORY_FORMATS: tuple[str, ...] = ("lance", "litdata", "mds")
+#: Every ``fmt`` :meth:`Dataset.from_path` accepts.
+READ_FORMATS: tuple[str, ...] = (*FORMATS, *DIRECTORY_FORMATS)
 
 
 class DatasetNotFound(ConfigError, FileNotFoundError):
@@ -59,19 +65,6 @@ def _decompress(path: Path, data: bytes) -> bytes:
     except (OSError, EOFError, ValueError) as exc:  # gzip/bz2/lzma/zstd errors
         raise ConfigError(expected(f"JSONL shard {path}", "a complete compressed file", str(exc))) from exc
     return data
-
-
-def _zstd_decompress(data: bytes) -> bytes:
-    try:
-        from compression import zstd  # type: ignore[import-not-found,unused-ignore]  # Python 3.14
-    except ImportError:
-        try:
-            from backports import zstd  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError as exc:
-            raise ConfigError(expected(".jsonl.zst shard", "a zstd module (Python 3.14, or pip install "
-                                       "backports.zstd)", "none installed")) from exc
-    out: bytes = zstd.decompress(data)
-    return out
 
 
 def _shard_files(entries: list[Path], kind: str) -> list[Path]:
@@ -177,36 +170,6 @@ def _pyarrow() -> Any:
     return pq
 
 
-def _numeric(t: Any) -> bool:
-    import pyarrow.types as pat
-
-    return bool(pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t))
-
-
-def _parquet_value(scalar: Any) -> Any:
-    """One cell as zephon 0.2.0 delivers it (found by running it; tests/conformance/test_parquet_rows.py).
-
-    null -> None; an integer or float column -> a numpy scalar of the column's type; a bool
-    column -> a Python bool; a list of integers, floats or bools with no null element -> a numpy
-    array of the element type; anything else (strings, bytes, structs, nested or null-holding
-    lists) -> the Python value (``as_py()``).
-    """
-    import pyarrow.types as pat
-
-    if not scalar.is_valid:
-        return None
-    t = scalar.type
-    if pat.is_boolean(t):
-        return bool(scalar.as_py())
-    if pat.is_integer(t) or pat.is_floating(t):
-        return np.array(scalar.as_py(), dtype=t.to_pandas_dtype())[()]
-    if (pat.is_list(t) or pat.is_large_list(t)) and _numeric(t.value_type):
-        values = scalar.values
-        if values.null_count == 0:
-            return values.to_numpy(zero_copy_only=False).astype(t.value_type.to_pandas_dtype(), copy=True)
-    return scalar.as_py()
-
-
 class ParquetShard:
     """One Parquet file: its row count read from the footer at construction, rows read lazily.
 
@@ -264,41 +227,107 @@ class Dataset(_semantic.Dataset):
     @classmethod
     def from_path(cls, name: str, path: str | os.PathLike[str], *, fmt: str | None = None) -> Dataset:
         """A dataset over a directory of JSONL (``.jsonl``, or compressed ``.jsonl.gz`` / ``.zst`` /
-        ``.bz2`` / ``.xz``) or ``.parquet`` files, or over one such file.
+        ``.bz2`` / ``.xz``), ``.vortex`` or ``.parquet`` files, or over one such file; or over an
+        MDS, LitData or Lance dataset.
 
-        One shard per file, in sorted file-name order, shard ids 0, 1, ...; subdirectories are not
-        read (as in zephon).  ``fmt`` None picks JSONL when the directory holds a ``.jsonl`` file,
-        else Parquet when it holds a ``.parquet`` file.
+        JSONL, Vortex and Parquet: one shard per file, in sorted file-name order, shard ids 0, 1,
+        ...; subdirectories are not read (as in zephon).  MDS (:mod:`zephon_ref.io.mds`) and LitData
+        (:mod:`zephon_ref.io.litdata`): a directory whose ``index.json`` lists the shards.  Lance
+        (:mod:`zephon_ref.io.lance`): a dataset directory (its latest version) or one version's
+        ``_versions/*.manifest`` file.  ``fmt`` None: a manifest file is Lance; a directory with an
+        ``index.json`` is the format the index names (as zephon classifies it), else JSONL when the
+        directory holds a JSONL file, else Vortex, else Parquet, else Lance when it has a
+        ``_versions/`` directory.
         """
         if fmt is not None and not isinstance(fmt, str):
-            raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(FORMATS)}",
+            raise ConfigTypeError(expected("fmt", f"None or a str, one of {sorted(READ_FORMATS)}",
                                            type(fmt).__name__))
-        if fmt is not None and fmt not in FORMATS:
-            raise ConfigError(expected("fmt", f"None or one of {sorted(FORMATS)} (the formats zephon_ref "
-                                       "reads)", fmt))
+        if fmt is not None and fmt not in READ_FORMATS:
+            raise ConfigError(expected("fmt", f"None or one of {sorted(READ_FORMATS)} (the formats "
+                                       "zephon_ref reads)", fmt))  # divergence D-49
         if not isinstance(name, str) or not name:
             raise ConfigError(expected("Dataset name", "a non-empty str", name))
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigTypeError(expected("path", "a str or os.PathLike", type(path).__name__))
+        if isinstance(path, str) and len(urllib.parse.urlparse(path).scheme) > 1:  # not a drive letter
+            raise ConfigError(expected("path", "a local file or directory (zephon_ref reads no remote store)",
+                                       path))  # divergence D-49
         p = Path(path)
+        from zephon_ref.io.lance import is_manifest, lance_shards
+
+        if fmt in (None, "lance") and p.is_file() and is_manifest(p) or fmt == "lance" and p.is_dir():
+            pinned, fragments = lance_shards(p)
+            return cls(name, dict(enumerate(fragments)), path=pinned)
         if p.is_file():
+            if fmt in DIRECTORY_FORMATS:
+                raise ConfigError(expected("path", f"a directory (an {fmt} dataset)", str(path)))
             kind = fmt or next((k for k in FORMATS if _shard_files([p], k)), "jsonl")
             files = [p]
         elif p.is_dir():
             entries = sorted(p.iterdir())
+            if fmt is None:
+                fmt = _index_format(p)
+                if fmt is not None and fmt not in READ_FORMATS:
+                    raise ConfigError(expected(f"the dataset at {p}", f"one of {sorted(READ_FORMATS)} (the "
+                                               "formats zephon_ref reads)", f"a {fmt} index.json"))  # D-49
+            if fmt == "mds":
+                from zephon_ref.io.mds import mds_shards
+
+                return cls(name, dict(enumerate(mds_shards(p))), path=str(p))
+            if fmt == "litdata":
+                from zephon_ref.io.litdata import litdata_shards
+                from zephon_ref.io.mds import _index
+
+                return cls(name, dict(enumerate(litdata_shards(p, _index(p, "LitData")))), path=str(p))
+            if (fmt is None and not any(_shard_files(entries, k) for k in FORMATS)
+                    and (p / "_versions").is_dir()):
+                pinned, fragments = lance_shards(p)  # zephon probes for a Lance dataset last
+                return cls(name, dict(enumerate(fragments)), path=pinned)
             kind = fmt or next((k for k in FORMATS if _shard_files(entries, k)), "jsonl")
             # every entry named like a shard is one: a directory or a dangling link by that name is refused
             files = _shard_files(entries, kind)
         elif not p.exists():  # a dangling link too
-            raise DatasetNotFound(expected("path", "an existing JSONL or Parquet file or directory",
-                                           str(path)))
+            raise DatasetNotFound(expected("path", "an existing file or directory", str(path)))
         else:
-            raise ConfigError(expected("path", "a JSONL or Parquet file or a directory", str(path)))
+            raise ConfigError(expected("path", "a regular file or a directory", str(path)))
         if not files:
             names = " / ".join(FORMATS[kind])
             raise ConfigError(expected("path", f"a directory holding at least one {names} file", str(path)))
+        if kind == "vortex":
+            from zephon_ref.io.vortex import VortexShard
+
+            return cls(name, {i: VortexShard(f) for i, f in enumerate(files)}, path=str(p))
         shard = JsonlShard if kind == "jsonl" else ParquetShard
         return cls(name, {i: shard(f) for i, f in enumerate(files)}, path=str(p))
+
+
+def _index_format(root: Path) -> str | None:
+    """The format ``root/index.json`` names, as zephon 0.2.0 classifies it, or None without one.
+
+    An object with ``chunks`` and ``config`` is LitData's; one with ``shards`` is MDS unless its
+    first shard names a JSONL file or carries Parquet row groups (a zephon index over those files,
+    which are then read as files); anything else is MDS.  Unparsable JSON is a ConfigError (zephon
+    raises JSONDecodeError, a ValueError).
+    """
+    f = root / "index.json"
+    if not f.is_file():
+        return None
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(expected(f"index {f}", "a JSON object", f"unreadable JSON ({exc})")) from exc
+    if isinstance(data, dict) and "chunks" in data and "config" in data:
+        return "litdata"
+    if isinstance(data, dict) and isinstance(data.get("shards"), list) and data["shards"]:
+        first = data["shards"][0]
+        if isinstance(first, dict):
+            extra = first.get("extra")
+            if isinstance(extra, dict) and "row_groups" in extra:
+                return "parquet"
+            base = first.get("basename")
+            if isinstance(base, str) and base.endswith(FORMATS["jsonl"]):
+                return "jsonl"
+    return "mds"
 
 
 def write_jsonl(datasets: Iterable[_semantic.Dataset], root: str | Path) -> Path:
