@@ -203,29 +203,15 @@ END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
     "pack_sequences": {"pack_payloads": ("callable", "'numpy_array'"),
                        # first/best fit refuse an oversized record at run time: an error, not a stream
                        "drop_oversized": ("False",),
-                       # the operator row draws groups (properties.op_units); drawn here, they would
-                       # change the end-to-end draw sequence, and the sentinel mutant of
-                       # tests/quality/test_mutants.py is caught only at example 79 of 80 of the sequence as
-                       # it is (stop 38's note): it survived the changed sequence (measured in h/gen)
-                       "groups": ("DomainGroups",)},
+                       },
 }
 #: (method, knob, value class) rows the end-to-end pipelines never draw, though their classes are not
 #: excluded, each with its reason: tests/properties/test_generator_coverage.py requires each to stay
 #: undrawn (a stale entry fails)
-END_TO_END_UNDRAWN: dict[tuple[str, str, str], str] = {
-    ("pack_sequences", "homogeneity", "'group'"): "the builder refuses it without groups=, which the "
-                                                  "end-to-end draws leave out (END_TO_END_EXCLUDED); the "
-                                                  "operator row draws both",
-}
+END_TO_END_UNDRAWN: dict[tuple[str, str, str], str] = {}
 #: (method, knob) pairs the end-to-end pipelines draw in some derandomized sequences and not in others
 #: (not checked either way), each with its reason
-END_TO_END_RARELY_DRAWN: dict[tuple[str, str], str] = {
-    ("pack_sequences", k): "meaningful only under algorithm='best_fit_wrap' with num_bins=None: the "
-                           "end-to-end chains draw without the generator's mode_aware repair (it would "
-                           "change their draw sequence: see END_TO_END_EXCLUDED); the operator row draws "
-                           "it in most best_fit_wrap calls"
-    for k in ("candidate_pool_size", "max_candidate_age")
-}
+END_TO_END_RARELY_DRAWN: dict[tuple[str, str], str] = {}
 #: where a method sits in an end-to-end chain (a method not named here: before batch, by name)
 CHAIN_ORDER = ("map_transform", "pack_sequences", "shuffle", "ensure_mixture")
 
@@ -263,7 +249,7 @@ def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, ran
         if m == "pack_sequences" and not random_packing:
             exclude["shuffle_strategy"] = ("'random'",)
         chain.append(draw(gen.op_call(table[m], ctx={"components": names}, validate=validate,
-                                      exclude=exclude)))
+                                      exclude=exclude, mode_aware=True)))
     return chain
 
 
