@@ -39,7 +39,9 @@ problem:
 5. an admitted offset that never closes is one the configuration documents as
    discarded (:func:`discard_reason`): an empty record or an oversized one under
    first_fit/best_fit packing (dropped with a tombstone), wrap's trailing tokens at a
-   flush (under ``max_length`` tokens per lane and flush), records of a partial batch
+   flush (under ``max_length`` tokens per lane and flush), the records of a micro-batch that a
+   dropping ``map_batch`` (a transform marked ``drops_batches``, ``drop_none=True``) returned None
+   for (with tombstones), records of a partial batch
    under ``batch(drop_last=True)`` (under ``microbatch_size`` batches' worth per lane and
    flush), or anything under strict ``ensure_mixture(max_buffer_size=None)``; with
    ``batch(drop_last=False)`` nothing may be missing;
@@ -224,6 +226,13 @@ def _ops(cfg: PipelineConfig) -> dict[str, Mapping[str, Any]]:
     return {m: kw for m, kw in cfg.chain}
 
 
+def _map_batch_drops(ops: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A ``map_batch`` whose transform may return None (marked ``drops_batches``) under drop_none=True."""
+    mb = ops.get("map_batch")
+    return mb is not None and mb.get("drop_none", True) and bool(getattr(mb["transform_fn"], "drops_batches",
+                                                                         False))
+
+
 def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     """Why ``cfg`` may discard a sample with these tokens without delivering it whole (None: it
     must close in a delivered record)."""
@@ -244,6 +253,8 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
             return "oversized record (dropped with a tombstone)"
         if pack.get("algorithm") == "wrap":
             return "wrap's trailing tokens at a flush"
+    if _map_batch_drops(ops):  # which micro-batches it drops depends on where a record lands, not on tokens
+        return "a micro-batch map_batch dropped (drop_none=True: tombstones)"
     batch = ops.get("batch")
     if batch is not None and batch.get("drop_last", True):
         return "a partial batch under drop_last=True"
@@ -253,7 +264,7 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     return None
 
 
-def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int, tuple[int, ...]]]:
+def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int | None, tuple[int, ...]]]:
     """``(contributor cursor, closes, start in tokens, tokens)`` per segment of a record."""
     lane, cursor, contributors, payload = rec
     lineage = tuple(cursor[2])
@@ -264,9 +275,12 @@ def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int, tuple[int, .
         segs = list(payload)
     else:
         segs = [payload]
-    out = []
+    out: list[tuple[Any, bool, int | None, tuple[int, ...]]] = []
     for i, ((ccur, closes), seg) in enumerate(zip(contributors, segs, strict=True)):
-        start = int(lineage[-1]) if i == 0 and lineage else 0
+        # the record's lineage is its first segment's start in tokens; a later segment is a head (0) or,
+        # when it closes its offset, the offset's last tokens (None: its start is the sample's length less
+        # its own; best_fit_wrap places a tail after another record's segment)
+        start = int(lineage[-1]) if i == 0 and lineage else (None if closes and i > 0 else 0)
         out.append((ccur, bool(closes), start, tuple(seg)))
     return out
 
@@ -318,7 +332,8 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                         f"chunk {cid} holds {chunks[cid][off]} there"
                     )
                 continue
-            frags.setdefault((lane, cid, off), []).append((start, toks, i))
+            at = len(exp.tokens[sid]) - len(toks) if start is None else start
+            frags.setdefault((lane, cid, off), []).append((at, toks, i))
     problems += bad + dup_cursor
 
     # 3. closed at most once (and 5's input: what never closed)
@@ -333,7 +348,8 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     # 4. content conservation (a partial batch dropped under drop_last=True may hold any fragment)
     unclosed_sets = {lane: frozenset(v) for lane, v in unclosed.items()}
     batch_op = ops.get("batch")
-    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True)
+    # (the packs of a micro-batch a dropping map_batch returned None for, too)
+    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True) or _map_batch_drops(ops)
     shown = 0
     for (lane, cid, off), fs in sorted(frags.items()):
         want = exp.tokens[exp.lanes[lane][cid][off]]

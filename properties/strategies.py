@@ -190,8 +190,6 @@ END_TO_END_SKIPS: dict[str, str] = {
     "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens "
                      "through the crc tokenizer map only; the operator row draws it with the tiny offline HF "
                      "tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
-    "map_batch": "runs after batch() only, and the chain builder places every method before batch; the "
-                 "operator row draws it over the micro-batches of a drawn batch call",
     "pack_flat": "a second packer: the chain builder does not yet keep one packer per chain (pack_flat after "
                  "pack_sequences sees envelopes), and the lineage row's model has no flat rows; the operator "
                  "row draws it",
@@ -222,13 +220,15 @@ def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, ran
                     weights: Any = None) -> list[tuple[str, dict[str, Any]]]:
     """An operator chain drawn from the API (:mod:`properties.generator`): a subset of the data
     methods (without :data:`END_TO_END_SKIPS`), each call drawn knob by knob and checked by the
-    builder on a small source of the same datasets; ``batch`` last."""
+    builder on a small source of the same datasets; ``batch`` last, then ``map_batch`` (drawn only after
+    a batch)."""
     from properties import generator as gen
 
     table = gen.api()
     methods = [m for m in gen.drawn_methods() if m not in END_TO_END_SKIPS]
     rank = {m: i for i, m in enumerate(CHAIN_ORDER)}
-    methods.sort(key=lambda m: (m == "batch", rank.get(m, len(rank)), m))
+    # batch last but for map_batch, which runs after it (and only with it)
+    methods.sort(key=lambda m: (m == "map_batch", m == "batch", rank.get(m, len(rank)), m))
     probe = PipelineConfig(chain=[], layout={n: (4,) for n in names}, weights={n: 1.0 for n in names},
                            source_kwargs={"chunk_size": 1, "seed": 0,
                                           **({"token_estimation": source_kwargs["token_estimation"]}
@@ -243,7 +243,7 @@ def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, ran
     validate = gen.refused_by_builder(make)
     chain: list[tuple[str, dict[str, Any]]] = []
     for m in methods:
-        if not draw(st.booleans()):
+        if not draw(st.booleans()) or (m == "map_batch" and not any(c == "batch" for c, _ in chain)):
             continue
         exclude = dict(END_TO_END_EXCLUDED.get(m, {}))
         if m == "pack_sequences" and not random_packing:
