@@ -179,20 +179,30 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
 #: builder methods the end-to-end pipelines do not draw, each with its reason (the operator row draws
 #: every method: properties.op_units)
 END_TO_END_SKIPS: dict[str, str] = {
-    "tokenize": "the suite's crc tokenizer map stands in (the lineage row knows each sample's tokens "
-                "through it); split children's token offsets are not in its model yet",
-    "stateful_transform": "a user state machine: its callables are the operator row's (properties.op_units)",
-    "decode_text": "the suite's corpora hold str text and token lists, no bytes fields, and the lineage row "
-                   "knows each sample's tokens from its text (lowercase would change them); the operator row "
-                   "draws it over bytes payloads (properties.op_units.bytes_payloads)",
-    "expand_chat": "the suite's corpora hold no conversations; the operator row draws it over chat payloads "
+    "tokenize": "the suite's pipelines tokenize ahead of the chain (build_pipeline's "
+                "map_transform(crc_tokens), the lineage row's token model): records reaching the chain "
+                "hold input_ids and no text, so a tokenize in the chain has no field to read; tokenizing "
+                "in place of that map would need the lineage model to name each split child's token "
+                "offset (split_long_samples names a child by its index, not its start in tokens); the "
+                "operator row draws it",
+    "stateful_transform": "its drawn fan-out names a child by its index (spawn_child), while the lineage "
+                          "row's model reads a record's last lineage element as its start in tokens "
+                          "(wrap's fragments); a packer after the fan-out nests a second level the model "
+                          "cannot place; the operator row draws it (exactly-once closure, flush resets)",
+    "decode_text": "it reads bytes fields, and the suite's corpora reach the chain as crc token lists "
+                   "(the lineage model knows each sample's tokens from its str text): no field for it to "
+                   "decode; the operator row draws it over bytes payloads "
+                   "(properties.op_units.bytes_payloads)",
+    "expand_chat": "the suite's corpora hold no conversations (a sample's tokens are its text's crc "
+                   "tokens); the operator row draws it over chat payloads "
                    "(properties.op_units.chat_payloads)",
-    "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens "
-                     "through the crc tokenizer map only; the operator row draws it with the tiny offline HF "
-                     "tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
-    "pack_flat": "a second packer: the chain builder does not yet keep one packer per chain (pack_flat after "
-                 "pack_sequences sees envelopes), and the lineage row's model has no flat rows; the operator "
-                 "row draws it",
+    "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens"
+                     " through the crc tokenizer map only; the operator row draws it with the tiny "
+                     "offline HF tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
+    "pack_flat": "its row is one flat token list: the normal form (sim.workloads.record_view) keeps its "
+                 "input_ids without the segment boundaries (positions are dropped, and "
+                 "emit_positions=False has none), so the lineage row cannot give a contributor its "
+                 "tokens; the operator row draws it",
 }
 #: value classes the end-to-end pipelines do not draw, with the reason (the operator row draws them)
 END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
