@@ -277,12 +277,31 @@ def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int | None, tuple
         segs = [payload]
     out: list[tuple[Any, bool, int | None, tuple[int, ...]]] = []
     for i, ((ccur, closes), seg) in enumerate(zip(contributors, segs, strict=True)):
-        # the record's lineage is its first segment's start in tokens; a later segment is a head (0) or,
-        # when it closes its offset, the offset's last tokens (None: its start is the sample's length less
-        # its own; best_fit_wrap places a tail after another record's segment)
-        start = int(lineage[-1]) if i == 0 and lineage else (None if closes and i > 0 else 0)
+        # the record's lineage is its first segment's start in tokens; a later segment's start is not in
+        # the normal form (under best_fit_wrap it may be any fragment, and the one that closes its offset
+        # is the one emitted last, not the last in tokens): None, placed by _place_unknown where its tokens
+        # fit between the offset's other fragments
+        start = int(lineage[-1]) if i == 0 and lineage else (0 if i == 0 else None)
         out.append((ccur, bool(closes), start, tuple(seg)))
     return out
+
+
+def _place_unknown(want: Sequence[int], fs: list[tuple[int | None, tuple[int, ...], int]]
+                   ) -> list[tuple[int, tuple[int, ...], int]]:
+    """The fragments with a start each: one whose start the normal form does not carry (None) goes to the
+    first place where its tokens occur in ``want`` without overlapping a placed fragment (-1: nowhere, which
+    check 4 reports as not the sample's tokens).  A changed, duplicated or extra fragment finds no place;
+    a skipped one leaves a gap."""
+    placed = [(s, t, i) for s, t, i in fs if s is not None]
+    taken = [(s, s + len(t)) for s, t, _i in placed]
+    for _s, toks, i in sorted((f for f in fs if f[0] is None), key=lambda f: f[2]):
+        n = len(toks)
+        at = next((p for p in range(len(want) - n + 1) if tuple(want[p:p + n]) == toks
+                   and all(p + n <= a or p >= b for a, b in taken)), -1)
+        if at >= 0:
+            taken.append((at, at + n))
+        placed.append((at, toks, i))
+    return placed
 
 
 def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, expected: Expected | None = None,
@@ -332,8 +351,7 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                         f"chunk {cid} holds {chunks[cid][off]} there"
                     )
                 continue
-            at = len(exp.tokens[sid]) - len(toks) if start is None else start
-            frags.setdefault((lane, cid, off), []).append((at, toks, i))
+            frags.setdefault((lane, cid, off), []).append((start, toks, i))  # type: ignore[arg-type]
     problems += bad + dup_cursor
 
     # 3. closed at most once (and 5's input: what never closed)
@@ -354,6 +372,7 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     for (lane, cid, off), fs in sorted(frags.items()):
         want = exp.tokens[exp.lanes[lane][cid][off]]
         closed = (cid, off) not in unclosed_sets.get(lane, frozenset())
+        fs = _place_unknown(want, fs)
         end, trouble = 0, ""
         for start, toks, _i in sorted(fs):
             if tuple(want[start:start + len(toks)]) != toks:
