@@ -446,6 +446,21 @@ def _suite(budget: int) -> str | None:
     return None
 
 
+def _regressions() -> str | None:
+    """Only the rows' fixed regression examples (:mod:`properties.regressions`): no drawn example."""
+    from properties import conformance
+    from properties.adapters import adapter
+    from properties.regressions import REGRESSIONS
+
+    for name in REGRESSIONS:
+        _, check = conformance.PROPERTIES[name]
+        c = conformance._Counter(lambda: None)
+        row = conformance._run_regressions(adapter("inline"), name, check, c)
+        if row is not None:
+            return f"property {name}, {row.failure}"[:400]
+    return None
+
+
 CHECKS: dict[str, str] = {
     "resume": "resume equivalence at every cut (two pipelines)",
     "elastic": "3 ranks cut mid-window resumed on 1 rank",
@@ -454,6 +469,7 @@ CHECKS: dict[str, str] = {
     "sim": "the simulated canary world over --budget seeds",
     "interleaving": "as sim, caught with an interleaving witness after a mid-step restore",
     "suite": "the resume machine and the stateless properties over --budget examples",
+    "regressions": "the conformance rows' fixed regression examples alone (properties.regressions)",
 }
 
 
@@ -464,6 +480,7 @@ def run_check(name: str, *, budget: int, reference: list[Any] | None) -> str | N
         "elastic": _elastic,
         "bounded": _bounded,
         "routing": _routing,
+        "regressions": _regressions,
     }
     if name in simple:
         return simple[name]()

@@ -73,7 +73,10 @@ regression configurations, small drawn ones and long-range ones (a cut in the fi
 half of a long-range stream has at least two flush epochs after it).  Every operator
 knob is drawn (:func:`properties.strategies.pipeline_configs`, from :mod:`properties.generator`);
 ``--coverage`` prints, and ``--json`` writes, how many drawn calls took each (method, knob, value
-class).
+class).  Before its drawn examples, a row runs its fixed regression examples
+(:mod:`properties.regressions`: a configuration and every draw of the check pinned), on top of the
+``--examples`` budget and counted in its columns: the bugs they stand for are caught whatever the
+strategies draw (a failing one is reported as is, not shrunk).
 
 Each row says how many examples ran (shrinking included), how many passed, the
 examples per minute on this machine (wall time, shown only), and, when the property
@@ -133,6 +136,7 @@ from properties.lineage import (
 from properties.machines import machine_configs, resume_machine
 from properties.normal_form import lanes_of
 from properties.pipelines import PipelineConfig
+from properties.regressions import PinnedData, UnpinnedDraw, regressions_for
 from properties.strategies import Topology, cut_schedules, execution_settings, topologies
 from zephon_ref.exits import OneLineArgumentParser, int_at_least, writable_path
 
@@ -819,6 +823,9 @@ def _run_property(adapter: Any, name: str, check: Check, examples: int, derandom
             raise
         c.passed += 1
 
+    failed = _run_regressions(adapter, name, check, c)
+    if failed is not None:
+        return failed
     try:
         prop()
     except Unsatisfiable as exc:
@@ -830,6 +837,36 @@ def _run_property(adapter: Any, name: str, check: Check, examples: int, derandom
                    ours=m.ours if m else None, theirs=m.theirs if m else None, found_at=c.found_at,
                    unsupported=_declined(c))
     return Row(name, c.runs, c.passed, unsupported=_declined(c))
+
+
+def _run_regressions(adapter: Any, name: str, check: Check, c: _Counter) -> Row | None:
+    """Run ``name``'s fixed regression examples (:mod:`properties.regressions`) before its drawn ones, on
+    top of the row's budget: the failing row of the first that fails (it is not shrunk: it is fixed), else
+    None.  An example the adapter declines counts as declined, as a drawn one does."""
+    for i, reg in enumerate(regressions_for(name), 1):
+        reason = adapter.unsupported(reg.cfg)
+        if reason is not None:
+            c.unsupported[reason[:160]] = c.unsupported.get(reason[:160], 0) + 1
+            continue
+        c.runs += 1
+        c.tick()
+        c.last = reg.cfg.describe()
+        data = PinnedData(reg.draws, row=name)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check(adapter, reg.cfg, data)  # type: ignore[arg-type]
+            if data.unused():
+                raise UnpinnedDraw(f"regression example of row {name!r}: expected every pinned value drawn, "
+                                   f"received no draw of {data.unused()}")
+        except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+            m = _mismatch_of(exc)
+            where = f"{c.last} [regression example {i} of the row, draws {dict(reg.draws)!r}]"
+            return Row(name, c.runs, c.passed, failure=f"{where} :: {_first_line(exc)}", config=where,
+                       ours=m.ours if m else None, theirs=m.theirs if m else None, found_at=c.runs,
+                       unsupported=_declined(c))
+        c.passed += 1
+    return None
 
 
 def _run_shared_walk(examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:

@@ -39,7 +39,9 @@ problem:
 5. an admitted offset that never closes is one the configuration documents as
    discarded (:func:`discard_reason`): an empty record or an oversized one under
    first_fit/best_fit packing (dropped with a tombstone), wrap's trailing tokens at a
-   flush (under ``max_length`` tokens per lane and flush), records of a partial batch
+   flush (under ``max_length`` tokens per lane and flush), the records of a micro-batch that a
+   dropping ``map_batch`` (a transform marked ``drops_batches``, ``drop_none=True``) returned None
+   for (with tombstones), records of a partial batch
    under ``batch(drop_last=True)`` (under ``microbatch_size`` batches' worth per lane and
    flush), or anything under strict ``ensure_mixture(max_buffer_size=None)``; with
    ``batch(drop_last=False)`` nothing may be missing;
@@ -224,6 +226,13 @@ def _ops(cfg: PipelineConfig) -> dict[str, Mapping[str, Any]]:
     return {m: kw for m, kw in cfg.chain}
 
 
+def _map_batch_drops(ops: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A ``map_batch`` whose transform may return None (marked ``drops_batches``) under drop_none=True."""
+    mb = ops.get("map_batch")
+    return mb is not None and mb.get("drop_none", True) and bool(getattr(mb["transform_fn"], "drops_batches",
+                                                                         False))
+
+
 def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     """Why ``cfg`` may discard a sample with these tokens without delivering it whole (None: it
     must close in a delivered record)."""
@@ -244,6 +253,8 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
             return "oversized record (dropped with a tombstone)"
         if pack.get("algorithm") == "wrap":
             return "wrap's trailing tokens at a flush"
+    if _map_batch_drops(ops):  # which micro-batches it drops depends on where a record lands, not on tokens
+        return "a micro-batch map_batch dropped (drop_none=True: tombstones)"
     batch = ops.get("batch")
     if batch is not None and batch.get("drop_last", True):
         return "a partial batch under drop_last=True"
@@ -253,7 +264,7 @@ def discard_reason(cfg: PipelineConfig, tokens: Sequence[int]) -> str | None:
     return None
 
 
-def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int, tuple[int, ...]]]:
+def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int | None, tuple[int, ...]]]:
     """``(contributor cursor, closes, start in tokens, tokens)`` per segment of a record."""
     lane, cursor, contributors, payload = rec
     lineage = tuple(cursor[2])
@@ -264,11 +275,33 @@ def _segments(rec: Any, packed: bool) -> list[tuple[Any, bool, int, tuple[int, .
         segs = list(payload)
     else:
         segs = [payload]
-    out = []
+    out: list[tuple[Any, bool, int | None, tuple[int, ...]]] = []
     for i, ((ccur, closes), seg) in enumerate(zip(contributors, segs, strict=True)):
-        start = int(lineage[-1]) if i == 0 and lineage else 0
+        # the record's lineage is its first segment's start in tokens; a later segment's start is not in
+        # the normal form (under best_fit_wrap it may be any fragment, and the one that closes its offset
+        # is the one emitted last, not the last in tokens): None, placed by _place_unknown where its tokens
+        # fit between the offset's other fragments
+        start = int(lineage[-1]) if i == 0 and lineage else (0 if i == 0 else None)
         out.append((ccur, bool(closes), start, tuple(seg)))
     return out
+
+
+def _place_unknown(want: Sequence[int], fs: list[tuple[int | None, tuple[int, ...], int]]
+                   ) -> list[tuple[int, tuple[int, ...], int]]:
+    """The fragments with a start each: one whose start the normal form does not carry (None) goes to the
+    first place where its tokens occur in ``want`` without overlapping a placed fragment (-1: nowhere, which
+    check 4 reports as not the sample's tokens).  A changed, duplicated or extra fragment finds no place;
+    a skipped one leaves a gap."""
+    placed = [(s, t, i) for s, t, i in fs if s is not None]
+    taken = [(s, s + len(t)) for s, t, _i in placed]
+    for _s, toks, i in sorted((f for f in fs if f[0] is None), key=lambda f: f[2]):
+        n = len(toks)
+        at = next((p for p in range(len(want) - n + 1) if tuple(want[p:p + n]) == toks
+                   and all(p + n <= a or p >= b for a, b in taken)), -1)
+        if at >= 0:
+            taken.append((at, at + n))
+        placed.append((at, toks, i))
+    return placed
 
 
 def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, expected: Expected | None = None,
@@ -318,7 +351,7 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
                         f"chunk {cid} holds {chunks[cid][off]} there"
                     )
                 continue
-            frags.setdefault((lane, cid, off), []).append((start, toks, i))
+            frags.setdefault((lane, cid, off), []).append((start, toks, i))  # type: ignore[arg-type]
     problems += bad + dup_cursor
 
     # 3. closed at most once (and 5's input: what never closed)
@@ -333,11 +366,13 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     # 4. content conservation (a partial batch dropped under drop_last=True may hold any fragment)
     unclosed_sets = {lane: frozenset(v) for lane, v in unclosed.items()}
     batch_op = ops.get("batch")
-    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True)
+    # (the packs of a micro-batch a dropping map_batch returned None for, too)
+    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True) or _map_batch_drops(ops)
     shown = 0
     for (lane, cid, off), fs in sorted(frags.items()):
         want = exp.tokens[exp.lanes[lane][cid][off]]
         closed = (cid, off) not in unclosed_sets.get(lane, frozenset())
+        fs = _place_unknown(want, fs)
         end, trouble = 0, ""
         for start, toks, _i in sorted(fs):
             if tuple(want[start:start + len(toks)]) != toks:

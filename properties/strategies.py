@@ -179,22 +179,30 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
 #: builder methods the end-to-end pipelines do not draw, each with its reason (the operator row draws
 #: every method: properties.op_units)
 END_TO_END_SKIPS: dict[str, str] = {
-    "tokenize": "the suite's crc tokenizer map stands in (the lineage row knows each sample's tokens "
-                "through it); split children's token offsets are not in its model yet",
-    "stateful_transform": "a user state machine: its callables are the operator row's (properties.op_units)",
-    "decode_text": "the suite's corpora hold str text and token lists, no bytes fields, and the lineage row "
-                   "knows each sample's tokens from its text (lowercase would change them); the operator row "
-                   "draws it over bytes payloads (properties.op_units.bytes_payloads)",
-    "expand_chat": "the suite's corpora hold no conversations; the operator row draws it over chat payloads "
+    "tokenize": "the suite's pipelines tokenize ahead of the chain (build_pipeline's "
+                "map_transform(crc_tokens), the lineage row's token model): records reaching the chain "
+                "hold input_ids and no text, so a tokenize in the chain has no field to read; tokenizing "
+                "in place of that map would need the lineage model to name each split child's token "
+                "offset (split_long_samples names a child by its index, not its start in tokens); the "
+                "operator row draws it",
+    "stateful_transform": "its drawn fan-out names a child by its index (spawn_child), while the lineage "
+                          "row's model reads a record's last lineage element as its start in tokens "
+                          "(wrap's fragments); a packer after the fan-out nests a second level the model "
+                          "cannot place; the operator row draws it (exactly-once closure, flush resets)",
+    "decode_text": "it reads bytes fields, and the suite's corpora reach the chain as crc token lists "
+                   "(the lineage model knows each sample's tokens from its str text): no field for it to "
+                   "decode; the operator row draws it over bytes payloads "
+                   "(properties.op_units.bytes_payloads)",
+    "expand_chat": "the suite's corpora hold no conversations (a sample's tokens are its text's crc "
+                   "tokens); the operator row draws it over chat payloads "
                    "(properties.op_units.chat_payloads)",
-    "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens "
-                     "through the crc tokenizer map only; the operator row draws it with the tiny offline HF "
-                     "tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
-    "map_batch": "runs after batch() only, and the chain builder places every method before batch; the "
-                 "operator row draws it over the micro-batches of a drawn batch call",
-    "pack_flat": "a second packer: the chain builder does not yet keep one packer per chain (pack_flat after "
-                 "pack_sequences sees envelopes), and the lineage row's model has no flat rows; the operator "
-                 "row draws it",
+    "tokenize_chat": "the suite's corpora hold no conversations, and the lineage row's model knows tokens"
+                     " through the crc tokenizer map only; the operator row draws it with the tiny "
+                     "offline HF tokenizer (properties.hf_tokenizer.tiny_tokenizer)",
+    "pack_flat": "its row is one flat token list: the normal form (sim.workloads.record_view) keeps its "
+                 "input_ids without the segment boundaries (positions are dropped, and "
+                 "emit_positions=False has none), so the lineage row cannot give a contributor its "
+                 "tokens; the operator row draws it",
 }
 #: value classes the end-to-end pipelines do not draw, with the reason (the operator row draws them)
 END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
@@ -204,29 +212,15 @@ END_TO_END_EXCLUDED: dict[str, dict[str, tuple[str, ...]]] = {
     "pack_sequences": {"pack_payloads": ("callable", "'numpy_array'", "'torch_tensor'"),
                        # first/best fit refuse an oversized record at run time: an error, not a stream
                        "drop_oversized": ("False",),
-                       # the operator row draws groups (properties.op_units); drawn here, they would
-                       # change the end-to-end draw sequence, and the sentinel mutant of
-                       # tests/quality/test_mutants.py is caught only at example 79 of 80 of the sequence as
-                       # it is (stop 38's note): it survived the changed sequence (measured in h/gen)
-                       "groups": ("DomainGroups",)},
+                       },
 }
 #: (method, knob, value class) rows the end-to-end pipelines never draw, though their classes are not
 #: excluded, each with its reason: tests/properties/test_generator_coverage.py requires each to stay
 #: undrawn (a stale entry fails)
-END_TO_END_UNDRAWN: dict[tuple[str, str, str], str] = {
-    ("pack_sequences", "homogeneity", "'group'"): "the builder refuses it without groups=, which the "
-                                                  "end-to-end draws leave out (END_TO_END_EXCLUDED); the "
-                                                  "operator row draws both",
-}
+END_TO_END_UNDRAWN: dict[tuple[str, str, str], str] = {}
 #: (method, knob) pairs the end-to-end pipelines draw in some derandomized sequences and not in others
 #: (not checked either way), each with its reason
-END_TO_END_RARELY_DRAWN: dict[tuple[str, str], str] = {
-    ("pack_sequences", k): "meaningful only under algorithm='best_fit_wrap' with num_bins=None: the "
-                           "end-to-end chains draw without the generator's mode_aware repair (it would "
-                           "change their draw sequence: see END_TO_END_EXCLUDED); the operator row draws "
-                           "it in most best_fit_wrap calls"
-    for k in ("candidate_pool_size", "max_candidate_age")
-}
+END_TO_END_RARELY_DRAWN: dict[tuple[str, str], str] = {}
 #: where a method sits in an end-to-end chain (a method not named here: before batch, by name)
 CHAIN_ORDER = ("map_transform", "pack_sequences", "shuffle", "ensure_mixture")
 
@@ -237,13 +231,15 @@ def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, ran
                     weights: Any = None) -> list[tuple[str, dict[str, Any]]]:
     """An operator chain drawn from the API (:mod:`properties.generator`): a subset of the data
     methods (without :data:`END_TO_END_SKIPS`), each call drawn knob by knob and checked by the
-    builder on a small source of the same datasets; ``batch`` last."""
+    builder on a small source of the same datasets; ``batch`` last, then ``map_batch`` (drawn only after
+    a batch)."""
     from properties import generator as gen
 
     table = gen.api()
     methods = [m for m in gen.drawn_methods() if m not in END_TO_END_SKIPS]
     rank = {m: i for i, m in enumerate(CHAIN_ORDER)}
-    methods.sort(key=lambda m: (m == "batch", rank.get(m, len(rank)), m))
+    # batch last but for map_batch, which runs after it (and only with it)
+    methods.sort(key=lambda m: (m == "map_batch", m == "batch", rank.get(m, len(rank)), m))
     probe = PipelineConfig(chain=[], layout={n: (4,) for n in names}, weights={n: 1.0 for n in names},
                            source_kwargs={"chunk_size": 1, "seed": 0,
                                           **({"token_estimation": source_kwargs["token_estimation"]}
@@ -258,13 +254,13 @@ def pipeline_chains(draw: Any, names: tuple[str, ...], *, token_aware: bool, ran
     validate = gen.refused_by_builder(make)
     chain: list[tuple[str, dict[str, Any]]] = []
     for m in methods:
-        if not draw(st.booleans()):
+        if not draw(st.booleans()) or (m == "map_batch" and not any(c == "batch" for c, _ in chain)):
             continue
         exclude = dict(END_TO_END_EXCLUDED.get(m, {}))
         if m == "pack_sequences" and not random_packing:
             exclude["shuffle_strategy"] = ("'random'",)
         chain.append(draw(gen.op_call(table[m], ctx={"components": names}, validate=validate,
-                                      exclude=exclude)))
+                                      exclude=exclude, mode_aware=True)))
     return chain
 
 

@@ -1,0 +1,123 @@
+"""Fixed regression examples: configurations (and every draw of the check) that the conformance rows
+built on ``st.data()`` run before their drawn examples.
+
+Theory of operation
+-------------------
+A row of :mod:`properties.conformance` draws its configuration (:func:`properties.machines.machine_configs`)
+and then, inside the check, its cut, topology, micro-batch change and so on through ``st.data()``.
+Which drawn example first exposes a bug depends on the whole derandomized draw sequence: adding a knob
+to the generator moves every later example, and a bug caught at example 79 of 80 survives a small change
+of the strategies (the sentinel mutant of tests/quality/test_mutants.py did: stop 38).  A
+:class:`Regression` pins one configuration *and* every value the check draws (by the draw's label), so it
+is the same example whatever the strategies draw; the rows run each of theirs first, on top of the
+``--examples`` budget (a row of N examples runs N drawn examples plus its regressions; the table's
+``examples`` and ``passed`` columns count both).
+
+:class:`PinnedData` stands in for Hypothesis's ``DataObject``: ``draw(strategy, label=...)`` returns the
+pinned value of that label, and refuses (:class:`UnpinnedDraw`) a draw whose label it does not pin, so a
+check that starts drawing something new fails its regressions loudly instead of silently testing another
+example; a pin the check never draws fails the example too.  A pinned value is not checked against the
+strategy: the regression says which value it means.
+
+Each regression names the bug it stands for (``why``) and the minimal configuration found for it; the
+mutants of tests/quality/test_mutants.py that a row catches by a regression are listed in docs/mutation.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from properties.pipelines import PipelineConfig
+from properties.strategies import Topology
+
+__all__ = ["REGRESSIONS", "PinnedData", "Regression", "UnpinnedDraw", "regressions_for"]
+
+
+class UnpinnedDraw(LookupError):
+    """A regression example's check drew a value its pins do not name (the check changed its draws)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Regression:
+    """One fixed example of a row: the configuration, the value of each labelled draw, and why."""
+
+    cfg: PipelineConfig
+    draws: Mapping[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+
+class PinnedData:
+    """A ``DataObject`` whose draws are the pinned values, by label (see the module docstring)."""
+
+    def __init__(self, draws: Mapping[str, Any], *, row: str = "") -> None:
+        self._draws = dict(draws)
+        self._row = row
+        self.drawn: list[str] = []
+
+    def draw(self, strategy: Any, label: Any = None) -> Any:
+        if label is None or label not in self._draws:
+            raise UnpinnedDraw(f"regression example of row {self._row!r}: expected a pinned value for every "
+                               f"draw, received a draw labelled {label!r} (pinned: {sorted(self._draws)})")
+        self.drawn.append(str(label))
+        return self._draws[label]
+
+    def unused(self) -> list[str]:
+        """Pinned labels the check never drew (a stale pin: the check changed its draws)."""
+        return sorted(str(k) for k in self._draws if str(k) not in self.drawn)
+
+
+# -- the regressions ----------------------------------------------------------------------------------
+
+_SMALL = {"web": (6,), "code": (4,), "books": (2,)}
+
+#: tests/quality/test_mutants.py "a sentinel splits every lane's push" (stage.py pushes every lane's
+#: collected records at any lane's sentinel, zephon 0.2.0's grouping, D-26): a lane's stream then depends
+#: on which lanes share its participant.  Smallest configuration found by shrinking the one the lane remap
+#: row caught it on (greedy: drop an operator, a dataset, a shard, a lane; smaller sizes), with a remap at
+#: cut 0 to one rank of two workers (from MIXTURE_GROUPING_MINIMAL: 13 items, three datasets,
+#: a batch; here 17 items, two datasets, no batch).
+SENTINEL_GROUPING = PipelineConfig(
+    [("pack_sequences", {"max_length": 48, "num_bins": 1, "algorithm": "first_fit"}), ("ensure_mixture", {})],
+    layout={"code": (32,), "books": (1,)}, weights={"code": 0.3, "books": 0.1},
+    source_kwargs={"chunk_size": 4, "seed": 1},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
+
+#: "tail multiplexer restarts at lane 0 after restore", "shuffle reseeded on restore" and "replay filter
+#: drops one record too many": the smallest configuration found (a shuffle over two lanes of 12 records)
+#: fails a restore at cut 1 under each of the three
+SHUFFLE_TWO_LANES = PipelineConfig(
+    [("shuffle", {"buffer_size": 4, "seed": 1})], layout=_SMALL, source_kwargs={"chunk_size": 2, "seed": 0},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 1})
+
+#: "eviction ignores cursor pinning": packs whose records span chunks pin a lane's replay cursor; the
+#: checkpoint after the last item (cut 6) then names a chunk the mutant evicted (refused on restore)
+PACK_TWO_LANES = PipelineConfig(
+    [("pack_sequences", {"max_length": 48, "algorithm": "first_fit", "num_bins": 4})], layout=_SMALL,
+    source_kwargs={"chunk_size": 2, "seed": 0},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
+
+#: row name -> its regression examples, run in this order before the drawn ones
+REGRESSIONS: dict[str, tuple[Regression, ...]] = {
+    "lane remap": (
+        Regression(SENTINEL_GROUPING, {"cut": 0, "topology": Topology(1, 2, "contiguous")},
+                   why="a sentinel splits every lane's push (tests/quality/test_mutants.py)"),
+    ),
+    "resume at cuts": (
+        Regression(SHUFFLE_TWO_LANES, {"cuts": [1]},
+                   why="tail multiplexer at lane 0 after restore; shuffle reseeded on restore; replay filter "
+                       "drops one record too many (tests/quality/test_mutants.py)"),
+        Regression(PACK_TWO_LANES, {"cuts": [6]},
+                   why="eviction ignores cursor pinning (tests/quality/test_mutants.py)"),
+    ),
+    "checkpoint bytes": (
+        Regression(SHUFFLE_TWO_LANES, {"cut": 1},
+                   why="checkpoint bytes depend on dict insertion order (tests/quality/test_mutants.py)"),
+    ),
+}
+
+
+def regressions_for(row: str) -> tuple[Regression, ...]:
+    """The fixed examples of ``row`` (none for most rows)."""
+    return REGRESSIONS.get(row, ())
