@@ -32,11 +32,18 @@ def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cu
     when it holds more than ``batch`` (zephon's planner), on the caller's thread otherwise.  Execution
     settings only: none of them changes the data (seed 002)."""
     opts = options or {}
-    workers = opts.get("max_workers") or default_workers or min(16, max(4, os.cpu_count() or 4))
-    final = opts.get("prefetch_batches") or max(DEFAULT_DEPTH, 2 * workers)
-    in_q = opts.get("op_queue_capacity") or max(DEFAULT_DEPTH, final)
-    per_stage = opts.get("per_stage_prefetch") or {}
-    default_stage = opts.get("default_stage_prefetch") or max(DEFAULT_DEPTH, final // 2)
+
+    def given(key: str) -> Any:
+        return opts.get(key)  # None where unset; 0 is a depth ("none") as in zephon
+
+    workers = given("max_workers") or default_workers or min(16, max(4, os.cpu_count() or 4))
+    final = given("prefetch_batches")
+    final = max(DEFAULT_DEPTH, 2 * workers) if final is None else final
+    in_q = given("op_queue_capacity")
+    in_q = max(DEFAULT_DEPTH, final) if in_q is None else in_q
+    per_stage = given("per_stage_prefetch") or {}
+    default_stage = given("default_stage_prefetch")
+    default_stage = max(DEFAULT_DEPTH, final // 2) if default_stage is None else default_stage
     # a plan node: (name, parallelism, counts towards the stage's cap); replay filters do not count
     user = [(n, op.traits().parallelism, True) for n, op in ops]
     batch_at = next((i for i, (_, op) in enumerate(ops) if isinstance(op, Batch)), None)
@@ -60,6 +67,8 @@ def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cu
         lines.append(f"Stage[{i}] place=local break='{brk}' ops={fmt(names)}")
     fit = [sum(p for _, p, counts in nodes if counts) or 1 for nodes in stages]
     allocation = opts.get("worker_allocation") or "fit_to_ops"
+    if given("max_workers") is not None:  # 0 is printed as given (zephon: per_stage=0, total=0)
+        workers = given("max_workers")
     if allocation == "per_stage_fixed":
         caps, header = [workers] * len(stages), f"per_stage_fixed per_stage={workers}"
     elif allocation == "global":
@@ -75,9 +84,13 @@ def explain_plan(ops: Sequence[tuple[str, BaseOp]], *, runner: str, preserves_cu
         sep = " -> " if stage_runner == "inline" else f" -[in_q={in_q}]-> "
         lines.append("  " + sep.join(fmt(names)))
         out = per_stage.get(i, default_stage)
-        lines.append(f"  --[stage_out={out}]-->")
-        lines.append(f"  ==[prefetch={out}]==> Stage[{i + 1}]" if i + 1 < len(stages)
-                     else f"  ==[final_prefetch={final}]==> pipeline_end")
+        # a depth of 0 (no prefetch) prints a bare arrow, and as stage_out the stage's own queue as
+        # zephon does: in_q on threads, "?" on the caller's thread (measured on 0.2.0)
+        lines.append(f"  --[stage_out={out if out else (in_q if stage_runner != 'inline' else '?')}]-->")
+        if i + 1 < len(stages):
+            lines.append(f"  ==[prefetch={out}]==> Stage[{i + 1}]" if out else f"  ==> Stage[{i + 1}]")
+        else:
+            lines.append(f"  ==[final_prefetch={final}]==> pipeline_end" if final else "  ==> pipeline_end")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ pytest.importorskip("zephon")
 
 from properties.pipelines import PipelineConfig, crc_tokens, work_source  # noqa: E402
 
-CONFIGS = 160
+CONFIGS = 200
 CHAINS: list[list[tuple[str, dict[str, Any]]]] = [
     [],
     [("shuffle", {"buffer_size": 4})],
@@ -51,9 +51,9 @@ def draw(seed: int) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
         opts["runner"] = rng.choice(["inline", "threads"])
     for k in ("op_queue_capacity", "prefetch_batches", "default_stage_prefetch", "max_workers"):
         if rng.random() < 0.4:
-            opts[k] = rng.randint(1, 12)
+            opts[k] = rng.randint(0, 12)  # 0: no queue / no prefetch, printed as zephon prints it
     if rng.random() < 0.3:
-        opts["per_stage_prefetch"] = {rng.randint(0, 1): rng.randint(1, 9)}
+        opts["per_stage_prefetch"] = {rng.randint(0, 1): rng.randint(0, 9)}
     if rng.random() < 0.4:
         opts["worker_allocation"] = rng.choice(["fit_to_ops", "per_stage_fixed", "global"])
     return chain, opts
@@ -81,6 +81,8 @@ def test_the_draws_reach_every_depth_option_and_both_stage_shapes() -> None:
     assert keys >= {"runner", "op_queue_capacity", "prefetch_batches", "default_stage_prefetch",
                     "max_workers", "per_stage_prefetch", "worker_allocation"}, keys
     assert {o.get("worker_allocation") for _, o in drawn} >= {"per_stage_fixed", "global"}
+    assert {k for _, o in drawn for k, v in o.items() if v == 0} >= {"op_queue_capacity", "prefetch_batches",
+                                                                       "default_stage_prefetch"}
     assert any(o.get("max_workers", 0) > 4 and "op_queue_capacity" not in o for _, o in drawn)
     assert {any(m == "batch" for m, _ in c) for c, _ in drawn} == {True, False}
 
