@@ -21,6 +21,7 @@ import pytest
 
 import zephon_ref
 from properties.sources import zephon_available
+from tests.conformance.format_streams import assert_streams_equal
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("litdata") is None,
                                 reason="litdata not installed (bash scripts/install_peers.sh)")
@@ -81,33 +82,12 @@ def write_litdata(root: Path, seed: int) -> Path:
     return out
 
 
-def view(z: Any, paths: list[Path], seed: int, chunk_size: int) -> list[Any]:
-    ds = [z.Dataset.from_path(name=f"d{k}", path=str(p), fmt=None if k else "litdata")
-          for k, p in enumerate(paths)]
-    head = [(d.ids().tolist(), d.counts().tolist(), d.total(), d.raw_bytes().tolist()) for d in ds]
-    src = z.StaticMixtureWorkSource(ds, {d.name: 1.0 / len(ds) for d in ds}, chunk_size=chunk_size, seed=seed,
-                                    exhausted_policy="stop")
-    recs = [(tuple(r.meta.sample_id), r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset, canon(r.payload))
-            for r in z.Pipeline(src)]
-    return [head, *recs]
-
-
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
 def test_generated_litdata_datasets_stream_as_zephons(tmp_path: Path) -> None:
-    import zephon
-
-    configs = 0
     for seed in range(12):
         paths = [write_litdata(tmp_path, seed), write_litdata(tmp_path, 100 + seed)]
-        ours = view(zephon_ref, paths, seed, chunk_size=1 + seed % 3)
-        theirs = view(zephon, paths, seed, chunk_size=1 + seed % 3)
-        assert ours[0] == theirs[0], f"seed {seed}: ids/counts/total/raw_bytes"
-        assert len(ours) == len(theirs), f"seed {seed}"
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert a == b, f"seed {seed} record {i}\nzephon_ref: {a}\nzephon:     {b}"
-        configs += 1
-    assert configs == 12
+        assert_streams_equal(paths, seed, 1 + seed % 3, fmt="litdata", canon=canon)
 
 
 def test_zephon_ref_reads_every_litdata_item_once(tmp_path: Path) -> None:

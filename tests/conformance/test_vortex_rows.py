@@ -12,7 +12,6 @@ do the refusals' builtins.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ pytest.importorskip("vortex", reason="vortex-data not installed (pip install .[v
 
 import zephon_ref  # noqa: E402
 from properties.sources import zephon_available  # noqa: E402
+from tests.conformance.format_streams import assert_streams_equal  # noqa: E402
 from tests.conformance.test_parquet_rows import canon, rows  # noqa: E402
 from zephon_ref.io import write_parquet  # noqa: E402
 
@@ -40,33 +40,12 @@ def write_vortex(root: Path, seed: int) -> Path:
     return out
 
 
-def view(z: Any, paths: list[Path], seed: int, chunk_size: int) -> list[Any]:
-    ds = [z.Dataset.from_path(name=f"d{k}", path=str(p), fmt=None if k else "vortex")
-          for k, p in enumerate(paths)]
-    head = [(d.ids().tolist(), d.counts().tolist(), d.total(), d.raw_bytes().tolist()) for d in ds]
-    src = z.StaticMixtureWorkSource(ds, {d.name: 1.0 / len(ds) for d in ds}, chunk_size=chunk_size, seed=seed,
-                                    exhausted_policy="stop")
-    recs = [(tuple(r.meta.sample_id), r.meta.lane_id, r.meta.chunk_id, r.meta.chunk_offset, canon(r.payload))
-            for r in z.Pipeline(src)]
-    return [head, *recs]
-
-
 @pytest.mark.conformance
 @pytest.mark.skipif(not zephon_available(), reason="zephon 0.2.0 not installed (pip install .[conformance])")
 def test_generated_vortex_datasets_stream_as_zephons(tmp_path: Path) -> None:
-    import zephon
-
-    configs = 0
     for seed in range(10):
         paths = [write_vortex(tmp_path, seed), write_vortex(tmp_path, 100 + seed)]
-        ours = view(zephon_ref, paths, seed, chunk_size=1 + seed % 3)
-        theirs = view(zephon, paths, seed, chunk_size=1 + seed % 3)
-        assert ours[0] == theirs[0], f"seed {seed}: ids/counts/total/raw_bytes"
-        assert len(ours) == len(theirs), f"seed {seed}"
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert a == b, f"seed {seed} record {i}\nzephon_ref: {a}\nzephon:     {b}"
-        configs += 1
-    assert configs == 10
+        assert_streams_equal(paths, seed, 1 + seed % 3, fmt="vortex", canon=canon)
 
 
 def test_zephon_ref_reads_every_vortex_row_once(tmp_path: Path) -> None:
