@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from zephon_ref.errors import ConfigError, expected
+from zephon_ref.errors import ConfigError, ContractError, expected
 
-__all__ = ["parquet_value", "zstd_decompress"]
+__all__ = ["LazyShard", "arrow_rows", "framed_rows", "parquet_value", "zstd_decompress"]
 
 
 def zstd_decompress(data: bytes) -> bytes:
@@ -58,3 +58,55 @@ def parquet_value(scalar: Any) -> Any:
         if values.null_count == 0:
             return values.to_numpy(zero_copy_only=False).astype(t.value_type.to_pandas_dtype(), copy=True)
     return scalar.as_py()
+
+
+class LazyShard:
+    """A file-backed shard whose row count is known at ``from_path`` and whose rows are read once,
+    on first use.  A subclass sets ``_count``, ``_rows = None`` and ``_raw_bytes`` (or overrides
+    :attr:`raw_bytes`) and defines :meth:`_read`."""
+
+    __slots__ = ("_count", "_raw_bytes", "_rows")
+    _count: int
+    _raw_bytes: int
+    _rows: list[Any] | None
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def raw_bytes(self) -> int:
+        """The size the format records for the shard (what token estimation costs rows by)."""
+        return self._raw_bytes
+
+    def _read(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _load(self) -> list[Any]:
+        if self._rows is None:
+            self._rows = self._read()
+        return self._rows
+
+    def __getitem__(self, index: int) -> Any:
+        return self._load()[index]
+
+
+def arrow_rows(table: Any, *, count: int, what: str) -> list[dict[str, Any]]:
+    """The rows of an Arrow table (Parquet, Vortex, Lance) as dicts ``column -> value``
+    (:func:`parquet_value`); ContractError when the table no longer holds the ``count`` rows
+    counted at from_path."""
+    if table.num_rows != count:
+        raise ContractError(expected(what, f"{count} rows (counted at from_path)",
+                                     f"{table.num_rows} rows: the data changed"))
+    columns = {name: table.column(name) for name in table.column_names}
+    return [{name: parquet_value(col[i]) for name, col in columns.items()} for i in range(table.num_rows)]
+
+
+def framed_rows(data: bytes, *, count: int, what: str, unit: str, decode: Any) -> list[Any]:
+    """The items of an MDS shard or a LitData chunk: a little-endian u32 count, ``count + 1`` u32
+    offsets, then the items; each item's bytes through ``decode``.  ContractError when the file holds
+    another count than its index says."""
+    n = int(np.frombuffer(data, "<u4", 1)[0])
+    if n != count:
+        raise ContractError(expected(what, f"{count} {unit} (the index's)", n))
+    offsets = np.frombuffer(data, "<u4", n + 1, 4).tolist()
+    return [decode(data[offsets[i]:offsets[i + 1]]) for i in range(n)]

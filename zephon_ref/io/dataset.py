@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
-from zephon_ref.io.cells import parquet_value as _parquet_value
+from zephon_ref.io.cells import LazyShard, arrow_rows
 from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
 from zephon_ref.work import dataset as _semantic
 
@@ -170,14 +170,14 @@ def _pyarrow() -> Any:
     return pq
 
 
-class ParquetShard:
+class ParquetShard(LazyShard):
     """One Parquet file: its row count read from the footer at construction, rows read lazily.
 
     The first read decodes the whole file (every row group, every column) and keeps the rows;
     a row is a dict ``column -> value`` (see :func:`_parquet_value`).
     """
 
-    __slots__ = ("_count", "_path", "_rows")
+    __slots__ = ("_path",)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
@@ -192,31 +192,18 @@ class ParquetShard:
             raise ConfigError(expected("Parquet shard", "a readable Parquet file", f"{path}: {exc}")) from exc
         self._rows: list[Any] | None = None
 
-    def __len__(self) -> int:
-        return self._count
-
     @property
     def raw_bytes(self) -> int:
         """The file's size in bytes (what token estimation costs rows by)."""
         return self._path.stat().st_size
 
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            try:
-                table = _pyarrow().read_table(self._path)
-            except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-                raise ContractError(expected(f"Parquet shard {self._path}", "the file counted at from_path, "
-                                             "still readable", str(exc))) from exc
-            if table.num_rows != self._count:
-                raise ContractError(expected(f"Parquet shard {self._path}", f"{self._count} rows (counted at "
-                                             "from_path)", f"{table.num_rows} rows: the file changed"))
-            columns = {name: table.column(name) for name in table.column_names}
-            self._rows = [{name: _parquet_value(col[i]) for name, col in columns.items()}
-                          for i in range(table.num_rows)]
-        return self._rows
-
-    def __getitem__(self, index: int) -> Any:
-        return self._load()[index]
+    def _read(self) -> list[Any]:
+        try:
+            table = _pyarrow().read_table(self._path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ContractError(expected(f"Parquet shard {self._path}", "the file counted at from_path, "
+                                         "still readable", str(exc))) from exc
+        return arrow_rows(table, count=self._count, what=f"Parquet shard {self._path}")
 
 
 class Dataset(_semantic.Dataset):

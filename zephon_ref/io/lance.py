@@ -19,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.errors import ConfigError, expected
+from zephon_ref.io.cells import LazyShard, arrow_rows
 
 __all__ = ["LanceShard", "is_manifest", "lance_shards"]
 
@@ -40,10 +41,10 @@ def _lance() -> Any:
     return lance
 
 
-class LanceShard:
+class LanceShard(LazyShard):
     """One fragment of a pinned Lance version: its live row count now, its rows read on first use."""
 
-    __slots__ = ("_count", "_fragment", "_raw_bytes", "_rows")
+    __slots__ = ("_fragment",)
 
     def __init__(self, root: Path, fragment: Any) -> None:
         self._fragment = fragment
@@ -51,29 +52,10 @@ class LanceShard:
         self._raw_bytes = sum((root / "data" / f.path).stat().st_size for f in fragment.metadata.files)
         self._rows: list[Any] | None = None
 
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def raw_bytes(self) -> int:
-        """The fragment's data files' size in bytes (what token estimation costs rows by)."""
-        return self._raw_bytes
-
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            from zephon_ref.io.cells import parquet_value as _parquet_value
-
-            table = self._fragment.to_table()
-            if table.num_rows != self._count:
-                raise ContractError(expected(f"Lance fragment {self._fragment.fragment_id}", f"{self._count} "
-                                             "rows (counted at from_path)", table.num_rows))
-            columns = {name: table.column(name) for name in table.column_names}
-            self._rows = [{name: _parquet_value(col[i]) for name, col in columns.items()}
-                          for i in range(table.num_rows)]
-        return self._rows
-
-    def __getitem__(self, index: int) -> Any:
-        return self._load()[index]
+    def _read(self) -> list[Any]:
+        # raw_bytes: the fragment's data files' size in bytes (what token estimation costs rows by)
+        return arrow_rows(self._fragment.to_table(), count=self._count,
+                          what=f"Lance fragment {self._fragment.fragment_id}")
 
 
 def lance_shards(p: Path) -> tuple[str, list[LanceShard]]:

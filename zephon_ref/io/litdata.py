@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.io.cells import LazyShard, framed_rows, zstd_decompress
 
 __all__ = ["LitDataShard", "litdata_shards"]
 
@@ -80,10 +81,10 @@ def _check_node(node: Any, where: str) -> None:
         _check_node(c, where)
 
 
-class LitDataShard:
+class LitDataShard(LazyShard):
     """One LitData chunk: its count from the index; the first read loads and decodes the file."""
 
-    __slots__ = ("_compressed", "_count", "_decoders", "_file", "_raw_bytes", "_rows", "_spec")
+    __slots__ = ("_compressed", "_decoders", "_file", "_spec")
 
     def __init__(self, root: Path, chunk: Any, position: int, config: dict[str, Any], spec: Any,
                  decoders: list[Any]) -> None:
@@ -111,36 +112,22 @@ class LitDataShard:
     def _framed(self) -> bool:
         try:
             with self._file.open("rb") as fh:
-                return fh.read(4) == b"LDFZ"
+                head: bytes = fh.read(4)
+            return head == b"LDFZ"
         except OSError:
             return False  # a missing chunk fails at its first read, as in zephon
 
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def raw_bytes(self) -> int:
-        """The chunk's ``chunk_bytes`` as the index records it (what token estimation costs by)."""
-        return self._raw_bytes
-
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            try:
-                data = self._file.read_bytes()
-            except OSError as exc:
-                raise ContractError(expected(f"LitData chunk {self._file}", "a readable file (named by the "
-                                             "index)", str(exc))) from exc
-            if self._compressed:
-                from zephon_ref.io.cells import zstd_decompress as _zstd_decompress
-
-                data = _zstd_decompress(data)
-            n = int(np.frombuffer(data, "<u4", 1)[0])
-            if n != self._count:
-                raise ContractError(expected(f"LitData chunk {self._file}", f"{self._count} items (the "
-                                             "index's)", n))
-            offsets = np.frombuffer(data, "<u4", n + 1, 4).tolist()
-            self._rows = [self._item(data[offsets[i]:offsets[i + 1]]) for i in range(n)]
-        return self._rows
+    def _read(self) -> list[Any]:
+        # raw_bytes: the chunk's ``chunk_bytes`` as the index records it (what token estimation costs by)
+        try:
+            data = self._file.read_bytes()
+        except OSError as exc:
+            raise ContractError(expected(f"LitData chunk {self._file}", "a readable file (named by the "
+                                         "index)", str(exc))) from exc
+        if self._compressed:
+            data = zstd_decompress(data)
+        return framed_rows(data, count=self._count, what=f"LitData chunk {self._file}", unit="items",
+                           decode=self._item)
 
     def _item(self, blob: bytes) -> Any:
         k = len(self._decoders)

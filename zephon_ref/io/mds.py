@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.io.cells import LazyShard, framed_rows
 
 __all__ = ["MdsShard", "mds_shards"]
 
@@ -161,10 +162,10 @@ def _decompress(kind: str, data: bytes) -> bytes:
     return _zstd_decompress(data)
 
 
-class MdsShard:
+class MdsShard(LazyShard):
     """One MDS shard: its count from the index; the first read loads (and decompresses) the file."""
 
-    __slots__ = ("_columns", "_compression", "_count", "_file", "_raw_bytes", "_rows")
+    __slots__ = ("_columns", "_compression", "_file")
 
     def __init__(self, root: Path, entry: Any, position: int) -> None:
         where = f"MDS index {root / 'index.json'} shard {position}"
@@ -195,34 +196,25 @@ class MdsShard:
             if kind not in _COMPRESSIONS:
                 raise ConfigError(expected(f"{where} compression", f"none or one of {list(_COMPRESSIONS)}",
                                            compression))
+            if not isinstance(zipped, dict) or not isinstance(zipped.get("basename"), str):
+                raise ConfigError(expected(f"{where} zip_data", "an object with a basename (the shard is "
+                                           "compressed)", repr(zipped)[:60]))
             self._compression = kind
             self._file = root / zipped["basename"]
         self._rows: list[Any] | None = None
 
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def raw_bytes(self) -> int:
-        """The uncompressed shard file's size, as the index records it (what token estimation costs by)."""
-        return self._raw_bytes
-
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            try:
-                data = self._file.read_bytes()
-            except OSError as exc:
-                raise ContractError(expected(f"MDS shard {self._file}", "a readable file (named by the "
-                                             "index)", str(exc))) from exc
-            if self._compression is not None:
-                data = _decompress(self._compression, data)
-            n = int(np.frombuffer(data, "<u4", 1)[0])
-            if n != self._count:
-                raise ContractError(expected(f"MDS shard {self._file}", f"{self._count} samples (the "
-                                             "index's)", n))
-            offsets = np.frombuffer(data, "<u4", n + 1, 4).tolist()
-            self._rows = [self._sample(data[offsets[i]:offsets[i + 1]]) for i in range(n)]
-        return self._rows
+    def _read(self) -> list[Any]:
+        # raw_bytes: the uncompressed shard file's size, as the index records it (what token estimation
+        # costs by)
+        try:
+            data = self._file.read_bytes()
+        except OSError as exc:
+            raise ContractError(expected(f"MDS shard {self._file}", "a readable file (named by the "
+                                         "index)", str(exc))) from exc
+        if self._compression is not None:
+            data = _decompress(self._compression, data)
+        return framed_rows(data, count=self._count, what=f"MDS shard {self._file}", unit="samples",
+                           decode=self._sample)
 
     def _sample(self, blob: bytes) -> dict[str, Any]:
         variable = sum(1 for _, _, s in self._columns if s is None)

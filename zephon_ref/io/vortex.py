@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.io.cells import LazyShard, arrow_rows
 
 __all__ = ["VortexShard"]
 
@@ -28,10 +29,10 @@ def _vortex() -> Any:
     return vortex
 
 
-class VortexShard:
+class VortexShard(LazyShard):
     """One Vortex file: its row count read at construction, its rows decoded on first use."""
 
-    __slots__ = ("_count", "_path", "_rows")
+    __slots__ = ("_path",)
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
@@ -44,30 +45,15 @@ class VortexShard:
             raise ConfigError(expected("Vortex shard", "a readable Vortex file", f"{path}: {exc}")) from exc
         self._rows: list[Any] | None = None
 
-    def __len__(self) -> int:
-        return self._count
-
     @property
     def raw_bytes(self) -> int:
         """The file's size in bytes (what token estimation costs rows by)."""
         return self._path.stat().st_size
 
-    def _load(self) -> list[Any]:
-        if self._rows is None:
-            from zephon_ref.io.cells import parquet_value as _parquet_value
-
-            try:
-                table = _vortex().open(str(self._path)).to_arrow().read_all()
-            except (OSError, ValueError, RuntimeError) as exc:
-                raise ContractError(expected(f"Vortex shard {self._path}", "the file counted at from_path, "
-                                             "still readable", str(exc))) from exc
-            if table.num_rows != self._count:
-                raise ContractError(expected(f"Vortex shard {self._path}", f"{self._count} rows (counted at "
-                                             "from_path)", f"{table.num_rows} rows: the file changed"))
-            columns = {name: table.column(name) for name in table.column_names}
-            self._rows = [{name: _parquet_value(col[i]) for name, col in columns.items()}
-                          for i in range(table.num_rows)]
-        return self._rows
-
-    def __getitem__(self, index: int) -> Any:
-        return self._load()[index]
+    def _read(self) -> list[Any]:
+        try:
+            table = _vortex().open(str(self._path)).to_arrow().read_all()
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ContractError(expected(f"Vortex shard {self._path}", "the file counted at from_path, "
+                                         "still readable", str(exc))) from exc
+        return arrow_rows(table, count=self._count, what=f"Vortex shard {self._path}")
