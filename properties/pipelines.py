@@ -160,3 +160,18 @@ def checkpoints_at_every_cut(impl: str, cfg: PipelineConfig) -> tuple[list[Any],
         items.append(item_view(x))
         cks.append(p.checkpoint())
     return items, cks
+
+
+def checkpoint_after(impl: str, cfg: PipelineConfig, cut: int) -> Any:
+    """A copy of the checkpoint of ``cfg`` (built by ``impl``) after ``cut`` delivered items,
+    warnings silenced (the conformance tests that resume both libraries at a cut)."""
+    import copy
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = build_pipeline(impl, cfg)
+        it = iter(p)
+        for _ in range(cut):
+            next(it)
+        return copy.deepcopy(p.checkpoint())

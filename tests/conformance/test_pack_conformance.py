@@ -24,7 +24,6 @@ as tests/conformance/test_pipeline_conformance.py does).
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import tempfile
@@ -40,7 +39,7 @@ from zephon.ops import OpContext as ZOpContext  # noqa: E402
 from zephon.ops.grouping import DomainGroups as ZDomainGroups  # noqa: E402
 
 from properties.opkit import rec, run, split  # noqa: E402
-from properties.pipelines import PipelineConfig, build_pipeline  # noqa: E402
+from properties.pipelines import PipelineConfig, build_pipeline, checkpoint_after  # noqa: E402
 from properties.zephon_checkpoints import restore_any  # noqa: E402
 from properties.zephon_records import norm, per_lane, to_zephon_all  # noqa: E402
 from zephon_ref.lineage import spawn_child  # noqa: E402
@@ -283,16 +282,6 @@ def _zephon_lane_pure(cfg: PipelineConfig) -> dict[int, list[Any]]:
     return out
 
 
-def _checkpoint_at(impl: str, cfg: PipelineConfig, cut: int) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = build_pipeline(impl, cfg)
-        it = iter(p)
-        for _ in range(cut):
-            next(it)
-        return copy.deepcopy(p.checkpoint())
-
-
 @pytest.mark.parametrize("seed", range(PIPELINE_CONFIGS))
 def test_generated_pipelines_match_zephon_and_resume_exactly(seed: int) -> None:
     cfg = draw_pipeline(seed)
@@ -306,10 +295,10 @@ def test_generated_pipelines_match_zephon_and_resume_exactly(seed: int) -> None:
     assert got == want, cfg.describe()
     r = random.Random(seed)
     for cut in sorted(r.sample(range(len(mine) + 1), min(CUTS, len(mine) + 1))):
-        ours = _views("zephon_ref", cfg, _checkpoint_at("zephon_ref", cfg, cut))
+        ours = _views("zephon_ref", cfg, checkpoint_after("zephon_ref", cfg, cut))
         assert ours == mine[cut:], f"zephon_ref resume at cut {cut}\n{cfg.describe()}"
         if want == _by_lane(z):  # zephon's checkpoint cuts zephon's (deterministic) stream
-            theirs = _views("zephon_ref", cfg, _checkpoint_at("zephon", cfg, cut))
+            theirs = _views("zephon_ref", cfg, checkpoint_after("zephon", cfg, cut))
             assert theirs == z[cut:], f"zephon checkpoint at cut {cut} into zephon_ref\n{cfg.describe()}"
 
 

@@ -29,7 +29,6 @@ is_last_child, tombstones, counts, ``_packing_metadata``):
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import warnings
@@ -47,7 +46,7 @@ from zephon.ops import OpContext as ZOpContext  # noqa: E402
 
 from properties.hf_tokenizer import AVAILABLE as HF_AVAILABLE  # noqa: E402
 from properties.opkit import rec, run, split  # noqa: E402
-from properties.pipelines import PipelineConfig, build_pipeline  # noqa: E402
+from properties.pipelines import PipelineConfig, build_pipeline, checkpoint_after  # noqa: E402
 from properties.zephon_checkpoints import restore_any  # noqa: E402
 from properties.zephon_records import norm_record, to_zephon_all  # noqa: E402
 from zephon_ref.lineage import spawn_child  # noqa: E402
@@ -397,16 +396,6 @@ def _items(impl: str, cfg: PipelineConfig, state: Any = None) -> list[Any]:
         return list(p)
 
 
-def _checkpoint_at(impl: str, cfg: PipelineConfig, cut: int) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        p = build_pipeline(impl, cfg)
-        it = iter(p)
-        for _ in range(cut):
-            next(it)
-        return copy.deepcopy(p.checkpoint())
-
-
 @pytest.mark.parametrize("seed", range(PIPELINE_CONFIGS))
 def test_generated_tensor_pipelines_match_zephon_and_resume_at_cuts(seed: int) -> None:
     cfg = draw_pipeline(seed)
@@ -415,9 +404,9 @@ def test_generated_tensor_pipelines_match_zephon_and_resume_at_cuts(seed: int) -
     assert judge(mine, z, cfg.describe()) == "equal"
     r = random.Random(seed)
     for cut in sorted(r.sample(range(1, len(mine)), min(CUTS, len(mine) - 1))):
-        ours = _items("zephon_ref", cfg, _checkpoint_at("zephon_ref", cfg, cut))
+        ours = _items("zephon_ref", cfg, checkpoint_after("zephon_ref", cfg, cut))
         assert judge(ours, mine[cut:], f"zephon_ref resume at cut {cut}\n{cfg.describe()}") == "equal"
-        theirs = _items("zephon_ref", cfg, _checkpoint_at("zephon", cfg, cut))
+        theirs = _items("zephon_ref", cfg, checkpoint_after("zephon", cfg, cut))
         assert judge(theirs, z[cut:], f"zephon checkpoint at cut {cut}\n{cfg.describe()}") == "equal"
 
 
@@ -435,7 +424,7 @@ def test_a_checkpoint_holds_no_tensor() -> None:
         return [x]
 
     for impl in ("zephon", "zephon_ref"):
-        state = _checkpoint_at(impl, cfg, 2)
+        state = checkpoint_after(impl, cfg, 2)
         kinds = {type(v).__module__.split(".")[0] for v in leaves(state)}
         assert "torch" not in kinds, (impl, kinds)
 
