@@ -1,4 +1,4 @@
-"""Cells and bytes every file format shares: a Parquet/Arrow cell as zephon delivers it, zstd.
+"""What every file format shares: the lazy shard, Arrow and framed rows, Arrow cells, zstd.
 
 The format modules (:mod:`~zephon_ref.io.dataset`, :mod:`~zephon_ref.io.mds`,
 :mod:`~zephon_ref.io.litdata`, :mod:`~zephon_ref.io.lance`, :mod:`~zephon_ref.io.vortex`) import
