@@ -366,8 +366,13 @@ def lineage_problems(cfg: PipelineConfig, items: Sequence[Sequence[Any]], *, exp
     # 4. content conservation (a partial batch dropped under drop_last=True may hold any fragment)
     unclosed_sets = {lane: frozenset(v) for lane, v in unclosed.items()}
     batch_op = ops.get("batch")
-    # (the packs of a micro-batch a dropping map_batch returned None for, too)
-    gaps_allowed = batch_op is not None and batch_op.get("drop_last", True) or _map_batch_drops(ops)
+    # (the packs of a micro-batch a dropping map_batch returned None for, too; and whatever a strict
+    # ensure_mixture holds at a flush, a packed fragment from the middle of a sample among it, as step 5
+    # below already grants: docs/divergences.md D-90)
+    em_op = ops.get("ensure_mixture")
+    strict_mixture = em_op is not None and "max_buffer_size" in em_op and em_op["max_buffer_size"] is None
+    gaps_allowed = (batch_op is not None and batch_op.get("drop_last", True) or _map_batch_drops(ops)
+                    or strict_mixture)
     shown = 0
     for (lane, cid, off), fs in sorted(frags.items()):
         want = exp.tokens[exp.lanes[lane][cid][off]]
