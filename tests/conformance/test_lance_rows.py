@@ -20,9 +20,8 @@ import pytest
 pytest.importorskip("lance", reason="pylance not installed (pip install .[lance])")
 
 import zephon_ref  # noqa: E402
+from properties.format_rows import assert_streams_equal, canon, rows  # noqa: E402
 from properties.sources import zephon_available  # noqa: E402
-from tests.conformance.format_streams import assert_streams_equal  # noqa: E402
-from tests.conformance.test_parquet_rows import canon, rows  # noqa: E402
 
 
 def write_lance(root: Path, seed: int) -> tuple[Path, Path]:

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import zephon_ref
+from properties.format_rows import assert_streams_equal
 from properties.sources import zephon_available
-from tests.conformance.format_streams import assert_streams_equal
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("litdata") is None,
                                 reason="litdata not installed (bash scripts/install_peers.sh)")

@@ -19,40 +19,9 @@ import pytest
 pytest.importorskip("pyarrow", reason="pyarrow (the parquet extra) is not installed")
 
 import zephon_ref  # noqa: E402
+from properties.format_rows import canon, rows  # noqa: E402
 from properties.sources import zephon_available  # noqa: E402
 from zephon_ref.io import write_parquet  # noqa: E402
-
-
-def canon(v: Any) -> Any:
-    """A value with its type spelled out, so an int64 scalar never equals a Python int."""
-    if isinstance(v, dict):
-        return ("dict", sorted((k, canon(x)) for k, x in v.items()))
-    if isinstance(v, list):
-        return ("list", [canon(x) for x in v])
-    if isinstance(v, np.ndarray):
-        return ("ndarray", str(v.dtype), v.tolist())
-    if isinstance(v, np.generic):
-        return ("np", str(v.dtype), v.item())
-    return (type(v).__name__, v)
-
-
-def rows(seed: int, n: int) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        k = int(rng.integers(0, 4))
-        out.append({
-            "text": f"row {seed}-{i}" if i % 5 else None,
-            "n": int(rng.integers(-9, 9)),
-            "x": float(rng.normal()) if i % 3 else None,
-            "flag": bool(i % 2) if i % 7 else None,
-            "ids": [int(t) for t in rng.integers(0, 100, size=k)] if i % 6 else None,
-            "scores": [0.5, None] if i % 4 == 0 else [float(t) for t in rng.random(k)],
-            "meta": {"k": i, "tags": ["a"] * k},
-            "nested": [[i], list(range(k))],
-            "blob": bytes(range(k)),
-        })
-    return out
 
 
 def build(z: Any, root: Path) -> list[Any]:

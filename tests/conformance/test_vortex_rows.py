@@ -19,9 +19,8 @@ import pytest
 pytest.importorskip("vortex", reason="vortex-data not installed (pip install .[vortex])")
 
 import zephon_ref  # noqa: E402
+from properties.format_rows import assert_streams_equal, canon, rows  # noqa: E402
 from properties.sources import zephon_available  # noqa: E402
-from tests.conformance.format_streams import assert_streams_equal  # noqa: E402
-from tests.conformance.test_parquet_rows import canon, rows  # noqa: E402
 from zephon_ref.io import write_parquet  # noqa: E402
 
 

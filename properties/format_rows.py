@@ -1,4 +1,6 @@
-"""The shared check of the file-format conformance tests (test_{mds,litdata,lance,vortex}_rows.py).
+"""Shared checks of the file-format conformance tests (tests/conformance/test_{parquet,mds,litdata,lance,
+vortex}_rows.py): generated Arrow rows, a typed canonical form of a delivered value, and the stream
+comparison of zephon_ref's ``Dataset.from_path`` with zephon 0.2.0's.
 
 :func:`stream_view` reads datasets with one library's ``Dataset.from_path`` (the first with the
 format named, the rest detected with ``fmt=None``) and streams a two-dataset mixture of them;
@@ -10,6 +12,42 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+__all__ = ["assert_streams_equal", "canon", "rows", "stream_view"]
+
+
+def canon(v: Any) -> Any:
+    """A value with its type spelled out, so an int64 scalar never equals a Python int."""
+    if isinstance(v, dict):
+        return ("dict", sorted((k, canon(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return ("list", [canon(x) for x in v])
+    if isinstance(v, np.ndarray):
+        return ("ndarray", str(v.dtype), v.tolist())
+    if isinstance(v, np.generic):
+        return ("np", str(v.dtype), v.item())
+    return (type(v).__name__, v)
+
+
+def rows(seed: int, n: int) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        k = int(rng.integers(0, 4))
+        out.append({
+            "text": f"row {seed}-{i}" if i % 5 else None,
+            "n": int(rng.integers(-9, 9)),
+            "x": float(rng.normal()) if i % 3 else None,
+            "flag": bool(i % 2) if i % 7 else None,
+            "ids": [int(t) for t in rng.integers(0, 100, size=k)] if i % 6 else None,
+            "scores": [0.5, None] if i % 4 == 0 else [float(t) for t in rng.random(k)],
+            "meta": {"k": i, "tags": ["a"] * k},
+            "nested": [[i], list(range(k))],
+            "blob": bytes(range(k)),
+        })
+    return out
 
 
 def stream_view(z: Any, paths: Sequence[Path], seed: int, chunk_size: int, *, fmt: str,
