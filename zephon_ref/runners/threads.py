@@ -91,16 +91,20 @@ class ThreadsRunner:
             return _DONE
 
         def process(st: OpStage, entries: Entries) -> list[Any]:
-            futures: list[Future[list[Any]] | list[Any]] = [
-                elems if control else pool.submit(st.op.process_many, list(elems))
-                for control, elems in entries
-            ]
-            if not self.deterministic:
-                return [x for f in futures for x in (f if isinstance(f, list) else f.result())]
-            out: list[Any] = []
-            for f in futures:  # release strictly in sequence order
-                out.extend(f if isinstance(f, list) else f.result())
-            return out
+            # one operator's process_many calls never overlap: they run one after another in a pool
+            # worker (operators run beside each other, each in its own pump).  An operator may hold
+            # an object that is not safe to share between threads, a Hugging Face fast tokenizer whose
+            # truncation setting is state on the tokenizer: two concurrent tokenize_chat calls raced on
+            # it and delivered 2 or 3 items where the inline runner delivers 1 (7 runs in 12,
+            # tests/conformance/test_chat_owned_ranges.py case 33); zephon gives each worker its own copy.
+            def run_all() -> list[Any]:
+                out: list[Any] = []
+                for control, elems in entries:  # in sequence order
+                    out.extend(elems if control else st.op.process_many(list(elems)))
+                return out
+
+            future: Future[list[Any]] = pool.submit(run_all)
+            return future.result()
 
         # Messages are (final, elements).  The final message of a stage carries the output
         # of its last input *and* of its close(), as one micro-batch: exactly the grouping
