@@ -46,6 +46,7 @@ from __future__ import annotations
 import ast
 import json
 import random
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict
@@ -238,13 +239,19 @@ def sample(mutants: Sequence[Mutant], n: int, seed: int) -> list[Mutant]:
     return [mutants[i] for i in picked]
 
 
-def mutants_from(results: Path) -> list[Mutant]:
+def mutants_from(results: Path, *, moved_since: str | None = None) -> list[Mutant]:
     """The mutants an earlier results file ran, in the order they first appear.
 
     The seeded sample is drawn from :func:`generate` over the source as it is, so an edit to the
     core between two runs draws another sample; a checker added to an earlier run (``run
     --mutants-from FILE``) must take that run's mutants instead.  A mutant whose line moved since
     is refused as stale when it runs (``verdict: error``), never applied elsewhere.
+
+    ``moved_since`` (a git revision the earlier run's source was at) follows moved lines: a mutant's
+    line is looked up by its text at that revision, and the mutant moves to the line of the source as
+    it is with the same text, or else with the same start through the mutated snippet (the nearest such
+    line when there are several); a line found neither way stays where it was and is refused as stale.  The mutant keeps its name (the
+    old position), so records of both runs line up.
     """
     out: dict[str, Mutant] = {}
     for r in read_records(results)[1]:
@@ -253,9 +260,30 @@ def mutants_from(results: Path) -> list[Mutant]:
             continue
         col = r.get("col")  # records written before "col" was recorded: the generated name carries it
         col = int(name.split(":")[2]) if col is None else int(col)
+        line = int(r["line"])
+        if moved_since is not None:
+            line = _moved_line(r["file"], line, moved_since, upto=col + len(r["original"]))
         out[name] = Mutant(name=name, file=r["file"], original=r["original"], replacement=r["replacement"],
-                           line=int(r["line"]), col=col)
+                           line=line, col=col)
     return list(out.values())
+
+
+def _moved_line(file: str, line: int, rev: str, *, upto: int) -> int:
+    """Where the text of ``file``'s line ``line`` at git revision ``rev`` is now: the same whole line,
+    else the same first ``upto`` characters (the line's start through the mutated snippet); ``line``
+    when it is nowhere, or ``rev`` does not have the file."""
+    root = Path(ROOT)
+    got = subprocess.run(["git", "show", f"{rev}:{file}"], cwd=root, capture_output=True, text=True,
+                         check=False)
+    old = got.stdout.splitlines()
+    if got.returncode != 0 or not 1 <= line <= len(old):
+        return line
+    now = (root / file).read_text(encoding="utf-8").splitlines()
+    same = [i + 1 for i, text in enumerate(now) if text == old[line - 1]]
+    if not same:
+        head = old[line - 1][:upto]
+        same = [i + 1 for i, text in enumerate(now) if text[:upto] == head]
+    return min(same, key=lambda i: (abs(i - line), i)) if same else line
 
 
 def tasks_for(mutants: Iterable[Mutant], checkers: Sequence[str], *, timeout: float, examples: int = 20,
@@ -418,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--mutants-from", type=existing_file, default=None, metavar="FILE",
                    help="run the mutants of this earlier results file instead of drawing the sample again "
                         "(the sample depends on the source, so an edit to the core draws another)")
+    r.add_argument("--moved-since", default=None, metavar="REV",
+                   help="with --mutants-from: the git revision that run's source was at; a mutant whose line "
+                        "moved since (same text elsewhere in its file) follows it")
     rep = sub.add_parser("report", help="summarise a results file")
     rep.add_argument("results", type=existing_file)
     ls = sub.add_parser("list", help="print the sample's mutants")
@@ -432,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(report(Path(ns.results)), indent=1))
         return 0
     if ns.cmd == "run" and ns.mutants_from:
-        chosen = mutants_from(Path(ns.mutants_from))
+        chosen = mutants_from(Path(ns.mutants_from), moved_since=ns.moved_since)
     else:
         chosen = sample(generate(), ns.sample, ns.seed)
     if ns.cmd == "list":
