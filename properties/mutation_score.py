@@ -250,8 +250,8 @@ def mutants_from(results: Path, *, moved_since: str | None = None) -> list[Mutan
     ``moved_since`` (a git revision the earlier run's source was at) follows moved lines: a mutant's
     line is looked up by its text at that revision, and the mutant moves to the line of the source as
     it is with the same text, or else with the same start through the mutated snippet (the nearest such
-    line when there are several); a line found neither way stays where it was and is refused as stale.  The mutant keeps its name (the
-    old position), so records of both runs line up.
+    line when there are several); a line found neither way stays where it was and is refused as stale.
+    The mutant keeps its name (the old position), so records of both runs line up.
     """
     out: dict[str, Mutant] = {}
     for r in read_records(results)[1]:

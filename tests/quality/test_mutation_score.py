@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from properties import mutation_score as ms
-from properties.mutation import ROOT, Mutant
+from properties.mutation import ROOT, Mutant, StaleMutant
 from sim.executor import read_records
 
 
@@ -111,3 +111,36 @@ def test_the_conformance_checker_leaves_out_only_named_rows() -> None:
     # none since issue 34's fix (the torch row was skipped while it failed on the unmutated tree); a row
     # skipped again must fail on the unmutated tree, with the reason beside CHECKERS and here
     assert skipped == [], "each skipped row fails on the unmutated tree; say why beside CHECKERS"
+
+
+def test_moved_since_follows_a_moved_line_and_leaves_a_rewritten_one_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier run's mutants (``run --mutants-from F --moved-since REV``) follow their lines after an
+    edit above them moved them; a line whose text changed up to the snippet stays put (refused stale)."""
+    import json
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                       check=True, capture_output=True)
+
+    src = tmp_path / "m.py"
+    src.write_text("a = 1\nb = a + 2\nc = b * 3\n")
+    git("init", "-q")
+    git("add", "m.py")
+    git("commit", "-qm", "old")
+    src.write_text("# one\n# two\na = 1\nb = a + 2\nc = b / 3\n")
+    records = [{"task": line, "mutant": f"m.py:{line}:6:binop {op}", "file": "m.py", "original": op,
+                "replacement": new, "line": line, "col": 6}
+               for line, op, new in ((2, "+", "-"), (3, "*", "/"))]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [{"header": {}}, *records]))
+    monkeypatch.setattr(ms, "ROOT", tmp_path)
+    moved = ms.mutants_from(results, moved_since="HEAD")
+    assert [m.line for m in moved] == [4, 3]
+    text = src.read_text()
+    assert moved[0].apply(text).splitlines()[3] == "b = a - 2"
+    with pytest.raises(StaleMutant):
+        moved[1].apply(text)
+    assert [m.line for m in ms.mutants_from(results)] == [2, 3]  # without it: the recorded lines
