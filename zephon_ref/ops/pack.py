@@ -599,10 +599,6 @@ class PackingAccumulator(Accumulator[SampleRecord]):
             raise ConfigTypeError(expected("PackingAccumulator", "a config or keywords, not both",
                                            sorted(knobs)))
         self.config = config
-        self.max_length = config.max_length
-        self.algorithm = config.algorithm
-        self.cap = config.max_sequences_per_bin
-        self.flat = config.output == "flat"
         pp = config.pack_payloads
         joiners: dict[str, Callable[[list[Any]], Any]] = {"numpy_array": join_numpy,
                                                           "torch_tensor": join_tensors}
@@ -615,6 +611,25 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
         self.drops = DropLedger()
         self._lanes: dict[int, _PackLane] = {}
+
+    # the knobs the rules below read most, as views of the one config (never copies of it)
+    @property
+    def max_length(self) -> int:
+        return self.config.max_length
+
+    @property
+    def algorithm(self) -> str:
+        return self.config.algorithm
+
+    @property
+    def cap(self) -> int | None:
+        """``max_sequences_per_bin``."""
+        return self.config.max_sequences_per_bin
+
+    @property
+    def flat(self) -> bool:
+        """``pack_flat``'s rows (``output="flat"``) rather than envelopes."""
+        return self.config.output == "flat"
 
     @property
     def reads_payload(self) -> bool:
