@@ -961,10 +961,8 @@ def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None], *
 
 def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bool, op_cases: Any,
                         unit_problems: Any) -> None:
-    from properties.op_units import OpCase
+    from properties.op_units import FIXED_CASES, OpCase
 
-    @_settings(examples, derandomize)
-    @given(case=op_cases(methods=[method]))
     def prop(case: OpCase) -> None:
         c.runs += 1
         c.tick()
@@ -977,7 +975,10 @@ def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bo
         assert not problems, problems[0]
         c.passed += 1
 
-    prop()
+    # the method's fixed cases first (op_units.FIXED_CASES), then its drawn ones
+    for fixed, _why in FIXED_CASES.get(method, ()):
+        prop(fixed)
+    _settings(examples, derandomize)(given(case=op_cases(methods=[method]))(prop))()
 
 
 def _declined(c: _Counter) -> tuple[tuple[str, int], ...]:

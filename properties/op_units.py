@@ -131,8 +131,7 @@ def _payload(n: int, seed: int) -> dict[str, Any]:
 
 
 @st.composite
-def unit_streams(draw: Any, *, length: int | None = None,
-                 no_empty_closers: bool = False) -> list[SampleRecord]:
+def unit_streams(draw: Any, *, length: int | None = None) -> list[SampleRecord]:
     """Per-lane increasing chunks of records: empty, exactly ``length`` tokens, around it or small;
     some fanned out into 2-3 siblings of one offset; at times a single record."""
     if draw(st.integers(0, 5)) == 0:  # a single-record epoch
@@ -162,8 +161,6 @@ def unit_streams(draw: Any, *, length: int | None = None,
             for i in range(pieces):
                 meta = spawn_child(r.meta, i, is_last_child=(i == pieces - 1))
                 part = ids[bounds[i]:bounds[i + 1]]
-                if not part and no_empty_closers and i == pieces - 1:
-                    part = [5]
                 out.append(SampleRecord(meta, {"input_ids": part, "mask": [1] * len(part)}))
     return out
 
@@ -305,16 +302,12 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     _, kwargs = draw(gen.op_call(table[method], ctx={"components": COMPONENTS}, validate=validate,
                                  mode_aware=True))
     length = kwargs.get("max_length") if isinstance(kwargs.get("max_length"), int) else None
-    wrap = method in ("pack_sequences", "pack_flat") and kwargs.get("algorithm") == "wrap"
-    # known gap (divergence D-2): wrap tombstones an empty closing child at once, ahead of a sibling
-    # still in its buffer, as zephon 0.2.0 does: no empty closing children before wrap (pack_flat
-    # shares the packer: found there at example 769 of --impl inline --examples 100)
-    recs = draw(unit_streams(length=length, no_empty_closers=wrap))
+    # wrap is fed empty closing children too (split first or not): their closer waits for a buffered
+    # sibling (divergence D-2, which zephon 0.2.0 tombstones at once)
+    recs = draw(unit_streams(length=length))
     split_first = None
     if method == "pack_sequences" and draw(st.booleans()):
         split_first = draw(st.integers(1, max(1, (length or 8) // 2 + 1)))
-        if wrap:
-            recs = [r if r.payload["input_ids"] else SampleRecord(r.meta, _payload(1, 0)) for r in recs]
     batch_first = None
     if method == "decode_text":
         recs = draw(bytes_payloads(recs, kwargs))
@@ -330,6 +323,27 @@ def op_cases(draw: Any, *, methods: Sequence[str] | None = None) -> OpCase:
     cuts = tuple(draw(st.lists(st.integers(0, n), max_size=4)))
     prefix = draw(st.integers(0, n))
     return OpCase(method, kwargs, split_first, tuple(recs), cuts, prefix, batch_first)
+
+
+def _empty_closer_after_a_buffered_sibling() -> tuple[SampleRecord, ...]:
+    """Offset (0, 0, 0) split into 3 tokens and an empty closing child, then a 1:1 record of 10 tokens
+    on the same lane: wrap's window (max_length 10) emits the 3 tokens only with that record."""
+    base = rec(0, 0, 0)
+    kids = [SampleRecord(spawn_child(base.meta, 0), _payload(3, 0)),
+            SampleRecord(spawn_child(base.meta, 1, is_last_child=True), _payload(0, 0))]
+    return (*kids, rec(0, 0, 1, payload=_payload(10, 1)))
+
+
+#: fixed cases each method's run of the operators row checks before its drawn ones (never shrunk),
+#: each a shape the draws reach too rarely to trust: (case, the bug it stands for)
+FIXED_CASES: dict[str, tuple[tuple[OpCase, str], ...]] = {
+    method: ((OpCase(method, {"max_length": 10, "algorithm": "wrap",
+                              **({"pad_token_id": 0} if method == "pack_flat" else {})},
+                     None, _empty_closer_after_a_buffered_sibling(), (), 0),
+              "divergence D-2: an empty closing child tombstoned at once closes its offset ahead of the "
+              "sibling still in wrap's window (2,400 drawn cases of --examples 100 never reached it)"),)
+    for method in ("pack_sequences", "pack_flat")
+}
 
 
 def _flat(out: Sequence[Any]) -> list[SampleRecord]:

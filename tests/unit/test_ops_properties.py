@@ -90,13 +90,7 @@ def _flat(out: list[Any]) -> list[SampleRecord]:
 
 
 def _prep(name: str, recs: list[SampleRecord]) -> list[SampleRecord]:
-    if name.startswith("wrap"):
-        # Known gap (docs/divergences.md): wrap tombstones an empty closing child at
-        # once, ahead of a sibling still in its buffer, as zephon 0.2.0 does.
-        recs = [
-            r if r.payload["input_ids"] else SampleRecord(r.meta, {"input_ids": [5], "mask": [1]})
-            for r in recs
-        ]
+    # wrap sees empty closing children too: their closer waits for a buffered sibling (divergence D-2)
     return _texts(recs) if name.startswith("tokenize") else recs
 
 

@@ -243,3 +243,28 @@ def test_a_shuffle_moving_the_closing_child_first_still_closes_on_the_last_fragm
 def test_a_dropped_closing_child_hands_its_closer_to_a_sibling_shuffled_after_it() -> None:
     out = run(PackSequences(5, num_bins=1, shuffle_strategy="length"), [_children([3, 20])])
     assert _closers(out) == [(0, True)] and not any(r.meta.tombstone for r in out)
+
+
+@pytest.mark.parametrize("output", ["envelope", "flat"])
+def test_wrap_closes_an_offset_after_a_buffered_sibling_when_its_closing_child_is_empty(output: str) -> None:
+    """Divergence D-2: a 3-token child buffered in wrap's 10-token window, then its empty closing sibling.
+    zephon 0.2.0 tombstones the empty closer at once (the offset closes while the 3 tokens are still
+    buffered: a checkpoint then evicts the chunk, and a crash loses them); the closer travels with the
+    buffered sibling instead and leaves with its last fragment."""
+    kw: dict[str, Any] = {"pad_token_id": 0} if output == "flat" else {}
+    op = PackSequences(10, algorithm="wrap", output=output, **kw)
+    acc = op.accumulator(deterministic=True, ctx={})
+    kids = _children([3, 0])
+    assert acc.push_many([kids[0]]) == []
+    assert acc.push_many([kids[1]]) == []  # no tombstone ahead of the buffered 3 tokens
+    full = rec(0, 0, 1, n_tokens=10)  # fills the window: the 3 tokens leave with 7 of it
+    other = SampleRecord(full.meta, {"input_ids": full.payload["input_ids"]})
+    out = [r for batch, _ in acc.push_many([other]) for r in batch]
+    assert [len(r.payload["packed_samples"]) if output == "envelope" else None for r in out] == [
+        2 if output == "envelope" else None]
+    closing = [(ref.cursor.base_offset, ref.is_last_child) for ref in out[0].meta.contribution_refs()]
+    assert closing[0] == ((0, 0), True) and not out[0].meta.tombstone
+    # when no sibling is buffered the empty closer still closes its offset at once, by tombstone
+    acc = op.accumulator(deterministic=True, ctx={})
+    (tomb,) = [r for batch, _ in acc.push_many(_children([0])) for r in batch]
+    assert tomb.meta.tombstone and _closers([tomb]) == [(0, True)]

@@ -79,8 +79,8 @@ a fresh accumulator (the engine's replay), so everything here is a function of
 the records pushed since the lane's last flush.
 
 Invariants: per lane and base offset exactly one closing contributor or
-tombstone leaves, after every other fragment of the offset (wrap: see the
-divergence row on empty closers); ``flush(reset=True, lane_id=L)`` drops all of
+tombstone leaves, after every other fragment of the offset (wrap: an empty
+closing child hands its closer to a buffered sibling, D-2); ``flush(reset=True, lane_id=L)`` drops all of
 L's state.  Payload fields that are torch tensors are joined and padded by torch's own
 rules (:mod:`zephon_ref.ops.tensors`, which takes torch from the tensors themselves).  What may
 not live here: clocks, importing torch, unsorted iteration.
@@ -795,7 +795,7 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         name = self._slice_field(st, rec)
         n = value_length(rec.payload[name], name)
         if n <= 0:
-            return tombstones_for_record(rec)
+            return self._close_empty(g, rec)
         g.wrap.append(_Segment(rec, 0, n, n, token_field=name, is_slice=True))
         g.wrap_total += n
         lane = rec.meta.lane_id
@@ -822,6 +822,30 @@ class PackingAccumulator(Accumulator[SampleRecord]):
                     room = 0
             out.append(self._emit(st, taken, lane))
         return out
+
+    @staticmethod
+    def _close_empty(g: _Group, rec: SampleRecord) -> list[SampleRecord]:
+        """An empty record in wrap's window packs nothing.  Each offset it closes closes now, by
+        tombstone, unless a fragment of that offset is still buffered: then the last such fragment
+        carries the closer and the offset closes when it leaves (wrap emits in arrival order, so after
+        every other fragment).  divergence D-2: zephon 0.2.0 tombstones at once, ahead of the
+        buffered fragment."""
+        tombs: list[SampleRecord] = []
+        for ref in rec.meta.contribution_refs():
+            if not ref.is_last_child:
+                continue
+            key = ref.cursor.base_offset
+            holder = next((seg for seg in reversed(g.wrap)
+                           if any(r.cursor.base_offset == key for r in seg.record.meta.contribution_refs())),
+                          None)
+            if holder is None:
+                tombs.append(SampleRecord(tombstone_meta(ref, rec.meta.lane_id), None))
+                continue
+            m = holder.record.meta
+            moved = tuple(ContributorRef(r.cursor, r.is_last_child or r.cursor.base_offset == key)
+                          for r in m.contribution_refs())
+            holder.record = SampleRecord(m.with_contributors(moved), holder.record.payload)
+        return tombs
 
     # -- best_fit_wrap ----------------------------------------------------------
 
