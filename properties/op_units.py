@@ -157,6 +157,8 @@ def unit_streams(draw: Any, *, length: int | None = None) -> list[SampleRecord]:
             # a one-to-many map: siblings of one offset (contiguous windows of any lengths, so a
             # closing child may be the longest), the last one closing
             cuts = sorted(draw(st.lists(st.integers(0, len(ids)), min_size=pieces - 1, max_size=pieces - 1)))
+            if draw(st.integers(0, 3)) == 0:  # at times an empty closing child (wrap's D-2 shape)
+                cuts[-1] = len(ids)
             bounds = [0, *cuts, len(ids)]
             for i in range(pieces):
                 meta = spawn_child(r.meta, i, is_last_child=(i == pieces - 1))
