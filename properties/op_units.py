@@ -409,7 +409,8 @@ class _WordIds:
 
 
 def unit_problems(case: OpCase) -> list[str]:
-    """The first problem of each of the three properties for ``case`` (empty: all hold)."""
+    """The first problem of each of the four properties for ``case`` (empty: all hold): exactly-once
+    closure, pending data told truly, flush resets the lane, no pending data after a flush."""
     from zephon_ref.errors import ZephonRefError
 
     recs = fed_records(case)
@@ -435,8 +436,22 @@ def unit_problems(case: OpCase) -> list[str]:
     the_op = op()
     probe = the_op.accumulator(deterministic=True, ctx=dict(CTX))
     empties: list[int] = []
+    # pending data is told truly, pushed one record at a time: an offset whose closer was fed and that
+    # has not closed yet is held, so its lane has pending data; the all-lanes answer is the lanes' any
+    owed: set[tuple[int, int, int]] = set()
+    lanes: set[int] = set()
     for k, r in enumerate(recs, 1):
-        run(the_op, [[r]], acc=probe, flush=False)
+        owed |= set(closers(_flat([r])))
+        owed -= set(closers(_flat(run(the_op, [[r]], acc=probe, flush=False))))
+        lanes.add(_lane(r))
+        held = sorted(key for key in owed if key[0] == _lane(r))
+        if held and not probe.has_pending_data(_lane(r)) and not problems:
+            problems.append(f"lane {_lane(r)} says it has no pending data after {k} records, while offsets "
+                            f"{held[:3]} were fed their closer and never closed")
+        each = sorted(lane for lane in lanes if probe.has_pending_data(lane))
+        if bool(probe.has_pending_data()) != bool(each) and not problems:
+            problems.append(f"has_pending_data() is {probe.has_pending_data()!r} after {k} records while "
+                            f"lanes {each} have pending data")
         if not probe.has_pending_data(_lane(r)) and len(empties) < 3:
             empties.append(k)
     for prefix in sorted({case.prefix, *empties}):

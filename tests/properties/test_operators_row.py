@@ -91,3 +91,34 @@ def test_map_batch_that_drops_a_batch_without_tombstones_is_caught(monkeypatch: 
     row = _row("map_batch", 30)
     assert row.failure is not None and "never closed" in row.failure and "map_batch" in row.failure, row
     assert row.found_at is not None and row.found_at <= 60, row  # within the row's 60 cases
+
+
+def test_an_accumulator_that_denies_its_pending_data_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation sample's survivor ops/base.py `return bool(self._buffers)` -> `return None` (the
+    all-lanes answer of the counting accumulator) and a lane answer that is always False."""
+    from zephon_ref.ops.base import CountingAccumulator
+
+    lane_answer = CountingAccumulator.has_pending_data
+    monkeypatch.setattr(CountingAccumulator, "has_pending_data",
+                        lambda self, lane_id=None: None if lane_id is None else lane_answer(self, lane_id))
+    row = _row("batch", 10)
+    assert row.failure is not None and "has_pending_data() is None" in row.failure, row
+    monkeypatch.setattr(CountingAccumulator, "has_pending_data",
+                        lambda self, lane_id=None: lane_answer(self) if lane_id is None else False)
+    row = _row("batch", 10)
+    assert row.failure is not None and "no pending data" in row.failure, row
+
+
+@pytest.mark.parametrize("method", ["pack_sequences", "pack_flat"])
+def test_wrap_closing_an_offset_ahead_of_a_buffered_sibling_is_caught_by_the_fixed_case(
+    method: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Divergence D-2's old rule planted (an empty closing child tombstoned at once): the method's fixed
+    case (properties.op_units.FIXED_CASES), run before any drawn one, fails."""
+    from zephon_ref.lineage import tombstones_for_record
+    from zephon_ref.ops.pack import PackingAccumulator
+
+    old_rule = staticmethod(lambda g, rec: tombstones_for_record(rec))
+    monkeypatch.setattr(PackingAccumulator, "_close_empty", old_rule)
+    row = _row(method, 1)
+    assert row.failure is not None and "before its fragment" in row.failure and row.found_at == 1, row
