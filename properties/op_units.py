@@ -409,8 +409,9 @@ class _WordIds:
 
 
 def unit_problems(case: OpCase) -> list[str]:
-    """The first problem of each of the four properties for ``case`` (empty: all hold): exactly-once
-    closure, pending data told truly, flush resets the lane, no pending data after a flush."""
+    """The first problem of each of the properties for ``case`` (empty: all hold): exactly-once closure,
+    pending data told truly, a lane's pending data and epoch-reset answers its own, flush resets the lane,
+    no pending data after a flush."""
     from zephon_ref.errors import ZephonRefError
 
     recs = fed_records(case)
@@ -454,6 +455,24 @@ def unit_problems(case: OpCase) -> list[str]:
                             f"lanes {each} have pending data")
         if not probe.has_pending_data(_lane(r)) and len(empties) < 3:
             empties.append(k)
+    # a lane's answers depend on its own records only (seed 002): its pending data and whether a stalled
+    # flush of epoch boundary b may pass (try_epoch_reset) equal those of the lane pushed alone, alike
+    for lane in sorted(lanes):
+        if problems:
+            break
+        own = [r for r in recs if _lane(r) == lane]
+        alone = the_op.accumulator(deterministic=True, ctx=dict(CTX))
+        for r in own:
+            run(the_op, [[r]], acc=alone, flush=False)
+        top = max(x.meta.chunk_id for x in _flat(own)) + 2
+        for b in range(top):
+            if probe.try_epoch_reset(b, lane) != alone.try_epoch_reset(b, lane):
+                problems.append(f"try_epoch_reset({b}, lane_id={lane}) is {probe.try_epoch_reset(b, lane)!r} "
+                                f"beside other lanes and {alone.try_epoch_reset(b, lane)!r} alone")
+                break
+        if not problems and probe.has_pending_data(lane) != alone.has_pending_data(lane):
+            problems.append(f"has_pending_data({lane}) is {probe.has_pending_data(lane)!r} beside other "
+                            f"lanes and {alone.has_pending_data(lane)!r} alone")
     for prefix in sorted({case.prefix, *empties}):
         problems += _reset_problems(the_op, recs, prefix)
         if problems:

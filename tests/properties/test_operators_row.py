@@ -122,3 +122,18 @@ def test_wrap_closing_an_offset_ahead_of_a_buffered_sibling_is_caught_by_the_fix
     monkeypatch.setattr(PackingAccumulator, "_close_empty", old_rule)
     row = _row(method, 1)
     assert row.failure is not None and "before its fragment" in row.failure and row.found_at == 1, row
+
+
+def test_an_epoch_reset_that_reads_other_lanes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutation sample's survivor ops/batch.py `lane_id is None` -> `is not None` in try_epoch_reset:
+    a lane's stalled flush then waits on other lanes' older records (seed 002: its answer is its own)."""
+    from zephon_ref.ops.batch import BatchAccumulator
+
+    def planted(self: Any, boundary_chunk_id: int, lane_id: int | None = None) -> bool:
+        lanes = sorted(self._buffers) if lane_id is not None else [lane_id]  # planted: inverted
+        held = [r for lane in lanes for r in self._buffers.get(lane, ())]
+        return all(r.meta.chunk_id >= boundary_chunk_id for r in held)
+
+    monkeypatch.setattr(BatchAccumulator, "try_epoch_reset", planted)
+    row = _row("batch", 100)
+    assert row.failure is not None and "beside other lanes" in row.failure, row
