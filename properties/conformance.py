@@ -1137,7 +1137,7 @@ ROW_COST: dict[str, float] = {
     "eviction safety": 181, "operators": 30, "cross-lane order": 29, "lane remap": 24, "resume machine": 14,
     "tamper refused": 13, "bounded inflight": 12, "checkpoint bytes": 11, "oracle": 10,
     "settings invariance": 8.5, "resume at cuts": 6.6, "lineage": 6.5, "corrupt refused": 5.9,
-    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6, "token estimation": 4.0,
+    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6, "token estimation": 1.7,
 }
 
 
