@@ -31,6 +31,9 @@ def test_the_fixed_cases_measure_through_the_prefix_and_fall_back() -> None:
     assert {("measured", ""), ("fallback", "measured"), ("fallback", "counting")} <= kinds
     for case in FIXED_CASES:
         assert census_problems(INLINE, case) == [], case
+    # and a shard sized from every second row, so the payload/raw rebase is not 1 (2,843 vs 2,182 bytes)
+    big = FIXED_CASES[-1].datasets[0][1][0]
+    assert len(big) > 128 and sum(map(len, big)) != int(sum(map(len, big[::2])) / len(big[::2]) * len(big))
 
 
 def _plant_replay_fails(monkeypatch: pytest.MonkeyPatch) -> None:
