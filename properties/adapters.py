@@ -90,6 +90,9 @@ FEATURES = {
     "aggregation": "the aggregation row: round_machine(state, config) gives the implementation's round "
     "machines, driven through TP/PP peers, missing and late ranks and a failing leader "
     "(properties/aggregation.py)",
+    "token_estimation": "the token estimation row: the measured tokens/byte ratios of a token-aware source "
+    "(the calibration pass through the pipeline's counting prefix) against a plain definition; the "
+    "adapter's impl names a library with zephon's drop-in API (properties/token_census.py)",
     "operators": "the operators row: the operator unit properties (exactly-once closure, flush resets "
     "the lane, no pending data after a flush) over every operator call the API generator draws; the "
     "implementation's operators are zephon_ref's",
@@ -301,7 +304,8 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "fast_ops", "aggregation", "merged_checkpoint", "torch", "operators"})
+                           "fast_ops", "aggregation", "merged_checkpoint", "torch", "operators",
+                           "token_estimation"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the
     # threads runner's consumer admits, within a window of queue_size messages, from what came back,

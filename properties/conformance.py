@@ -52,6 +52,11 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
 * ``fast ops`` [fast_ops]: zephon_ref's faster operators (:class:`zephon_ref.fast.ops.FastOps`:
   tokenize with the built-in tokenizer, interned ids) gives the plain operator's records,
   refusals and warnings on drawn operators and records (:func:`properties.fast_ops.fast_ops_check`);
+* ``token estimation`` [token_estimation]: a token-aware source's measured tokens/byte ratios (the
+  calibration pass through the pipeline's counting prefix: a map_transform ahead of tokenize replayed
+  on each drawn row, tokenize's counting, or a ``measure=`` callable; coverage met and not met), with
+  their provenance and fallback reasons, against a plain definition from the case's literal corpus
+  (:mod:`properties.token_census`; its fixed cases first);
 * ``torch`` [torch]: the stateful torch datasets' state at every position of a pass and of a
   resumed pass (the state before its first item too), under 0, 1 and 2 DataLoader workers, against
   the oracle's stream (:mod:`properties.torch_row`; at most ``EXAMPLES_CAP`` examples);
@@ -755,6 +760,7 @@ ORDER = (
     "corrupt refused",
     "shared walk",
     "fast ops",
+    "token estimation",
     "torch",
     "aggregation",
     "operators",
@@ -904,7 +910,12 @@ CASE_ROWS: dict[str, tuple[str, str, str]] = {
     "aggregation": ("aggregation", "properties.aggregation:round_cases",
                     "properties.aggregation:round_problems"),
     "fast ops": ("fast_ops", "properties.fast_ops:fast_op_cases", "properties.fast_ops:fast_ops_check"),
+    "token estimation": ("token_estimation", "properties.token_census:census_cases",
+                         "properties.token_census:token_estimation_check"),
 }
+#: a row of CASE_ROWS -> "module:function" giving its fixed cases, checked before the drawn ones (on top
+#: of the budget, counted in the row's columns; a failing one is reported as is, not shrunk)
+CASE_FIXED: dict[str, str] = {"token estimation": "properties.token_census:fixed_cases"}
 
 
 def _resolve(spec: str) -> Any:
@@ -919,6 +930,21 @@ def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: 
     _, strategy, check_spec = CASE_ROWS[name]
     cases, check = _resolve(strategy), _resolve(check_spec)
     c = _Counter(tick)
+    fixed = _resolve(CASE_FIXED[name])() if name in CASE_FIXED else ()
+    for i, case in enumerate(fixed, 1):
+        c.runs += 1
+        c.tick()
+        c.last = f"{case!r} [fixed case {i} of the row]"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                problems = check(adapter, case)
+        except Exception as exc:  # noqa: BLE001 - any failure is a row of the table
+            problems = [_first_line(exc)]
+        if problems:
+            return Row(name, c.runs, c.passed, failure=f"{c.last} :: {problems[0]}", config=c.last,
+                       found_at=c.runs)
+        c.passed += 1
 
     @_settings(examples, derandomize)
     @given(case=cases())
@@ -1112,7 +1138,7 @@ ROW_COST: dict[str, float] = {
     "eviction safety": 181, "operators": 30, "cross-lane order": 29, "lane remap": 24, "resume machine": 14,
     "tamper refused": 13, "bounded inflight": 12, "checkpoint bytes": 11, "oracle": 10,
     "settings invariance": 8.5, "resume at cuts": 6.6, "lineage": 6.5, "corrupt refused": 5.9,
-    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6,
+    "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6, "token estimation": 1.7,
 }
 
 
