@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from properties.generator import _batch_identity
 from properties.pipelines import PipelineConfig
 from properties.strategies import Topology
 
@@ -98,6 +99,16 @@ PACK_TWO_LANES = PipelineConfig(
     source_kwargs={"chunk_size": 2, "seed": 0},
     options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
 
+#: a map_batch that buffers (zephon 0.2.0's counting accumulator of 64 micro-batches) after a batch whose
+#: drop_last stalls the epoch's flush sentinel holds the epoch's complete micro-batches until the next chunk
+#: is admitted: 2 inflight chunks at the first checkpoint where K=1 allows 1 (docs/divergences.md D-102;
+#: the drawn examples reached it after about 170 of them).  The minimal form of the finding, shrunk by hand
+MAP_BATCH_STALL = PipelineConfig(
+    [("shuffle", {"buffer_size": 2, "seed": 0}), ("batch", {"microbatch_size": 2}),
+     ("map_batch", {"transform_fn": _batch_identity})],
+    layout={"web": (10,)}, weights={"web": 1.0}, source_kwargs={"chunk_size": 3, "seed": 0},
+    options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1})
+
 #: row name -> its regression examples, run in this order before the drawn ones
 REGRESSIONS: dict[str, tuple[Regression, ...]] = {
     "lane remap": (
@@ -110,6 +121,10 @@ REGRESSIONS: dict[str, tuple[Regression, ...]] = {
                        "drops one record too many (tests/quality/test_mutants.py)"),
         Regression(PACK_TWO_LANES, {"cuts": [6]},
                    why="eviction ignores cursor pinning (tests/quality/test_mutants.py)"),
+    ),
+    "bounded inflight": (
+        Regression(MAP_BATCH_STALL, {"execution": {}},
+                   why="map_batch holds an epoch's micro-batches behind a stalled batch (D-102)"),
     ),
     "checkpoint bytes": (
         Regression(SHUFFLE_TWO_LANES, {"cut": 1},

@@ -189,13 +189,6 @@ END_TO_END_SKIPS: dict[str, str] = {
                           "row's model reads a record's last lineage element as its start in tokens "
                           "(wrap's fragments); a packer after the fan-out nests a second level the model "
                           "cannot place; the operator row draws it (exactly-once closure, flush resets)",
-    "map_batch": "drawn end-to-end for part of stop 39 and taken out again: a buffering map_batch "
-                 "(its counting accumulator, max_batch 64) after a drop_last batch holds whole micro-batches "
-                 "of an epoch until that epoch's flush sentinel, which batch stalls until its buffer holds "
-                 "only later records, is released: the lane admits the next chunk first, one inflight chunk "
-                 "more than sim.invariants.inflight_bound allows (K=1: 2 chunks; found by "
-                 "tests/properties/test_feeding.py). The bound's derivation needs that case before the "
-                 "draw comes back; the operator row draws map_batch over a drawn batch call's micro-batches",
     "decode_text": "it reads bytes fields, and the suite's corpora reach the chain as crc token lists "
                    "(the lineage model knows each sample's tokens from its str text): no field for it to "
                    "decode; the operator row draws it over bytes payloads "

@@ -169,6 +169,17 @@ def inflight_bound(*, k: int, monotone: bool, depth_samples: int, min_chunk: int
       flush sentinel flushes and resets them for the lane, so they hold records of the open
       epoch only; the one allowed stall, ``batch(drop_last=True)``, holds older records only
       until the batch it completes goes out, and a batch's cursor is its newest record;
+    * the stages after ``batch`` (``map_batch``, the only operator allowed there) hold nothing
+      across pushes (:class:`zephon_ref.ops.map_batch.MapBatchAccumulator`): what ``batch``
+      emits reaches the tail in the same run of the stages.  This is what keeps the stall
+      harmless: a buffer there (zephon 0.2.0's counting one, 64 micro-batches) holds an
+      epoch's complete batches behind the stalled sentinel, the session's first item is then
+      one of them (cursor in epoch e) while the lane has admitted the chunks that complete the
+      stalled batch, and how many those are depends on the data, not on the configuration
+      (K=1, batch(4), a chunk of 5 records then g chunks a filter empties: g + 2 chunks at a
+      checkpoint; tests/properties/test_feeding.py); in a monotone plan such a buffer holds up
+      to 64 micro-batches past F.  No term of the bound could cover that, so map_batch holds
+      nothing instead (docs/divergences.md D-102);
     * the tail multiplexer's queue of the lane: demand feeding admits for a lane only on its
       round-robin turn with its queue empty (sentinels consumed) and the tail's outbox empty,
       and stops once the lane's next item reaches the tail; the queue therefore holds only

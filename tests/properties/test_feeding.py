@@ -118,3 +118,64 @@ def test_round_robin_feeding_exceeds_the_bound_that_demand_feeding_keeps() -> No
             if i == 600:
                 break
         assert (worst <= bound) == holds, (feeding, worst, bound)
+
+
+def _map_batch_cfg(chain: list[tuple[str, dict[str, Any]]], *, size: int, chunk: int,
+                   k: int | None = 1) -> PipelineConfig:
+    options: dict[str, Any] = {"runner": "inline", "canonical_replicas": 1}
+    if k is not None:
+        options["flush_every_k_chunks"] = k
+    return PipelineConfig(chain, layout={"web": (size,)}, weights={"web": 1.0},
+                          source_kwargs={"chunk_size": chunk, "seed": 0}, options=options)
+
+
+def test_map_batch_after_a_stalled_batch_keeps_the_bound() -> None:
+    """Minimal config of the finding that kept map_batch out of the end-to-end draws: an epoch's
+    complete micro-batches must not wait in map_batch while ``batch(drop_last=True)`` stalls that
+    epoch's flush sentinel (a counting buffer there held them until the next chunk was admitted:
+    2 chunks at checkpoint 0 where K=1 allows 1).  The monotone form (K=0, no sentinel at all): a
+    map_batch buffer of 64 micro-batches held 128 records, 32 chunks of 4 where the bound is 17."""
+    from properties.generator import _batch_identity
+
+    stalled = _map_batch_cfg([("shuffle", {"buffer_size": 2, "seed": 0}), ("batch", {"microbatch_size": 2}),
+                              ("map_batch", {"transform_fn": _batch_identity})], size=10, chunk=3)
+    monotone = _map_batch_cfg([("batch", {"microbatch_size": 2}),
+                               ("map_batch", {"transform_fn": _batch_identity})], size=400, chunk=4, k=None)
+    for cfg in (stalled, monotone):
+        assert inv.check_bounded_inflight(cfg) == []
+        assert inv.check_bounded_inflight(cfg, runner="threads", queue_size=3) == []
+
+
+def test_map_batch_inflight_does_not_grow_with_a_run_of_empty_chunks() -> None:
+    """Why the bound is not widened to admit the case: behind a stalled batch, map_batch held the
+    epoch until the chunks that complete the stalled micro-batch were admitted, and how many those
+    are depends on the data.  A dense chunk 0 (5 records, batch(4): one left over), then chunks
+    1..gap whose records a filter drops: the worst lane held 1 + gap + 1 chunks at a checkpoint
+    (2, 4, 7, 12 for gap 0, 2, 5, 10) where batch alone holds 1.  K=1 bounds it at 1 now."""
+    import zlib
+
+    from properties.generator import _batch_identity
+    from properties.pipelines import build_pipeline
+
+    def key(payload: Any) -> int:
+        return zlib.crc32(repr(payload).encode())
+
+    shuffle = ("shuffle", {"buffer_size": 2, "seed": 0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = build_pipeline("zephon_ref", _map_batch_cfg([shuffle, ("batch", {"microbatch_size": 1})],
+                                                            size=120, chunk=5))
+        chunk_of = {key(x.records[0].payload): x.records[0].meta.chunk_id for x in plain}
+        for gap in (0, 5):
+            def drop(payload: Any, gap: int = gap) -> Any:
+                return None if 1 <= chunk_of[key(payload)] <= gap else payload
+
+            cfg = _map_batch_cfg([("map_transform", {"transform_fn": drop}), shuffle,
+                                  ("batch", {"microbatch_size": 4}),
+                                  ("map_batch", {"transform_fn": _batch_identity})], size=120, chunk=5)
+            p = build_pipeline("zephon_ref", cfg)
+            worst = 0
+            for _ in p:
+                counts, _smallest = inv.inflight_observation(p.checkpoint())
+                worst = max(worst, *counts.values())
+            assert worst == 1, f"{gap} empty chunks after a dense one: a lane held {worst} chunks, K=1"

@@ -90,6 +90,22 @@ def test_counting_drop_last_discards_partials() -> None:
     assert a.flush() == [] and not a.has_pending_data()
 
 
+def test_map_batch_accumulator_holds_nothing_across_pushes() -> None:
+    """Every push leaves at once, per lane in order of first arrival, in calls of at most max_batch
+    (divergence D-102: a buffer there holds micro-batches behind a stalled batch)."""
+    from zephon_ref.ops.map_batch import MapBatchAccumulator
+
+    a = MapBatchAccumulator(2)
+    r = [rec(1, 0, 0), rec(0, 0, 0), rec(1, 0, 1), rec(1, 0, 2), rec(0, 0, 1)]
+    ready = a.push_many(r)
+    assert [[(x.meta.lane_id, x.payload["k"]) for x in b] for b, _ in ready] == [
+        [(1, 0), (1, 1)], [(1, 2)], [(0, 0), (0, 1)]]
+    assert not a.has_pending_data() and a.flush(reset=True, lane_id=1) == [] and a.flush() == []
+    assert a.push_many([]) == []
+    with pytest.raises(ConfigError, match="max_batch"):
+        MapBatchAccumulator(0)
+
+
 @pytest.mark.parametrize("bad", [0, -1])
 def test_counting_rejects_bad_max_batch(bad: int) -> None:
     with pytest.raises(ConfigError, match="max_batch"):

@@ -5,34 +5,65 @@ Theory of operation
 Runs after :mod:`zephon_ref.ops.batch`: its input is the lane-pure
 :class:`~zephon_ref.types.SampleBatch` es the batch operator emits, plus the tombstones
 that pass through it (which pass here too, untouched).  ``process_many`` maps each batch
-on its own (a count-only :class:`~zephon_ref.ops.base.CountingAccumulator`, so no state
-crosses calls): ``fn(batch)`` must return a ``SampleBatch`` (delivered in the batch's
-place) or None.  None with ``drop_none`` replaces the batch by one tombstone per closing
+on its own: ``fn(batch)`` must return a ``SampleBatch`` (delivered in the batch's place) or
+None.  None with ``drop_none`` replaces the batch by one tombstone per closing
 contributor of each of its records (so their offsets still close and the chunks evict);
 None without ``drop_none`` delivers the batch unchanged.  Order is preserved.
 
 The replay filter cuts before ``batch`` (seed 000), so a resume re-batches the remainder
 and ``fn`` sees the same batches again: ``fn`` must be a function of the batch alone.
 
+The accumulator (:class:`MapBatchAccumulator`) holds nothing across pushes: every push's
+batches leave at once, in calls of at most ``max_batch`` per lane.  zephon 0.2.0 counts them
+into a buffer of ``max_batch`` (64) per lane, emitted when full or at a flush (divergence D-102);
+the delivered stream is the same, since ``fn`` sees one batch at a time.  A buffer here would
+hold micro-batches that ``batch`` has already emitted: behind a flush sentinel that
+``batch(drop_last=True)`` stalls, a whole epoch's batches then wait until the chunks that
+complete the stalled micro-batch are admitted (how many depends on the data: a run of chunks a
+filter empties keeps them all inflight), and in a monotone plan up to 64 micro-batches wait.
+Either breaks the inflight bound that demand feeding keeps (:func:`sim.invariants.inflight_bound`,
+whose derivation counts on every stage after ``batch`` holding nothing).
+
 What may not live here: per-batch state, randomness, anything that reads a clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zephon_ref.errors import PayloadTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
-from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits, ReadyBatch, check_int, lane_of
 from zephon_ref.ops.knobs import Bool, Func, Int, check_execution, check_fields, knob
 from zephon_ref.types import SampleBatch, SampleRecord
 
-__all__ = ["DEFAULT_PARALLELISM", "MapBatch", "MapBatchConfig"]
+__all__ = ["DEFAULT_PARALLELISM", "MapBatch", "MapBatchAccumulator", "MapBatchConfig"]
 
 #: zephon 0.2.0's worker count for map_batch(parallelism=None): an execution setting.
 DEFAULT_PARALLELISM = 4
+
+
+class MapBatchAccumulator(Accumulator[Any]):
+    """Each push leaves at once: per lane (in order of first arrival), its elements in arrival
+    order, in ready batches of at most ``max_batch``.  Nothing is buffered, so ``flush`` emits
+    nothing and no lane is ever pending (the stage's flush-resets-the-lane rule holds trivially).
+    """
+
+    def __init__(self, max_batch: int) -> None:
+        check_int("max_batch", max_batch, minimum=1)
+        self.max_batch = max_batch
+
+    def push_many(self, elems: Sequence[Any]) -> list[ReadyBatch[Any]]:
+        by_lane: dict[int, list[Any]] = {}  # insertion order: lanes in order of first arrival
+        for elem in elems:
+            by_lane.setdefault(lane_of(elem), []).append(elem)
+        n = self.max_batch
+        return [(run[i:i + n], 0) for run in by_lane.values() for i in range(0, len(run), n)]
+
+    def flush(self, *, reset: bool = False, lane_id: int | None = None) -> list[ReadyBatch[Any]]:
+        return []
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,7 +103,7 @@ class MapBatch(BaseOp):
         return OpTraits(preserves_cursor_order=True, indexable=True, parallelism=self.parallelism)
 
     def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
+        return MapBatchAccumulator(self.config.max_batch)  # divergence D-102
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         c = self.config
