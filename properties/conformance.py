@@ -961,7 +961,19 @@ def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None], *
 
 def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bool, op_cases: Any,
                         unit_problems: Any) -> None:
-    from properties.op_units import OpCase
+    from properties.op_units import OpCase, regression_cases
+
+    for case, why in regression_cases(method):  # the fixed examples first (counted as examples)
+        c.runs += 1
+        c.tick()
+        c.last = f"{case.describe()} [fixed example: {why}]"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problems = unit_problems(case)
+        if problems and c.found_at is None:
+            c.found_at = c.runs
+        assert not problems, problems[0]
+        c.passed += 1
 
     @_settings(examples, derandomize)
     @given(case=op_cases(methods=[method]))

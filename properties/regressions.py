@@ -98,6 +98,14 @@ PACK_TWO_LANES = PipelineConfig(
     source_kwargs={"chunk_size": 2, "seed": 0},
     options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 2})
 
+#: a source knob the end-to-end pipelines draw since issue 32 (``allocation_mode="legacy_fixed"``, a
+#: zephon_ref keyword: divergence D-22): fixed quotas 2/1/1 of a 4-sample chunk over two lanes; the
+#: mutant "_LegacyFixedAllocator.__init__ skips its base's" (static_mixture.py) fails it before an item
+LEGACY_FIXED = PipelineConfig(
+    [], layout=_SMALL, weights={"web": 2.0, "code": 1.0, "books": 1.0},
+    source_kwargs={"chunk_size": 4, "seed": 0, "allocation_mode": "legacy_fixed"},
+    options={"runner": "inline", "canonical_replicas": 2})
+
 #: row name -> its regression examples, run in this order before the drawn ones
 REGRESSIONS: dict[str, tuple[Regression, ...]] = {
     "lane remap": (
@@ -110,6 +118,9 @@ REGRESSIONS: dict[str, tuple[Regression, ...]] = {
                        "drops one record too many (tests/quality/test_mutants.py)"),
         Regression(PACK_TWO_LANES, {"cuts": [6]},
                    why="eviction ignores cursor pinning (tests/quality/test_mutants.py)"),
+        Regression(LEGACY_FIXED, {"cuts": [1]},
+                   why="legacy_fixed allocation, a source knob drawn since issue 32 (the sample of 30's "
+                       "static_mixture.py:347 mutant)"),
     ),
     "checkpoint bytes": (
         Regression(SHUFFLE_TWO_LANES, {"cut": 1},
