@@ -376,7 +376,9 @@ def fed_records(case: OpCase) -> list[SampleRecord]:
 
         pre = Tokenize(field="text", max_length=case.split_first, split_long_samples=True,
                        special_tokens="none", tokenizer=_WordIds())
-        recs = pre.process_many(_texts(recs))
+        # each window with its labels beside its tokens (the field the payload check follows)
+        recs = [SampleRecord(r.meta, {**r.payload, LABELS: labels_of(r.payload["input_ids"])})
+                for r in pre.process_many(_texts(recs))]
     elif case.method == "tokenize":
         recs = _texts(recs)
     if case.method == "pack_sequences" and case.kwargs.get("pack_payloads") == "torch_tensor":
