@@ -62,7 +62,10 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:mod:`properties.op_units`: exactly-once closure, flush resets the lane, no pending data after
   a flush) over every operator call the API generator draws (:mod:`properties.generator`), fed
   fan-out, split documents, empty and exactly-max_length records, single-record epochs, and
-  reset flushes after any prefix;
+  reset flushes after any prefix; and payload values (tokenize's ids, padding and attention mask
+  against a plain definition of its knobs; a ``labels`` field kept aligned with the tokens by every
+  operator, packers' slices included); each method's fixed examples
+  (:func:`properties.op_units.regression_cases`) run before its drawn ones;
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage

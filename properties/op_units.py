@@ -17,8 +17,9 @@ with per-record tools / thinking flags (:func:`chat_payloads`; ``tokenize_chat``
 offline Hugging Face tokenizer of :mod:`properties.hf_tokenizer`); ``map_batch`` the micro-batches
 of a ``batch`` call drawn from the API in front of it; ``pack_sequences(pack_payloads="torch_tensor")``
 int64 tensors for every list field where torch imports (without torch the lists stay and the packer
-refuses them, typed).  Three properties hold for every case
-(:func:`unit_problems`):
+refuses them, typed).  The token records carry a ``labels`` field beside ``input_ids`` (each id with
+its low bit flipped, split windows and fan-out siblings included).  Four properties hold for every
+case (:func:`unit_problems`):
 
 * **exactly-once closure**: over pushes cut at drawn points and a final flush, every input base
   offset closes exactly once, after every other fragment of it (a partial micro-batch dropped under
@@ -28,6 +29,12 @@ refuses them, typed).  Three properties hold for every case
   fresh accumulator and the other lanes as if L had never been flushed;
 * **no pending data after a flush**: ``has_pending_data`` is False for the flushed lane, and for
   every lane after a full flush.
+* **payload values** (:func:`payload_problems`): every delivered record keeps ``labels`` aligned
+  with its tokens (a pack envelope's slices and a flat pack's pad tail included); tokenize's ids,
+  padding and ``attention_mask`` equal a plain definition of its knobs.
+
+Fixed cases per method (:func:`regression_cases`) run before the drawn ones: each payload path the
+check guards is reached whatever the generator draws.
 
 The ``operators`` row of :mod:`properties.conformance` runs them for implementations whose
 operators are zephon_ref's; tests/unit/test_ops_properties.py runs them under the ci profile.
