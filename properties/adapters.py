@@ -203,6 +203,9 @@ class PipelineAdapter:
                 import zephon  # noqa: F401
             except ImportError:
                 return "zephon 0.2.0 is not installed (pip install -e '.[conformance]')"
+            if cfg.source_kwargs.get("allocation_mode", "accumulator") != "accumulator":
+                return ("allocation_mode is a zephon_ref keyword: zephon 0.2.0 reaches legacy_fixed only by "
+                        "restoring a pre-accumulator checkpoint (docs/divergences.md D-22)")
             if any(kw.get("shuffle_strategy") == "random" for m, kw in cfg.chain if m == "pack_sequences"):
                 return ("zephon 0.2.0's random packing depends on the other lanes of a micro-batch "
                         "(docs/divergences.md); its resume is known to differ")

@@ -59,6 +59,7 @@ _RF, _CORE, _LANES = (
     "zephon_ref/engine/lanes.py",
 )
 _STAGE, _COMPL = "zephon_ref/engine/stage.py", "zephon_ref/engine/completion.py"
+_TOK = "zephon_ref/ops/tokenize.py"
 _EPOCH_COUNT = ("        self.chunks_in_epoch = nxt - bounds[-1] if bounds else "
                 "(nxt % self.k if self.k > 0 else nxt)\n")
 
@@ -285,6 +286,49 @@ CANARIES: tuple[Canary, ...] = (
             ),
         ),
     ),
+    Canary(
+        "legacy_fixed allocator skips its base's init",
+        "suite",
+        (_m("no base init", "zephon_ref/work/static_mixture.py",
+            "    def __init__(self, cfg: _Config) -> None:\n        super().__init__(cfg)\n"
+            "        if cfg.redistributing:\n",
+            "    def __init__(self, cfg: _Config) -> None:\n        pass\n"
+            "        if cfg.redistributing:\n"),),
+        why="issue 32's sample of 30 (static_mixture.py:347): allocation_mode was never drawn",
+    ),
+    # -- against the operators row's payload check (the sample of 30's never-compared payload values)
+    Canary(
+        "tokenize's mask of the tokenizer's rows is 2",
+        "operators",
+        (_m("mask 2", _TOK, "        masks = [[1] * len(ids) for ids in ids_out]\n",
+            "        masks = [[2] * len(ids) for ids in ids_out]\n"),),
+        why="issue 32's sample of 30 (tokenize.py:437 of c4fcf0b, an unpadded record's mask)",
+    ),
+    Canary(
+        "the built-in tokenizer's pads are masked 1",
+        "operators",
+        (_m("pad mask 1", _TOK, "                    mask.extend([0] * pad)\n",
+            "                    mask.extend([1] * pad)\n"),),
+        why="issue 32's sample of 30 (tokenize.py:133 of c4fcf0b)",
+    ),
+    Canary(
+        "tokenize's own mask for a maskless tokenizer is 2",
+        "operators",
+        (_m("own mask 2", _TOK,
+            "                elif c.add_attention_mask:\n                    mask = [1] * len(ids)\n",
+            "                elif c.add_attention_mask:\n                    mask = [2] * len(ids)\n"),),
+        why="the bracket path of issue 32's tokenize.py:437 mutant, reached by a tokenizer without a mask",
+    ),
+    Canary(
+        "a packer slices only the token field",
+        "operators",
+        (_m("break", "zephon_ref/ops/pack.py",
+            "        if k == token_field or v is None or isinstance(v, (bool, int, float)):\n"
+            "            continue\n",
+            "        if k == token_field or v is None or isinstance(v, (bool, int, float)):\n"
+            "            break\n"),),
+        why="issue 32's sample of 30 (pack.py:274 of c4fcf0b, continue -> break)",
+    ),
 )
 
 
@@ -446,6 +490,23 @@ def _suite(budget: int) -> str | None:
     return None
 
 
+def _operators() -> str | None:
+    """Only the operators row's fixed examples (:func:`properties.op_units.regression_cases`)."""
+    import warnings
+
+    from properties import generator as gen
+    from properties.op_units import regression_cases, unit_problems
+
+    for method in gen.drawn_methods():
+        for case, why in regression_cases(method):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                problems = unit_problems(case)
+            if problems:
+                return f"operators, fixed example of {method} ({why}): {problems[0]}"[:400]
+    return None
+
+
 def _regressions() -> str | None:
     """Only the rows' fixed regression examples (:mod:`properties.regressions`): no drawn example."""
     from properties import conformance
@@ -470,6 +531,7 @@ CHECKS: dict[str, str] = {
     "interleaving": "as sim, caught with an interleaving witness after a mid-step restore",
     "suite": "the resume machine and the stateless properties over --budget examples",
     "regressions": "the conformance rows' fixed regression examples alone (properties.regressions)",
+    "operators": "the operators row's fixed examples alone (properties.op_units.regression_cases)",
 }
 
 
@@ -481,6 +543,7 @@ def run_check(name: str, *, budget: int, reference: list[Any] | None) -> str | N
         "bounded": _bounded,
         "routing": _routing,
         "regressions": _regressions,
+        "operators": _operators,
     }
     if name in simple:
         return simple[name]()

@@ -67,7 +67,10 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
   (:mod:`properties.op_units`: exactly-once closure, flush resets the lane, no pending data after
   a flush) over every operator call the API generator draws (:mod:`properties.generator`), fed
   fan-out, split documents, empty and exactly-max_length records, single-record epochs, and
-  reset flushes after any prefix;
+  reset flushes after any prefix; and payload values (tokenize's ids, padding and attention mask
+  against a plain definition of its knobs; a ``labels`` field kept aligned with the tokens by every
+  operator, packers' slices included); each method's fixed examples
+  (:func:`properties.op_units.regression_cases`) run before its drawn ones;
 * ``long run`` [engine_state]: one run of at least :func:`long_run_items` items (2,000
   under the ``ci`` and ``dev`` profiles, 100,000 under ``nightly``) keeps every lane's
   inflight chunks within :func:`sim.invariants.inflight_bound` and passes the lineage
@@ -987,12 +990,12 @@ def _run_operators(examples: int, derandomize: bool, tick: Callable[[], None], *
 
 def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bool, op_cases: Any,
                         unit_problems: Any) -> None:
-    from properties.op_units import FIXED_CASES, OpCase
+    from properties.op_units import OpCase, regression_cases
 
-    def prop(case: OpCase) -> None:
+    def check(case: OpCase, label: str) -> None:
         c.runs += 1
         c.tick()
-        c.last = case.describe()
+        c.last = label
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # documented drops: not this row's subject
             problems = unit_problems(case)
@@ -1001,9 +1004,11 @@ def _run_operator_cases(c: _Counter, method: str, examples: int, derandomize: bo
         assert not problems, problems[0]
         c.passed += 1
 
-    # the method's fixed cases first (op_units.FIXED_CASES), then its drawn ones
-    for fixed, _why in FIXED_CASES.get(method, ()):
-        prop(fixed)
+    def prop(case: OpCase) -> None:
+        check(case, case.describe())
+
+    for case, why in regression_cases(method):  # the fixed examples first (counted as examples)
+        check(case, f"{case.describe()} [fixed example: {why}]")
     _settings(examples, derandomize)(given(case=op_cases(methods=[method]))(prop))()
 
 

@@ -130,7 +130,8 @@ def _pass_push(state: list[Any], recs: list[Any]) -> tuple[list[Any], list[Any]]
 
 
 def _fan_out_push(state: list[Any], recs: list[Any]) -> tuple[list[Any], list[Any]]:
-    """A one-to-many map: each record with two or more tokens becomes two siblings of its offset."""
+    """A one-to-many map: each record with two or more tokens becomes two siblings of its offset, each
+    with its half of the tokens and of every list field of their length (a ``mask``, ``labels``)."""
     from zephon_ref.lineage import spawn_child
     from zephon_ref.types import SampleRecord
 
@@ -141,9 +142,11 @@ def _fan_out_push(state: list[Any], recs: list[Any]) -> tuple[list[Any], list[An
             out.append(r)
             continue
         h = len(ids) // 2
-        for i, part in enumerate((ids[:h], ids[h:])):
+        aligned = {k: v for k, v in r.payload.items() if isinstance(v, list) and len(v) == len(ids)}
+        for i, (lo, hi) in enumerate(((0, h), (h, len(ids)))):
             out.append(SampleRecord(spawn_child(r.meta, i, is_last_child=i == 1),
-                                    {"input_ids": list(part), "mask": [1] * len(part)}))
+                                    {"input_ids": list(ids[lo:hi]), "mask": [1] * (hi - lo),
+                                     **{k: list(v[lo:hi]) for k, v in aligned.items() if k != "input_ids"}}))
     return state, out
 
 
@@ -189,12 +192,25 @@ def _crc_like_tokenizer() -> Any:
     return HashTokenizer(vocab_size=997, offset=10)
 
 
+def _maskless_tokenizer() -> Any:
+    """The built-in tokenizer's words, but a call that returns ``input_ids`` only (an HF-style
+    tokenizer may give no ``attention_mask``): tokenize then builds the mask itself."""
+    from zephon_ref.ops.tokenize import HashTokenizer
+
+    class MasklessTokenizer(HashTokenizer):
+        def __call__(self, texts: Any, **kw: Any) -> dict[str, Any]:
+            return {"input_ids": super().__call__(texts, **kw)["input_ids"]}
+
+    return MasklessTokenizer(vocab_size=997, offset=10)
+
+
 #: values for classes whose members cannot be enumerated: (method, knob) or knob -> class -> values.
 #: Values only (which field the records hold, a length function, a map): never which knobs exist.
 VALUES: Mapping[Any, Mapping[str, Sequence[Any]]] = {
     "placement": {"text": ("auto", "local")},
     ("tokenize", "field"): {"text": ("text",)},
-    ("tokenize", "tokenizer"): {"callable": ("hash997",)},  # built by _value (a fresh tokenizer object)
+    # built by _resolve (a fresh tokenizer object each draw)
+    ("tokenize", "tokenizer"): {"callable": ("hash997", "hash997_maskless")},
     ("pack_sequences", "tokens_field"): {"text": ("auto", "input_ids")},
     ("pack_flat", "tokens_field"): {"text": ("auto", "input_ids")},
     # a plain mapping (zephon takes one too; the builder makes the DomainGroups) over the drawn source's
@@ -456,6 +472,8 @@ def _resolve(method: str, name: str, value: Any, ctx: Mapping[str, Any]) -> Any:
     """A symbolic value of :data:`VALUES` made concrete for this draw."""
     if value == "hash997" and name == "tokenizer":
         return _crc_like_tokenizer()
+    if value == "hash997_maskless" and name == "tokenizer":
+        return _maskless_tokenizer()
     if isinstance(value, str) and value.startswith("tiny_hf:") and name == "tokenizer":
         return _hf.tiny_tokenizer(value.split(":", 1)[1])
     if value == "date_kwargs" and name == "chat_template_kwargs":

@@ -72,6 +72,8 @@ def work_source(cfg: PipelineConfig, impl: str = "zephon_ref") -> Any:
         else:
             from zephon_ref.work import TokenEstimation  # type: ignore[assignment]
         source_kwargs["token_estimation"] = TokenEstimation(**te)
+    if impl == "zephon" and source_kwargs.get("allocation_mode") == "accumulator":
+        del source_kwargs["allocation_mode"]  # zephon's only mode on a fresh source (divergence D-22)
     src = mod.StaticMixtureWorkSource(dsets, dict(cfg.weights), **source_kwargs)
     if impl == "zephon" and te is not None:
         src.prime()  # zephon pins its ratios in prime(); zephon_ref pins them at construction

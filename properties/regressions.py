@@ -109,6 +109,25 @@ MAP_BATCH_STALL = PipelineConfig(
     layout={"web": (10,)}, weights={"web": 1.0}, source_kwargs={"chunk_size": 3, "seed": 0},
     options={"runner": "inline", "canonical_replicas": 1, "flush_every_k_chunks": 1})
 
+#: a source knob the end-to-end pipelines draw since issue 32 (``allocation_mode="legacy_fixed"``, a
+#: zephon_ref keyword: divergence D-22): fixed quotas 2/1/1 of a 4-sample chunk over two lanes; the
+#: mutant "_LegacyFixedAllocator.__init__ skips its base's" (static_mixture.py) fails it before an item
+LEGACY_FIXED = PipelineConfig(
+    [], layout=_SMALL, weights={"web": 2.0, "code": 1.0, "books": 1.0},
+    source_kwargs={"chunk_size": 4, "seed": 0, "allocation_mode": "legacy_fixed"},
+    options={"runner": "inline", "canonical_replicas": 2})
+
+#: tests/properties/test_blind_spot_rows.py "a round-robin pointer reused from an earlier topology": a
+#: block shuffle and batch(3) over two lanes, one rank cut mid-step after 5 items, then two ranks of
+#: three interleaved workers with batch(1) to the global-step boundary of 15 records per lane (found by
+#: a random run of the row under the planted bug when issue 32's allocation_mode draw moved the
+#: derandomized sequence past the example that had caught it)
+POINTER_REUSE = PipelineConfig(
+    [("shuffle", {"buffer_size": 6, "seed": 5, "algorithm": "block"}), ("batch", {"microbatch_size": 3})],
+    layout={"web": (20, 10), "code": (10,), "books": (6,)}, weights={"web": 0.6, "code": 0.3, "books": 0.1},
+    source_kwargs={"chunk_size": 6, "seed": 2},
+    options={"runner": "inline", "canonical_replicas": 2, "flush_every_k_chunks": 1}, corpus_seed=0)
+
 #: row name -> its regression examples, run in this order before the drawn ones
 REGRESSIONS: dict[str, tuple[Regression, ...]] = {
     "lane remap": (
@@ -121,6 +140,17 @@ REGRESSIONS: dict[str, tuple[Regression, ...]] = {
                        "drops one record too many (tests/quality/test_mutants.py)"),
         Regression(PACK_TWO_LANES, {"cuts": [6]},
                    why="eviction ignores cursor pinning (tests/quality/test_mutants.py)"),
+        Regression(LEGACY_FIXED, {"cuts": [1]},
+                   why="legacy_fixed allocation, a source knob drawn since issue 32 (the sample of 30's "
+                       "static_mixture.py:347 mutant)"),
+    ),
+    "cross-lane order": (
+        Regression(POINTER_REUSE, {"topology N": Topology(1, 1, "interleaved"), "M dp": 2, "M workers": 3,
+                                   "M mapping": "interleaved", "M micro-batch": 1, "N participant 0 items": 5,
+                                   "stop at frontier 9": False, "stop at frontier 12": False,
+                                   "stop at frontier 15": True},
+                   why="a round-robin pointer reused from an earlier topology "
+                       "(tests/properties/test_blind_spot_rows.py)"),
     ),
     "bounded inflight": (
         Regression(MAP_BATCH_STALL, {"execution": {}},

@@ -17,6 +17,7 @@ from properties.sources import SourceConfig
 
 __all__ = [
     "TIERS",
+    "allocation_modes",
     "Topology",
     "any_source_configs",
     "cut_schedules",
@@ -125,6 +126,25 @@ def _source_policy(draw: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {}
 
 
+def allocation_modes() -> tuple[str, ...]:
+    """The ``allocation_mode`` values the source declares (its state schema's modes) that a caller may
+    name: all but ``token_aware``, which passing ``token_estimation`` selects (the source refuses it
+    by name)."""
+    from zephon_ref.work import static_mixture
+
+    return tuple(m for m in static_mixture._MODES if m != "token_aware")
+
+
+def _legacy_refuses(source_kwargs: dict[str, Any], weights: dict[str, float], names: tuple[str, ...]) -> bool:
+    """Whether ``allocation_mode="legacy_fixed"`` is refused for this source, as its validation says:
+    a ``redistribute`` dataset, or a dataset whose share of a chunk is under one sample."""
+    pol = source_kwargs.get("exhausted_policy")
+    policies = pol.values() if isinstance(pol, dict) else [pol]
+    total = sum(weights[n] for n in names)
+    return "redistribute" in policies or any(source_kwargs["chunk_size"] * weights[n] / total < 1.0
+                                             for n in names)
+
+
 @st.composite
 def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int | None = None,
                      token_aware: bool | None = None, random_packing: bool = True,
@@ -165,6 +185,12 @@ def pipeline_configs(draw: Any, *, max_lanes: int | None = None, max_shard: int 
         source_kwargs["token_estimation"] = TokenEstimation(
             primer=draw(st.one_of(ratio, st.fixed_dictionaries({name: ratio for name in names})))
         )
+    else:
+        mode = draw(st.sampled_from(allocation_modes()))
+        if mode != "accumulator" or draw(st.booleans()):  # the default, also named at times
+            if mode == "legacy_fixed" and _legacy_refuses(source_kwargs, weights, names):
+                mode = "accumulator"
+            source_kwargs["allocation_mode"] = mode  # a zephon_ref keyword (divergence D-22)
     chain = draw(pipeline_chains(names, token_aware="token_estimation" in source_kwargs,
                                  random_packing=random_packing, source_kwargs=source_kwargs, layout=layout,
                                  weights=weights))

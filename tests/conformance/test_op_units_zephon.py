@@ -1,7 +1,9 @@
 """The operator row's cases of the payload-reading operators against zephon 0.2.0's own operators.
 
 properties.op_units draws decode_text (bytes fields), expand_chat and tokenize_chat (conversations;
-the tiny offline HF tokenizer) calls and the records they are fed; here both implementations run each
+the tiny offline HF tokenizer) and tokenize (text; both sides given the same built-in tokenizer object,
+so the operator's ids, masks and pads are compared, not the tokenizer's) calls and the records they are
+fed; here both implementations run each
 case (the same pushes) and their per-lane outputs must be equal: cursor keys, contributors with
 is_last_child, tombstones, counts and payloads.  A ``memoryview`` field value is divergence D-15
 (zephon raises AttributeError): checked both ways, zephon refusing it and equal to ours when fed
@@ -43,6 +45,14 @@ CASES = settings(max_examples=60, deadline=None, database=None, derandomize=True
 def _zephon_op(method: str, kwargs: dict[str, Any]) -> Any:
     if method == "tokenize_chat":
         from zephon._internal.ops.tokenize_chat import TokenizeChat as cls
+    elif method == "tokenize":
+        from zephon._internal.ops.tokenize_text import TokenizeText as cls
+
+        from zephon_ref.ops.tokenize import HashTokenizer
+
+        # the same tokenizer object on both sides (zephon's own fallback hashes words with the salted
+        # hash(): ids that differ between processes), so ids, masks and pads are compared
+        kwargs = {**kwargs, "tokenizer": kwargs.get("tokenizer") or HashTokenizer(), "tokenizer_id": None}
     else:
         cls = {"decode_text": ZDecodeText, "expand_chat": ZExpandChat}[method]
     takes = inspect.signature(cls.__init__).parameters  # zephon's classes take no execution settings
@@ -110,7 +120,7 @@ def _compare(case: OpCase) -> str:
     return "equal"
 
 
-METHODS = ["decode_text", "expand_chat"] + (["tokenize_chat"] if AVAILABLE else [])
+METHODS = ["decode_text", "expand_chat", "tokenize"] + (["tokenize_chat"] if AVAILABLE else [])
 
 
 @pytest.mark.parametrize("method", METHODS)

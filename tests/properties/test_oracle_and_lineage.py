@@ -16,7 +16,7 @@ from properties.adapters import ADAPTERS, IteratorRun, PipelineAdapter, load_ada
 from properties.lineage import expected_lanes, final_state_problems, lineage_problems, owner
 from properties.normal_form import Contributor, CursorKey, Record, as_record, item_view
 from properties.pipelines import PipelineConfig
-from properties.strategies import pipeline_configs
+from properties.strategies import allocation_modes, pipeline_configs
 
 # a small, long-enough configuration: 2 lanes, wrap packing, batch(drop_last=False)
 WRAP = PipelineConfig(
@@ -185,6 +185,7 @@ def test_pipeline_configs_draw_every_knob() -> None:
         seen.add(f"passes={'stop_after_passes' in kw}")
         seen.add(f"token_aware={kw.get('token_estimation') is not None}")
         seen.add(f"block_size={type(kw.get('shuffle_block_size')).__name__}")
+        seen.add(f"allocation_mode={kw.get('allocation_mode', 'default')}")
         for m, opts in cfg.chain:
             seen.update(
                 f"{m}.{k}={v}" for k, v in opts.items() if k in ("algorithm", "drop_last", "flush_strategy")
@@ -232,6 +233,8 @@ def test_pipeline_configs_draw_every_knob() -> None:
         "batch.microbatch_size",
         "k=1",
         "k=3",
+        # every mode the source declares a caller may name (token_aware: token_estimation selects it)
+        *(f"allocation_mode={m}" for m in allocation_modes()),
     }
     assert want <= seen, sorted(want - seen)
 

@@ -21,6 +21,8 @@ from properties.profiles import examples
 #: the ci budget of each mutant's machine run and of each property (derandomized)
 BUDGET = examples(80)
 MUTANTS = {c.name: c for c in CANARIES if c.check == "suite"}
+#: mutants of payload values the operators row's fixed examples must catch (issue 32's never compared)
+PAYLOAD_MUTANTS = {c.name: c for c in CANARIES if c.check == "operators"}
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
@@ -52,4 +54,20 @@ def test_mutant_is_caught_by_a_fixed_regression_example(name: str) -> None:
 def test_regression_examples_pass_on_the_real_engine() -> None:
     """... and pass unmutated (a regression example that failed on correct code would 'catch' anything)."""
     out = run_mutated([], ["python", "-m", "properties.canaries", "regressions"], timeout=600)
+    assert out.returncode == 0 and "CLEAN" in out.tail, out.tail[-1500:]
+
+
+@pytest.mark.parametrize("name", sorted(PAYLOAD_MUTANTS))
+def test_payload_mutant_is_caught_by_the_operators_row_fixed_examples(name: str) -> None:
+    """tokenize's masks and the packers' fields beside the tokens are compared with a plain
+    definition (properties.op_units.payload_problems) on fixed examples, whatever the strategies draw."""
+    out = run_mutated(PAYLOAD_MUTANTS[name].patches, ["python", "-m", "properties.canaries", "operators"],
+                      timeout=600)
+    assert out.returncode == 1 and "CAUGHT" in out.tail, \
+        f"no fixed operator example catches {name!r}: exit {out.returncode}\n{out.tail[-1500:]}"
+    print(f"{name}: {out.tail.strip().splitlines()[-1][:220]}")
+
+
+def test_the_operators_row_fixed_examples_pass_on_the_real_operators() -> None:
+    out = run_mutated([], ["python", "-m", "properties.canaries", "operators"], timeout=600)
     assert out.returncode == 0 and "CLEAN" in out.tail, out.tail[-1500:]
