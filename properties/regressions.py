@@ -142,9 +142,13 @@ WRAP_SLICES = PipelineConfig(
 #: row name -> its regression examples, run in this order before the drawn ones
 REGRESSIONS: dict[str, tuple[Regression, ...]] = {
     "lineage": (
-        Regression(WRAP_SLICES, {"cuts": [1], "remap at the last cut": False},
+        Regression(WRAP_SLICES, {"cuts": []},  # no cut: no remap draw, whatever the features
                    why="a wrap slice's envelope entry holds the whole record (the sample of 30's pack.py "
                        "is_slice mutant)"),
+        Regression(SHUFFLE_TWO_LANES, {"cuts": []},
+                   why="two lanes of six chunks between them: a lane that consistently loses one of its "
+                       "later chunks (tests/properties/test_oracle_and_lineage.py; the first drawn examples "
+                       "are smaller and moved when issue 32 drew allocation_mode)"),
     ),
     "lane remap": (
         Regression(SENTINEL_GROUPING, {"cut": 0, "topology": Topology(1, 2, "contiguous")},
