@@ -586,7 +586,22 @@ class PackConfig:
 # ----------------------------------------------------------------------------
 
 
-class PackingAccumulator(Accumulator[SampleRecord]):
+class _KnobViews:
+    """``max_length`` and ``algorithm``, read by name across the package: views of ``config``, the one
+    frozen PackConfig of the operator and of its accumulator (never copies of it)."""
+
+    config: PackConfig
+
+    @property
+    def max_length(self) -> int:
+        return self.config.max_length
+
+    @property
+    def algorithm(self) -> str:
+        return self.config.algorithm
+
+
+class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     """Per-lane, per-group bins / wrap buffers / candidate pools; see the module docstring."""
 
     def __init__(self, config: PackConfig | None = None, *,
@@ -613,14 +628,6 @@ class PackingAccumulator(Accumulator[SampleRecord]):
         self._lanes: dict[int, _PackLane] = {}
 
     # the knobs the rules below read most, as views of the one config (never copies of it)
-    @property
-    def max_length(self) -> int:
-        return self.config.max_length
-
-    @property
-    def algorithm(self) -> str:
-        return self.config.algorithm
-
     @property
     def cap(self) -> int | None:
         """``max_sequences_per_bin``."""
@@ -1121,7 +1128,7 @@ def component_domain(rec: SampleRecord) -> int:
     return cid
 
 
-class PackSequences(BaseOp):
+class PackSequences(_KnobViews, BaseOp):
     """``pack_sequences(max_length, *, num_bins=None, ...)`` (envelope) and ``pack_flat``
     (``output="flat"``)."""
 
@@ -1166,15 +1173,6 @@ class PackSequences(BaseOp):
             candidate_pool_size=candidate_pool_size, max_candidate_age=max_candidate_age,
             homogeneity=homogeneity, groups=groups,
         )
-
-    # read-only views of the knobs the rest of the package reads by name
-    @property
-    def max_length(self) -> int:
-        return self.config.max_length
-
-    @property
-    def algorithm(self) -> str:
-        return self.config.algorithm
 
     def traits(self) -> OpTraits:
         return OpTraits(preserves_cursor_order=False, indexable=False, parallelism=self.parallelism)
