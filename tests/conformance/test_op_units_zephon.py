@@ -120,6 +120,20 @@ def _compare(case: OpCase) -> str:
     return "equal"
 
 
+def _quietly(check: Any, level: int) -> None:
+    """Run ``check`` with zephon's logger at ``level`` and warnings off (documented drops: not the
+    comparison's subject), the logger's level restored after."""
+    quiet = logging.getLogger("zephon")
+    before = quiet.level
+    quiet.setLevel(level)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check()
+    finally:
+        quiet.setLevel(before)
+
+
 METHODS = ["decode_text", "expand_chat", "tokenize"] + (["tokenize_chat"] if AVAILABLE else [])
 
 
@@ -132,15 +146,7 @@ def test_the_operator_row_cases_equal_zephon(method: str) -> None:
     def check(case: OpCase) -> None:
         seen[_compare(case)] += 1
 
-    quiet = logging.getLogger("zephon")  # zephon logs its chat drops
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            check()
-    finally:
-        quiet.setLevel(level)
+    _quietly(check, logging.ERROR)  # zephon logs its chat drops
     assert seen["equal"] + seen["both refused"] == 60 and seen["equal"] >= 50, seen
 
 
@@ -157,15 +163,7 @@ def test_the_owned_range_cases_equal_zephon() -> None:
     def check(case: OpCase) -> None:
         seen[_compare(case)] += 1
 
-    quiet = logging.getLogger("zephon")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # zephon logs its content-loss drops at ERROR
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            check()
-    finally:
-        quiet.setLevel(level)
+    _quietly(check, logging.CRITICAL)  # zephon logs its content-loss drops at ERROR
     assert seen["equal"] + seen["both refused"] == 30 and seen["equal"] >= 20, seen
 
 
