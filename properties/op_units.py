@@ -646,9 +646,9 @@ def _tokenize_problems(case: OpCase, fed: Sequence[Any], out: Sequence[SampleRec
     splits = bool(kw.get("split_long_samples"))
     if (kw.get("return_tensors") is not None and kw.get("special_tokens") == "tokenizer_default"
             and not splits and not padding):
-        # the tokenizer builds one tensor of a call's ragged rows: numpy refuses it (typed), but
-        # torch.tensor([[], [699]]) is an empty (2, 0) tensor: the second row's tokens are lost, in
-        # zephon 0.2.0 alike (its built-in tokenizer, measured 2026-12-06); not compared here
+        # the tokenizer builds one tensor of a call's rows: a ragged call is refused (typed; torch alone
+        # would give torch.tensor([[], [699]]) an empty (2, 0) tensor, as zephon 0.2.0 does: D-103), and
+        # the rows of an even call are the tokenizer's own; not compared here
         return []
     from zephon_ref.ops.tokenize import HashTokenizer
 

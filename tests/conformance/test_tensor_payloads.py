@@ -521,3 +521,23 @@ def test_tensor_rows_convert_to_the_same_training_batches(front: Any, knobs: dic
         # matter, left to the to_training work)
         a, b = {**a, "ids": [tuple(x) for x in a["ids"]]}, {**b, "ids": [tuple(x) for x in b["ids"]]}
         assert same(a, b), f"batch {i}: {[k for k in a if not same(a[k], b.get(k))]}"
+
+
+def test_a_ragged_call_whose_first_row_is_empty_is_refused_where_zephon_loses_its_tokens() -> None:
+    """Divergence D-103: tokenizer=None, special_tokens="tokenizer_default", return_tensors="pt", no
+    padding, a call of an empty text then "hello world": torch.tensor([[], [id, id]]) is an empty (2, 0)
+    tensor, so zephon 0.2.0 delivers both records with no tokens; zephon_ref refuses the call typed (a
+    ConfigError that is a ValueError), as it refuses every other ragged return_tensors call."""
+    from zephon_ref.errors import ConfigError
+
+    recs = [rec(0, 0, 0, payload={"text": ""}), rec(0, 0, 1, payload={"text": "hello world"})]
+    kn = {"special_tokens": "tokenizer_default", "return_tensors": "pt"}
+    z = ZTokenize(None, "__fallback__", field="text", **kn)
+    z.setup(ZOpContext({}))
+    lost = run(z, to_zephon_all([recs]), ctx={})
+    assert [tuple(r.payload["input_ids"].shape) for r in lost] == [(0,), (0,)]  # zephon: the tokens are gone
+    op = Tokenize(None, field="text", **kn)
+    op.setup(OpContext({}))
+    with pytest.raises(ConfigError, match="rows of one length") as err:
+        run(op, [recs], ctx={})
+    assert isinstance(err.value, ValueError)

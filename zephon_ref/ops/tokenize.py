@@ -79,10 +79,9 @@ MISSING_FIELD_MODES = ("error", "empty")
 RETURN_TENSORS = {"pt": "torch", "np": "numpy", "numpy": "numpy", "tf": "tensorflow"}
 
 
-def library_array(return_tensors: Any, values: list[Any]) -> Any:
-    """``values`` as the array ``return_tensors`` names (step 6 of the module docstring): the installed
-    tensor library's own constructor (``torch.tensor`` / ``numpy.array``); a library that is not
-    installed is a RuntimeError, a name no library has a ValueError (zephon's builtins)."""
+def _library(return_tensors: Any) -> Any:
+    """The installed tensor library ``return_tensors`` names; a library that is not installed is a
+    RuntimeError, a name no library has a ValueError (zephon's builtins)."""
     if not isinstance(return_tensors, str) or return_tensors not in RETURN_TENSORS:
         raise ConfigError(expected("return_tensors", f"one of {sorted(RETURN_TENSORS)}", return_tensors))
     name = RETURN_TENSORS[return_tensors]
@@ -90,7 +89,13 @@ def library_array(return_tensors: Any, values: list[Any]) -> Any:
     if lib is None or not lib.available():
         raise ContractError(expected("return_tensors", f"{return_tensors!r} with {name} installed",
                                      f"{name} is not available"))
-    return lib.array(values)
+    return lib
+
+
+def library_array(return_tensors: Any, values: list[Any]) -> Any:
+    """``values`` as the array ``return_tensors`` names (step 6 of the module docstring): the installed
+    tensor library's own constructor (``torch.tensor`` / ``numpy.array``)."""
+    return _library(return_tensors).array(values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +153,14 @@ class HashTokenizer:
                     mask.extend([0] * pad)
         if return_tensors is None:
             return {"input_ids": ids_out, "attention_mask": masks}
-        # as zephon's built-in tokenizer: the batch as one array (rows of one length, else the library's
-        # ValueError; Tokenize reports it typed)
+        # as zephon's built-in tokenizer: the batch as one array of rows of one length; a ragged batch is
+        # refused here (Tokenize reports it typed), not left to the library: torch.tensor([[], [699]]) is
+        # an empty (2, 0) tensor, the second row's tokens lost without an error: divergence D-103
+        if len({len(ids) for ids in ids_out}) > 1:
+            _library(return_tensors)  # a library that is not installed is refused first, as zephon does
+            raise ValueError(expected(f"return_tensors={return_tensors!r} rows of one call",
+                                      "rows of one length (padding='longest' or 'max_length' makes them so)",
+                                      [len(ids) for ids in ids_out]))
         return {"input_ids": library_array(return_tensors, ids_out),
                 "attention_mask": library_array(return_tensors, masks)}
 
