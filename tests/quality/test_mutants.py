@@ -25,18 +25,28 @@ MUTANTS = {c.name: c for c in CANARIES if c.check == "suite"}
 PAYLOAD_MUTANTS = {c.name: c for c in CANARIES if c.check == "operators"}
 
 
+def _check(patches: list, check: str, *args: str, timeout: int = 600) -> tuple[int, str]:
+    """Run ``python -m properties.canaries CHECK ARGS`` in a copy of the repository with ``patches``."""
+    out = run_mutated(patches, ["python", "-m", "properties.canaries", check, *args], timeout=timeout)
+    return out.returncode, out.tail
+
+
+def _assert_caught(name: str, patches: list, check: str, *args: str, what: str, timeout: int = 600) -> None:
+    code, tail = _check(patches, check, *args, timeout=timeout)
+    assert code == 1 and "CAUGHT" in tail, f"{what} ({name!r}, exit {code})\n{tail[-1500:]}"
+    print(f"{name}: {tail.strip().splitlines()[-1][:220]}")
+
+
+def _assert_clean(check: str) -> None:
+    code, tail = _check([], check)
+    assert code == 0 and "CLEAN" in tail, tail[-1500:]
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_is_caught(name: str) -> None:
-    canary = MUTANTS[name]
-    out = run_mutated(
-        canary.patches,
-        ["python", "-m", "properties.canaries", "suite", "--budget", str(BUDGET)],
-        timeout=1200,
-    )
-    assert out.returncode == 1 and "CAUGHT" in out.tail, \
-        f"mutant survived {BUDGET} derandomized machine examples and the properties (or the check broke): " \
-        f"{name!r}, exit {out.returncode}\n{out.tail[-1500:]}"
-    print(f"{name}: {out.tail.strip().splitlines()[-1][:220]}")
+    _assert_caught(name, MUTANTS[name].patches, "suite", "--budget", str(BUDGET), timeout=1200,
+                   what=f"mutant survived {BUDGET} derandomized machine examples and the properties "
+                        "(or the check broke)")
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
@@ -44,30 +54,21 @@ def test_mutant_is_caught_by_a_fixed_regression_example(name: str) -> None:
     """The rows' fixed regression examples alone (properties/regressions.py) catch every suite mutant,
     whatever the strategies draw: a change of the derandomized draw sequence cannot hide one (the
     sentinel mutant was caught only at drawn example 79 of 80, and survived a changed sequence)."""
-    out = run_mutated(MUTANTS[name].patches, ["python", "-m", "properties.canaries", "regressions"],
-                      timeout=600)
-    assert out.returncode == 1 and "CAUGHT" in out.tail, \
-        f"no regression example catches {name!r}: exit {out.returncode}\n{out.tail[-1500:]}"
-    print(f"{name}: {out.tail.strip().splitlines()[-1][:220]}")
+    _assert_caught(name, MUTANTS[name].patches, "regressions", what="no regression example catches it")
 
 
 def test_regression_examples_pass_on_the_real_engine() -> None:
     """... and pass unmutated (a regression example that failed on correct code would 'catch' anything)."""
-    out = run_mutated([], ["python", "-m", "properties.canaries", "regressions"], timeout=600)
-    assert out.returncode == 0 and "CLEAN" in out.tail, out.tail[-1500:]
+    _assert_clean("regressions")
 
 
 @pytest.mark.parametrize("name", sorted(PAYLOAD_MUTANTS))
 def test_payload_mutant_is_caught_by_the_operators_row_fixed_examples(name: str) -> None:
     """tokenize's masks and the packers' fields beside the tokens are compared with a plain
     definition (properties.op_units.payload_problems) on fixed examples, whatever the strategies draw."""
-    out = run_mutated(PAYLOAD_MUTANTS[name].patches, ["python", "-m", "properties.canaries", "operators"],
-                      timeout=600)
-    assert out.returncode == 1 and "CAUGHT" in out.tail, \
-        f"no fixed operator example catches {name!r}: exit {out.returncode}\n{out.tail[-1500:]}"
-    print(f"{name}: {out.tail.strip().splitlines()[-1][:220]}")
+    _assert_caught(name, PAYLOAD_MUTANTS[name].patches, "operators",
+                   what="no fixed operator example catches it")
 
 
 def test_the_operators_row_fixed_examples_pass_on_the_real_operators() -> None:
-    out = run_mutated([], ["python", "-m", "properties.canaries", "operators"], timeout=600)
-    assert out.returncode == 0 and "CLEAN" in out.tail, out.tail[-1500:]
+    _assert_clean("operators")
