@@ -25,13 +25,31 @@ UNIT = ("zephon_ref.engine", "zephon_ref.lineage", "zephon_ref.state", "zephon_r
         "zephon_ref.ops.replay_filter")
 
 
+#: Modules issue 30 (drop-in) added whole: its operators (chat tokenization, decode_text, expand_chat,
+#: map_batch, add_op's keyword form), SampleBatch.to_training, the execution settings, torch tensors in
+#: packing, zephon's public names and submodules.  Issue 31's goal counts "the whole semantics before
+#: the drop-in issue's new operators"; what issue 30 added inside older modules (pack_flat and
+#: best_fit_wrap in ops/pack.py, Hugging Face tokenizers and return_tensors in ops/tokenize.py, the
+#: builder's new methods, validation errors) is not separable by module and stays counted.
+DROP_IN = ("zephon_ref.training", "zephon_ref.settings", "zephon_ref.aliases",
+           "zephon_ref.ops.chat_ownership", "zephon_ref.ops.tokenize_chat", "zephon_ref.ops.expand_chat",
+           "zephon_ref.ops.decode_text", "zephon_ref.ops.map_batch", "zephon_ref.ops.tensors",
+           "zephon_ref.ops.functional", "zephon_ref.ops.accumulators", "zephon_ref.ops.children",
+           "zephon_ref.ops.traits", "zephon_ref.ops.config", "zephon_ref.ops.grouping",
+           "zephon_ref.work.read_config")
+
+
 def lines(path: Path) -> int:
     """What ``wc -l`` prints: the number of newline characters."""
     return path.read_bytes().count(b"\n")
 
 
+def _under(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == u or module.startswith(u + ".") for u in roots)
+
+
 def in_unit(module: str) -> bool:
-    return any(module == u or module.startswith(u + ".") for u in UNIT)
+    return _under(module, UNIT)
 
 
 def counts() -> dict[str, dict[str, int]]:
@@ -57,7 +75,11 @@ def main(argv: list[str]) -> int:
         for name, n in c["semantics"].items():
             print(f"  {n:6,d}  {name}")
     sem = c["semantics"]
-    print(f"semantics: {sum(sem.values()):,d} lines in {len(sem)} modules (goal < 7,500)")
+    print(f"semantics: {sum(sem.values()):,d} lines in {len(sem)} modules")
+    added = {name: n for name, n in sem.items() if _under(name, DROP_IN)}
+    print(f"  of which {sum(added.values()):,d} in the {len(added)} modules issue 30 (drop-in) added whole")
+    print(f"  without them: {sum(sem.values()) - sum(added.values()):,d} (goal < 7,500 before the drop-in "
+          "issue's new operators)")
     print(f"machinery: {sum(c['machinery'].values()):,d} lines in {len(c['machinery'])} modules")
     if c["unclassified"]:
         print(f"unclassified (no CLASSES row): {sorted(c['unclassified'])}")
