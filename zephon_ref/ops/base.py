@@ -29,7 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, expected
 from zephon_ref.types import SampleBatch, SampleRecord
@@ -325,6 +325,25 @@ class BaseOp(ABC):
 
     def validation_samples(self) -> list[SampleRecord] | None:
         return None
+
+
+class RecordMapOp(BaseOp):
+    """An operator that maps each record on its own, keeping the cursor order, read in micro-batches
+    of at most ``config.max_batch`` records (the counting accumulator): map_transform, tokenize,
+    decode_text, expand_chat, tokenize_chat.  It sets ``self.config`` (with ``max_batch``) and
+    ``self.parallelism``; a subclass whose records cannot be read by index on their own (a record
+    that fans out) sets ``indexable = False``."""
+
+    indexable: ClassVar[bool] = True
+    config: Any
+    parallelism: int
+
+    def traits(self) -> OpTraits:
+        return OpTraits(preserves_cursor_order=True, indexable=self.indexable, calibration_replayable=True,
+                        parallelism=self.parallelism)
+
+    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
+        return CountingAccumulator(self.config.max_batch)
 
 
 @runtime_checkable

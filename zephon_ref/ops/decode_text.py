@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, PayloadTypeError, expected
-from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.base import RecordMapOp
 from zephon_ref.ops.knobs import Bool, Int, Opaque, Text, check_execution, check_fields, knob
 from zephon_ref.types import SampleRecord
 
@@ -91,7 +91,7 @@ def decode_value(value: Any, c: DecodeTextConfig) -> str:
     return text
 
 
-class DecodeText(BaseOp):
+class DecodeText(RecordMapOp):
     """``decode_text(parallelism=None, *, fields=("text",), encoding="utf-8", errors="strict",
     normalize_newlines=True, lowercase=False, max_batch=128, max_latency_ms=2)``."""
 
@@ -127,17 +127,6 @@ class DecodeText(BaseOp):
             max_batch=max_batch,
         )
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
-
-    def traits(self) -> OpTraits:
-        return OpTraits(
-            preserves_cursor_order=True,
-            indexable=True,
-            calibration_replayable=True,
-            parallelism=self.parallelism,
-        )
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         c = self.config

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from zephon_ref.errors import ConfigError, PayloadError, PayloadTypeError, expected
 from zephon_ref.lineage import spawn_child, tombstones_for_record
-from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.base import RecordMapOp
 from zephon_ref.ops.knobs import Int, Text, check_execution, check_fields, knob
 from zephon_ref.types import SampleRecord
 
@@ -91,8 +91,10 @@ def answered_prefixes(messages: Sequence[Mapping[str, Any]]) -> list[tuple[int, 
     return prefixes
 
 
-class ExpandChat(BaseOp):
+class ExpandChat(RecordMapOp):
     """``expand_chat(*, field="messages")``."""
+
+    indexable = False  # a conversation fans out into one record per answered query
 
     def __init__(
         self,
@@ -106,17 +108,6 @@ class ExpandChat(BaseOp):
         check_execution(placement=placement, parallelism=parallelism)
         self.config = ExpandChatConfig(field=field, max_batch=max_batch)
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
-
-    def traits(self) -> OpTraits:
-        return OpTraits(
-            preserves_cursor_order=True,
-            indexable=False,
-            calibration_replayable=True,
-            parallelism=self.parallelism,
-        )
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
 
     def _messages(self, rec: SampleRecord) -> Sequence[Mapping[str, Any]]:
         path = tuple(self.config.field.split("."))

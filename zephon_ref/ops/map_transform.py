@@ -23,10 +23,7 @@ from typing import Any, ClassVar
 from zephon_ref.errors import ConfigTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import (
-    Accumulator,
-    BaseOp,
-    CountingAccumulator,
-    OpTraits,
+    RecordMapOp,
     check_parallelism,
     check_placement,
 )
@@ -54,7 +51,7 @@ class MapConfig:
         check_fields(self)
 
 
-class MapTransform(BaseOp):
+class MapTransform(RecordMapOp):
     """``map_transform(fn, *, drop_none=True)``."""
 
     #: alias -> config field: the fingerprint digests ``transform_fn`` under ``fn`` too, the name of
@@ -78,14 +75,6 @@ class MapTransform(BaseOp):
         check_placement(placement)
         check_parallelism(parallelism)  # None: the default; 0 is refused, not read as "default"
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
-
-    def traits(self) -> OpTraits:
-        return OpTraits(
-            preserves_cursor_order=True, calibration_replayable=True, parallelism=self.parallelism
-        )
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
 
     def process_many(self, elems: list[Any]) -> list[Any]:
         out: list[SampleRecord] = []

@@ -53,10 +53,7 @@ from zlib import crc32
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 from zephon_ref.lineage import spawn_child
 from zephon_ref.ops.base import (
-    Accumulator,
-    BaseOp,
-    CountingAccumulator,
-    OpTraits,
+    RecordMapOp,
     check_bool,
     check_choice,
     check_int,
@@ -220,7 +217,7 @@ def _tokenizer_refused(exc: Exception, return_tensors: Any) -> Exception:
     return ContractError(msg)
 
 
-class Tokenize(BaseOp):
+class Tokenize(RecordMapOp):
     """``tokenize(tokenizer=None, *, field, ...)`` with the knobs of zephon 0.2.0."""
 
     def __init__(
@@ -338,14 +335,6 @@ class Tokenize(BaseOp):
             if v is not None:
                 return int(v)
         return 0
-
-    def traits(self) -> OpTraits:
-        return OpTraits(
-            preserves_cursor_order=True, calibration_replayable=True, parallelism=self.parallelism
-        )
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
 
     def calibration_counting(self) -> TextCounting:
         """How token-aware calibration counts this operator's delivered tokens (zephon 0.2.0's

@@ -58,7 +58,7 @@ import numpy as np
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, PayloadError, PayloadTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
-from zephon_ref.ops.base import Accumulator, BaseOp, CountingAccumulator, OpTraits
+from zephon_ref.ops.base import RecordMapOp
 from zephon_ref.ops.chat_ownership import (
     CONTENT,
     OwnedTemplate,
@@ -258,7 +258,7 @@ def _flat(value: Any, *, pairs: bool = False) -> list[Any]:
     return seq
 
 
-class TokenizeChat(BaseOp):
+class TokenizeChat(RecordMapOp):
     """``tokenize_chat(tokenizer, *, field="messages", max_length=None, chat_template=None,
     apply_chat_template=True, span_source="auto", loss_scope=None, loss_on_last_turn_only=None,
     chat_template_kwargs=None, tools_field="tools", enable_thinking_field="enable_thinking",
@@ -400,17 +400,6 @@ class TokenizeChat(BaseOp):
                     )
                 )
         return source
-
-    def traits(self) -> OpTraits:
-        return OpTraits(
-            preserves_cursor_order=True,
-            indexable=True,
-            calibration_replayable=True,
-            parallelism=self.parallelism,
-        )
-
-    def accumulator(self, *, deterministic: bool, ctx: dict[str, Any]) -> Accumulator[Any]:
-        return CountingAccumulator(self.config.max_batch)
 
     # -- per record -----------------------------------------------------------------------------
     def _render(self, messages: list[Any], prompt: bool, kwargs: dict[str, Any]) -> str:
