@@ -78,7 +78,8 @@ def measure(rounds: int) -> list[dict[str, Any]]:
             fast_fn = fast_calls[op]
             reps = max(1, int(0.1 / max(_cpu(plain_fn, 1), 1e-4)))
             load0 = _load()
-            plain_t, fast_t = [], []
+            plain_t: list[float] = []
+            fast_t: list[float] = []
             for r in range(rounds):
                 pair = [(plain_fn, plain_t), (fast_fn, fast_t)]
                 for fn, acc in (pair if r % 2 == 0 else pair[::-1]):

@@ -123,9 +123,11 @@ def _codec_rows(n: int, rounds: int = 3) -> list[dict[str, object]]:
     import os
     import statistics
     import time
+    from typing import Any, Literal
 
     rows: list[dict[str, object]] = []
-    for topology, run in (("star", star_round), ("tree", tree_round)):
+    topologies: tuple[tuple[Literal["star", "tree"], Any], ...] = (("star", star_round), ("tree", tree_round))
+    for topology, run in topologies:
         load0 = "/".join(f"{x:.1f}" for x in os.getloadavg())
         times: dict[bool, list[float]] = {True: [], False: []}
         prints: set[str] = set()
