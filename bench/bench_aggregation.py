@@ -10,6 +10,12 @@ wait for every ack).  Polling interval 10 ms.  Merged size: 8 ranks, real
 states (a small packing pipeline cut after a few items, see sim.cluster); bytes
 of the msgpack+zstd encoding of merge(states) and the merge time.  Prints tables only; nothing is asserted.
 ``results()`` gives the same measurements as rows for ``python -m bench``.
+
+The codec: every round runs with the fast codec plugged in (``aggregate_round(...,
+codec=FastCodec())``, zephon_ref.fast.codec: the plain codec's bytes, checked by
+properties.fast_codec), and the merged state is encoded with it; the notes and the table headers
+say so.  The merged-state rows also time encoding the merged state with the plain codec and with
+FastCodec side by side (process time, 3 rounds alternating, bytes checked equal).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ def child(args: dict[str, object]) -> None:
     warnings.simplefilter("ignore")
     from sim.cluster import topology_states
     from zephon_ref.coordination import aggregate_round, open_backend
+    from zephon_ref.fast.codec import FastCodec
 
     n = int(args["world_size"])  # type: ignore[call-overload]
     rank = int(args["rank"])  # type: ignore[call-overload]
@@ -56,6 +63,7 @@ def child(args: dict[str, object]) -> None:
             run_id="bench",
             timeout_s=60.0,
             poll_s=0.01,
+            codec=FastCodec(),  # the plain codec's bytes, faster (see the module docstring)
         )
         times.append(time.perf_counter() - t0)
         state["last_round_id"] = res.round_id
@@ -116,15 +124,41 @@ def _kinds() -> list[str]:
 
 
 def _merged_size(lanes: int) -> tuple[int, float]:
-    """Bytes of the encoded merge of 8 ranks' real states over ``lanes`` lanes, and the merge seconds."""
+    """Bytes of the encoded merge of 8 ranks' real states over ``lanes`` lanes (FastCodec, the
+    plain codec's bytes), and the merge seconds."""
     from sim.cluster import topology_states
-    from zephon_ref import codec
     from zephon_ref.coordination.merge import merge
+    from zephon_ref.fast.codec import FastCodec
 
     states = list(topology_states(3, canonical_replicas=lanes, world_size=8).values())
     t0 = time.perf_counter()
     merged = merge(states, warn_mid_window=False)
-    return len(codec.encode(merged)), time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    return len(FastCodec().encode(merged)), dt
+
+
+def _encode_times(lanes: int, rounds: int = 3) -> tuple[float, float, float, float]:
+    """Process seconds of encoding the 8-rank merge over ``lanes`` lanes with the plain codec and
+    with FastCodec (medians of ``rounds``, alternating), and the plain/fast ratio's range."""
+    from sim.cluster import topology_states
+    from zephon_ref import codec
+    from zephon_ref.coordination.merge import merge
+    from zephon_ref.fast.codec import FastCodec
+
+    fast = FastCodec()
+    states = list(topology_states(3, canonical_replicas=lanes, world_size=8).values())
+    merged = merge(states, warn_mid_window=False)
+    if fast.encode(merged) != codec.encode(merged):
+        raise AssertionError("FastCodec's bytes differ from the plain codec's")
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        for is_fast in ((False, True) if r % 2 == 0 else (True, False)):
+            enc = fast.encode if is_fast else codec.encode
+            t0 = time.process_time()
+            enc(merged)
+            times[is_fast].append(time.process_time() - t0)
+    ratios = [p / f for p, f in zip(times[False], times[True], strict=True)]
+    return statistics.median(times[False]), statistics.median(times[True]), min(ratios), max(ratios)
 
 
 def results(*, quick: bool = True) -> list[dict[str, object]]:
@@ -145,7 +179,7 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                     "vs": "directory backend" if kind != "directory" else None,
                     "unit": "ms",
                     "ratio": round(med[kind] / med["directory"], 2) if kind != "directory" else None,
-                    "note": f"{rounds} rounds, real processes, poll 10 ms",
+                    "note": f"{rounds} rounds, real processes, poll 10 ms, FastCodec plugged in",
                 }
             )
     if "tcpstore" not in kinds:
@@ -162,6 +196,8 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     small, _ = _merged_size(8)
     for lanes in ((512,) if quick else (512, 4096)):
         size, dt = _merged_size(lanes)
+        plain_s, fast_s, lo, hi = _encode_times(lanes)
+        load = "/".join(f"{x:.1f}" for x in os.getloadavg())
         rows.append(
             {
                 "name": f"merged state, 8 ranks, {lanes} lanes, bytes per lane (vs 8 lanes)",
@@ -170,7 +206,10 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 "vs": "the same merge at 8 lanes",
                 "unit": "B/lane",
                 "ratio": round((size / lanes) / (small / 8), 2),
-                "note": f"msgpack+zstd of merge(); merge {dt * 1e3:.0f} ms; 3 inflight chunks/lane",
+                "note": f"msgpack+zstd of merge() (FastCodec: the plain codec's bytes); merge "
+                        f"{dt * 1e3:.0f} ms; 3 inflight chunks/lane; encode CPU plain {plain_s * 1e3:.1f} ms "
+                        f"vs FastCodec {fast_s * 1e3:.1f} ms (plain/fast {lo:.2f}-{hi:.2f}, 3 rounds; "
+                        f"load {load})",
             }
         )
     return rows
@@ -191,8 +230,8 @@ def main() -> None:
     if "tcpstore" not in kinds:
         print("(torch not importable: TCPStore rows skipped)")
     print(
-        f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms), "
-        f"cpus={os.cpu_count()}"
+        f"Aggregation round time (leader, {opts.rounds} rounds, C = 2 x processes, poll 10 ms, "
+        f"FastCodec plugged in), cpus={os.cpu_count()}"
     )
     print(f"{'backend':<10} {'procs':>5} {'median ms':>10} {'max ms':>8}")
     for kind in kinds:
@@ -201,11 +240,15 @@ def main() -> None:
             print(f"{kind:<10} {n:>5} {statistics.median(ts) * 1e3:>10.1f} {max(ts) * 1e3:>8.1f}")
 
     print()
-    print("Merged-state size (8 ranks, 3 inflight chunks/lane, msgpack+zstd)")
-    print(f"{'lanes':>6} {'encoded KiB':>12} {'bytes/lane':>11} {'merge ms':>9}")
+    print("Merged-state size (8 ranks, 3 inflight chunks/lane, msgpack+zstd); encode CPU ms, plain codec and "
+          "FastCodec (same bytes, checked), medians of 3 alternating")
+    print(f"{'lanes':>6} {'encoded KiB':>12} {'bytes/lane':>11} {'merge ms':>9} {'plain enc':>9} "
+          f"{'fast enc':>9}")
     for c in (int(x) for x in opts.lanes.split(",")):
         size, dt = _merged_size(c)
-        print(f"{c:>6} {size / 1024:>12.1f} {size / c:>11.0f} {dt * 1e3:>9.1f}")
+        plain_s, fast_s, _, _ = _encode_times(c)
+        print(f"{c:>6} {size / 1024:>12.1f} {size / c:>11.0f} {dt * 1e3:>9.1f} {plain_s * 1e3:>9.1f} "
+              f"{fast_s * 1e3:>9.1f}")
 
 
 if __name__ == "__main__":

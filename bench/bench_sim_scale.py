@@ -19,6 +19,13 @@ It is the simulator's cost, not 200,000 processes' cost: in the star, followers 
 group share the packing of their group's state and all followers share one decoded
 announcement and result (sim.scale "Shared work"; same bytes, same decisions), so per-rank
 work a real job would repeat in every process is done once here.
+
+The codec: sim.scale encodes with the fast codec (zephon_ref.fast.codec.FastCodec, plugged in at
+the machines' ``codec=``; the plain codec's bytes, checked by properties.fast_codec) and its shared
+work by default, and every row's note says so.  The last rows measure it: one star round and one
+tree round with ``fast_codec=False`` (every machine on the plain zephon_ref.codec, no shared work)
+against the default, side by side in process time (3 rounds, alternating; median, range and the
+load average in the note); the two runs are checked to give the same round fingerprint.
 """
 
 from __future__ import annotations
@@ -79,7 +86,8 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for n in QUICK if quick else FULL:
         star, tree, checked = _checked(n)
-        note = f"{checked}; star followers share one decoded result and per-group packing; {MACHINE}"
+        note = (f"{checked}; FastCodec plugged in (sim.scale's default); star followers share one decoded "
+                f"result and per-group packing; {MACHINE}")
         rows.append(_row(f"tree vs star, one round at {n} ranks, wall time", round(tree.wall_s, 3),
                          round(star.wall_s, 3), "s", note))
         rows.append(_row(f"tree vs star, one round at {n} ranks, leader/root messages", tree.leader_messages,
@@ -104,6 +112,45 @@ def results(*, quick: bool = True) -> list[dict[str, object]]:
                 note + f"; star polls elided by parking: {star.storage_ops_elided}",
             )
         )
+    for n in (1_000,) if quick else (1_000, 10_000):
+        rows.extend(_codec_rows(n))
+    return rows
+
+
+def _codec_rows(n: int, rounds: int = 3) -> list[dict[str, object]]:
+    """Process time of one round with the plain codec (no shared work) over the default (FastCodec
+    and shared work), star and tree, alternating which runs first."""
+    import os
+    import statistics
+    import time
+    from typing import Any, Literal
+
+    rows: list[dict[str, object]] = []
+    topologies: tuple[tuple[Literal["star", "tree"], Any], ...] = (("star", star_round), ("tree", tree_round))
+    for topology, run in topologies:
+        load0 = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        times: dict[bool, list[float]] = {True: [], False: []}
+        prints: set[str] = set()
+        for r in range(rounds):
+            for fast in ((True, False) if r % 2 == 0 else (False, True)):
+                t0 = time.process_time()  # clock-ok: benchmark timing only
+                stats, _ = run(ScaleConfig(ranks=n, topology=topology, fast_codec=fast))
+                times[fast].append(time.process_time() - t0)  # clock-ok
+                prints.add(stats.fingerprint)
+        if len(prints) != 1:
+            raise AssertionError(f"{topology} at {n} ranks: the plain and fast codec rounds differ")
+        ratios = [p / f for p, f in zip(times[False], times[True], strict=True)]
+        load1 = "/".join(f"{x:.1f}" for x in os.getloadavg())
+        rows.append({
+            "name": f"{topology} round at {n} ranks: plain codec vs FastCodec + shared work, process time",
+            "ours": round(statistics.median(times[False]), 3),
+            "theirs": round(statistics.median(times[True]), 3),
+            "vs": "the same round with sim.scale's FastCodec and shared work (same fingerprint, checked)",
+            "unit": "s CPU",
+            "ratio": round(statistics.median(ratios), 2),
+            "note": f"{rounds} rounds alternating; plain/fast range {min(ratios):.2f}-{max(ratios):.2f}; "
+                    f"load {load0} -> {load1}; {MACHINE}",
+        })
     return rows
 
 

@@ -82,6 +82,8 @@ FEATURES = {
     "(zephon_ref's own shortcut; no other implementation has it)",
     "fast_ops": "the fast ops row: zephon_ref's faster operators checked against its plain ones "
     "(zephon_ref's own shortcut; no other implementation has it)",
+    "fast_codec": "the fast codec row: zephon_ref's faster encoder checked against its plain codec "
+    "(zephon_ref's own shortcut; no other implementation has it)",
     "merged_checkpoint": "the cross-lane order row: merged_checkpoint(runs) gives the state of a whole "
     "topology from its participants' runs (with remap: N -> M -> N through global-step boundaries)",
     "torch": "the torch row: torch_dataset(cfg, kind) for each kind of torch_kinds ('loader': "
@@ -307,7 +309,7 @@ class PipelineAdapter:
 
 
 _REF_FEATURES = frozenset({"durable", "runners", "remap", "engine_state", "tombstones", "shared_walk",
-                           "fast_ops", "aggregation", "merged_checkpoint", "torch", "operators",
+                           "fast_ops", "fast_codec", "aggregation", "merged_checkpoint", "torch", "operators",
                            "token_estimation"})
 ADAPTERS: dict[str, PipelineAdapter] = {
     # under demand-paced feeding (the default) both runners admit only what delivery asks for (the

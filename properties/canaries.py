@@ -265,12 +265,6 @@ CANARIES: tuple[Canary, ...] = (
                 "def _key_sort(key: Any) -> tuple[int, Any]:\n",
                 "def _key_sort(key: Any) -> tuple[int, Any]:\n    return (0, 0)\n",
             ),
-            _m(
-                "unsorted fast path",
-                "zephon_ref/codec.py",
-                "def _first(kv: tuple[Any, Any]) -> Any:\n    return kv[0]\n",
-                "def _first(kv: tuple[Any, Any]) -> Any:\n    return 0\n",
-            ),
         ),
     ),
     Canary(

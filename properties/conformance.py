@@ -52,6 +52,10 @@ first (a row's feature in brackets; an adapter without it skips the row, saying 
 * ``fast ops`` [fast_ops]: zephon_ref's faster operators (:class:`zephon_ref.fast.ops.FastOps`:
   tokenize with the built-in tokenizer, interned ids) gives the plain operator's records,
   refusals and warnings on drawn operators and records (:func:`properties.fast_ops.fast_ops_check`);
+* ``fast codec`` [fast_codec]: zephon_ref's faster encoder (:class:`zephon_ref.fast.codec.FastCodec`,
+  plugged in at ``codec=`` by sim.scale and the benchmarks) gives the plain codec's bytes, decoded
+  values and refusals on drawn values and real 64-lane states
+  (:func:`properties.fast_codec.fast_codec_check`);
 * ``token estimation`` [token_estimation]: a token-aware source's measured tokens/byte ratios (the
   calibration pass through the pipeline's counting prefix: a map_transform ahead of tokenize replayed
   on each drawn row, tokenize's counting, or a ``measure=`` callable; coverage met and not met), with
@@ -763,6 +767,7 @@ ORDER = (
     "corrupt refused",
     "shared walk",
     "fast ops",
+    "fast codec",
     "token estimation",
     "torch",
     "aggregation",
@@ -913,6 +918,8 @@ CASE_ROWS: dict[str, tuple[str, str, str]] = {
     "aggregation": ("aggregation", "properties.aggregation:round_cases",
                     "properties.aggregation:round_problems"),
     "fast ops": ("fast_ops", "properties.fast_ops:fast_op_cases", "properties.fast_ops:fast_ops_check"),
+    "fast codec": ("fast_codec", "properties.fast_codec:codec_values",
+                   "properties.fast_codec:fast_codec_check"),
     "token estimation": ("token_estimation", "properties.token_census:census_cases",
                          "properties.token_census:token_estimation_check"),
 }
@@ -1144,6 +1151,7 @@ ROW_COST: dict[str, float] = {
     "tamper refused": 13, "bounded inflight": 12, "checkpoint bytes": 11, "oracle": 10,
     "settings invariance": 8.5, "resume at cuts": 6.6, "lineage": 6.5, "corrupt refused": 5.9,
     "long run": 3.6, "aggregation": 3.0, "shared walk": 2.1, "fast ops": 2.6, "token estimation": 1.7,
+    "fast codec": 1.5,
 }
 
 

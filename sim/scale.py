@@ -31,11 +31,14 @@ protocol's theory of operation states (no clocks, no I/O of its own).
 
 Shared work.  200,000 machines in one process would each pack a state that differs from
 its DP group's only in ``world``, and each decode the same announcement and result.  The
-star hands its followers two hooks of the real Follower: a packer that packs each group's
+star hands its followers a codec (the real Follower's ``codec=`` seam, protocol.Codec:
+``_ScaleCodec``) built on the fast codec (:class:`zephon_ref.fast.codec.FastCodec`, the plain
+codec's bytes and refusals, checked by properties.fast_codec): a packer that packs each group's
 shared parts once and splices (bytes and refusals exactly codec.pack's: ``_GroupPacker``),
-and a decode memo that gives every follower the one object decoded from equal bytes
-(``_SharedDecode``; the followers' Finish results are then that one object).  The
-machines still take every decision and refuse what they refused; the driver only saves
+envelopes assembled from that packed state, and a decode memo that gives every follower the
+one object decoded from equal bytes (``_SharedDecode``; the followers' Finish results are then
+that one object).  The leader gets the FastCodec itself, and so do the tree's shard writes.
+The machines still take every decision and refuse what they refused; the driver only saves
 repeating identical work.
 
 Tree.  Every rank is one role of a :class:`~zephon_ref.checkpoint.tree.TreeShape`;
@@ -96,6 +99,7 @@ from zephon_ref.checkpoint.tree import (
     TreeShape,
     WriteGroupManifest,
 )
+from zephon_ref.codec import Codec
 from zephon_ref.coordination import protocol
 from zephon_ref.coordination.backends import MemoryBackend
 from zephon_ref.coordination.driver import perform
@@ -118,6 +122,9 @@ from zephon_ref.coordination.protocol import (
     Woke,
 )
 from zephon_ref.errors import ConfigError, StateFormatError, expected
+from zephon_ref.fast.codec import FastCodec
+
+_FAST = FastCodec()
 
 __all__ = ["RoundStats", "ScaleConfig", "main", "rank_state", "run_round", "star_round", "tree_round"]
 
@@ -132,6 +139,9 @@ class ScaleConfig:
 
     ``dp_degree`` defaults to ``min(ranks, 16)`` and ``canonical_replicas`` to the DP
     degree; ``max_latency`` > 1 draws each rank's storage latency from the seed.
+    ``fast_codec`` (the default) encodes with the FastCodec and the star's shared work (module
+    docstring); False gives every machine the plain codec and the tree's shards plain encoding
+    (the same bytes and decisions, slower: bench_sim_scale measures both).
     """
 
     ranks: int
@@ -149,12 +159,15 @@ class ScaleConfig:
     leftover_acks_of: str | None = (
         None  # star: storage starts with every follower's ack of this earlier round
     )
+    fast_codec: bool = True
 
     def __post_init__(self) -> None:
         for name in ("ranks", "fanout", "max_latency", "poll", "timeout"):
             v = getattr(self, name)
             if type(v) is not int or v < 1:
                 raise ConfigError(expected(f"ScaleConfig.{name}", "an int >= 1", v))
+        if type(self.fast_codec) is not bool:
+            raise ConfigError(expected("ScaleConfig.fast_codec", "a bool", self.fast_codec))
         if type(self.message_latency) is not int or self.message_latency < 0:
             raise ConfigError(expected("ScaleConfig.message_latency", "an int >= 0", self.message_latency))
         if self.topology not in ("star", "tree"):
@@ -272,13 +285,13 @@ class _GroupPacker:
     rank_state) and a ``world`` of its own whose ``mapping`` is the round's one mapping
     object.  Those shared parts are packed once per group; a rank's state is then its
     world's few ints packed here, spliced with the packed mapping, spliced with the
-    group's packed fields (codec's "packing composes": the bytes of codec.pack of the
+    group's packed fields (FastCodec.pack_map_with: the bytes of codec.pack of the
     whole state).  Only a state that is exactly such a composition takes the splice: every
     top-level key but ``world`` holds the base's own object (identity), ``world`` is a
     str-keyed dict holding that mapping object.  Anything else (a replaced or extra field,
-    a foreign state), and any refusal, goes to codec.pack itself, so bytes and error
-    messages are codec.pack's.  It relies on what rank_state promises: the shared objects
-    are never mutated.
+    a foreign state), and any refusal, goes to FastCodec.pack (codec.pack's bytes and
+    refusals), so bytes and error messages are codec.pack's.  It relies on what rank_state
+    promises: the shared objects are never mutated.
     """
 
     __slots__ = ("_bases", "_mapping", "_packed_mapping", "_shared", "_templates")
@@ -305,15 +318,15 @@ class _GroupPacker:
                 try:
                     return self._splice(g, base, world)
                 except StateFormatError:
-                    pass  # codec.pack below raises it with the caller's path
-        return codec.pack(value, root=root)
+                    pass  # the pack below raises it with the caller's path
+        return _FAST.pack(value, root=root)
 
     def _splice(self, g: int, base: dict[str, Any], world: dict[str, Any]) -> bytes:
         template = self._templates[g]
         if template is None:
             template = self._templates[g] = MapTemplate(
-                {}, {k: codec.pack(v) for k, v in base.items() if k != "world"}, slot="world")
-        own = codec.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
+                {}, {k: _FAST.pack(v) for k, v in base.items() if k != "world"}, slot="world")
+        own = _FAST.pack_map_with({k: v for k, v in world.items() if k != "mapping"},
                                   {"mapping": self._packed_mapping})
         return template.fill(own)
 
@@ -324,10 +337,10 @@ _STR_ONLY = {str}
 
 class MapTemplate:
     """A str-keyed map packed once with one value left open: :meth:`fill` gives, for the
-    packed bytes ``b`` of that value, ``codec.pack_map_with(fields, {**packed, slot: b})``.
+    packed bytes ``b`` of that value, ``FastCodec().pack_map_with(fields, {**packed, slot: b})``.
 
     For a driver that packs many maps differing in one value (the star's followers share all
-    of their state but its ``world``): the map is packed once, through codec.pack_map_with,
+    of their state but its ``world``): the map is packed once, through FastCodec.pack_map_with,
     with a marker value in the slot, and cut at the marker; a fill is head + ``b`` + tail
     (msgpack writes a map as a header, then each key and value in order, so the bytes are
     those of packing the whole map).  The caller vouches that ``b`` is the output of
@@ -343,7 +356,7 @@ class MapTemplate:
             raise StateFormatError(
                 expected("MapTemplate slot", "a str key of neither fields nor packed", slot)
             )
-        parts = codec.pack_map_with(fields, {**packed, slot: self._MARK}).split(self._MARK)
+        parts = _FAST.pack_map_with(fields, {**packed, slot: self._MARK}).split(self._MARK)
         if len(parts) != 2:  # a packed value holds the marker's bytes: no unambiguous cut
             raise StateFormatError(expected("MapTemplate parts", "values that do not contain the slot marker",
                                             f"{len(parts) - 1} occurrences"))
@@ -379,11 +392,39 @@ class _SharedDecode:
         for seen, value in self._entries:
             if seen is data or seen == data:
                 return value
-        value = codec.decode(data)
+        value = _FAST.decode(data)
         if len(self._entries) >= self._KEEP:
             del self._entries[0]
         self._entries.append((bytes(data), value))
         return value
+
+
+class _ScaleCodec:
+    """The followers' codec (protocol.Codec): ``pack`` is the group packer's, ``decode`` the
+    shared memo's, and ``encode`` of a shard envelope (a str-keyed dict of str and int fields
+    and a ``"state"``) splices the packer's bytes of the state with the fields
+    (FastCodec.encode_map_with: the bytes of encoding the whole envelope); anything else is
+    FastCodec's ``encode``.  Bytes and refusals are the plain codec's: the envelope's fields
+    cannot be refused, so a refused state is refused with the path encoding the whole map gives
+    (``$['state']...``)."""
+
+    __slots__ = ("_decode", "_packer")
+
+    def __init__(self, packer: _GroupPacker, decode: _SharedDecode) -> None:
+        self._packer, self._decode = packer, decode
+
+    def pack(self, value: Any, *, root: str = "$") -> bytes:
+        return self._packer(value, root=root)
+
+    def encode(self, value: Any) -> bytes:
+        if type(value) is dict and "state" in value and all(
+                type(k) is str and (k == "state" or type(v) in (str, int)) for k, v in value.items()):
+            return _FAST.encode_map_with({k: v for k, v in value.items() if k != "state"},
+                                         {"state": self._packer(value["state"], root="$['state']")})
+        return _FAST.encode(value)
+
+    def decode(self, data: bytes) -> Any:
+        return self._decode(data)
 
 
 class _Star:
@@ -396,17 +437,18 @@ class _Star:
         self.latency = [choices.integer("scale/latency", 1, cfg.max_latency) for _ in range(n)]
         cache: dict[Any, Any] = {}
         rank_state(0, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)  # fills it
-        packer = _GroupPacker(*cache[(n, cfg.dp, cfg.lanes)])
-        shared = _SharedDecode()
+        lead_codec: Codec = _FAST if cfg.fast_codec else codec
+        followers: Codec = (_ScaleCodec(_GroupPacker(*cache[(n, cfg.dp, cfg.lanes)]), _SharedDecode())
+                            if cfg.fast_codec else codec)
         self.machines: list[Machine] = []
         for r in range(n):
             st = rank_state(r, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)
             rc = RoundConfig(namespace=NAMESPACE, rank=r, world_size=n, token="t", timeout=cfg.timeout,
                              poll=cfg.poll, round_id=ROUND_ID if r == 0 else None)
             self.machines.append(
-                Leader(st, rc, warn_mid_window=False)
+                Leader(st, rc, warn_mid_window=False, codec=lead_codec)
                 if r == 0
-                else Follower(st, rc, decode=shared, pack=packer)
+                else Follower(st, rc, codec=followers)
             )
         self.ops = [0] * n
         self.dead = [False] * n
@@ -658,7 +700,7 @@ class _Tree:
             return
         st = rank_state(r, ranks=self.cfg.ranks, dp_degree=self.cfg.dp, canonical_replicas=self.cfg.lanes,
                         _cache=self.cache)
-        data = codec.encode(st)
+        data = (_FAST if self.cfg.fast_codec else codec).encode(st)  # codec.encode's bytes either way
         digest = sha256_hex(data)
         self.store[f"tree-g1.role-{r}.engine.{digest}.shard"] = data
         self.bytes_written += len(data)

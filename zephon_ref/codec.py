@@ -29,12 +29,22 @@ Invariants:
   content size in the frame header and no dictionary.
 * **No non-finite floats.**  NaN and +-inf are refused on encode *and* on decode
   (a checkpoint with repaired checksums must still be refused).
-* **Packing composes.**  The msgpack bytes of a map are its header followed by each
-  packed key and packed value in canonical key order, so a value packed once
-  (:func:`pack`) can be spliced into a str-keyed map by :func:`pack_map_with` and give
-  the bytes :func:`pack` would give for the whole map.  That lets a caller that sends the
-  same large value inside several small envelopes (an aggregation participant's state)
-  canonicalise and validate it once; the bytes do not change.
+
+Plain definition only.  :func:`_canon` recurses uniformly, one branch per kind of value, each
+stating that kind's canonical form, and :func:`decode` walks every decoded value for non-finite
+floats; nothing here skips a step for speed.  The faster codec, which keeps plain leaves without
+a call, sorts str- or int-keyed maps by key alone and skips the walk when no float marker byte
+occurs, is
+:class:`zephon_ref.fast.codec.FastCodec`: it gives these bytes and these refusals (the property
+``properties.fast_codec`` checks it) and enters where a caller takes a codec (``codec=`` of the
+aggregation round's machines and of the checkpoint store's ``save``).
+
+Why "pack a map some of whose values are already packed" is not here: no byte format defines
+it.  The aggregation round's shard envelope is, by the protocol's own definition, the encoding of
+the envelope dict (``encode({..., "state": state})``); that its bytes can also be assembled from
+the state packed once (msgpack writes a map as a header, then each key and value in order) is a
+way to compute the same bytes faster, so it lives with the faster encoder
+(:meth:`zephon_ref.fast.codec.FastCodec.pack_map_with`) and the plain protocol packs the whole map.
 
 What may not live here: file I/O, digests, schema knowledge, clocks.
 """
@@ -42,8 +52,7 @@ What may not live here: file I/O, digests, schema knowledge, clocks.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import zstandard
@@ -52,6 +61,7 @@ from zephon_ref.errors import StateFormatError, expected
 
 __all__ = [
     "EXT_BIGINT",
+    "Codec",
     "EXT_TUPLE",
     "MAX_DECODED_BYTES",
     "ZSTD_LEVEL",
@@ -59,9 +69,7 @@ __all__ = [
     "decode",
     "decompress",
     "encode",
-    "encode_map_with",
     "pack",
-    "pack_map_with",
     "unpack",
 ]
 
@@ -70,6 +78,21 @@ EXT_TUPLE = 1
 ZSTD_LEVEL = 3
 # A decompression bomb guard: no single shard may expand beyond this.
 MAX_DECODED_BYTES = 1 << 32
+
+
+
+class Codec(Protocol):
+    """What a caller taking ``codec=`` uses (the aggregation round's machines, the checkpoint
+    store's ``save``): this module itself, the default, or an object whose ``pack``, ``encode``
+    and ``decode`` return exactly what this module's return and refuse exactly what they refuse
+    (:class:`zephon_ref.fast.codec.FastCodec`).  A decoded value may be shared: nobody mutates it."""
+
+    def pack(self, value: Any, *, root: str = "$") -> bytes: ...
+
+    def encode(self, value: Any) -> bytes: ...
+
+    def decode(self, data: bytes) -> Any: ...
+
 
 _INT_MIN = -(1 << 63)
 _INT_MAX = (1 << 64) - 1
@@ -106,46 +129,27 @@ def _where(path: _Path) -> str:
 
 
 def _canon(value: Any, path: _Path) -> Any:
-    """Convert ``value`` into a tree msgpack packs deterministically; validate on the way."""
-    t = type(value)
-    if value is None or t is bool or t is str or t is bytes:
-        return value
-    if t is int and _INT_MIN <= value <= _INT_MAX:
-        return value
-    if t is dict:
-        if not value:
-            return {}
-        # Fast path: keys all str, or all native-range ints, sort by value alone (one kind rank),
-        # which is the order _key_sort gives; values are canonicalised in insertion order as below.
-        # A plain leaf value is its own canonical form (the first two tests above), so it is
-        # kept without a call.
-        kinds = set(map(type, value))
-        if kinds == _STR_KEYS or (kinds == _INT_KEYS and min(value) >= _INT_MIN and max(value) <= _INT_MAX):
-            fast = [
-                (k, v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX)
-                 else _canon(v, (path, k)))
-                for k, v in value.items()
-            ]
-            fast.sort(key=_first)
-            return dict(fast)
-    elif t is list:
-        return [
-            v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX) else _canon(v, (path, i))
-            for i, v in enumerate(value)
-        ]
-    if isinstance(value, bool):  # bool subclasses are not a thing, but be exact
+    """The canonical tree of ``value``: what msgpack packs to its canonical bytes.  Validates on
+    the way, refusing (with the path of the bad value) what the module docstring does not accept.
+
+    Each kind of value has one branch, tried in this order (a bool is an int, a NamedTuple a
+    tuple); a subclass of a builtin becomes that builtin."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
+        # native msgpack ints where they fit, else the big-int ext
         v = int(value)
-        if _INT_MIN <= v <= _INT_MAX:
-            return v
-        return msgpack.ExtType(EXT_BIGINT, _bigint_bytes(v))
+        return v if _INT_MIN <= v <= _INT_MAX else msgpack.ExtType(EXT_BIGINT, _bigint_bytes(v))
     if isinstance(value, float):
         f = float(value)
         if not math.isfinite(f):
             raise StateFormatError(expected(f"value at {_where(path)}", "a finite float", f))
         return f
     if isinstance(value, dict):
+        # keys canonicalised and values canonicalised in insertion order (so the first bad one is
+        # refused whatever the key order), then the items sorted by _key_sort
         items: list[tuple[Any, Any]] = []
         for k, v in value.items():
             ck = _canon_key(k, path)
@@ -156,6 +160,7 @@ def _canon(value: Any, path: _Path) -> Any:
             raise StateFormatError(expected(f"keys at {_where(path)}", "sortable keys", list(value))) from exc
         return {(_key_to_ext(k) if _needs_ext_key(k) else k): v for k, v in items}
     if isinstance(value, tuple):
+        # the tuple ext: the packed array of its canonical items
         inner = [_canon(v, (path, i)) for i, v in enumerate(value)]
         return msgpack.ExtType(EXT_TUPLE, _packb(inner))
     if isinstance(value, list):
@@ -171,15 +176,6 @@ def _canon(value: Any, path: _Path) -> Any:
             type(value).__name__,
         )
     )
-
-
-_STR_KEYS = {str}
-_INT_KEYS = {int}
-_PLAIN = frozenset({str, bytes, bool, type(None)})  # leaf types _canon returns as they are
-
-
-def _first(kv: tuple[Any, Any]) -> Any:
-    return kv[0]
 
 
 def _canon_key(key: Any, path: _Path) -> Any:
@@ -222,86 +218,6 @@ def pack(value: Any, *, root: str = "$") -> bytes:
     packing the whole would give.
     """
     return _packb(_canon(value, root))
-
-
-def pack_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
-    """``pack({**fields, **{k: unpack(b) for k, b in packed.items()}})`` without re-packing.
-
-    Every value in ``packed`` must be the output of :func:`pack` (it is spliced in as
-    is: the caller vouches for it, having packed it itself); the values in ``fields`` are
-    packed here.  Keys must be ``str`` and the two key sets disjoint.  Because msgpack
-    encodes a map as a header and then each key and value in order, the result is
-    byte-identical to packing the whole map (keys sorted as :func:`_canon` sorts an
-    all-str map).
-    """
-    canon = _checked_parts(fields, packed)
-    keys = sorted([*canon, *packed])
-    return _map_header(len(keys)) + _map_items(keys, canon, packed)
-
-
-def _checked_parts(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> dict[str, Any]:
-    """pack_map_with's checks; the canonical form of ``fields``."""
-    if not (set(map(type, fields)) <= _STR_KEYS and set(map(type, packed)) <= _STR_KEYS):
-        raise StateFormatError(expected("pack_map_with keys", "str", sorted(map(repr, [*fields, *packed]))))
-    both = fields.keys() & packed.keys()
-    if both:
-        raise StateFormatError(
-            expected("pack_map_with keys", "in fields or in packed, not both", sorted(both))
-        )
-    for k, b in packed.items():
-        if type(b) is not bytes or not b:
-            raise StateFormatError(expected(f"pre-packed value of {k!r}", "the non-empty bytes of pack()", b))
-    # Fields are canonicalised (and refused) in their insertion order, before any byte is
-    # produced; a plain leaf is its own canonical form (as in _canon's dict path).
-    return {
-        k: v if type(v) in _PLAIN or (type(v) is int and _INT_MIN <= v <= _INT_MAX) else _canon(v, ("$", k))
-        for k, v in fields.items()
-    }
-
-
-def _map_items(keys: list[str], canon: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
-    """The packed items (no header) of ``keys``, in that order: a key of ``canon`` with its
-    canonical value packed here, a key of ``packed`` with its bytes as they are.  Runs of
-    consecutive fields are packed as one map each, whose header is then cut off (one packb
-    call per run instead of two per field)."""
-    out: list[bytes] = []
-    run: dict[str, Any] = {}
-    for k in keys:
-        if k in canon:
-            run[k] = canon[k]
-            continue
-        if run:
-            out.append(_map_body(run))
-            run = {}
-        out.append(_str_key(k))
-        out.append(packed[k])
-    if run:
-        out.append(_map_body(run))
-    return b"".join(out)
-
-
-def _str_key(k: str) -> bytes:
-    """The packed bytes of a str map key (pack_map_with)."""
-    return _packb(k)
-
-
-def _map_header(n: int) -> bytes:
-    out = msgpack.Packer(use_bin_type=True).pack_map_header(n)
-    assert isinstance(out, bytes)
-    return out
-
-
-def _map_body(canon: dict[str, Any]) -> bytes:
-    """The packed items of a map of canonical values, in its (sorted) insertion order."""
-    whole = _packb(canon)
-    header = _map_header(len(canon))
-    assert whole.startswith(header)
-    return whole[len(header):]
-
-
-def encode_map_with(fields: Mapping[str, Any], packed: Mapping[str, bytes]) -> bytes:
-    """:func:`encode` of the map :func:`pack_map_with` describes (the same bytes)."""
-    return compress(pack_map_with(fields, packed))
 
 
 def _needs_ext_key(k: Any) -> bool:
@@ -402,8 +318,5 @@ def decode(data: bytes) -> Any:
     """Inverse of :func:`encode`; refuses non-finite floats and malformed input."""
     raw = decompress(data)
     out = unpack(raw)
-    # A float is packed behind marker byte 0xca or 0xcb (nested ext payloads are in ``raw``
-    # too): when neither byte occurs anywhere, no float can be in the tree.
-    if b"\xca" in raw or b"\xcb" in raw:
-        _check_finite(out)
+    _check_finite(out)
     return out

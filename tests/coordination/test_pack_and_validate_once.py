@@ -1,12 +1,13 @@
-"""The round's state is packed once and a shard is validated once, with the same bytes and refusals.
+"""A shard is validated once, and the published envelope is the encoding of the envelope dict.
 
-Followers and the leader pack their engine state at construction and splice those bytes
-into each envelope they publish (codec.pack_map_with); the leader validates a shard's
-``world`` where it decodes the shard (its trust boundary, Leader._accept) and hands that
-ShardWorld to merge(worlds=...).  These tests hold both shortcuts to the straightforward
-computation: the envelope bytes equal codec.encode of the whole envelope dict, merge with
-worlds equals merge without, and a malformed or forged shard is still refused, at the
-boundary, before any merge.
+The machines encode the whole envelope dict with their codec (the plain codec by default; the
+splice of a state packed once lives in the fast codec, zephon_ref.fast.codec, checked by
+tests/properties/test_fast_codec.py, and in sim.scale's MapTemplate, checked here); an
+unencodable state is refused at construction.  The leader validates a shard's ``world`` where it
+decodes the shard (its trust boundary, Leader._accept) and hands that ShardWorld to
+merge(worlds=...).  These tests hold the shortcuts to the straightforward computation: merge
+with worlds equals merge without, a MapTemplate fills to the bytes of the whole map, and a
+malformed or forged shard is still refused, at the boundary, before any merge.
 """
 
 from __future__ import annotations
@@ -42,27 +43,6 @@ _values = st.recursive(
     | st.dictionaries(st.integers() | st.text(max_size=4), inner, max_size=4),
     max_leaves=20,
 )
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.dictionaries(st.text(max_size=6), _values, max_size=5), st.text(max_size=6), _values)
-def test_a_spliced_map_has_the_bytes_of_the_whole_map(fields: dict[str, Any], key: str, value: Any) -> None:
-    fields.pop(key, None)
-    whole = {**fields, key: value}
-    spliced = codec.encode_map_with(fields, {key: codec.pack(value)})
-    assert spliced == codec.encode(whole)
-    assert codec.decode(spliced) == codec.decode(codec.encode(whole))
-
-
-def test_pack_map_with_refuses_what_it_cannot_splice() -> None:
-    with pytest.raises(StateFormatError, match="str"):
-        codec.pack_map_with({1: "x"}, {"s": codec.pack(1)})  # type: ignore[dict-item]
-    with pytest.raises(StateFormatError, match="not both"):
-        codec.pack_map_with({"s": 1}, {"s": codec.pack(1)})
-    with pytest.raises(StateFormatError, match="pre-packed"):
-        codec.pack_map_with({}, {"s": ""})  # type: ignore[dict-item]
-    with pytest.raises(StateFormatError, match=r"\$\['a'\]\[0\].*set"):
-        codec.pack_map_with({"a": [{1}]}, {})
 
 
 def _cfg(rank: int, *, ws: int = 2, rid: str | None = None) -> RoundConfig:
@@ -238,9 +218,8 @@ def test_the_leader_shares_its_mapping_without_changing_a_world() -> None:
 
 
 def test_the_reused_packer_gives_packb_bytes_after_a_failure_and_across_threads() -> None:
-    """codec packs through one msgpack Packer per thread; a pack that raised midway (a value
-    msgpack refuses, a half-written map) must leave nothing behind for the next one, and
-    threads must not share a buffer."""
+    """A pack that raised midway (a value msgpack refuses, a half-written map) leaves nothing
+    behind for the next one, and packs from several threads share no buffer."""
     import threading
 
     import msgpack

@@ -44,7 +44,7 @@ def test_rules_an_adapter_lacks_are_named_with_a_reason() -> None:
             "implementation has it)",
             # the blind-spot rows' features (issue 32 item 4), named by FEATURES
             *(FEATURES[f] for f in ("merged_checkpoint", "torch", "aggregation", "operators", "fast_ops",
-                                    "token_estimation")),
+                                    "fast_codec", "token_estimation")),
         ]
     )
     assert all("lacks the" in why for why in skipped.values())

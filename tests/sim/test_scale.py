@@ -57,6 +57,20 @@ def test_parking_sleepers_changes_events_not_the_round() -> None:
         (exact.outcome, exact.merged_digest, exact.participants_done)
 
 
+def test_the_fast_codec_changes_no_byte_event_or_decision() -> None:
+    """fast_codec=False gives every machine the plain codec (no shared work): the same round,
+    event for event (the fingerprint covers the kernel trace, the result's digest and the ops)."""
+    for topology in ("star", "tree"):
+        runs = [star_round(c)[0] if topology == "star" else tree_round(c)[0]
+                for c in (ScaleConfig(**{**_fields(SMALL), "topology": topology, "fast_codec": f})
+                          for f in (True, False))]
+        assert runs[0].outcome == "ok" and runs[0].fingerprint == runs[1].fingerprint
+        assert (runs[0].merged_digest, runs[0].events, runs[0].storage_bytes_written) == \
+            (runs[1].merged_digest, runs[1].events, runs[1].storage_bytes_written)
+    with pytest.raises(ConfigError, match="fast_codec"):
+        ScaleConfig(ranks=4, fast_codec=1)  # type: ignore[arg-type]
+
+
 def test_the_same_config_gives_the_same_fingerprint() -> None:
     for topology in ("star", "tree"):
         cfg = ScaleConfig(**{**_fields(SMALL), "topology": topology})
@@ -234,6 +248,13 @@ def test_the_group_packer_gives_codec_pack_bytes_and_refusals() -> None:
     ]
     for v in variants:
         assert packer(v) == codec.pack(v)
+    # the followers' codec: an envelope (fields and the state) has the bytes of encoding it whole
+    from sim.scale import _ScaleCodec, _SharedDecode
+
+    scale_codec = _ScaleCodec(packer, _SharedDecode())
+    for v in [st, *variants, {"no": "envelope"}, [1, (2,)]]:
+        env = {"protocol": 1, "round_id": "rid", "participant": "r4_w0_t", "rank": 4, "worker": 0, "state": v}
+        assert scale_codec.encode(env) == codec.encode(env) and scale_codec.encode(v) == codec.encode(v)
     for bad in ({**st, "world": {**st["world"], "world_size": float("nan")}}, {**st, "oops": object()}):
         with pytest.raises(StateFormatError) as want:
             codec.pack(bad, root="$['state']")

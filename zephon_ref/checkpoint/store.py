@@ -97,6 +97,7 @@ from zephon_ref.checkpoint.schema import (
     split_state,
     validate_state,
 )
+from zephon_ref.codec import Codec
 from zephon_ref.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
@@ -217,7 +218,8 @@ def _next_generation(names: list[str]) -> int:
 # ---------------------------------------------------------------- save
 
 
-def _shard_bytes(kind: str, lane: int | None, cap_id: str, schema: str, data: Any) -> bytes:
+def _shard_bytes(kind: str, lane: int | None, cap_id: str, schema: str, data: Any,
+                 *, codec: Codec = codec) -> bytes:
     return codec.encode(
         {"kind": kind, "lane": lane, "capture_id": cap_id, "schema_digest": schema, "data": data}
     )
@@ -234,6 +236,7 @@ def save(
     fingerprint: str | None = None,
     storage: Storage | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    codec: Codec = codec,
 ) -> int:
     """Durably save ``state`` as a new generation in ``directory``; return its number.
 
@@ -244,10 +247,14 @@ def save(
     (then :class:`PublishConflict`, ``reason="generation-race"``).  On any other
     failure the new generation is not published, the shards this call
     published are removed (best effort), and the error is raised
-    (:class:`StorageError` for operating-system failures).
+    (:class:`StorageError` for operating-system failures).  ``codec`` encodes the
+    shards: the plain :mod:`zephon_ref.codec` unless a caller plugs in one of the same
+    bytes (:class:`zephon_ref.fast.codec.FastCodec`; bench_checkpoint_store does).
     """
     if type(max_attempts) is not int or max_attempts < 1:
         raise ConfigError(expected("max_attempts", "an int >= 1", max_attempts))
+    if not (callable(getattr(codec, "pack", None)) and callable(getattr(codec, "encode", None))):
+        raise ConfigError(expected("codec", "an object with pack and encode (zephon_ref.codec)", codec))
     # Validate and encode everything that does not depend on the generation first.
     version, c, fp = validate_state(state, fingerprint=fingerprint)
     universal, lanes = split_state(state)
@@ -267,10 +274,10 @@ def save(
             generation=generation, fingerprint=fp, canonical_replicas=c, capture=capture, schema=schema
         )
         files: list[tuple[ShardEntry, bytes]] = []
-        ub = _shard_bytes("universal", None, cap_id, schema, universal)
+        ub = _shard_bytes("universal", None, cap_id, schema, universal, codec=codec)
         files.append((ShardEntry(lane=None, digest=sha256_hex(ub), size=len(ub)), ub))
         for lane, sl in lanes.items():
-            lb = _shard_bytes("lane", lane, cap_id, schema, sl)
+            lb = _shard_bytes("lane", lane, cap_id, schema, sl, codec=codec)
             files.append((ShardEntry(lane=lane, digest=sha256_hex(lb), size=len(lb)), lb))
         manifest = Manifest(
             format_version=FORMAT_VERSION,

@@ -63,9 +63,10 @@ import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from zephon_ref import codec
+from zephon_ref.codec import Codec
 from zephon_ref.coordination.merge import ShardWorld, merge, shard_world
 from zephon_ref.errors import (
     AggregationError,
@@ -519,11 +520,14 @@ class Phase(enum.Enum):
 _Handler = Callable[[Any, Any], Command]
 
 
-class Packer(Protocol):
-    """What packs a participant's state: :func:`zephon_ref.codec.pack`, or
-    something that returns exactly its bytes and raises exactly its refusals."""
-
-    def __call__(self, value: Any, *, root: str = "$") -> bytes: ...
+def _checked_codec(c: Any) -> Codec:
+    """``c`` if it has callable ``pack``, ``encode`` and ``decode`` (a :class:`~zephon_ref.codec.Codec`:
+    the plain module by default); else ConfigError."""
+    missing = [m for m in ("pack", "encode", "decode") if not callable(getattr(c, m, None))]
+    if missing:
+        raise ConfigError(expected("codec", "an object with pack, encode and decode (zephon_ref.codec)",
+                                   f"{type(c).__name__} without {', '.join(missing)}"))
+    return c  # type: ignore[no-any-return]
 
 
 def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
@@ -563,8 +567,9 @@ class Machine:
 
     TABLE: ClassVar[dict[tuple[Phase, type], _Handler]] = {}
 
-    def __init__(self, state: Mapping[str, Any], cfg: RoundConfig) -> None:
+    def __init__(self, state: Mapping[str, Any], cfg: RoundConfig, *, codec: Codec = codec) -> None:
         # Validate first: a refused call writes nothing.
+        self.codec: Codec = _checked_codec(codec)
         self.cfg = cfg
         self.world = _validated(state, cfg)
         self.state = state
@@ -574,11 +579,6 @@ class Machine:
         self.last_round_id: Any = state.get("last_round_id")
         self.reload_count: Any = state.get("checkpoint_reload_count", 0)
         self.result: Command | None = None
-        # Set by the subclass, after its own checks: the state packed once (see _envelope),
-        # and the object it was packed from.
-        self.packed_state = b""
-        self._packed_from: object = None
-        self._pack: Packer = codec.pack
 
     # -- the one apply function -------------------------------------------------------
 
@@ -621,34 +621,20 @@ class Machine:
             return ack_key(ns, rid, participant or self.cfg.participant)
         raise AssertionError(kind)  # pragma: no cover
 
-    def _pack_state(self, *, root: str = "$") -> None:
-        """Pack ``self.state`` (refusing an unencodable one) and remember which object it was."""
-        self.packed_state = self._pack(self.state, root=root)
-        self._packed_from = self.state
-
     def _envelope(self) -> bytes:
-        """The shard as published: the encoding of the envelope dict below.
-
-        The state was packed once, at construction (which also refused an unencodable
-        one); it is spliced in, so the first publication and any re-publication (a switch
-        to a newer round) pack it no second time.  The bytes are those of
-        ``codec.encode({..., "state": self.state})`` (codec's "packing composes").  A
-        machine reads its state dict at construction, as the leader always did: change
-        it in place afterwards and the change is not published; replace ``self.state``
-        (a test making a diverged peer does) and the new object is packed here.
-        """
+        """The shard as published: the encoding of the envelope dict below, the participant's
+        state under ``"state"`` (a faster codec may assemble the same bytes from parts it
+        packed once: sim.scale's does)."""
         assert self.round_id is not None
-        if self._packed_from is not self.state:
-            self._pack_state(root="$['state']")
-        return codec.encode_map_with(
+        return self.codec.encode(
             {
                 "protocol": PROTOCOL_VERSION,
                 "round_id": self.round_id,
                 "participant": self.cfg.participant,
                 "rank": self.cfg.rank,
                 "worker": self.cfg.worker,
-            },
-            {"state": self.packed_state},
+                "state": self.state,
+            }
         )
 
     def _timeout_text(self, now: int) -> str:
@@ -662,7 +648,8 @@ class Leader(Machine):
     """Global rank 0, worker 0: announce, collect, check coverage, merge, publish, await acks."""
 
     def __init__(
-        self, state: Mapping[str, Any], cfg: RoundConfig, *, warn_mid_window: bool = True
+        self, state: Mapping[str, Any], cfg: RoundConfig, *, warn_mid_window: bool = True,
+        codec: Codec = codec,
     ) -> None:
         if not cfg.is_leader:
             raise ConfigError(
@@ -680,10 +667,10 @@ class Leader(Machine):
                     "Leader round_id", "a new id (not the state's last_round_id)", cfg.round_id
                 )
             )
-        super().__init__(state, cfg)
+        super().__init__(state, cfg, codec=codec)
         self.warn_mid_window = warn_mid_window
-        # Refused here (StateFormatError, the path as inside the envelope) before any I/O.
-        self._pack_state(root="$['state']")
+        # An unencodable state is refused here (StateFormatError, the path as inside the
+        # envelope) before any I/O.
         self.own_bytes = self._envelope()
         self.coverage = Coverage(world=self.world)
         # decoded here, never mutated (but see _accept: an identical decoded lane mapping is
@@ -700,7 +687,7 @@ class Leader(Machine):
         self.merged: dict[str, Any] | None = None
 
     def announcement(self, now: int) -> bytes:
-        return codec.encode(
+        return self.codec.encode(
             {
                 "protocol": PROTOCOL_VERSION,
                 "round_id": self.round_id,
@@ -726,7 +713,7 @@ class Leader(Machine):
         return self._go(Phase.PUBLISH_OWN, Put(self._key("shard"), self.own_bytes))
 
     def _own_published(self, ev: Stored) -> Command:
-        env = codec.decode(self.own_bytes)  # the same round trip followers' shards take
+        env = self.codec.decode(self.own_bytes)  # the same round trip followers' shards take
         self._mapping_raw = env["state"]["world"]["mapping"]
         try:
             self._accept(self.cfg.participant, env)
@@ -784,7 +771,7 @@ class Leader(Machine):
         assert self.round_id is not None
         name = key[len(shard_prefix(self.cfg.namespace, self.round_id)) :]
         try:
-            env = codec.decode(ev.data)
+            env = self.codec.decode(ev.data)
         except ZephonRefError as exc:
             return self._fail(
                 AggregationError(
@@ -853,11 +840,11 @@ class Leader(Machine):
                 warn_mid_window=self.warn_mid_window,
                 worlds=[self.worlds[n] for n in order],
             )
-            data = codec.encode(merged)
+            data = self.codec.encode(merged)
         except ZephonRefError as exc:
             return self._fail(exc)
         # Return exactly what followers decode.
-        self.merged = codec.decode(data)
+        self.merged = self.codec.decode(data)
         return self._go(Phase.PUBLISH_RESULT, PutIfAbsent(self._key("outcome"), RESULT_TAG + data))
 
     def _published(self, ev: Created | IOFailed) -> Command:
@@ -1004,25 +991,17 @@ class Follower(Machine):
         state: Mapping[str, Any],
         cfg: RoundConfig,
         *,
-        decode: Callable[[bytes], Any] = codec.decode,
-        pack: Packer = codec.pack,
+        codec: Codec = codec,
     ) -> None:
-        """``decode`` reads the announcement and the result, ``pack`` packs the state: by
-        default codec.decode and codec.pack.  Another must return exactly what those return
-        and refuse exactly what they refuse; a decoded value may be shared, so nobody may
-        mutate it."""
+        """``codec`` (a :class:`~zephon_ref.codec.Codec`) packs the state, encodes the envelope and
+        decodes the announcement and the result."""
         if cfg.is_leader:
             raise ConfigError(
                 expected("Follower config", "not rank 0 worker 0", "rank 0, worker 0")
             )
-        for what, hook in (("decode", decode), ("pack", pack)):
-            if not callable(hook):
-                raise ConfigError(expected(f"Follower {what}", "a callable", hook))
-        super().__init__(state, cfg)
-        self._decode = decode
-        self._pack = pack
+        super().__init__(state, cfg, codec=codec)
         self.round_id = None
-        self._pack_state()  # refuse an unencodable state before any I/O
+        self.codec.pack(self.state)  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
         self.error: AggregationError | ZephonRefError | None = None
         self.merged: dict[str, Any] | None = None
@@ -1042,7 +1021,7 @@ class Follower(Machine):
             self.skipped = "no announcement seen"
             return None
         try:
-            ann = self._decode(data)
+            ann = self.codec.decode(data)
         except ZephonRefError as exc:
             self.skipped = f"an unreadable announcement ({exc})"
             return None
@@ -1164,7 +1143,7 @@ class Follower(Machine):
                 )
             )
         try:
-            merged = self._decode(body)
+            merged = self.codec.decode(body)
         except ZephonRefError as exc:
             return self._withdraw(
                 AggregationError(
@@ -1246,9 +1225,9 @@ class Follower(Machine):
 
 
 def machine_for(
-    state: Mapping[str, Any], cfg: RoundConfig, *, warn_mid_window: bool = True
+    state: Mapping[str, Any], cfg: RoundConfig, *, warn_mid_window: bool = True, codec: Codec = codec
 ) -> Machine:
-    """The Leader for rank 0 worker 0, a Follower for everybody else."""
+    """The Leader for rank 0 worker 0, a Follower for everybody else (``codec``: a codec.Codec)."""
     if cfg.is_leader:
-        return Leader(state, cfg, warn_mid_window=warn_mid_window)
-    return Follower(state, cfg)
+        return Leader(state, cfg, warn_mid_window=warn_mid_window, codec=codec)
+    return Follower(state, cfg, codec=codec)

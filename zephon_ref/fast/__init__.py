@@ -7,6 +7,11 @@ definition by the property suite (house rule 8).
   tokenizer, interned ids) (seam:
   ``faster=`` of ``Builder.engine`` / ``Engine.start``; checked against the plain operators by
   ``properties.fast_ops``; the benchmarks that use it say so);
+* :mod:`zephon_ref.fast.codec` — :class:`~zephon_ref.fast.codec.FastCodec`, the checkpoint codec's
+  bytes computed faster (seam: ``codec=`` of the aggregation round's machines, ``aggregate_round``
+  and ``checkpoint.store.save``; checked against :mod:`zephon_ref.codec` by
+  ``properties.fast_codec`` and the suite's ``fast codec`` row; sim.scale and the benchmarks that
+  use it say so);
 * :mod:`zephon_ref.fast.tensor` — the array implementation of the hot path (seam: its own
   ``TensorPipeline`` built from a configuration; checked record for record by the suite).
 
