@@ -26,7 +26,15 @@ million at 1.  The buffering is the semantics: a lane's streaming shuffle releas
 until it holds 64 records, then one record per two pushed, and the rest at the flush every 8
 chunks, and strict round robin holds each lane's output for 63 other turns.
 
-Run: python3 bench/gc_lane_scaling.py [--docs N] [--lanes 1,64]
+With ``--faster-ops`` (the row's configuration; issue 31, 3 rounds, load 3-4 on 2 cores): the
+collector takes 0.24 s at 1 lane and 1.10 s at 64 (gen2 7x 0.79 s walking 1.18 million objects);
+the ratio is 0.71 with it and 0.91 without.  The interned ids keep the token lists cheap to walk,
+not free: emitting the same records with tuples for the two token fields (a measurement only; the
+records must hold lists) cut the 64-lane collector time from 0.93-1.08 s to 0.54-0.73 s; the rest
+is the records, cursors and dicts.  Speeding up the common path lowers this ratio (the gap is the
+64-lane collector time, added to both), so it is not the way to the goal.
+
+Run: python3 bench/gc_lane_scaling.py [--docs N] [--lanes 1,64] [--rounds R] [--faster-ops]
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def build(lanes: int, ndocs: int) -> Any:
-    """The pipeline of bench_source.py's pipeline_lane_scaling row."""
+def build(lanes: int, ndocs: int, faster_ops: bool = False) -> Any:
+    """The pipeline of bench_source.py's pipeline_lane_scaling row (the row runs it with
+    ``faster_ops=True``; the default here is the plain semantics)."""
     from zephon_ref import Pipeline
     from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
 
@@ -59,7 +68,7 @@ def build(lanes: int, ndocs: int) -> Any:
                                   chunk_size=64, seed=0)
     return (Pipeline(src).tokenize(field="text", max_length=512, truncation=True)
             .pack_sequences(512, num_bins=8).shuffle(1024, seed=0).batch(8)
-            .options(runner="inline", canonical_replicas=lanes))
+            .options(runner="inline", canonical_replicas=lanes, faster_ops=faster_ops))
 
 
 def where(p: Any) -> dict[str, int]:
@@ -78,9 +87,9 @@ def where(p: Any) -> dict[str, int]:
         return {}
 
 
-def child(mode: str, lanes: int, ndocs: int) -> dict[str, Any]:
+def child(mode: str, lanes: int, ndocs: int, faster_ops: bool) -> dict[str, Any]:
     warnings.simplefilter("ignore")
-    p = build(lanes, ndocs)
+    p = build(lanes, ndocs, faster_ops)
     gens = [[0, 0.0, 0] for _ in range(3)]  # collections, CPU seconds, objects examined
     t0 = [0.0]
 
@@ -124,11 +133,11 @@ def child(mode: str, lanes: int, ndocs: int) -> dict[str, Any]:
     return out
 
 
-def run(mode: str, lanes: int, ndocs: int) -> dict[str, Any]:
+def run(mode: str, lanes: int, ndocs: int, faster_ops: bool) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    got = subprocess.run([sys.executable, __file__, "_child", mode, str(lanes), str(ndocs)], env=env,
-                         capture_output=True, text=True, check=True)
+    argv = [sys.executable, __file__, "_child", mode, str(lanes), str(ndocs), str(int(faster_ops))]
+    got = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(got.stdout.strip().splitlines()[-1])
     return result
 
@@ -138,6 +147,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=80_000)
     ap.add_argument("--lanes", default="1,64", help="two lane counts, the first is the baseline")
     ap.add_argument("--rounds", type=int, default=1, help="timed runs per lane count and mode (median)")
+    ap.add_argument("--faster-ops", action="store_true",
+                    help="options(faster_ops=True), as bench_source.py's row runs it (default: plain)")
     args = ap.parse_args()
     lane_counts = [int(x) for x in args.lanes.split(",")]
     rate: dict[tuple[str, int], float] = {}
@@ -145,7 +156,7 @@ def main() -> None:
         runs: dict[int, list[dict[str, Any]]] = {n: [] for n in lane_counts}
         for _ in range(args.rounds):
             for n in lane_counts:  # alternating
-                runs[n].append(run(mode, n, args.docs))
+                runs[n].append(run(mode, n, args.docs, args.faster_ops))
         for n in lane_counts:
             rs = runs[n]
             rate[mode, n] = statistics.median(r["docs"] / r["cpu"] for r in rs)
@@ -158,7 +169,7 @@ def main() -> None:
     print(f"ratio {many}/{one}: {rate['on', many] / rate['on', one]:.3f} with the collector, "
           f"{rate['off', many] / rate['off', one]:.3f} without")
     for n in lane_counts:
-        r = run("examine", n, args.docs)
+        r = run("examine", n, args.docs, args.faster_ops)
         walked = " ".join(f"gen{g} {r['gens'][g][0]}x {r['gens'][g][2] / 1e3:,.0f}k" for g in range(3))
         total = sum(x[2] for x in r["gens"]) / 1e3
         print(f"{n:3d} lane(s): objects examined {walked} (total {total:,.0f}k); tracked at peak "
@@ -168,7 +179,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "_child":
-        print(json.dumps(child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
+    if len(sys.argv) == 6 and sys.argv[1] == "_child":
+        print(json.dumps(child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1")))
     else:
         main()

@@ -25,10 +25,11 @@ data path:
 This module is semantics (house rule 10): it imports no runner, storage, checkpoint
 store, coordination backend, torch path, translator or faster implementation.  What
 needs those is the facade, :class:`zephon_ref.pipeline.Pipeline`, which subclasses
-this one and enters at three seams: :meth:`Builder._iterate` takes the function that
+this one and enters at four seams: :meth:`Builder._iterate` takes the function that
 drives an engine (a runner), :meth:`Builder._default_aggregate` supplies the
-aggregation round the options name, and :meth:`Builder._build_engine` takes a shared
-chunk walk (``walk=``).
+aggregation round the options name, :meth:`Builder._shared_walk` a shared chunk walk
+(``walk=``) and :meth:`Builder._faster_ops` the faster operators the ``faster_ops``
+option asks for (``faster=``).
 
 Lifecycle.  ``engine()`` and ``_iterate(drive)`` build an
 :class:`~zephon_ref.engine.core.Engine` (the one a pending restore already built, if
@@ -653,18 +654,26 @@ class Builder:
         :class:`zephon_ref.fast.walk.ChunkWalk` (a seam: the same chunks, faster)."""
         return None
 
+    def _faster_ops(self) -> FasterOps | None:
+        """The faster operators an engine runs when the caller gives none: None here (a builder
+        runs the plain operators and only holds the ``faster_ops`` option, as it holds ``runner``);
+        the facade answers with :class:`zephon_ref.fast.ops.FastOps` when ``faster_ops=True`` (a
+        seam: the same records, states and fingerprint, faster)."""
+        return None
+
     def _started_engine(self, *, on_tombstone: Callable[[SampleRecord], None] | None = None,
                         walk: SharedWalk | None = None, faster: FasterOps | None = None) -> Engine:
         """The engine of the next run, started with the execution settings now in effect: the one
         a pending restore loaded, else a fresh one.  ``walk``: the lanes' shared chunk walk
-        (default :meth:`_shared_walk`); ``faster``: faster operators (None: the plain ones)."""
+        (default :meth:`_shared_walk`); ``faster``: faster operators (default :meth:`_faster_ops`;
+        None there too: the plain ones)."""
         engine = self._engine
         if engine is None or engine.started:
             engine = self._build_engine(self._pending)
         opts = self._options
         engine.start(queue_size=opts["op_queue_capacity"] or 8, deterministic=opts["deterministic"],
                      feeding=opts["feeding"], walk=walk if walk is not None else self._shared_walk(),
-                     on_tombstone=on_tombstone, faster=faster)
+                     on_tombstone=on_tombstone, faster=faster if faster is not None else self._faster_ops())
         self._pending = None
         self._engine = engine
         return engine
@@ -689,8 +698,8 @@ class Builder:
         :class:`zephon_ref.fast.walk.ChunkWalk`) the caller owns and shares among the engines
         it drives from one thread (the simulated world shares one among every rank).  It
         changes no chunk or state.  ``faster``: faster operators (:class:`~zephon_ref.ops.base.FasterOps`,
-        e.g. :class:`zephon_ref.fast.ops.FastOps`, the benchmarks' seam); they change no record,
-        state or fingerprint.
+        e.g. :class:`zephon_ref.fast.ops.FastOps`; default the ones the ``faster_ops`` option
+        plugs in, :meth:`_faster_ops`); they change no record, state or fingerprint.
         """
         if on_tombstone is not None and not callable(on_tombstone):
             raise ConfigTypeError(

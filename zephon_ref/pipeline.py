@@ -15,6 +15,11 @@ adds only what needs the machinery, each entering the builder at one seam:
   (:mod:`zephon_ref.explain`), ``inflight_summary()`` and zephon's snapshot queries (None here);
 * the shared chunk walk: every engine's lanes share one
   :class:`~zephon_ref.fast.walk.ChunkWalk` (the same chunks as walking plainly, faster);
+* the faster operators, opt-in: ``options(faster_ops=True)`` (a zephon_ref execution setting,
+  default False) plugs :class:`zephon_ref.fast.ops.FastOps` in at the engine's ``faster=`` seam
+  for every run that starts afterwards, under either runner and after a restore: the same
+  items, checkpoints and fingerprint as the plain operators, faster (``tokenize`` with the
+  built-in tokenizer); a checkpoint taken with it restores with it or without it;
 * aggregation: with several participants ``checkpoint()`` runs the round the
   ``aggregate_dir`` / ``aggregate_store`` options name
   (:func:`zephon_ref.coordination.driver.pipeline_aggregate`);
@@ -39,9 +44,11 @@ from zephon_ref.checkpoint import store as ckpt_store
 from zephon_ref.engine.core import Engine
 from zephon_ref.errors import ConfigError, ConfigTypeError, ZephonRefError, expected
 from zephon_ref.explain import explain_plan
+from zephon_ref.fast.ops import FastOps
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.io.options import StoreOptions
 from zephon_ref.io.tokenizers import load_tokenizer, read_template
+from zephon_ref.ops.base import FasterOps
 from zephon_ref.runners import drive
 from zephon_ref.validation import ValidationError, ValidationReport, preflight_tokenizers, validate_pipeline
 from zephon_ref.work.base import SharedWalk, WorkSource
@@ -72,6 +79,10 @@ class Pipeline(Builder):
 
     def _shared_walk(self) -> SharedWalk | None:
         return ChunkWalk()
+
+    def _faster_ops(self) -> FasterOps | None:
+        # options(faster_ops=True): FastOps at the engine seam (read when a run starts, like runner)
+        return FastOps() if self._options["faster_ops"] else None
 
     def _default_aggregate(self) -> Aggregate:
         from zephon_ref.coordination.driver import pipeline_aggregate

@@ -46,7 +46,8 @@ RUNNERS = ("auto", "inline", "threads", "process", "remote")
 TRACKING_MODES = ("off", "stages", "nodes")
 
 #: Every execution setting of zephon 0.2.0's RuntimeOptions with its default, plus zephon_ref's
-#: ``feeding``.  ``mp_context=None`` stands for zephon's default spawn context (this module
+#: ``feeding`` and ``faster_ops`` (a bool: the facade plugs its faster operators in; the builder
+#: only holds it).  ``mp_context=None`` stands for zephon's default spawn context (this module
 #: imports no multiprocessing); ``io_options=None`` for a default StoreOptions();
 #: ``execution_tracking`` is held by value ("off").
 EXEC_DEFAULTS: dict[str, Any] = {
@@ -66,7 +67,7 @@ EXEC_DEFAULTS: dict[str, Any] = {
     "aggregate_dir": None, "aggregate_store": None, "aggregate_timeout_s": 180.0,
     "aggregate_serializer": "msgpack", "aggregate_compressor": "zstd",
     "execution_tracking": "off", "metrics_sink_config": None,
-    "feeding": "demand",
+    "feeding": "demand", "faster_ops": False,
 }
 
 _START_METHODS = ("spawn", "fork", "forkserver")
@@ -229,6 +230,7 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "mixture_config": _mixture_config,
     "io_options": _io_options,
     "deterministic": check_bool, "allow_latency_flush_in_deterministic": check_bool,
+    "faster_ops": check_bool,
     "mtp_mode": check_bool, "mtp_auto_checkpoint": check_bool,
     "shutdown_mode": _str_choice("graceful", "hard"),
     "auto_validation": _auto_validation,

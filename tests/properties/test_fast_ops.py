@@ -1,6 +1,8 @@
 """The faster operators (zephon_ref.fast.ops) equal the plain ones (properties.fast_ops), and a
-pipeline run with them plugged in at the engine seam has the same stream, checkpoints and
-fingerprint as the plain run.  Planted differences in each faster path are caught."""
+pipeline run with them plugged in at the engine seam (``options(faster_ops=True)`` on the facade,
+or :func:`zephon_ref.fast.ops.iterate`) has the same stream, checkpoints and fingerprint as the
+plain run, and resumes from its checkpoints with or without them.  Planted differences in each
+faster path are caught."""
 
 from __future__ import annotations
 
@@ -102,32 +104,127 @@ def _digest(batch: Any) -> Any:
     return [(r.meta, r.payload) for r in batch.records]
 
 
-def _run(lanes: int, fast: bool, cuts: tuple[int, ...], runner: str) -> tuple[list[Any], list[bytes], str]:
-    """The delivered stream, the encoded checkpoint at each cut and the fingerprint: ``iter(pipe)``
-    (the plain operators) or :func:`zephon_ref.fast.ops.iterate` (FastOps at the engine seam)."""
+def _run(lanes: int, how: str, cuts: tuple[int, ...], runner: str, *,
+         restore: dict[str, Any] | None = None) -> tuple[list[Any], list[bytes], str]:
+    """The delivered stream, the encoded checkpoint at each cut and the fingerprint, the run
+    ``how``: ``"plain"`` (``iter(pipe)``, the plain operators), ``"iterate"``
+    (:func:`zephon_ref.fast.ops.iterate`) or ``"option"`` (the facade's ``faster_ops=True``);
+    from ``restore`` when given (then the cuts count items after it)."""
     from zephon_ref.fast.ops import iterate
 
-    pipe = _pipeline(lanes).options(runner=runner)
+    pipe = _pipeline(lanes).options(runner=runner, faster_ops=how == "option")
+    if restore is not None:
+        pipe.restore(restore)
     out: list[Any] = []
     states: list[bytes] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i, b in enumerate(iterate(pipe) if fast else iter(pipe)):
+        for i, b in enumerate(iterate(pipe) if how == "iterate" else iter(pipe)):
             out.append(_digest(b))
             if i in cuts:
                 states.append(pack(pipe.checkpoint()))
     return out, states, pipe.fingerprint()
 
 
-@pytest.mark.parametrize(("lanes", "runner"), [(1, "inline"), (3, "inline"), (3, "threads")])
-def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int,
-                                                                                   runner: str) -> None:
+LANES_RUNNERS = [(1, "inline"), (3, "inline"), (1, "threads"), (3, "threads")]
+
+
+@pytest.mark.parametrize("how", ["iterate", "option"])
+@pytest.mark.parametrize(("lanes", "runner"), LANES_RUNNERS)
+def test_a_pipeline_with_fast_ops_has_the_plain_stream_checkpoints_and_fingerprint(lanes: int, runner: str,
+                                                                                   how: str) -> None:
     cuts = (0, 5, 17, 40)
-    plain = _run(lanes, False, cuts, runner)
-    fast = _run(lanes, True, cuts, runner)
+    plain = _run(lanes, "plain", cuts, runner)
+    fast = _run(lanes, how, cuts, runner)
     assert len(plain[0]) > 40 and plain[0] == fast[0]
     assert len(plain[1]) == len(cuts) and plain[1] == fast[1]  # byte-identical checkpoints
     assert plain[2] == fast[2]
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the calls of the plain Tokenize.process_many and of FastTokenize.process_many (its own,
+    not inherited), by class name."""
+    calls = {"Tokenize": 0, "FastTokenize": 0}
+    for cls in (Tokenize, FastTokenize):
+        def counted(self: Any, elems: list[Any], _name: str = cls.__name__,
+                    _method: Any = cls.__dict__["process_many"]) -> list[Any]:
+            calls[_name] += 1
+            return _method(self, elems)
+
+        monkeypatch.setattr(cls, "process_many", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("lanes", "runner"), LANES_RUNNERS)
+def test_the_facade_option_runs_the_fast_path_and_the_default_does_not(
+        lanes: int, runner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_calls(monkeypatch)
+    plain = _run(lanes, "plain", (), runner)
+    n = calls["Tokenize"]
+    assert n > 0 and calls["FastTokenize"] == 0  # the default stays plain
+    fast = _run(lanes, "option", (), runner)
+    # every tokenize call of the run went through the fast path (none fell back to the plain one)
+    assert calls == {"Tokenize": n, "FastTokenize": n} and fast[0] == plain[0]
+
+
+@pytest.mark.parametrize("runner", ["inline", "threads"])
+def test_a_planted_fast_path_difference_reaches_the_facade_stream(runner: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The option's items come from FastTokenize: a wrong fast id shows in the stream (and only there)."""
+    plain = _run(3, "plain", (), runner)
+    monkeypatch.setattr(FastTokenize, "_encode", lambda self, tok, text: [tok.offset] * len(text.split()))
+    assert _run(3, "plain", (), runner)[0] == plain[0]
+    assert _run(3, "option", (), runner)[0] != plain[0]
+
+
+def _head(lanes: int, how: str, runner: str, cut: int) -> tuple[list[Any], dict[str, Any]]:
+    """The first ``cut + 1`` items of a run and the checkpoint after them."""
+    head: list[Any] = []
+    pipe = _pipeline(lanes).options(runner=runner, faster_ops=how == "option")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, b in enumerate(pipe):
+            head.append(_digest(b))
+            if i == cut:
+                break
+        return head, pipe.checkpoint()
+
+
+@pytest.mark.parametrize("resume", ["plain", "option"])
+@pytest.mark.parametrize(("lanes", "runner"), [(1, "inline"), (3, "inline"), (3, "threads")])
+def test_a_checkpoint_taken_with_fast_ops_resumes_with_or_without_them(
+        lanes: int, runner: str, resume: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    cut, cuts = 17, (0, 6, 30)
+    whole = _run(lanes, "plain", (), runner)[0]
+    plain_head, plain_state = _head(lanes, "plain", runner, cut)
+    head, state = _head(lanes, "option", runner, cut)
+    assert head == plain_head == whole[:cut + 1] and pack(state) == pack(plain_state)
+    reference = _run(lanes, "plain", cuts, runner, restore=plain_state)  # plain, resumed plainly
+    calls = _count_calls(monkeypatch)
+    tail = _run(lanes, resume, cuts, runner, restore=state)
+    used, unused = ("FastTokenize", "Tokenize") if resume == "option" else ("Tokenize", "FastTokenize")
+    assert calls[used] > 0 and calls[unused] == 0  # the resumed run takes the path it asked for
+    assert head + tail[0] == whole  # the uninterrupted stream, nothing skipped or repeated
+    assert len(tail[1]) == len(cuts) and tail[1] == reference[1]  # byte-identical checkpoints after it
+    assert tail[2] == reference[2]
+
+
+def test_a_bad_faster_ops_value_is_refused_typed_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zephon_ref.errors import ConfigTypeError
+
+    calls = _count_calls(monkeypatch)
+    pipe = _pipeline(1)
+    before = pipe.runtime_options()
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigTypeError) as info:
+            pipe.options(faster_ops=bad)
+        assert isinstance(info.value, TypeError)
+        assert str(info.value) == f"faster_ops: expected a bool, received {bad!r}"
+        assert pipe.runtime_options() == before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(list(pipe)) > 40
+    assert calls["FastTokenize"] == 0 < calls["Tokenize"]
 
 
 def test_engine_refuses_a_faster_that_is_not_one() -> None:

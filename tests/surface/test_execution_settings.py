@@ -47,11 +47,12 @@ def _zephon_object(path: str, name: str) -> Any:
     return getattr(importlib.import_module(path), name)()
 
 
-#: options() settings, each with a value other than its default (zephon_ref's extension ``feeding``
-#: too; the aggregation backends are read only with several participants, so one rank writes
-#: nothing).  Topology keys (world_size, global_rank, dp_degree, dp_group_id, mapping_strategy) decide
-#: which lanes a participant owns and are checked elsewhere; ``deterministic=False`` relaxes the
-#: ordering guarantee by definition (seed 002) and is not an execution setting of this kind.
+#: options() settings, each with a value other than its default (zephon_ref's extensions ``feeding``
+#: and ``faster_ops`` too; the aggregation backends are read only with several participants, so one
+#: rank writes nothing).  Topology keys (world_size, global_rank, dp_degree, dp_group_id,
+#: mapping_strategy) decide which lanes a participant owns and are checked elsewhere;
+#: ``deterministic=False`` relaxes the ordering guarantee by definition (seed 002) and is not an
+#: execution setting of this kind.
 OPTION_VALUES: list[tuple[str, Any]] = [
     ("runner", "process"), ("runner", "remote"), ("runner", "threads"), ("runner", "auto"), ("runner", None),
     ("runner", ""),
@@ -70,6 +71,7 @@ OPTION_VALUES: list[tuple[str, Any]] = [
     ("max_worker_retries", 0), ("aggregate_dir", "/nonexistent/zephon_ref_agg"), ("aggregate_store", "torch://"),
     ("aggregate_timeout_s", 5.0), ("aggregate_serializer", "json"),
     ("aggregate_compressor", "none"), ("execution_tracking", "nodes"), ("feeding", "round_robin"),
+    ("faster_ops", True),
 ]
 if zephon_available():
     OPTION_VALUES += [("mixture_config", _zephon_object("zephon.work.base", "MixtureReadConfig")),
@@ -214,6 +216,8 @@ BAD_OPTIONS: list[tuple[str, Any, type[BaseException], str | None]] = [
     ("metrics_sink_config", 3, TypeError, None), ("mtp_buffer_bytes", -1, ValueError, None),
     # refused by zephon_ref before this change already (kept)
     ("run_id", 0, TypeError, None), ("deterministic", "x", TypeError, None),
+    # zephon_ref's own settings (zephon warns that it does not know the key)
+    ("faster_ops", 1, TypeError, None), ("faster_ops", "yes", TypeError, None),
 ]
 
 
@@ -417,7 +421,8 @@ def test_runtime_options_mirror_zephons_and_apply_through_options() -> None:
     assert all(EXEC_DEFAULTS[k] == v for k, v in held.items())
     execution = {k: v for k, v in defaults.items() if k not in ("canonical_replicas", "flush_every_k_chunks")}
     assert _stream(_pipeline().options(**execution)) == BASELINE  # zephon's held objects are accepted
-    assert set(defaults) == set(EXEC_DEFAULTS) - {"feeding"} | {"canonical_replicas", "flush_every_k_chunks"}
+    ours_only = {"feeding", "faster_ops"}  # zephon_ref's extensions
+    assert set(defaults) == set(EXEC_DEFAULTS) - ours_only | {"canonical_replicas", "flush_every_k_chunks"}
     if zephon_available():
         import dataclasses
 

@@ -4,9 +4,11 @@ Theory of operation
 -------------------
 The operators in :mod:`zephon_ref.ops` are the plain definitions.  A :class:`FastOps` is handed to
 the engine at start (``Builder.engine(faster=FastOps())``, the protocol
-:class:`zephon_ref.ops.base.FasterOps`); for each stage it returns either the operator itself or a
-faster subclass of exactly that operator type, built from the operator's own state (the same
-frozen config: the knobs are defined once, in the plain operator).  Each faster method states the
+:class:`zephon_ref.ops.base.FasterOps`; a user of :class:`zephon_ref.pipeline.Pipeline` sets
+``options(faster_ops=True)`` and the facade hands one to every engine it starts); for each stage
+it returns either the operator itself or a faster subclass of exactly that operator type, built
+from the operator's own state (the same frozen config: the knobs are defined once, in the plain
+operator).  Each faster method states the
 plain method it replaces and when it defers to it:
 
 * :class:`FastTokenize`: ``process_many`` for the built-in :class:`~zephon_ref.ops.tokenize.HashTokenizer`
@@ -30,8 +32,10 @@ names an operator's class).  ``properties.fast_ops.fast_ops_problems`` checks it
 operators and records; ``tests/properties/test_fast_ops.py`` and the conformance CLI's ``fast ops``
 row run it (and planted differences).
 
-Who uses it: the benchmarks that measure speed with it say so in their rows; nothing in the
-semantics imports this module, and the facade does not plug it in by itself.
+Who uses it: a facade user who opts in (``Pipeline.options(faster_ops=True)``: iteration under
+the inline and the threads runner, ``engine()``, a run resumed from a checkpoint; default off, so
+a pipeline runs the plain operators unless asked), and the benchmarks that measure speed with it
+(they say so in their rows).  Nothing in the semantics imports this module.
 
 What may not live here: knobs, refusals or output rules of their own (those are the plain
 operators'); process-global caches (a table belongs to one operator object).
@@ -143,6 +147,10 @@ class FastOps:
 def iterate(pipeline: Any, faster: Any = None) -> Iterator[Any]:
     """Iterate a :class:`zephon_ref.pipeline.Pipeline` as ``iter(pipeline)`` does (the runner its
     options name), with ``faster`` (default a :class:`FastOps`) plugged in at the engine seam:
-    the same items, faster.  ``pipeline.checkpoint()`` reads this run as it reads an ``iter()``."""
+    the same items, faster.  ``pipeline.checkpoint()`` reads this run as it reads an ``iter()``.
+
+    ``pipeline.options(faster_ops=True)`` then ``iter(pipeline)`` is the facade's way to the same
+    run (and it guards against a second concurrent iteration, as ``iter()`` does); this function
+    remains for a caller with faster operators of its own."""
     run: Iterator[Any] = pipeline._drive(pipeline.engine(faster=FastOps() if faster is None else faster))
     return run
