@@ -47,7 +47,6 @@ from zephon_ref import state as state_schema
 from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 
 __all__ = [
-    "ENGINE_VERSION",
     "LANE_FIELDS",
     "REQUIRED_LANE_FIELDS",
     "UNIVERSAL_FIELDS",
@@ -55,8 +54,6 @@ __all__ = [
     "merge",
     "shard_world",
 ]
-
-ENGINE_VERSION = state_schema.VERSION
 
 # Lane-keyed, required and universal fields: the one definition in zephon_ref.state.
 LANE_FIELDS: tuple[str, ...] = state_schema.LANE_FIELDS
@@ -80,12 +77,6 @@ class ShardWorld:
     dp_group_id: int
     mapping: tuple[tuple[int, tuple[int, ...]], ...]  # sorted (dp_group, sorted lanes)
     lanes: tuple[int, ...]  # sorted lanes this shard reports (progress keys)
-
-    def group_lanes(self) -> tuple[int, ...]:
-        for group, lanes in self.mapping:
-            if group == self.dp_group_id:
-                return lanes
-        raise AssertionError("shard_world() checked the group is mapped")  # pragma: no cover
 
 
 def _int(value: Any, what: str, *, lo: int | None = None) -> int:

@@ -573,7 +573,6 @@ class Machine:
         self.round_id: str | None = cfg.round_id
         self.last_round_id: Any = state.get("last_round_id")
         self.reload_count: Any = state.get("checkpoint_reload_count", 0)
-        self.result: Command | None = None
         # Set by the subclass, after its own checks: the state packed once (see _envelope),
         # and the object it was packed from.
         self.packed_state = b""
@@ -596,7 +595,6 @@ class Machine:
         cmd = handler(self, event)
         if isinstance(cmd, (Finish, Abort)):
             self.phase = Phase.DONE
-            self.result = cmd
         return cmd
 
     @property
@@ -610,15 +608,16 @@ class Machine:
     def _sleep(self, now: int, phase: Phase) -> Command:
         return self._go(phase, Sleep(until=min(now + self.cfg.poll, self.deadline)))
 
-    def _key(self, kind: str, participant: str | None = None) -> str:
+    def _key(self, kind: str) -> str:
+        """This participant's key of the joined round: its ``shard``, its ``ack``, or the ``outcome``."""
         ns, rid = self.cfg.namespace, self.round_id
         assert rid is not None, "no round joined yet"
         if kind == "shard":
-            return shard_key(ns, rid, participant or self.cfg.participant)
+            return shard_key(ns, rid, self.cfg.participant)
         if kind == "outcome":
             return outcome_key(ns, rid)
         if kind == "ack":
-            return ack_key(ns, rid, participant or self.cfg.participant)
+            return ack_key(ns, rid, self.cfg.participant)
         raise AssertionError(kind)  # pragma: no cover
 
     def _pack_state(self, *, root: str = "$") -> None:
