@@ -573,6 +573,8 @@ class Machine:
         self.round_id: str | None = cfg.round_id
         self.last_round_id: Any = state.get("last_round_id")
         self.reload_count: Any = state.get("checkpoint_reload_count", 0)
+        self.error: AggregationError | ZephonRefError | None = None  # set when the failure path begins
+        self.merged: dict[str, Any] | None = None  # the decoded result, once there is one
         # Set by the subclass, after its own checks: the state packed once (see _envelope),
         # and the object it was packed from.
         self.packed_state = b""
@@ -650,6 +652,19 @@ class Machine:
             {"state": self.packed_state},
         )
 
+    def _finish(self, ev: Event | None = None) -> Command:
+        """The round succeeded: hand back the decoded result."""
+        assert self.merged is not None and self.round_id is not None
+        return Finish(self.merged, self.round_id)
+
+    def _abort(self, ev: Stored | IOFailed) -> Command:
+        """The failure path's last step: abort with the error recorded where it began."""
+        assert self.error is not None
+        return Abort(self.error, self.round_id)
+
+    def _storage_error(self, doing: str, ev: IOFailed) -> AggregationError:
+        return AggregationError(f"{doing}: {ev.message}", reason="storage")
+
     def _timeout_text(self, now: int) -> str:
         return (
             f"after {now - (self.deadline - self.cfg.timeout)} of {self.cfg.timeout} ticks "
@@ -695,8 +710,6 @@ class Leader(Machine):
         self.queue: deque[str] = deque()
         self.acks_pending: set[str] = set()
         self.ack_queue: deque[str] = deque()
-        self.error: AggregationError | ZephonRefError | None = None
-        self.merged: dict[str, Any] | None = None
 
     def announcement(self, now: int) -> bytes:
         return codec.encode(
@@ -842,9 +855,7 @@ class Leader(Machine):
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._fail(
-                AggregationError(f"closing round {self.round_id}: {ev.message}", reason="storage")
-            )
+            return self._fail(self._storage_error(f"closing round {self.round_id}", ev))
         order = sorted(self.states, key=parse_participant)
         try:
             merged = merge(
@@ -861,12 +872,7 @@ class Leader(Machine):
 
     def _published(self, ev: Created | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._fail(
-                AggregationError(
-                    f"publishing the result of round {self.round_id}: {ev.message}",
-                    reason="storage",
-                )
-            )
+            return self._fail(self._storage_error(f"publishing the result of round {self.round_id}", ev))
         if not ev.won:
             # The slot is taken (by a notice or a result we did not write): never overwrite it.
             self.error = AggregationError(
@@ -932,10 +938,6 @@ class Leader(Machine):
     def _ack_deleted(self, ev: Stored | IOFailed) -> Command:
         return self._next_ack_delete()
 
-    def _finish(self, ev: Stored | IOFailed | None = None) -> Command:
-        assert self.merged is not None and self.round_id is not None
-        return Finish(self.merged, self.round_id)
-
     # -- failure path -----------------------------------------------------------------
 
     def _fail(self, error: ZephonRefError) -> Command:
@@ -944,23 +946,14 @@ class Leader(Machine):
         return self._go(Phase.NOTICE, PutIfAbsent(self._key("outcome"), FAILURE_TAG + notice))
 
     def _io_failed(self, ev: IOFailed) -> Command:
-        return self._fail(
-            AggregationError(
-                f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}: "
-                f"{ev.message}",
-                reason="storage",
-            )
-        )
+        return self._fail(self._storage_error(
+            f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}", ev))
 
     def _noticed(self, ev: Created | IOFailed) -> Command:
         return self._go(Phase.RETRACT_ANNOUNCE, Delete(announce_key(self.cfg.namespace)))
 
     def _retracted_announce(self, ev: Stored | IOFailed) -> Command:
         return self._go(Phase.RETRACT_OWN, Delete(self._key("shard")))
-
-    def _retracted_own(self, ev: Stored | IOFailed) -> Command:
-        assert self.error is not None
-        return Abort(self.error, self.round_id)
 
     TABLE: ClassVar[dict[tuple[Phase, type], _Handler]] = {
         (Phase.NEW, Started): _start,
@@ -984,14 +977,14 @@ class Leader(Machine):
         (Phase.ACK_POLL, Woke): lambda self, ev: self._list_acks(),
         (Phase.DELETE_ACKS, Stored): _ack_deleted,
         (Phase.DELETE_ACKS, IOFailed): _ack_deleted,
-        (Phase.DELETE_PREVIOUS, Stored): _finish,
-        (Phase.DELETE_PREVIOUS, IOFailed): _finish,
+        (Phase.DELETE_PREVIOUS, Stored): Machine._finish,
+        (Phase.DELETE_PREVIOUS, IOFailed): Machine._finish,
         (Phase.NOTICE, Created): _noticed,
         (Phase.NOTICE, IOFailed): _noticed,
         (Phase.RETRACT_ANNOUNCE, Stored): _retracted_announce,
         (Phase.RETRACT_ANNOUNCE, IOFailed): _retracted_announce,
-        (Phase.RETRACT_OWN, Stored): _retracted_own,
-        (Phase.RETRACT_OWN, IOFailed): _retracted_own,
+        (Phase.RETRACT_OWN, Stored): Machine._abort,
+        (Phase.RETRACT_OWN, IOFailed): Machine._abort,
     }
 
 
@@ -1023,8 +1016,6 @@ class Follower(Machine):
         self.round_id = None
         self._pack_state()  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
-        self.error: AggregationError | ZephonRefError | None = None
-        self.merged: dict[str, Any] | None = None
         self.switch_to: str | None = None
         self.abandoned: list[str] = []
 
@@ -1119,12 +1110,8 @@ class Follower(Machine):
 
     def _shard_published(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._withdraw(
-                AggregationError(
-                    f"publishing the shard of {self.cfg.participant} in round {self.round_id}: {ev.message}",
-                    reason="storage",
-                )
-            )
+            return self._withdraw(self._storage_error(
+                f"publishing the shard of {self.cfg.participant} in round {self.round_id}", ev))
         return self._go(Phase.AWAIT, Get(self._key("outcome")))
 
     def _awaited(self, ev: Fetched | IOFailed) -> Command:
@@ -1201,23 +1188,13 @@ class Follower(Machine):
         self.error = error
         return self._go(Phase.WITHDRAW, Delete(self._key("shard")))
 
-    def _withdrawn(self, ev: Stored | IOFailed) -> Command:
-        assert self.error is not None
-        return Abort(self.error, self.round_id)
-
     def _shard_deleted(self, ev: Stored | IOFailed) -> Command:
         return self._go(Phase.ACK, Put(self._key("ack"), b"ok"))
 
     def _acked(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return Abort(
-                AggregationError(
-                    f"acknowledging round {self.round_id}: {ev.message}", reason="storage"
-                ),
-                self.round_id,
-            )
-        assert self.merged is not None and self.round_id is not None
-        return Finish(self.merged, self.round_id)
+            return Abort(self._storage_error(f"acknowledging round {self.round_id}", ev), self.round_id)
+        return self._finish()
 
     TABLE: ClassVar[dict[tuple[Phase, type], _Handler]] = {
         (Phase.NEW, Started): _start,
@@ -1235,8 +1212,8 @@ class Follower(Machine):
         (Phase.RECHECK, IOFailed): _rechecked,
         (Phase.SWITCH, Stored): _switched,
         (Phase.SWITCH, IOFailed): _switched,
-        (Phase.WITHDRAW, Stored): _withdrawn,
-        (Phase.WITHDRAW, IOFailed): _withdrawn,
+        (Phase.WITHDRAW, Stored): Machine._abort,
+        (Phase.WITHDRAW, IOFailed): Machine._abort,
         (Phase.DELETE_SHARD, Stored): _shard_deleted,
         (Phase.DELETE_SHARD, IOFailed): _shard_deleted,
         (Phase.ACK, Stored): _acked,
