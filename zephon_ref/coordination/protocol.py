@@ -62,7 +62,7 @@ import enum
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol, TypeAlias
 
 from zephon_ref import codec
@@ -548,14 +548,7 @@ def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], 
     if mapping is w.mapping:
         return w
     assert mapping == w.mapping
-    return ShardWorld(
-        canonical_replicas=w.canonical_replicas,
-        world_size=w.world_size,
-        global_rank=w.global_rank,
-        dp_group_id=w.dp_group_id,
-        mapping=mapping,
-        lanes=w.lanes,
-    )
+    return replace(w, mapping=mapping)
 
 
 class Machine:
