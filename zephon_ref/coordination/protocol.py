@@ -542,15 +542,6 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
     return w
 
 
-def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...]) -> ShardWorld:
-    """``w`` itself, or an equal ShardWorld whose ``mapping`` is ``mapping`` (an equal tuple the
-    caller already holds): values do not change, only which object holds them."""
-    if mapping is w.mapping:
-        return w
-    assert mapping == w.mapping
-    return replace(w, mapping=mapping)
-
-
 class Machine:
     """Shared plumbing: the transition table lookup, the deadline, terminal commands."""
 
@@ -843,8 +834,10 @@ class Leader(Machine):
         if raw is not mine and type(raw) is dict and raw == mine and list(raw) == list(mine):
             state["world"]["mapping"] = mine
         self.states[name] = state
-        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple
-        self.worlds[name] = _sharing_mapping(w, self.world.mapping)
+        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple (values
+        # do not change, only which object holds them)
+        assert w.mapping == self.world.mapping
+        self.worlds[name] = replace(w, mapping=self.world.mapping)
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
