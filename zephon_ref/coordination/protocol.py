@@ -355,10 +355,7 @@ class Coverage:
     """The leader's record of which ranks reported which lanes (one owner: the Leader)."""
 
     world: ShardWorld  # the leader's own
-    by_participant: dict[str, tuple[int, int]] = field(
-        default_factory=dict
-    )  # name -> (rank, worker)
-    slot_owner: dict[tuple[int, int], str] = field(default_factory=dict)
+    slot_owner: dict[tuple[int, int], str] = field(default_factory=dict)  # (rank, worker) -> name
     group_of_rank: dict[int, int] = field(default_factory=dict)
     lanes_of_rank: dict[int, set[int]] = field(default_factory=dict)
 
@@ -428,7 +425,6 @@ class Coverage:
                 reason="duplicate-lane",
             )
         self.slot_owner[slot] = participant
-        self.by_participant[participant] = slot
         self.group_of_rank[rank] = w.dp_group_id
         self.lanes_of_rank[rank] = have | set(w.lanes)
 
