@@ -314,17 +314,9 @@ class RoundConfig:
                 )
             )
         for name in ("rank", "worker", "world_size", "timeout", "poll", "stale_grace"):
-            v = getattr(self, name)
-            if type(v) is not int or v < (1 if name in ("world_size", "poll") else 0):
-                raise ConfigError(
-                    expected(
-                        name,
-                        "a non-negative int"
-                        if name not in ("world_size", "poll")
-                        else "an int >= 1",
-                        v,
-                    )
-                )
+            v, lo = getattr(self, name), 1 if name in ("world_size", "poll") else 0
+            if type(v) is not int or v < lo:
+                raise ConfigError(expected(name, "an int >= 1" if lo else "a non-negative int", v))
         if self.rank >= self.world_size:
             raise ConfigError(expected("rank", f"an int in [0, {self.world_size})", self.rank))
         if not isinstance(self.token, str) or not _TOKEN.fullmatch(self.token):
