@@ -881,23 +881,20 @@ class Leader(Machine):
             return self._next_ack_delete()
         if ev.now >= self.deadline:
             missing = tuple(sorted(self.acks_pending))
-            return self._go(
-                Phase.DONE,
-                Abort(
-                    AggregationTimeout(
-                        expected(
-                            f"aggregation round {self.round_id}: "
-                            f"acknowledgements {self._timeout_text(ev.now)}",
-                            f"an ack from each of {len(self.states) - 1} followers",
-                            f"none from {list(missing)}",
-                        )
-                        + f"; the result stays at {self._key('outcome')} for late readers",
-                        waiting_for="acks",
-                        missing_ranks=tuple(sorted({parse_participant(n)[0] for n in missing})),
-                        missing_participants=missing,
-                    ),
-                    self.round_id,
+            return Abort(
+                AggregationTimeout(
+                    expected(
+                        f"aggregation round {self.round_id}: "
+                        f"acknowledgements {self._timeout_text(ev.now)}",
+                        f"an ack from each of {len(self.states) - 1} followers",
+                        f"none from {list(missing)}",
+                    )
+                    + f"; the result stays at {self._key('outcome')} for late readers",
+                    waiting_for="acks",
+                    missing_ranks=tuple(sorted({parse_participant(n)[0] for n in missing})),
+                    missing_participants=missing,
                 ),
+                self.round_id,
             )
         return self._sleep(ev.now, Phase.ACK_POLL)
 
