@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.model import StoreModel
-from zephon_ref.errors import CheckpointNotFound, PublishConflict, StorageError
+from zephon_ref.storage.errors import CheckpointNotFound, PublishConflict, StorageError
 
 __all__ = ["FAULT_OPS", "StoreBackend", "StoreMachine", "machine_for", "sample_states"]
 

@@ -98,10 +98,11 @@ from sim.storage import Fault, FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.coordination.merge import merge
 from zephon_ref.coordination.protocol import Finish, RoundConfig, machine_for
-from zephon_ref.errors import StorageError, ZephonRefError
+from zephon_ref.errors import ZephonRefError
 from zephon_ref.fast.walk import ChunkWalk
 from zephon_ref.ops.base import lane_of
 from zephon_ref.storage import TEMP_PREFIX, temp_target
+from zephon_ref.storage.errors import StorageError
 
 __all__ = ["PROBES", "Event", "Problem", "RunReport", "World", "WorldConfig", "check_run", "reference_steps"]
 

@@ -131,11 +131,10 @@ class Builder:
         self._given_names: dict[str, str] = {}
         self._options: dict[str, Any] = copy.deepcopy({**_EXEC_OPTIONS, **_DATA_OPTIONS})
         #: execution settings outside options(): prefetch(...) as (buffer_size, parallelism,
-        #: placement) once called, fetch(...) as (parallelism, max_batch), and
-        #: enable_observability's sink; none reaches the engine or the fingerprint
+        #: placement) once called, fetch(...) as (parallelism, max_batch); neither reaches the
+        #: engine or the fingerprint
         self._prefetch: tuple[int, int | None, str] | None = None
         self._fetch: tuple[int | None, int | None] = (None, None)
-        self._metrics_sink: Any = None
         #: materialize() calls: (placement, parallelism) each; identity here, held for is_indexable
         self._materialize: tuple[tuple[str, int | None], ...] = ()
         #: the engine of the current or next run: unstarted after a restore loaded it, None when
@@ -535,12 +534,11 @@ class Builder:
 
     def enable_observability(self, tracking: Any = "nodes", *, sink: Any = None) -> Self:
         """Set ``execution_tracking`` (zephon's ExecutionTrackingMode or its value; ValueError for
-        another, as in zephon) and the metrics sink.  zephon_ref collects no timings: the
-        snapshot methods return None whatever this says (docs/options.md)."""
+        another, as in zephon).  ``sink`` is accepted and unused: zephon_ref collects no timings,
+        and the snapshot methods return None whatever this says (docs/options.md)."""
         self._refuse_while_running("enable_observability()")
         mode = check_tracking("enable_observability tracking", tracking)
         self._options["execution_tracking"] = mode
-        self._metrics_sink = sink
         return self
 
     def dropped(self) -> tuple[DropTotal, ...]:

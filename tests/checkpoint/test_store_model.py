@@ -15,7 +15,7 @@ from properties.store_machine import StoreBackend, machine_for, sample_states
 from sim.storage import FaultyStorage, MemStorage
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.model import StoreModel
-from zephon_ref.errors import CheckpointNotFound
+from zephon_ref.storage.errors import CheckpointNotFound
 from zephon_ref.storage.posix import PosixStorage
 
 RUNS = settings(max_examples=12, stateful_step_count=12, deadline=None,

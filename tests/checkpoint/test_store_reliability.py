@@ -34,12 +34,8 @@ from zephon_ref.checkpoint.cli import (
 )
 from zephon_ref.checkpoint.cli import main as ckpt_main
 from zephon_ref.checkpoint.schema import MANIFEST_MAGIC, manifest_file_name, sha256_hex
-from zephon_ref.errors import (
-    CheckpointNotFound,
-    ConfigError,
-    PublishConflict,
-    StorageError,
-)
+from zephon_ref.errors import ConfigError
+from zephon_ref.storage.errors import CheckpointNotFound, PublishConflict, StorageError
 
 CHILD = Path(__file__).with_name("_crash_child.py")
 sys.path.insert(0, str(CHILD.parent))

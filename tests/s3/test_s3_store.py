@@ -17,7 +17,8 @@ from properties.ckpt_campaigns import crash_state
 from properties.s3_proxy import Fault, FaultProxy
 from zephon_ref.checkpoint import cli, s3, store
 from zephon_ref.checkpoint.schema import manifest_file_name
-from zephon_ref.errors import ConfigError, ConfigTypeError, PublishConflict, StorageError
+from zephon_ref.errors import ConfigError, ConfigTypeError
+from zephon_ref.storage.errors import PublishConflict, StorageError
 
 boto3 = pytest.importorskip("boto3")
 
@@ -238,7 +239,7 @@ def test_pipeline_save_and_restore_in_a_fresh_process(bucket: str) -> None:
     it.close()
     assert q2.save_checkpoint(url) == 2
     assert q.load_checkpoint(url) == 2
-    from zephon_ref.errors import CheckpointRefused
+    from zephon_ref.storage.errors import CheckpointRefused
 
     with pytest.raises(CheckpointRefused):
         q.load_checkpoint(url, 1)

@@ -15,7 +15,7 @@ from sim.workloads import item_view
 from sim.world import World, WorldConfig, check_run
 from zephon_ref.checkpoint import store
 from zephon_ref.checkpoint.storage import publish
-from zephon_ref.errors import CheckpointCorrupt, StorageError
+from zephon_ref.storage.errors import CheckpointCorrupt, StorageError
 
 D = Path("/d")
 

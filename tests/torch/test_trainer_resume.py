@@ -17,12 +17,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch path needs torch (pip install 'zephon_ref[torch]')")
 
 from zephon_ref.demo import build_demo_pipeline  # noqa: E402
-from zephon_ref.errors import (  # noqa: E402
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    ContractError,
-    StateMismatchError,
-)
+from zephon_ref.errors import ContractError, StateMismatchError  # noqa: E402
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointNotFound  # noqa: E402
 from zephon_ref.torch.trainer import ReferenceTrainer, TrainerConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

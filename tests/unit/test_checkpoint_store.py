@@ -28,14 +28,13 @@ from zephon_ref.checkpoint.schema import (
     sha256_hex,
 )
 from zephon_ref.checkpoint.storage import AFTER_LINK_OPS, PUBLISH_OPS
-from zephon_ref.errors import (
+from zephon_ref.errors import StateFormatError, ZephonRefError
+from zephon_ref.storage.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
     CheckpointRefused,
     PublishConflict,
-    StateFormatError,
     StorageError,
-    ZephonRefError,
 )
 
 _KEEP = object()

@@ -8,7 +8,8 @@ import pytest
 
 from zephon_ref.checkpoint import tree as T
 from zephon_ref.checkpoint import tree_files as TF
-from zephon_ref.errors import CheckpointCorrupt, CheckpointRefused, ContractError
+from zephon_ref.errors import ContractError
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointRefused
 
 P = T.CapturePrefix(generation=1, schema_digest="a" * 64, capture_id="b" * 64)
 
@@ -136,7 +137,7 @@ def test_failed_root_publish_is_typed_and_publishes_nothing(tmp_path: Path) -> N
     import errno
 
     from sim.storage import Fault, FaultyStorage
-    from zephon_ref.errors import CheckpointNotFound, StorageError
+    from zephon_ref.storage.errors import CheckpointNotFound, StorageError
 
     s = T.TreeShape(7, 2)
     faulty = FaultyStorage(faults=[Fault("link", errno.ENOSPC, name_contains=".root.")])

@@ -18,7 +18,8 @@ from zephon_ref.coordination.backends import (
     TCPStoreBackend,
     open_backend,
 )
-from zephon_ref.errors import ConfigError, StateFormatError, StorageError
+from zephon_ref.errors import ConfigError, StateFormatError
+from zephon_ref.storage.errors import StorageError
 
 
 @pytest.fixture(params=["memory", "directory", "tcpstore"])

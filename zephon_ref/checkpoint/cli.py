@@ -38,14 +38,7 @@ from typing import Any, TextIO
 
 from zephon_ref.checkpoint.schema import Manifest
 from zephon_ref.checkpoint.store import gc, iter_verify, list_generations
-from zephon_ref.errors import (
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    CheckpointRefused,
-    ConfigError,
-    StorageError,
-    ZephonRefError,
-)
+from zephon_ref.errors import ConfigError, ZephonRefError
 from zephon_ref.exits import (
     EXIT_FAILED,
     EXIT_MISMATCH,
@@ -57,6 +50,7 @@ from zephon_ref.exits import (
     OneLineArgumentParser,
     int_at_least,
 )
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointNotFound, CheckpointRefused, StorageError
 
 __all__ = [
     "EXIT_CODES",

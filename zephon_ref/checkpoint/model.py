@@ -33,7 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephon_ref.errors import CheckpointNotFound, ConfigError, expected
+from zephon_ref.errors import ConfigError, expected
+from zephon_ref.storage.errors import CheckpointNotFound
 
 __all__ = ["StoreModel"]
 

@@ -22,7 +22,7 @@ This module owns *what* a stored checkpoint is, as pure data and pure functions:
 Invariants: ``join_state(*split_state(s)) == s`` for every state :func:`validate_state`
 accepts (lane keys given as digit strings are normalised to ints); manifests are
 immutable values; every decode either returns a fully validated value or raises
-a :class:`~zephon_ref.errors.CheckpointCorrupt`.
+a :class:`~zephon_ref.storage.errors.CheckpointCorrupt`.
 
 What may not live here: file I/O, clocks, the encoding of shard bytes (codec.py),
 policy about which generation to load (store.py).
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref import state as state_schema
-from zephon_ref.errors import CheckpointCorrupt, StateFormatError, expected
+from zephon_ref.errors import StateFormatError, expected
+from zephon_ref.storage.errors import CheckpointCorrupt
 
 __all__ = [
     "FORMAT_VERSION",

@@ -23,7 +23,7 @@ loadable; it raises, so it never reports success.  A failure *after* the
 manifest link (the directory fsync) also raises, but leaves that whole
 generation in place: once visible, a generation is never modified (only
 :func:`gc` removes old ones).  Every operating-system failure surfaces as a
-:class:`~zephon_ref.errors.StorageError` with a ``reason``.
+:class:`~zephon_ref.storage.errors.StorageError` with a ``reason``.
 
 **Concurrent savers.**  A save picks the generation above every number any file
 mentions.  If another saver takes that number first (its shard or manifest
@@ -98,20 +98,17 @@ from zephon_ref.checkpoint.schema import (
     validate_state,
 )
 from zephon_ref.codec import Codec
-from zephon_ref.errors import (
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    CheckpointRefused,
-    ConfigError,
-    PublishConflict,
-    StateFormatError,
-    StateMismatchError,
-    StorageError,
-    expected,
-)
+from zephon_ref.errors import ConfigError, StateFormatError, StateMismatchError, expected
 from zephon_ref.narrow import narrowed
 from zephon_ref.storage import Storage
 from zephon_ref.storage import base as _st
+from zephon_ref.storage.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointRefused,
+    PublishConflict,
+    StorageError,
+)
 from zephon_ref.storage.posix import PosixStorage
 
 __all__ = [

@@ -50,13 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephon_ref.checkpoint.schema import sha256_hex
-from zephon_ref.errors import (
-    CheckpointCorrupt,
-    CheckpointRefused,
-    ConfigError,
-    ContractError,
-    expected,
-)
+from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointRefused
 
 __all__ = [
     "GROUP_MAGIC",

@@ -36,13 +36,9 @@ from zephon_ref.checkpoint.tree import (
     WriteGroupManifest,
     decode_group_manifest,
 )
-from zephon_ref.errors import (
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    CheckpointRefused,
-    expected,
-)
+from zephon_ref.errors import expected
 from zephon_ref.storage import PosixStorage, Storage, ensure_dir, publish, read_bytes
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointNotFound, CheckpointRefused
 
 __all__ = ["RoleRestore", "TreeRun", "publish_tree", "restore_role"]
 

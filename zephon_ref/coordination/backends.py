@@ -64,13 +64,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
 from zephon_ref.coordination.keys import check_key, check_prefix, listed, nonempty, split_key
-from zephon_ref.errors import (
-    ConfigError,
-    ContractError,
-    PublishConflict,
-    StateFormatError,
-    expected,
-)
+from zephon_ref.errors import ConfigError, ContractError, StateFormatError, expected
 from zephon_ref.storage import (
     PosixStorage,
     Storage,
@@ -81,6 +75,7 @@ from zephon_ref.storage import (
     remove_file,
     s3,
 )
+from zephon_ref.storage.errors import PublishConflict
 from zephon_ref.storage.s3 import S3Storage
 
 __all__ = [
@@ -171,7 +166,7 @@ class DirectoryBackend:
     (POSIX unless ``storage=`` is given; tests pass ``sim.storage.FaultyStorage``)
     and the shared :func:`~zephon_ref.storage.publish` routine, so a
     value is synced before its name appears and the directory is synced after.
-    Operating-system failures raise :class:`~zephon_ref.errors.StorageError`.
+    Operating-system failures raise :class:`~zephon_ref.storage.errors.StorageError`.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, storage: Storage | None = None) -> None:

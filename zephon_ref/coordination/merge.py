@@ -47,7 +47,6 @@ from zephon_ref import state as state_schema
 from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 
 __all__ = [
-    "ENGINE_VERSION",
     "LANE_FIELDS",
     "REQUIRED_LANE_FIELDS",
     "UNIVERSAL_FIELDS",
@@ -55,8 +54,6 @@ __all__ = [
     "merge",
     "shard_world",
 ]
-
-ENGINE_VERSION = state_schema.VERSION
 
 # Lane-keyed, required and universal fields: the one definition in zephon_ref.state.
 LANE_FIELDS: tuple[str, ...] = state_schema.LANE_FIELDS
@@ -80,12 +77,6 @@ class ShardWorld:
     dp_group_id: int
     mapping: tuple[tuple[int, tuple[int, ...]], ...]  # sorted (dp_group, sorted lanes)
     lanes: tuple[int, ...]  # sorted lanes this shard reports (progress keys)
-
-    def group_lanes(self) -> tuple[int, ...]:
-        for group, lanes in self.mapping:
-            if group == self.dp_group_id:
-                return lanes
-        raise AssertionError("shard_world() checked the group is mapped")  # pragma: no cover
 
 
 def _int(value: Any, what: str, *, lo: int | None = None) -> int:
@@ -278,12 +269,10 @@ def _load(index: int, state: Any, world: ShardWorld | None = None) -> _Shard:
             _int(cid, f"{who} progress[{lane}].chunk_id", lo=-1)
         if not (type(off) is int and off >= 0):
             _int(off, f"{who} progress[{lane}].offset", lo=0)
-    for lane, n in lanes["lane_next_cid"].items():
-        if not (type(n) is int and n >= 0):
-            _int(n, f"{who} lane_next_cid[{lane}]", lo=0)
-    for lane, n in lanes["lane_emitted"].items():
-        if not (type(n) is int and n >= 0):
-            _int(n, f"{who} lane_emitted[{lane}]", lo=0)
+    for field in ("lane_next_cid", "lane_emitted"):
+        for lane, n in lanes[field].items():
+            if not (type(n) is int and n >= 0):
+                _int(n, f"{who} {field}[{lane}]", lo=0)
     for lane, chunks in lanes["inflight"].items():
         if not isinstance(chunks, Mapping):
             raise StateFormatError(
@@ -484,17 +473,15 @@ def merge(
                                     for cid, ch in sorted(chunks.items(), key=lambda kv: _key(kv[0], "cid"))}
     for lane, p in lanes["progress"].items():
         slices[lane]["progress"] = {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
-    for lane, n in lanes["lane_next_cid"].items():
-        slices[lane]["lane_next_cid"] = int(n)
-    for lane, v in lanes["lane_ws_state"].items():
-        slices[lane]["lane_ws_state"] = v
-    for lane, v in lanes["replay_cursors"].items():
-        slices[lane]["replay_cursors"] = v
+    for field in ("lane_ws_state", "replay_cursors"):
+        for lane, v in lanes[field].items():
+            slices[lane][field] = v
     slices = state_schema.owned_copy(slices)  # the output shares no mutable object with the inputs
+    for field in ("lane_next_cid", "lane_emitted"):
+        for lane, n in lanes[field].items():
+            slices[lane][field] = int(n)
     for lane, v in lanes["epoch_boundaries"].items():
         slices[lane]["epoch_boundaries"] = [int(b) for b in v]
-    for lane, n in lanes["lane_emitted"].items():
-        slices[lane]["lane_emitted"] = int(n)
     out = state_schema.new_state(
         fingerprint=first.state.get("fingerprint"),
         world={"canonical_replicas": c, "world_size": first.world.world_size},

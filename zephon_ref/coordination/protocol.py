@@ -62,7 +62,7 @@ import enum
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeAlias
 
 from zephon_ref import codec
@@ -315,17 +315,9 @@ class RoundConfig:
                 )
             )
         for name in ("rank", "worker", "world_size", "timeout", "poll", "stale_grace"):
-            v = getattr(self, name)
-            if type(v) is not int or v < (1 if name in ("world_size", "poll") else 0):
-                raise ConfigError(
-                    expected(
-                        name,
-                        "a non-negative int"
-                        if name not in ("world_size", "poll")
-                        else "an int >= 1",
-                        v,
-                    )
-                )
+            v, lo = getattr(self, name), 1 if name in ("world_size", "poll") else 0
+            if type(v) is not int or v < lo:
+                raise ConfigError(expected(name, "an int >= 1" if lo else "a non-negative int", v))
         if self.rank >= self.world_size:
             raise ConfigError(expected("rank", f"an int in [0, {self.world_size})", self.rank))
         if not isinstance(self.token, str) or not _TOKEN.fullmatch(self.token):
@@ -356,10 +348,7 @@ class Coverage:
     """The leader's record of which ranks reported which lanes (one owner: the Leader)."""
 
     world: ShardWorld  # the leader's own
-    by_participant: dict[str, tuple[int, int]] = field(
-        default_factory=dict
-    )  # name -> (rank, worker)
-    slot_owner: dict[tuple[int, int], str] = field(default_factory=dict)
+    slot_owner: dict[tuple[int, int], str] = field(default_factory=dict)  # (rank, worker) -> name
     group_of_rank: dict[int, int] = field(default_factory=dict)
     lanes_of_rank: dict[int, set[int]] = field(default_factory=dict)
 
@@ -429,7 +418,6 @@ class Coverage:
                 reason="duplicate-lane",
             )
         self.slot_owner[slot] = participant
-        self.by_participant[participant] = slot
         self.group_of_rank[rank] = w.dp_group_id
         self.lanes_of_rank[rank] = have | set(w.lanes)
 
@@ -546,22 +534,6 @@ def _validated(state: Mapping[str, Any], cfg: RoundConfig) -> ShardWorld:
     return w
 
 
-def _sharing_mapping(w: ShardWorld, mapping: tuple[tuple[int, tuple[int, ...]], ...]) -> ShardWorld:
-    """``w`` itself, or an equal ShardWorld whose ``mapping`` is ``mapping`` (an equal tuple the
-    caller already holds): values do not change, only which object holds them."""
-    if mapping is w.mapping:
-        return w
-    assert mapping == w.mapping
-    return ShardWorld(
-        canonical_replicas=w.canonical_replicas,
-        world_size=w.world_size,
-        global_rank=w.global_rank,
-        dp_group_id=w.dp_group_id,
-        mapping=mapping,
-        lanes=w.lanes,
-    )
-
-
 class Machine:
     """Shared plumbing: the transition table lookup, the deadline, terminal commands."""
 
@@ -578,7 +550,8 @@ class Machine:
         self.round_id: str | None = cfg.round_id
         self.last_round_id: Any = state.get("last_round_id")
         self.reload_count: Any = state.get("checkpoint_reload_count", 0)
-        self.result: Command | None = None
+        self.error: AggregationError | ZephonRefError | None = None  # set when the failure path begins
+        self.merged: dict[str, Any] | None = None  # the decoded result, once there is one
 
     # -- the one apply function -------------------------------------------------------
 
@@ -596,7 +569,6 @@ class Machine:
         cmd = handler(self, event)
         if isinstance(cmd, (Finish, Abort)):
             self.phase = Phase.DONE
-            self.result = cmd
         return cmd
 
     @property
@@ -610,15 +582,16 @@ class Machine:
     def _sleep(self, now: int, phase: Phase) -> Command:
         return self._go(phase, Sleep(until=min(now + self.cfg.poll, self.deadline)))
 
-    def _key(self, kind: str, participant: str | None = None) -> str:
+    def _key(self, kind: str) -> str:
+        """This participant's key of the joined round: its ``shard``, its ``ack``, or the ``outcome``."""
         ns, rid = self.cfg.namespace, self.round_id
         assert rid is not None, "no round joined yet"
         if kind == "shard":
-            return shard_key(ns, rid, participant or self.cfg.participant)
+            return shard_key(ns, rid, self.cfg.participant)
         if kind == "outcome":
             return outcome_key(ns, rid)
         if kind == "ack":
-            return ack_key(ns, rid, participant or self.cfg.participant)
+            return ack_key(ns, rid, self.cfg.participant)
         raise AssertionError(kind)  # pragma: no cover
 
     def _envelope(self) -> bytes:
@@ -636,6 +609,19 @@ class Machine:
                 "state": self.state,
             }
         )
+
+    def _finish(self, ev: Event | None = None) -> Command:
+        """The round succeeded: hand back the decoded result."""
+        assert self.merged is not None and self.round_id is not None
+        return Finish(self.merged, self.round_id)
+
+    def _abort(self, ev: Stored | IOFailed) -> Command:
+        """The failure path's last step: abort with the error recorded where it began."""
+        assert self.error is not None
+        return Abort(self.error, self.round_id)
+
+    def _storage_error(self, doing: str, ev: IOFailed) -> AggregationError:
+        return AggregationError(f"{doing}: {ev.message}", reason="storage")
 
     def _timeout_text(self, now: int) -> str:
         return (
@@ -683,8 +669,6 @@ class Leader(Machine):
         self.queue: deque[str] = deque()
         self.acks_pending: set[str] = set()
         self.ack_queue: deque[str] = deque()
-        self.error: AggregationError | ZephonRefError | None = None
-        self.merged: dict[str, Any] | None = None
 
     def announcement(self, now: int) -> bytes:
         return self.codec.encode(
@@ -825,14 +809,14 @@ class Leader(Machine):
         if raw is not mine and type(raw) is dict and raw == mine and list(raw) == list(mine):
             state["world"]["mapping"] = mine
         self.states[name] = state
-        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple
-        self.worlds[name] = _sharing_mapping(w, self.world.mapping)
+        # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple (values
+        # do not change, only which object holds them)
+        assert w.mapping == self.world.mapping
+        self.worlds[name] = replace(w, mapping=self.world.mapping)
 
     def _closed(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._fail(
-                AggregationError(f"closing round {self.round_id}: {ev.message}", reason="storage")
-            )
+            return self._fail(self._storage_error(f"closing round {self.round_id}", ev))
         order = sorted(self.states, key=parse_participant)
         try:
             merged = merge(
@@ -849,12 +833,7 @@ class Leader(Machine):
 
     def _published(self, ev: Created | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._fail(
-                AggregationError(
-                    f"publishing the result of round {self.round_id}: {ev.message}",
-                    reason="storage",
-                )
-            )
+            return self._fail(self._storage_error(f"publishing the result of round {self.round_id}", ev))
         if not ev.won:
             # The slot is taken (by a notice or a result we did not write): never overwrite it.
             self.error = AggregationError(
@@ -889,23 +868,20 @@ class Leader(Machine):
             return self._next_ack_delete()
         if ev.now >= self.deadline:
             missing = tuple(sorted(self.acks_pending))
-            return self._go(
-                Phase.DONE,
-                Abort(
-                    AggregationTimeout(
-                        expected(
-                            f"aggregation round {self.round_id}: "
-                            f"acknowledgements {self._timeout_text(ev.now)}",
-                            f"an ack from each of {len(self.states) - 1} followers",
-                            f"none from {list(missing)}",
-                        )
-                        + f"; the result stays at {self._key('outcome')} for late readers",
-                        waiting_for="acks",
-                        missing_ranks=tuple(sorted({parse_participant(n)[0] for n in missing})),
-                        missing_participants=missing,
-                    ),
-                    self.round_id,
+            return Abort(
+                AggregationTimeout(
+                    expected(
+                        f"aggregation round {self.round_id}: "
+                        f"acknowledgements {self._timeout_text(ev.now)}",
+                        f"an ack from each of {len(self.states) - 1} followers",
+                        f"none from {list(missing)}",
+                    )
+                    + f"; the result stays at {self._key('outcome')} for late readers",
+                    waiting_for="acks",
+                    missing_ranks=tuple(sorted({parse_participant(n)[0] for n in missing})),
+                    missing_participants=missing,
                 ),
+                self.round_id,
             )
         return self._sleep(ev.now, Phase.ACK_POLL)
 
@@ -920,10 +896,6 @@ class Leader(Machine):
     def _ack_deleted(self, ev: Stored | IOFailed) -> Command:
         return self._next_ack_delete()
 
-    def _finish(self, ev: Stored | IOFailed | None = None) -> Command:
-        assert self.merged is not None and self.round_id is not None
-        return Finish(self.merged, self.round_id)
-
     # -- failure path -----------------------------------------------------------------
 
     def _fail(self, error: ZephonRefError) -> Command:
@@ -932,23 +904,14 @@ class Leader(Machine):
         return self._go(Phase.NOTICE, PutIfAbsent(self._key("outcome"), FAILURE_TAG + notice))
 
     def _io_failed(self, ev: IOFailed) -> Command:
-        return self._fail(
-            AggregationError(
-                f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}: "
-                f"{ev.message}",
-                reason="storage",
-            )
-        )
+        return self._fail(self._storage_error(
+            f"aggregation round {self.round_id}: storage failed in phase {self.phase.value!r}", ev))
 
     def _noticed(self, ev: Created | IOFailed) -> Command:
         return self._go(Phase.RETRACT_ANNOUNCE, Delete(announce_key(self.cfg.namespace)))
 
     def _retracted_announce(self, ev: Stored | IOFailed) -> Command:
         return self._go(Phase.RETRACT_OWN, Delete(self._key("shard")))
-
-    def _retracted_own(self, ev: Stored | IOFailed) -> Command:
-        assert self.error is not None
-        return Abort(self.error, self.round_id)
 
     TABLE: ClassVar[dict[tuple[Phase, type], _Handler]] = {
         (Phase.NEW, Started): _start,
@@ -972,14 +935,14 @@ class Leader(Machine):
         (Phase.ACK_POLL, Woke): lambda self, ev: self._list_acks(),
         (Phase.DELETE_ACKS, Stored): _ack_deleted,
         (Phase.DELETE_ACKS, IOFailed): _ack_deleted,
-        (Phase.DELETE_PREVIOUS, Stored): _finish,
-        (Phase.DELETE_PREVIOUS, IOFailed): _finish,
+        (Phase.DELETE_PREVIOUS, Stored): Machine._finish,
+        (Phase.DELETE_PREVIOUS, IOFailed): Machine._finish,
         (Phase.NOTICE, Created): _noticed,
         (Phase.NOTICE, IOFailed): _noticed,
         (Phase.RETRACT_ANNOUNCE, Stored): _retracted_announce,
         (Phase.RETRACT_ANNOUNCE, IOFailed): _retracted_announce,
-        (Phase.RETRACT_OWN, Stored): _retracted_own,
-        (Phase.RETRACT_OWN, IOFailed): _retracted_own,
+        (Phase.RETRACT_OWN, Stored): Machine._abort,
+        (Phase.RETRACT_OWN, IOFailed): Machine._abort,
     }
 
 
@@ -1003,8 +966,6 @@ class Follower(Machine):
         self.round_id = None
         self.codec.pack(self.state)  # refuse an unencodable state before any I/O
         self.skipped: str = "no announcement seen"
-        self.error: AggregationError | ZephonRefError | None = None
-        self.merged: dict[str, Any] | None = None
         self.switch_to: str | None = None
         self.abandoned: list[str] = []
 
@@ -1099,12 +1060,8 @@ class Follower(Machine):
 
     def _shard_published(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return self._withdraw(
-                AggregationError(
-                    f"publishing the shard of {self.cfg.participant} in round {self.round_id}: {ev.message}",
-                    reason="storage",
-                )
-            )
+            return self._withdraw(self._storage_error(
+                f"publishing the shard of {self.cfg.participant} in round {self.round_id}", ev))
         return self._go(Phase.AWAIT, Get(self._key("outcome")))
 
     def _awaited(self, ev: Fetched | IOFailed) -> Command:
@@ -1181,23 +1138,13 @@ class Follower(Machine):
         self.error = error
         return self._go(Phase.WITHDRAW, Delete(self._key("shard")))
 
-    def _withdrawn(self, ev: Stored | IOFailed) -> Command:
-        assert self.error is not None
-        return Abort(self.error, self.round_id)
-
     def _shard_deleted(self, ev: Stored | IOFailed) -> Command:
         return self._go(Phase.ACK, Put(self._key("ack"), b"ok"))
 
     def _acked(self, ev: Stored | IOFailed) -> Command:
         if isinstance(ev, IOFailed):
-            return Abort(
-                AggregationError(
-                    f"acknowledging round {self.round_id}: {ev.message}", reason="storage"
-                ),
-                self.round_id,
-            )
-        assert self.merged is not None and self.round_id is not None
-        return Finish(self.merged, self.round_id)
+            return Abort(self._storage_error(f"acknowledging round {self.round_id}", ev), self.round_id)
+        return self._finish()
 
     TABLE: ClassVar[dict[tuple[Phase, type], _Handler]] = {
         (Phase.NEW, Started): _start,
@@ -1215,8 +1162,8 @@ class Follower(Machine):
         (Phase.RECHECK, IOFailed): _rechecked,
         (Phase.SWITCH, Stored): _switched,
         (Phase.SWITCH, IOFailed): _switched,
-        (Phase.WITHDRAW, Stored): _withdrawn,
-        (Phase.WITHDRAW, IOFailed): _withdrawn,
+        (Phase.WITHDRAW, Stored): Machine._abort,
+        (Phase.WITHDRAW, IOFailed): Machine._abort,
         (Phase.DELETE_SHARD, Stored): _shard_deleted,
         (Phase.DELETE_SHARD, IOFailed): _shard_deleted,
         (Phase.ACK, Stored): _acked,

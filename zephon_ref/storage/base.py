@@ -27,8 +27,8 @@ The primitives (a :class:`Writer` comes from :meth:`Storage.create`):
 
 Primitives raise the operating system's ``OSError``; nothing else here does.
 The routines below are the only callers the product has, and they turn every
-``OSError`` into a typed :class:`~zephon_ref.errors.StorageError` (with a
-``reason``), a taken name into :class:`~zephon_ref.errors.PublishConflict`.
+``OSError`` into a typed :class:`~zephon_ref.storage.errors.StorageError` (with a
+``reason``), a taken name into :class:`~zephon_ref.storage.errors.PublishConflict`.
 
 **Publication** (:func:`publish`, the one owner of the durable-write sequence):
 create a temp file ``.tmp.<name>.<token>`` in the target directory, write,
@@ -61,7 +61,8 @@ import secrets
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from zephon_ref.errors import PublishConflict, StorageError, ZephonRefError, expected
+from zephon_ref.errors import ZephonRefError, expected
+from zephon_ref.storage.errors import PublishConflict, StorageError
 
 __all__ = [
     "AFTER_LINK_OPS",

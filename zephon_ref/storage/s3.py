@@ -15,7 +15,7 @@ POSIX sequence when a storage has it:
 
 * never replace (checkpoints): ``PutObject`` with ``If-None-Match: *``; the
   server answers 412 when the key exists, which becomes ``FileExistsError``
-  (the publish routine turns it into :class:`~zephon_ref.errors.PublishConflict`).
+  (the publish routine turns it into :class:`~zephon_ref.storage.errors.PublishConflict`).
   A value over ``multipart_threshold`` bytes goes as a multipart upload whose
   ``CompleteMultipartUpload`` carries the same condition, so a published key
   is never replaced whatever its size.  When botocore retried a conditional
@@ -41,7 +41,7 @@ and :class:`ConditionalWritesUnsupported` names the endpoint.  The answer is
 remembered per (endpoint, bucket) for the life of the process.
 ``verify_conditional_writes=False`` skips it (tests only).
 
-**Errors.**  Every failure becomes a :class:`~zephon_ref.errors.StorageError`
+**Errors.**  Every failure becomes a :class:`~zephon_ref.storage.errors.StorageError`
 whose ``reason`` is one of ``throttled`` (SlowDown/503 and friends, after
 botocore's ``standard`` retry mode spent its attempts and retry quota: the
 budget), ``connection`` (reset, refused, timed out), ``server-error`` (other
@@ -69,7 +69,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephon_ref.errors import ConfigError, StorageError, expected
+from zephon_ref.errors import ConfigError, expected
+from zephon_ref.storage.errors import StorageError
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

@@ -48,13 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from zephon_ref.checkpoint import store as ckpt_store
-from zephon_ref.errors import (
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    ConfigError,
-    ContractError,
-    expected,
-)
+from zephon_ref.errors import ConfigError, ContractError, expected
+from zephon_ref.storage.errors import CheckpointCorrupt, CheckpointNotFound
 from zephon_ref.torch.collate import IGNORE_INDEX, collate_for_training
 from zephon_ref.torch.device import require_torch
 from zephon_ref.torch.stateful import STATE_FORMAT, to_stateful_dataset
