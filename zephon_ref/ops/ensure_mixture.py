@@ -375,13 +375,15 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             ready.extend(self._emit_ready(self._lanes[lane]))
         return ready
 
-    def _emit_ready(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
+    def _emit_ready(self, st: _MixLane, *, flushing: bool = False) -> list[ReadyBatch[SampleRecord]]:
+        """Emit while the lane can; forced while a full buffer drains to its floor, and throughout
+        a (bounded) flush."""
         cap = self.max_buffer_size
         force = cap is not None and st.total_buffered >= cap
         floor = int(self.drain_target_ratio * cap) if cap is not None else 0
         out: list[SampleRecord] = []
         while st.has_buffered():
-            rec = self._emit_one(st, force=force and st.total_buffered > floor)
+            rec = self._emit_one(st, force=flushing or (force and st.total_buffered > floor))
             if rec is None:
                 break
             st.total_buffered -= 1
@@ -464,15 +466,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             if self.max_buffer_size is None:
                 ready.extend(self._discard(st, lane))
             else:
-                out: list[SampleRecord] = []
-                while st.has_buffered():
-                    rec = self._emit_one(st, force=True)
-                    if rec is None:
-                        break
-                    st.total_buffered -= 1
-                    out.append(rec)
-                if out:
-                    ready.append((out, 0))
+                ready.extend(self._emit_ready(st, flushing=True))
             if reset:
                 self._lanes[lane] = _MixLane()
         return ready
