@@ -56,7 +56,7 @@ from zephon_ref.ops.base import (
     SourceExhaustion,
     check_int,
 )
-from zephon_ref.ops.knobs import Choice, Float, Func, Int, OneOf, Opaque, Text, check_fields, knob
+from zephon_ref.ops.knobs import Choice, Float, Func, Int, OneOf, Opaque, Text, check_fields, domains, knob
 from zephon_ref.ops.pack import resolve_token_field, value_length
 from zephon_ref.swrr import SmoothWeightedRoundRobin
 from zephon_ref.types import SampleRecord
@@ -494,16 +494,6 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         return [(tombs[i : i + TOMBSTONE_BATCH], 0) for i in range(0, len(tombs), TOMBSTONE_BATCH)]
 
 
-def _check_ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(expected(name, "a number", value))
-    ok_lo = value > lo if lo_open else value >= lo
-    ok_hi = value < hi if hi_open else value <= hi
-    if not (ok_lo and ok_hi):
-        interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ConfigError(expected(name, f"a number in {interval}", value))
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MixtureConfig:
     """The knobs of ``ensure_mixture`` as the call passed them, each with its declared domain
@@ -546,11 +536,11 @@ class EnsureMixture(BaseOp):
         check_int("parallelism", parallelism, minimum=1, allow_none=True)
         # an execution hint (plan and explain(); the fingerprint leaves it out), never read by the data path
         self.parallelism = 1 if parallelism is None else parallelism
-        check_int("max_buffer_size", max_buffer_size, minimum=1, allow_none=True)
-        _check_ratio("drain_target_ratio", drain_target_ratio, 0, 1, lo_open=True, hi_open=True)
-        _check_ratio("obsolete_drain_rate", obsolete_drain_rate, 0, 1, lo_open=False, hi_open=False)
-        if warn_tolerance is not None:
-            _check_ratio("warn_tolerance", warn_tolerance, 0, 1, lo_open=False, hi_open=False)
+        # the numeric knobs against their declared domains, before weight_by and the mixture
+        knobs = domains(MixtureConfig)
+        for name, value in (("max_buffer_size", max_buffer_size), ("drain_target_ratio", drain_target_ratio),
+                            ("obsolete_drain_rate", obsolete_drain_rate), ("warn_tolerance", warn_tolerance)):
+            knobs[name].check(name, value)
         if not (callable(weight_by) or (isinstance(weight_by, str) and weight_by)):
             raise ConfigTypeError(
                 expected("weight_by", "'auto', 'samples', a field name or a callable", weight_by)
