@@ -386,9 +386,6 @@ class _LegacyFixedAllocator(_Allocator):
             raise ContractError(expected("legacy quota slots left", "0", left))
         return q
 
-    def draws_per_chunk(self) -> dict[str, float]:
-        return {n: float(self.fixed[n]) for n in self.cfg.order}
-
     def clone(self) -> _LegacyFixedAllocator:
         c = _LegacyFixedAllocator.__new__(_LegacyFixedAllocator)
         _Allocator.__init__(c, self.cfg)

@@ -194,16 +194,6 @@ class TokenEstimation:
             return {n: TokenRatio(float(p[n]), "pinned") for n in names if n in p}
         return {}
 
-    def pinned_ratios(self, names: Sequence[str]) -> dict[str, float]:
-        """``{dataset: tokens_per_byte}`` when every one of ``names`` is pinned, else ConfigError."""
-        got = self.pinned(names)
-        missing = [n for n in names if n not in got]
-        if missing:
-            raise ConfigError(expected("token_estimation.primer",
-                                       f"pinned ratios for every dataset of {list(names)}",
-                                       f"no ratio for {missing}"))
-        return {n: got[n].tokens_per_byte for n in names}
-
 
 class TokenCostTable:
     """Estimated tokens per drawn pointer, per (dataset, shard); immutable once built."""
