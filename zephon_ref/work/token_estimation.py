@@ -126,10 +126,9 @@ class TokenEstimation:
     """How per-dataset tokens/byte ratios are obtained (same fields as zephon's).
 
     Passing one to ``StaticMixtureWorkSource(token_estimation=...)`` selects the
-    token-aware allocation.  zephon_ref needs the ratios pinned: ``primer`` a
-    positive number, or a mapping ``{dataset: tokens_per_byte}`` naming every
-    dataset of the source.  ``"measure"`` is accepted here (it is a valid zephon
-    configuration) and refused by the work source.
+    token-aware allocation.  ``primer`` pins ratios: a positive number for every dataset, or
+    a mapping ``{dataset: tokens_per_byte}``; ``"measure"`` (the default) and every dataset a
+    mapping leaves out are measured by :func:`prime_token_ratios` (the source's ``prime()``).
     """
 
     primer: str | Mapping[str, float] | float = "measure"
