@@ -79,6 +79,23 @@ class _Item:
         self.pairs = tuple(self.contributions.items())
 
 
+def _best_pack(packs: deque[_Item], deficits: Mapping[int, float], holding: int | None) -> int:
+    """The index of the pack with the largest weighted deficit ``sum(w_c * deficit_c)`` among the
+    packs holding component ``holding`` (None: among all); the first such pack wins ties, as max()
+    does; -1 when no pack qualifies."""
+    dget = deficits.get
+    best_i, best = -1, 0.0
+    for i, p in enumerate(packs):
+        if holding is not None and holding not in p.contributions:
+            continue
+        score = 0.0
+        for c, w in p.pairs:
+            score += w * dget(c, 0.0)
+        if best_i < 0 or score > best:
+            best_i, best = i, score
+    return best_i
+
+
 @dataclass(slots=True)
 class _Retired:
     """Components dropped by one target change, drained in proportion to their old weights."""
@@ -113,9 +130,9 @@ class _Retired:
         if q:
             item = q.popleft()
         else:
-            d = sel.deficits()
-            idx, item = max(((i, it) for i, it in enumerate(self.packs) if ideal in it.contributions),
-                            key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
+            idx = _best_pack(self.packs, sel.deficits(), ideal)
+            assert idx >= 0, ideal  # invariant: a live component with no single is in a pack
+            item = self.packs[idx]
             del self.packs[idx]
         sel.record(item.contributions)
         for c in item.contributions:
@@ -427,21 +444,8 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
                 chosen = min(available)
             return self._finish(st, st.singles[chosen].popleft(), obsolete=False)
         if st.packs:
-            # the pack with the largest weighted deficit among those holding the ideal
-            # component (or among all); the first such pack wins ties, as max() does
             d = st.swrr.deficits() if st.swrr is not None else {}
-            dget = d.get
-            best_i, best = -1, 0.0
-            i = -1
-            for p in st.packs:
-                i += 1
-                if has_ideal and ideal not in p.contributions:
-                    continue
-                score = 0.0
-                for c, w in p.pairs:
-                    score += w * dget(c, 0.0)
-                if best_i < 0 or score > best:
-                    best_i, best = i, score
+            best_i = _best_pack(st.packs, d, ideal if has_ideal else None)
             return self._finish(st, self._take_pack(st, best_i), obsolete=False)
         if force and st.obsolete_count:
             return self._finish(st, st.take_obsolete(), obsolete=True)
