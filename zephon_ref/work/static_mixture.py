@@ -387,10 +387,7 @@ class _LegacyFixedAllocator(_Allocator):
         return q
 
     def clone(self) -> _LegacyFixedAllocator:
-        c = _LegacyFixedAllocator.__new__(_LegacyFixedAllocator)
-        _Allocator.__init__(c, self.cfg)
-        c.fixed = dict(self.fixed)
-        return c
+        return _LegacyFixedAllocator(self.cfg)  # the fixed split is a pure function of the config
 
     def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
         for n in self.cfg.order:
