@@ -305,8 +305,7 @@ def _census(dataset: Dataset, dataset_id: int, est: TokenEstimation, seed: int) 
 def _draws(census: _Census, dataset_id: int, n: int, seed: int) -> list[tuple[tuple[int, int], int]]:
     """``n`` draws with replacement, probability proportional to size: (row, times drawn), row order."""
     rows = sorted(r for r, size in census.sizes.items() if size > 0)
-    if not rows:
-        return []
+    assert rows and n > 0  # invariant: a census has payload_total > 0, so some row has bytes
     weights = np.array([census.sizes[r] for r in rows], dtype=float)
     rng = np.random.default_rng((seed << 24) ^ (dataset_id + 1))
     drawn = rng.choice(len(rows), size=n, replace=True, p=weights / weights.sum())
@@ -495,8 +494,6 @@ def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation,
     if census is None:
         return _fallback(est, None), "dataset is empty or unsized"
     draws = _draws(census, dataset_id, est.calibration_samples, seed)
-    if not draws:
-        return _fallback(est, census), "dataset is empty"
     if count is None:
         count = TextCounting()  # zephon's default: its built-in tokenizer over the likely text field
     if isinstance(count, TextCounting) and count.unreplayable is not None:
