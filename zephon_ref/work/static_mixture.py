@@ -397,8 +397,7 @@ class _LegacyFixedAllocator(_Allocator):
                     "allocation_mode='legacy_fixed' and exhausted_policy='repeat')", cursors[n].total))
 
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
-        # zephon's legacy mode never sees stop_after_passes (its legacy checkpoints migrate to
-        # None); zephon_ref lets a user pick legacy_fixed, so it honours it like accumulator mode
+        # stop_after_passes ends the stream as in accumulator mode: divergence D-72
         cfg = self.cfg
         for n in cfg.order:
             cur = cursors[n]
@@ -588,9 +587,8 @@ def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = N
 class StaticMixtureWorkSource(WorkSource):
     """A weighted mixture of datasets emitted in chunks of ``chunk_size`` pointers.
 
-    Arguments and defaults follow zephon 0.2.0.  ``allocation_mode`` is a
-    zephon_ref addition (keyword-only): zephon selects ``legacy_fixed`` only when
-    restoring a pre-accumulator checkpoint.
+    Arguments and defaults follow zephon 0.2.0; ``allocation_mode`` (keyword-only) is a
+    zephon_ref addition (divergence D-22).
     """
 
     def __init__(
