@@ -42,7 +42,7 @@ MAX_LEN, BINS, BUFFER, MICRO = 512, 8, 1024, 8
 
 
 def corpus_docs(quick: bool) -> list[dict[str, Any]]:
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     corpus = synthetic_corpus(layout=LAYOUT_QUICK if quick else LAYOUT_FULL, **CORPUS_KW)
     return [d.get(int(sid), i) for d in corpus.datasets

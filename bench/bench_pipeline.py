@@ -425,7 +425,7 @@ LAYOUT_SBS = LAYOUT_QUICK  # 15,000 documents
 def build_sbs(impl: str, which: str) -> Any:
     """The side-by-side pipelines; ``demo`` on zephon_ref is exactly ``build_demo_pipeline()``."""
     from zephon_ref.ops.tokenize import HashTokenizer
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     if which == "demo" and impl == "zephon_ref":
         from zephon_ref.demo import build_demo_pipeline
@@ -590,7 +590,7 @@ def table(head: list[str], rows: list[list[Any]]) -> None:
 
 
 def write_corpus(tmp: str, layout: dict[str, tuple[int, ...]]) -> int:
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     corpus = synthetic_corpus(layout=layout, **CORPUS_KW)
     rows = {

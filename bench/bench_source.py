@@ -178,7 +178,8 @@ def _pipeline_child(lanes: int, ndocs: int) -> None:
     import warnings
 
     from zephon_ref import Pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     warnings.simplefilter("ignore")
     web, code = int(ndocs * 0.6), int(ndocs * 0.3)

@@ -169,7 +169,7 @@ def _time_resume(corpus: Any, seed: int, lanes: int, ref_state: Any, ten_state: 
 def results(*, quick: bool = True, full: bool = False) -> list[dict[str, object]]:
     import torch
 
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     rounds = 3 if quick else 7
     cases = [("demo pipeline (synthetic corpus, 4 lanes)", synthetic_corpus(seed=0), 0, 4)]

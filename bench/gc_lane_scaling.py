@@ -59,7 +59,8 @@ def build(lanes: int, ndocs: int, faster_ops: bool = False) -> Any:
     """The pipeline of bench_source.py's pipeline_lane_scaling row (the row runs it with
     ``faster_ops=True``; the default here is the plain semantics)."""
     from zephon_ref import Pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     web, code = int(ndocs * 0.6), int(ndocs * 0.3)
     corpus = synthetic_corpus(layout={"web": (web // 2, web - web // 2), "code": (code,),

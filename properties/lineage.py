@@ -214,7 +214,7 @@ def expected_lanes(cfg: PipelineConfig) -> Expected:
             problems.append(f"global chunk sequence: sample {s} of {names[s[0]]!r} appears {n} times, "
                             f"its exhaustion policy allows {allowed}")
             break
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     corpus = synthetic_corpus(seed=cfg.corpus_seed, layout=cfg.layout)
     problems += _coverage_problems(cfg, corpus, uses)

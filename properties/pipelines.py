@@ -46,7 +46,7 @@ def work_source(cfg: PipelineConfig, impl: str = "zephon_ref") -> Any:
     """The (template) work source of ``cfg`` built with ``impl``'s own classes: the synthetic corpus
     of ``cfg.corpus_seed`` / ``cfg.layout`` as in-memory shards and a StaticMixtureWorkSource."""
     import zephon_ref.work as ref_work
-    from zephon_ref.work import synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
 
     if impl == "zephon":
         import zephon as lib

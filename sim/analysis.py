@@ -53,8 +53,9 @@ from zephon_ref import codec
 from zephon_ref.engine.core import Engine
 from zephon_ref.errors import ConfigError, ZephonRefError, expected
 from zephon_ref.pipeline import Pipeline
+from zephon_ref.synthetic import synthetic_corpus
 from zephon_ref.types import SampleBatch, SampleRecord
-from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+from zephon_ref.work import StaticMixtureWorkSource
 
 __all__ = [
     "AnalysisConfig", "ArmResult", "CheckpointSample", "DriftPoint", "FlushArmIllegal", "LaneSample",

@@ -63,7 +63,8 @@ def _real_state(seed: int, canonical_replicas: int) -> dict[str, Any]:
     settings do not depend on ``seed``, so every state of one ``canonical_replicas`` shares a
     fingerprint, as the states of one job do."""
     from zephon_ref.pipeline import Pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     corpus = synthetic_corpus(seed=7, layout={"web": (40, 30), "code": (30,), "books": (12,)})
     src = StaticMixtureWorkSource(list(corpus.datasets), {"web": 0.6, "code": 0.3, "books": 0.1},

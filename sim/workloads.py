@@ -39,7 +39,8 @@ def crc_tokens(row: Mapping[str, Any]) -> dict[str, Any]:
 def _datasets(corpus_seed: int, layout: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[Any, ...]:
     """The corpus's datasets, built once per process: a pipeline only reads them (a run builds
     one pipeline per rank and incarnation, and synthesising the corpus each time dominated)."""
-    from zephon_ref.work import Dataset, InMemoryShard, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import Dataset, InMemoryShard
 
     corpus = synthetic_corpus(seed=corpus_seed, layout=dict(layout))
     dsets = []

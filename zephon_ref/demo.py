@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from zephon_ref.pipeline import Pipeline
-from zephon_ref.work import StaticMixtureWorkSource, WorkChunk, synthetic_corpus
+from zephon_ref.synthetic import synthetic_corpus
+from zephon_ref.work import StaticMixtureWorkSource, WorkChunk
 
 __all__ = ["build_demo_pipeline", "run_demo"]
 

@@ -29,7 +29,7 @@ pytest.importorskip("torch", reason="the torch extra is not installed")
 from properties.pipelines import PipelineConfig, crc_tokens, work_source  # noqa: E402
 from properties.zephon_records import norm_record  # noqa: E402
 from zephon_ref.errors import ContractError  # noqa: E402
-from zephon_ref.work import synthetic_corpus  # noqa: E402
+from zephon_ref.synthetic import synthetic_corpus  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 

@@ -249,7 +249,8 @@ def test_b_restored_checkpoint_is_not_the_private_pending_state() -> None:
 
 def _block_pipeline() -> Any:
     from zephon_ref.pipeline import Pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     corpus = synthetic_corpus(seed=0)
     src = StaticMixtureWorkSource(

@@ -90,7 +90,8 @@ def test_a_planted_difference_in_a_fast_path_is_found(plant: Any, monkeypatch: p
 
 def _pipeline(lanes: int) -> Any:
     from zephon_ref.pipeline import Pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     corpus = synthetic_corpus(layout={"web": (120, 80), "code": (60,), "books": (40,)}, seed=3)
     source = StaticMixtureWorkSource(list(corpus.datasets), {"web": 3, "code": 2, "books": 1}, chunk_size=16,

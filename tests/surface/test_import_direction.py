@@ -68,6 +68,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.observability", "machinery"),
     ("zephon_ref.debug", "machinery"),
     ("zephon_ref.build_index", "machinery"),
+    ("zephon_ref.synthetic", "machinery"),  # test and demo data (a fixture); decides nothing
     ("zephon_ref", "machinery"),  # the package itself: the assembly of everything
 )
 

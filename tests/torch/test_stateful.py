@@ -21,9 +21,10 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, StateFormatError, StateMismatchError  # noqa: E402
 from zephon_ref.pipeline import Pipeline  # noqa: E402
+from zephon_ref.synthetic import synthetic_corpus  # noqa: E402
 from zephon_ref.torch import STATE_FORMAT, StampedItem, to_stateful_dataset  # noqa: E402
 from zephon_ref.types import SampleBatch  # noqa: E402
-from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus  # noqa: E402
+from zephon_ref.work import StaticMixtureWorkSource  # noqa: E402
 
 SMALL = {"web": (16, 12), "code": (10,), "books": (6,)}
 LANES = 4

@@ -22,9 +22,10 @@ from torch.utils.data import DataLoader  # noqa: E402
 from zephon_ref.coordination.merge import merge  # noqa: E402
 from zephon_ref.errors import ContractError  # noqa: E402
 from zephon_ref.pipeline import Pipeline  # noqa: E402
+from zephon_ref.synthetic import synthetic_corpus  # noqa: E402
 from zephon_ref.torch import to_stateful_dataset  # noqa: E402
 from zephon_ref.types import SampleBatch  # noqa: E402
-from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus  # noqa: E402
+from zephon_ref.work import StaticMixtureWorkSource  # noqa: E402
 
 SMALL = {"web": (16, 12), "code": (10,), "books": (6,)}
 

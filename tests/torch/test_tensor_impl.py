@@ -149,7 +149,8 @@ def test_equal_to_reference_record_for_record(name: str) -> None:
 
 def _demo(lanes: int, seed: int) -> tuple[list[Any], TensorPipeline]:
     from zephon_ref.demo import build_demo_pipeline
-    from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+    from zephon_ref.synthetic import synthetic_corpus
+    from zephon_ref.work import StaticMixtureWorkSource
 
     want = list(build_demo_pipeline(seed, lanes))
     corpus = synthetic_corpus(seed=seed)

@@ -17,9 +17,10 @@ from zephon_ref.demo import build_demo_pipeline  # noqa: E402
 from zephon_ref.engine.world import World, active_workers, worker_lanes  # noqa: E402
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError  # noqa: E402
 from zephon_ref.pipeline import Pipeline  # noqa: E402
+from zephon_ref.synthetic import synthetic_corpus  # noqa: E402
 from zephon_ref.torch import to_torch_dataset  # noqa: E402
 from zephon_ref.types import SampleBatch  # noqa: E402
-from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus  # noqa: E402
+from zephon_ref.work import StaticMixtureWorkSource  # noqa: E402
 
 SMALL = {"web": (30, 22), "code": (18,), "books": (10,)}
 

@@ -12,7 +12,8 @@ from zephon_ref.engine.world import World, active_workers, lanes_for_group, work
 from zephon_ref.errors import ConfigError, ContractError, StateFormatError, StateMismatchError
 from zephon_ref.ops.base import Accumulator, BaseOp, OpTraits
 from zephon_ref.pipeline import Pipeline
-from zephon_ref.work import StaticMixtureWorkSource, synthetic_corpus
+from zephon_ref.synthetic import synthetic_corpus
+from zephon_ref.work import StaticMixtureWorkSource
 
 LAYOUT = {"web": (14, 9), "code": (8,), "books": (5,)}
 

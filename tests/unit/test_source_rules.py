@@ -20,13 +20,13 @@ from zephon_ref.errors import (
     ZephonRefError,
 )
 from zephon_ref.io import write_jsonl
+from zephon_ref.synthetic import synthetic_corpus
 from zephon_ref.work import (
     Dataset,
     InMemoryShard,
     MixtureSpec,
     StaticMixtureWorkSource,
     WorkChunk,
-    synthetic_corpus,
 )
 from zephon_ref.work import cursor as cursor_mod
 from zephon_ref.work.cursor import GOLDEN, DatasetCursor

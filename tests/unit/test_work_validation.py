@@ -178,7 +178,8 @@ def test_pipeline_ensure_mixture_refuses_sample_weights_with_a_token_aware_sourc
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from zephon_ref.work import TokenEstimation, synthetic_corpus  # noqa: E402
+from zephon_ref.synthetic import synthetic_corpus  # noqa: E402
+from zephon_ref.work import TokenEstimation  # noqa: E402
 
 ANY = st.one_of(
     st.none(),

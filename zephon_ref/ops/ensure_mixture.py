@@ -56,7 +56,7 @@ from zephon_ref.ops.base import (
     SourceExhaustion,
     check_int,
 )
-from zephon_ref.ops.knobs import Choice, Float, Func, Int, OneOf, Opaque, Text, check_fields, knob
+from zephon_ref.ops.knobs import Choice, Float, Func, Int, OneOf, Opaque, Text, check_fields, domains, knob
 from zephon_ref.ops.pack import resolve_token_field, value_length
 from zephon_ref.swrr import SmoothWeightedRoundRobin
 from zephon_ref.types import SampleRecord
@@ -77,6 +77,23 @@ class _Item:
 
     def __post_init__(self) -> None:
         self.pairs = tuple(self.contributions.items())
+
+
+def _best_pack(packs: deque[_Item], deficits: Mapping[int, float], holding: int | None) -> int:
+    """The index of the pack with the largest weighted deficit ``sum(w_c * deficit_c)`` among the
+    packs holding component ``holding`` (None: among all); the first such pack wins ties, as max()
+    does; -1 when no pack qualifies."""
+    dget = deficits.get
+    best_i, best = -1, 0.0
+    for i, p in enumerate(packs):
+        if holding is not None and holding not in p.contributions:
+            continue
+        score = 0.0
+        for c, w in p.pairs:
+            score += w * dget(c, 0.0)
+        if best_i < 0 or score > best:
+            best_i, best = i, score
+    return best_i
 
 
 @dataclass(slots=True)
@@ -113,9 +130,9 @@ class _Retired:
         if q:
             item = q.popleft()
         else:
-            d = sel.deficits()
-            idx, item = max(((i, it) for i, it in enumerate(self.packs) if ideal in it.contributions),
-                            key=lambda ip: sum(w * d.get(c, 0.0) for c, w in ip[1].contributions.items()))
+            idx = _best_pack(self.packs, sel.deficits(), ideal)
+            assert idx >= 0, ideal  # invariant: a live component with no single is in a pack
+            item = self.packs[idx]
             del self.packs[idx]
         sel.record(item.contributions)
         for c in item.contributions:
@@ -375,13 +392,15 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             ready.extend(self._emit_ready(self._lanes[lane]))
         return ready
 
-    def _emit_ready(self, st: _MixLane) -> list[ReadyBatch[SampleRecord]]:
+    def _emit_ready(self, st: _MixLane, *, flushing: bool = False) -> list[ReadyBatch[SampleRecord]]:
+        """Emit while the lane can; forced while a full buffer drains to its floor, and throughout
+        a (bounded) flush."""
         cap = self.max_buffer_size
         force = cap is not None and st.total_buffered >= cap
         floor = int(self.drain_target_ratio * cap) if cap is not None else 0
         out: list[SampleRecord] = []
         while st.has_buffered():
-            rec = self._emit_one(st, force=force and st.total_buffered > floor)
+            rec = self._emit_one(st, force=flushing or (force and st.total_buffered > floor))
             if rec is None:
                 break
             st.total_buffered -= 1
@@ -425,21 +444,8 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
                 chosen = min(available)
             return self._finish(st, st.singles[chosen].popleft(), obsolete=False)
         if st.packs:
-            # the pack with the largest weighted deficit among those holding the ideal
-            # component (or among all); the first such pack wins ties, as max() does
             d = st.swrr.deficits() if st.swrr is not None else {}
-            dget = d.get
-            best_i, best = -1, 0.0
-            i = -1
-            for p in st.packs:
-                i += 1
-                if has_ideal and ideal not in p.contributions:
-                    continue
-                score = 0.0
-                for c, w in p.pairs:
-                    score += w * dget(c, 0.0)
-                if best_i < 0 or score > best:
-                    best_i, best = i, score
+            best_i = _best_pack(st.packs, d, ideal if has_ideal else None)
             return self._finish(st, self._take_pack(st, best_i), obsolete=False)
         if force and st.obsolete_count:
             return self._finish(st, st.take_obsolete(), obsolete=True)
@@ -464,15 +470,7 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
             if self.max_buffer_size is None:
                 ready.extend(self._discard(st, lane))
             else:
-                out: list[SampleRecord] = []
-                while st.has_buffered():
-                    rec = self._emit_one(st, force=True)
-                    if rec is None:
-                        break
-                    st.total_buffered -= 1
-                    out.append(rec)
-                if out:
-                    ready.append((out, 0))
+                ready.extend(self._emit_ready(st, flushing=True))
             if reset:
                 self._lanes[lane] = _MixLane()
         return ready
@@ -498,16 +496,6 @@ class MixtureAccumulator(Accumulator[SampleRecord]):
         st.obsolete_count = 0
         st.total_buffered = 0
         return [(tombs[i : i + TOMBSTONE_BATCH], 0) for i in range(0, len(tombs), TOMBSTONE_BATCH)]
-
-
-def _check_ratio(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigTypeError(expected(name, "a number", value))
-    ok_lo = value > lo if lo_open else value >= lo
-    ok_hi = value < hi if hi_open else value <= hi
-    if not (ok_lo and ok_hi):
-        interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ConfigError(expected(name, f"a number in {interval}", value))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -552,11 +540,11 @@ class EnsureMixture(BaseOp):
         check_int("parallelism", parallelism, minimum=1, allow_none=True)
         # an execution hint (plan and explain(); the fingerprint leaves it out), never read by the data path
         self.parallelism = 1 if parallelism is None else parallelism
-        check_int("max_buffer_size", max_buffer_size, minimum=1, allow_none=True)
-        _check_ratio("drain_target_ratio", drain_target_ratio, 0, 1, lo_open=True, hi_open=True)
-        _check_ratio("obsolete_drain_rate", obsolete_drain_rate, 0, 1, lo_open=False, hi_open=False)
-        if warn_tolerance is not None:
-            _check_ratio("warn_tolerance", warn_tolerance, 0, 1, lo_open=False, hi_open=False)
+        # the numeric knobs against their declared domains, before weight_by and the mixture
+        knobs = domains(MixtureConfig)
+        for name, value in (("max_buffer_size", max_buffer_size), ("drain_target_ratio", drain_target_ratio),
+                            ("obsolete_drain_rate", obsolete_drain_rate), ("warn_tolerance", warn_tolerance)):
+            knobs[name].check(name, value)
         if not (callable(weight_by) or (isinstance(weight_by, str) and weight_by)):
             raise ConfigTypeError(
                 expected("weight_by", "'auto', 'samples', a field name or a callable", weight_by)

@@ -4,7 +4,6 @@ from zephon_ref.work.base import ComponentOrder, MixtureReadConfig, MixtureReadM
 from zephon_ref.work.dataset import Dataset, InMemoryShard
 from zephon_ref.work.mixture import MixtureSpec
 from zephon_ref.work.static_mixture import StaticMixtureWorkSource
-from zephon_ref.work.synthetic import SyntheticCorpus, synthetic_corpus
 from zephon_ref.work.token_estimation import TokenEstimation
 
 __all__ = [
@@ -15,9 +14,7 @@ __all__ = [
     "MixtureReadMode",
     "MixtureSpec",
     "StaticMixtureWorkSource",
-    "SyntheticCorpus",
     "TokenEstimation",
     "WorkChunk",
     "WorkSource",
-    "synthetic_corpus",
 ]

@@ -338,11 +338,8 @@ class WorkSource:
 def check_source_state(fresh: Any, lane: int, ws_state: Any) -> None:
     """A lane's saved source state must carry the configuration of ``fresh`` (a fresh lane clone of
     the pipeline's source): only the position fields (:data:`SOURCE_RESTORABLE_KEYS`) may differ.
-
-    A source whose state carries no configuration (``state_configuration`` None: the WorkSource
-    default, as seed 000 leaves a state's content to the implementation) checks its own in
-    ``load_state_dict``, so nothing is checked here.  Every implementation that restores
-    zephon_ref states (the engine, the tensor implementation) calls this one rule.
+    Nothing is checked for a source whose ``state_configuration`` is None (see it).  Every
+    implementation that restores zephon_ref states (the engine, the tensor implementation) calls this.
     """
     whole = fresh.state_dict()
     want = fresh.state_configuration(whole) if isinstance(whole, Mapping) else None

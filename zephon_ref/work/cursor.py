@@ -177,19 +177,15 @@ class DatasetCursor:
         self._knobs = _Knobs(shuffle_shards, shuffle_within_shard, block_size)
         self.epoch = 0
         self.position = 0
-        self._order = self._make_order(0, reshuffle=False)
+        self._order = DatasetOrder(dataset_id, ids, counts, seed, self._knobs)
         self._reset_block_state()
 
     # -- epochs ---------------------------------------------------------------------------
     def _make_order(self, epoch: int, *, reshuffle: bool) -> DatasetOrder:
         seed = self._base_seed + epoch * GOLDEN if (reshuffle and epoch > 0) else self._base_seed
-        if seed == self._order_seed():
+        if seed == self._order._seed:
             return self._order  # the same sequence (no reshuffle): keep it and what it holds
         return DatasetOrder(self._dataset_id, self._ids, self._counts, seed, self._knobs)
-
-    def _order_seed(self) -> int | None:
-        order: DatasetOrder | None = getattr(self, "_order", None)
-        return None if order is None else order._seed
 
     def _reset_block_state(self) -> None:
         self._perms: list[np.ndarray] | None = None  # block permutations of fill `_fill_k`

@@ -3,8 +3,7 @@
 zephon 0.2.0 still exports :class:`MixtureReadConfig` (a traversal mode, a seed, a within-component
 order) and its two enums, but its engine no longer reads them (notes section 7): a chunk is
 traversed in smooth weighted round robin, the only order zephon_ref implements.  They are here so
-code that builds or passes one imports and runs; the fields are checked (zephon checks none of them,
-docs/divergences.md) and never read.
+code that builds or passes one imports and runs; the fields are checked (divergence D-46) and never read.
 """
 
 from __future__ import annotations

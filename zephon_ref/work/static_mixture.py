@@ -140,14 +140,34 @@ class _Config:
         return cur.remaining
 
     def passes_reached(self, cursors: Mapping[str, DatasetCursor], exhausting: str | None = None) -> bool:
-        """Has every dataset completed ``stop_after_passes`` passes?"""
-        assert self.stop_after_passes is not None
+        """Has every dataset completed ``stop_after_passes`` passes (False without that bound)?"""
+        if self.stop_after_passes is None:
+            return False
         for n in self.order:
             cur = cursors[n]
             done = cur.epoch + (1 if (n == exhausting or cur.remaining == 0) else 0)
             if done < self.stop_after_passes:
                 return False
         return True
+
+    def repeats(self, name: str, cursors: Mapping[str, DatasetCursor]) -> bool:
+        """May dataset ``name``, too short for its quota, start its next pass?  Not under 'stop',
+        at its ``max_repeats`` cap, or once ``stop_after_passes`` is reached: the stream ends."""
+        if self.policy[name] != "repeat":
+            return False
+        cap = self.max_repeats[name]
+        if cap is not None and cursors[name].epoch >= cap:
+            return False
+        return not self.passes_reached(cursors, name)
+
+    def without_redistributing(self, shares: dict[str, float]) -> dict[str, float]:
+        """``shares`` renormalised over the datasets that never leave the mixture (what a
+        repeat dataset's share grows to once every 'redistribute' dataset has run dry)."""
+        if not self.redistributing:
+            return shares
+        surv = {n: w for n, w in shares.items() if n not in self.redistributing}
+        tot = sum(surv.values())
+        return {n: w / tot for n, w in surv.items()}
 
 
 class _Allocator:
@@ -238,11 +258,7 @@ class _AccumulatorAllocator(_Allocator):
 
     def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
         cfg = self.cfg
-        shares = cfg.weights
-        if cfg.redistributing:
-            surv = {n: w for n, w in cfg.weights.items() if n not in cfg.redistributing}
-            tot = sum(surv.values())
-            shares = {n: w / tot for n, w in surv.items()}
+        shares = cfg.without_redistributing(cfg.weights)
         for n in cfg.order:
             if cfg.policy[n] != "repeat":
                 continue
@@ -308,18 +324,10 @@ class _AccumulatorAllocator(_Allocator):
                 if cur.remaining >= k:
                     continue
                 self.last_failed = n
-                pol = cfg.policy[n]
-                if pol == "redistribute":
+                if cfg.policy[n] == "redistribute":
                     q[n] = cur.remaining
                     continue
-                if pol == "stop":
-                    self.acc = saved
-                    return None
-                cap = cfg.max_repeats[n]
-                if cap is not None and cur.epoch >= cap:
-                    self.acc = saved
-                    return None
-                if cfg.stop_after_passes is not None and cfg.passes_reached(cursors, n):
+                if not cfg.repeats(n, cursors):
                     self.acc = saved
                     return None
                 if k > cur.total:
@@ -334,7 +342,7 @@ class _AccumulatorAllocator(_Allocator):
                 break
             if retry:
                 continue
-            if cfg.stop_after_passes is not None and cfg.passes_reached(cursors):
+            if cfg.passes_reached(cursors):
                 self.acc = saved
                 return None
             return q
@@ -378,14 +386,8 @@ class _LegacyFixedAllocator(_Allocator):
             raise ContractError(expected("legacy quota slots left", "0", left))
         return q
 
-    def draws_per_chunk(self) -> dict[str, float]:
-        return {n: float(self.fixed[n]) for n in self.cfg.order}
-
     def clone(self) -> _LegacyFixedAllocator:
-        c = _LegacyFixedAllocator.__new__(_LegacyFixedAllocator)
-        _Allocator.__init__(c, self.cfg)
-        c.fixed = dict(self.fixed)
-        return c
+        return _LegacyFixedAllocator(self.cfg)  # the fixed split is a pure function of the config
 
     def check_liveness(self, cursors: Mapping[str, DatasetCursor]) -> None:
         for n in self.cfg.order:
@@ -395,22 +397,17 @@ class _LegacyFixedAllocator(_Allocator):
                     "allocation_mode='legacy_fixed' and exhausted_policy='repeat')", cursors[n].total))
 
     def quotas(self, cursors: dict[str, DatasetCursor]) -> dict[str, int] | None:
-        # zephon's legacy mode never sees stop_after_passes (its legacy checkpoints migrate to
-        # None); zephon_ref lets a user pick legacy_fixed, so it honours it like accumulator mode
+        # stop_after_passes ends the stream as in accumulator mode: divergence D-72
         cfg = self.cfg
-        sap = cfg.stop_after_passes
         for n in cfg.order:
             cur = cursors[n]
             if cur.remaining >= self.fixed[n]:
                 continue
             self.last_failed = n
-            cap = cfg.max_repeats[n]
-            if cfg.policy[n] != "repeat" or (cap is not None and cur.epoch >= cap):
-                return None
-            if sap is not None and cfg.passes_reached(cursors, n):
+            if not cfg.repeats(n, cursors):
                 return None
             cur.reset(reshuffle=cfg.reshuffle[n])
-        if sap is not None and cfg.passes_reached(cursors):
+        if cfg.passes_reached(cursors):
             return None
         return dict(self.fixed)
 
@@ -499,11 +496,7 @@ class _TokenAllocator(_Allocator):
         cfg = self.cfg
         if "repeat" not in cfg.policy.values():
             return
-        shares = self.effective_shares()
-        if cfg.redistributing:
-            surv = {n: w for n, w in shares.items() if n not in cfg.redistributing}
-            tot = sum(surv.values())
-            shares = {n: w / tot for n, w in surv.items()}
+        shares = cfg.without_redistributing(self.effective_shares())
         for n in cfg.order:
             if cfg.policy[n] != "repeat":
                 continue
@@ -533,7 +526,7 @@ class _TokenAllocator(_Allocator):
         resets: dict[str, int] = {}
         while True:
             # a dataset may complete its last pass exactly on the previous chunk boundary
-            if cfg.stop_after_passes is not None and cfg.passes_reached(cursors):
+            if cfg.passes_reached(cursors):
                 return None
             d = [self.deficits[n] for n in order]
             drawn: list[list[SampleId]] = [[] for _ in order]
@@ -547,16 +540,10 @@ class _TokenAllocator(_Allocator):
                 sid = cursors[name].next_one()
                 if sid is None:
                     self.last_failed = name
-                    pol = cfg.policy[name]
-                    if pol == "redistribute":
+                    if cfg.policy[name] == "redistribute":
                         break  # keep the short chunk; the component leaves the next target
                     self._rollback(cursors, start)
-                    if pol == "stop":
-                        return None
-                    cap = cfg.max_repeats[name]
-                    if cap is not None and cursors[name].epoch >= cap:
-                        return None
-                    if cfg.stop_after_passes is not None and cfg.passes_reached(cursors, name):
+                    if not cfg.repeats(name, cursors):
                         return None
                     resets[name] = resets.get(name, 0) + 1
                     if resets[name] > self.MAX_RESETS:
@@ -600,9 +587,8 @@ def _make_allocator(mode: str, cfg: _Config, acc: Mapping[str, float] | None = N
 class StaticMixtureWorkSource(WorkSource):
     """A weighted mixture of datasets emitted in chunks of ``chunk_size`` pointers.
 
-    Arguments and defaults follow zephon 0.2.0.  ``allocation_mode`` is a
-    zephon_ref addition (keyword-only): zephon selects ``legacy_fixed`` only when
-    restoring a pre-accumulator checkpoint.
+    Arguments and defaults follow zephon 0.2.0; ``allocation_mode`` (keyword-only) is a
+    zephon_ref addition (divergence D-22).
     """
 
     def __init__(

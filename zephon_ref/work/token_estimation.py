@@ -126,10 +126,9 @@ class TokenEstimation:
     """How per-dataset tokens/byte ratios are obtained (same fields as zephon's).
 
     Passing one to ``StaticMixtureWorkSource(token_estimation=...)`` selects the
-    token-aware allocation.  zephon_ref needs the ratios pinned: ``primer`` a
-    positive number, or a mapping ``{dataset: tokens_per_byte}`` naming every
-    dataset of the source.  ``"measure"`` is accepted here (it is a valid zephon
-    configuration) and refused by the work source.
+    token-aware allocation.  ``primer`` pins ratios: a positive number for every dataset, or
+    a mapping ``{dataset: tokens_per_byte}``; ``"measure"`` (the default) and every dataset a
+    mapping leaves out are measured by :func:`prime_token_ratios` (the source's ``prime()``).
     """
 
     primer: str | Mapping[str, float] | float = "measure"
@@ -193,16 +192,6 @@ class TokenEstimation:
                 )
             return {n: TokenRatio(float(p[n]), "pinned") for n in names if n in p}
         return {}
-
-    def pinned_ratios(self, names: Sequence[str]) -> dict[str, float]:
-        """``{dataset: tokens_per_byte}`` when every one of ``names`` is pinned, else ConfigError."""
-        got = self.pinned(names)
-        missing = [n for n in names if n not in got]
-        if missing:
-            raise ConfigError(expected("token_estimation.primer",
-                                       f"pinned ratios for every dataset of {list(names)}",
-                                       f"no ratio for {missing}"))
-        return {n: got[n].tokens_per_byte for n in names}
 
 
 class TokenCostTable:
@@ -316,8 +305,7 @@ def _census(dataset: Dataset, dataset_id: int, est: TokenEstimation, seed: int) 
 def _draws(census: _Census, dataset_id: int, n: int, seed: int) -> list[tuple[tuple[int, int], int]]:
     """``n`` draws with replacement, probability proportional to size: (row, times drawn), row order."""
     rows = sorted(r for r, size in census.sizes.items() if size > 0)
-    if not rows:
-        return []
+    assert rows and n > 0  # invariant: a census has payload_total > 0, so some row has bytes
     weights = np.array([census.sizes[r] for r in rows], dtype=float)
     rng = np.random.default_rng((seed << 24) ^ (dataset_id + 1))
     drawn = rng.choice(len(rows), size=n, replace=True, p=weights / weights.sum())
@@ -506,8 +494,6 @@ def _measure(dataset: Dataset, dataset_id: int, est: TokenEstimation,
     if census is None:
         return _fallback(est, None), "dataset is empty or unsized"
     draws = _draws(census, dataset_id, est.calibration_samples, seed)
-    if not draws:
-        return _fallback(est, census), "dataset is empty"
     if count is None:
         count = TextCounting()  # zephon's default: its built-in tokenizer over the likely text field
     if isinstance(count, TextCounting) and count.unreplayable is not None:

@@ -9,6 +9,9 @@ from a fixed vocabulary ``w0..wN``, so packing and truncation see realistic
 length spreads.  Each (dataset, shard) draws from its own generator seeded by
 ``derive_seed(seed, "<dataset>/<shard>")``: the corpus is a pure function of its
 arguments, whatever the process, and adding a dataset does not change the others.
+
+Machinery (house rule 10): test and demo data over :mod:`zephon_ref.work`'s in-memory shards; no rule
+of the seeds lives here, and nothing in the semantics imports it.
 """
 
 from __future__ import annotations
