@@ -122,7 +122,7 @@ from zephon_ref.coordination.protocol import (
     Woke,
 )
 from zephon_ref.errors import ConfigError, StateFormatError, expected
-from zephon_ref.fast.codec import FastCodec
+from zephon_ref.fast.codec import FastCodec, SharingLeaderCodec
 
 _FAST = FastCodec()
 
@@ -437,7 +437,8 @@ class _Star:
         self.latency = [choices.integer("scale/latency", 1, cfg.max_latency) for _ in range(n)]
         cache: dict[Any, Any] = {}
         rank_state(0, ranks=n, dp_degree=cfg.dp, canonical_replicas=cfg.lanes, _cache=cache)  # fills it
-        lead_codec: Codec = _FAST if cfg.fast_codec else codec
+        # the leader's codec also shares one decoded lane mapping across the shards it holds
+        lead_codec: Codec = SharingLeaderCodec() if cfg.fast_codec else codec
         followers: Codec = (_ScaleCodec(_GroupPacker(*cache[(n, cfg.dp, cfg.lanes)]), _SharedDecode())
                             if cfg.fast_codec else codec)
         self.machines: list[Machine] = []

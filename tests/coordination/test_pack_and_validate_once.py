@@ -27,6 +27,7 @@ from zephon_ref.coordination import protocol
 from zephon_ref.coordination.merge import merge, shard_world
 from zephon_ref.coordination.protocol import Follower, Leader, RoundConfig, outcome_key, shard_key
 from zephon_ref.errors import AggregationError, ContractError, StateFormatError
+from zephon_ref.fast.codec import SharingLeaderCodec
 
 pytestmark = pytest.mark.filterwarnings("ignore:checkpoint taken mid-window")
 
@@ -195,26 +196,55 @@ def test_a_map_template_refuses_what_it_cannot_fill() -> None:
             template.fill(bad)  # type: ignore[arg-type]
 
 
-def test_the_leader_shares_its_mapping_without_changing_a_world() -> None:
-    """The leader's record of each shard holds the leader's own mapping object; every world
-    stays equal to what shard_world computes, and followers' worlds are shard_world's."""
+def _leader_after_a_round(codec: Any) -> Leader:
     sts = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=2)
-    fols = [Follower(sts[(r, 0)], _cfg(r, ws=4)) for r in (1, 2, 3)]
-    for f, r in zip(fols, (1, 2, 3), strict=True):
-        assert f.world == shard_world(sts[(r, 0)])
-    # the leader's world of each shard it accepted: equal to shard_world of that state, sharing its mapping
     cl = Cluster()
-    lead = cl.add("leader", Leader(sts[(0, 0)], _cfg(0, ws=4, rid="rid1"), warn_mid_window=False), start=True)
+    leader0 = Leader(sts[(0, 0)], _cfg(0, ws=4, rid="rid1"), warn_mid_window=False, codec=codec)
+    lead = cl.add("leader", leader0, start=True)
     for r in (1, 2, 3):
         cl.add(f"f{r}", Follower(sts[(r, 0)], _cfg(r, ws=4)), start=True)
     cl.run()
     leader = lead.machine
     assert isinstance(leader, Leader) and len(leader.worlds) == 4
+    return leader
+
+
+@pytest.mark.parametrize("sharing", [False, True], ids=["plain codec", "SharingLeaderCodec"])
+def test_the_leader_shares_its_mapping_without_changing_a_world(sharing: bool) -> None:
+    """The leader's world of each shard it accepted equals shard_world of that state and holds the
+    leader's own mapping tuple (plain codec or not), and followers' worlds are shard_world's.  The
+    plain codec gives each shard its own decoded lane mapping; SharingLeaderCodec (a memory seam,
+    zephon_ref.fast.codec) hands every shard the one decoded mapping, equal to each shard's own."""
+    sts = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=2)
+    fols = [Follower(sts[(r, 0)], _cfg(r, ws=4)) for r in (1, 2, 3)]
+    for f, r in zip(fols, (1, 2, 3), strict=True):
+        assert f.world == shard_world(sts[(r, 0)])
+    leader = _leader_after_a_round(SharingLeaderCodec() if sharing else codec)
     assert all(w == shard_world(leader.states[n]) and w.mapping is leader.world.mapping
                for n, w in leader.worlds.items())
-    # and one decoded copy of the raw mapping, equal to each shard's own
-    assert all(st["world"]["mapping"] is leader._mapping_raw == sts[(0, 0)]["world"]["mapping"]
-               for st in leader.states.values())
+    mappings = [st["world"]["mapping"] for st in leader.states.values()]
+    assert all(m == sts[(0, 0)]["world"]["mapping"] and list(m) == list(sts[(0, 0)]["world"]["mapping"])
+               for m in mappings)
+    assert len({id(m) for m in mappings}) == (1 if sharing else len(mappings))
+
+
+def test_the_sharing_codec_decodes_what_the_plain_codec_decodes() -> None:
+    """SharingLeaderCodec.decode equals codec.decode on every envelope; a mapping that differs from
+    the first (one lane list shorter) is not swapped."""
+    sts = topology_states(6, canonical_replicas=8, world_size=4, dp_degree=2)
+    env = {"protocol": 1, "state": sts[(0, 0)]}
+    sc = SharingLeaderCodec()
+    first = sc.decode(codec.encode(env))
+    assert first == codec.decode(codec.encode(env))
+    again = sc.decode(codec.encode(env))
+    assert again == first and again["state"]["world"]["mapping"] is first["state"]["world"]["mapping"]
+    mapping = sts[(0, 0)]["world"]["mapping"]
+    changed = {k: list(v)[:-1] for k, v in mapping.items()}
+    e = {"protocol": 1, "state": {**sts[(0, 0)], "world": {**sts[(0, 0)]["world"], "mapping": changed}}}
+    got = sc.decode(codec.encode(e))
+    assert got == codec.decode(codec.encode(e))
+    assert got["state"]["world"]["mapping"] is not first["state"]["world"]["mapping"]
+    assert sc.decode(codec.encode([1, 2])) == [1, 2]  # not an envelope: the plain value
 
 
 def test_the_reused_packer_gives_packb_bytes_after_a_failure_and_across_threads() -> None:

@@ -659,10 +659,9 @@ class Leader(Machine):
         # envelope) before any I/O.
         self.own_bytes = self._envelope()
         self.coverage = Coverage(world=self.world)
-        # decoded here, never mutated (but see _accept: an identical decoded lane mapping is
-        # swapped for the leader's own decoded one)
+        # decoded here, never mutated (a codec may share equal decoded values between them:
+        # zephon_ref.fast.codec.SharingLeaderCodec)
         self.states: dict[str, Mapping[str, Any]] = {}
-        self._mapping_raw: Any = None  # world.mapping of the leader's own decoded envelope
         self.worlds: dict[str, ShardWorld] = {}  # shard_world() of each, from _accept
         self.listed: set[str] = set()
         # FIFO queues (deque: popping the head of a 200,000-key list costs a memmove each)
@@ -698,7 +697,6 @@ class Leader(Machine):
 
     def _own_published(self, ev: Stored) -> Command:
         env = self.codec.decode(self.own_bytes)  # the same round trip followers' shards take
-        self._mapping_raw = env["state"]["world"]["mapping"]
         try:
             self._accept(self.cfg.participant, env)
         except ZephonRefError as exc:  # pragma: no cover - the constructor validated it
@@ -799,16 +797,7 @@ class Leader(Machine):
         # handed this ShardWorld instead of validating the world part again.
         w = shard_world(env["state"], who=f"the shard of {name}")
         self.coverage.add(name, rank, worker, w)
-        state = env["state"]
-        # One decoded copy of the lane mapping for the whole round (200,000 shards of a
-        # 16-group mapping hold ~0.4 GB of them): a shard's decoded mapping with the same
-        # keys, in the same order, with equal lane lists (decoded values are plain ints and
-        # lists, which shard_world just checked) is swapped for the leader's own decoded
-        # one.  Nothing another reader could see changes: both are the leader's decodings.
-        raw, mine = state["world"]["mapping"], self._mapping_raw
-        if raw is not mine and type(raw) is dict and raw == mine and list(raw) == list(mine):
-            state["world"]["mapping"] = mine
-        self.states[name] = state
+        self.states[name] = env["state"]
         # Coverage.add refused a mapping unlike the leader's: hold the leader's equal tuple (values
         # do not change, only which object holds them)
         assert w.mapping == self.world.mapping

@@ -12,7 +12,8 @@ definition by the property suite (house rule 8).
   bytes computed faster (seam: ``codec=`` of the aggregation round's machines, ``aggregate_round``
   and ``checkpoint.store.save``; checked against :mod:`zephon_ref.codec` by
   ``properties.fast_codec`` and the suite's ``fast codec`` row; sim.scale and the benchmarks that
-  use it say so);
+  use it say so); its :class:`~zephon_ref.fast.codec.SharingLeaderCodec` is a memory seam: a
+  round's leader holds one decoded lane mapping for every equal one (sim.scale's star plugs it in);
 * :mod:`zephon_ref.fast.tensor` — the array implementation of the hot path (seam: its own
   ``TensorPipeline`` built from a configuration; checked record for record by the suite).
 
