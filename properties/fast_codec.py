@@ -11,7 +11,8 @@ store's ``save``, sim.scale, the benchmarks).  Its invariant is that the swap ch
   set or an object leaf, a non-finite float value or key: the path of the bad value is in it);
 * ``decode`` of those bytes, and of a loose encoding of the value (msgpack's own packing, no
   sorting, non-finite floats let through, tuples as arrays): equal values, or the same refusal;
-* ``pack_map_with`` (a str-keyed map with one value packed beforehand): ``pack`` of the whole map.
+* ``pack_map_with`` (a str-keyed map with one value packed beforehand): ``pack`` of the whole map;
+* an engine state in a round envelope, decoded twice by one ``SharingLeaderCodec``: the plain value.
 
 The drawn values (:func:`codec_values`) are nested dicts, lists and tuples with keys and leaves of
 every accepted kind (str, int with big ints beyond msgpack's range, bytes, bool, None, floats,
@@ -64,7 +65,7 @@ def _loose(value: Any) -> bytes | None:
 def fast_codec_problems(value: Any, fast: Any = None) -> list[str]:
     """Differences between the plain codec and ``fast`` (a FastCodec unless given) on ``value``."""
     from zephon_ref import codec
-    from zephon_ref.fast.codec import FastCodec
+    from zephon_ref.fast.codec import FastCodec, SharingLeaderCodec
 
     f = fast if fast is not None else FastCodec()
     out: list[str] = []
@@ -85,6 +86,15 @@ def fast_codec_problems(value: Any, fast: Any = None) -> list[str]:
         if not _same(a, b):
             what = "its encoding" if i == 0 and enc[0] == "ok" else "a loose encoding"
             out.append(f"decode of {what}: plain {a[0]} {a[1]!r:.200}, fast {b[0]} {b[1]!r:.200}")
+    if enc[0] == "ok" and type(value) is dict and type(value.get("world")) is dict:
+        # an engine state inside a round envelope, decoded twice by one SharingLeaderCodec: the
+        # second decode may share the first's lane mapping, never change a value
+        env = codec.encode({"protocol": 1, "state": value})
+        sharing, plain_env = SharingLeaderCodec(), _outcome(codec.decode, env)
+        for n in (1, 2):
+            got = _outcome(sharing.decode, env)
+            if not _same(plain_env, got):
+                out.append(f"SharingLeaderCodec decode {n} of the envelope: {got[1]!r:.200}")
     whole = _outcome(codec.pack, value)
     if whole[0] == "ok" and type(value) is dict and value and all(type(k) is str for k in value):
         for key in sorted(value)[:: max(1, len(value) - 1)]:  # the first and the last key

@@ -86,6 +86,27 @@ def test_a_fast_decode_that_skips_the_finite_check_is_found(monkeypatch: pytest.
     assert any("decode of a loose encoding" in p for p in fast_codec_problems(found, NoCheck())), found
 
 
+def test_a_sharing_decode_that_changes_a_value_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SharingLeaderCodec planted to share a mapping one lane short from its second decode on: the
+    property's envelope check finds it on a real state (and finds nothing without the plant)."""
+    state = real_states(3)[0]
+    assert fast_codec_problems(state) == []
+
+    class LaneShort(fast_codec.SharingLeaderCodec):
+        __slots__ = ("_calls",)
+
+        def decode(self, data: bytes) -> Any:
+            out = super().decode(data)
+            self._calls = getattr(self, "_calls", 0) + 1
+            if self._calls > 1:
+                world = out["state"]["world"]
+                world["mapping"] = {k: v[:-1] for k, v in world["mapping"].items()}
+            return out
+
+    monkeypatch.setattr(fast_codec, "SharingLeaderCodec", LaneShort)
+    assert any("SharingLeaderCodec decode 2" in p for p in fast_codec_problems(state))
+
+
 def test_the_conformance_fast_codec_row_fails_on_a_planted_difference(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from properties import conformance
