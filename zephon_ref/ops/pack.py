@@ -1012,19 +1012,14 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                     samples[cid] = samples.get(cid, 0) + cnt
             targets = m.component_token_counts
             if targets is None:
-                counts = m.component_sample_counts
-                if len(counts) == 1:  # the common case: apportion_tokens gives it everything
-                    ((only, w),) = counts.items()
-                    targets = {only: seg.seq_len} if w > 0 and seg.seq_len > 0 else {}
-                else:
-                    targets = apportion_tokens(seg.seq_len, counts)
+                targets = apportion_tokens(seg.seq_len, m.component_sample_counts)
             if not targets or seg.seq_len <= 0:
                 continue
             if seg.is_last:
                 # only a record split across earlier bins has charges to subtract
-                done = st.charged.pop(rec.meta.cursor.as_key(), None) if st.charged else None
+                done = st.charged.pop(rec.meta.cursor.as_key(), {})
                 for cid, t in targets.items():
-                    tokens[cid] = tokens.get(cid, 0) + t - (done.get(cid, 0) if done else 0)
+                    tokens[cid] = tokens.get(cid, 0) + t - done.get(cid, 0)
             else:
                 done = st.charged.setdefault(rec.meta.cursor.as_key(), {})
                 for cid, t in targets.items():
