@@ -88,7 +88,6 @@ not live here: clocks, importing torch, unsorted iteration.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -577,9 +576,6 @@ class PackConfig:
         age = self.max_candidate_age
         return AGE_PER_CANDIDATE * self.pool_size if age is None else age
 
-    def replace(self, **changes: Any) -> PackConfig:
-        return dataclasses.replace(self, **changes)
-
 
 # ----------------------------------------------------------------------------
 # the accumulator
@@ -620,7 +616,6 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         self.pack_payloads: Callable[[list[Any]], Any] | None = (
             None if isinstance(pp, str) and pp == "keep_list" else joiners[pp] if isinstance(pp, str) else pp)
         self.domain_of = domain_of
-        self.dropped_oversized = 0  # diagnostics only, never decides output
         # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)
         self._oversized: dict[int, list[int]] = {}
         #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
@@ -758,7 +753,6 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                 raise ConfigError(
                     expected("record length", f"<= max_length={self.max_length} (drop_oversized=False)", n)
                 )
-            self.dropped_oversized += 1
             tally_drop = self._oversized.setdefault(rec.meta.lane_id, [0, 0])
             tally_drop[0] += 1
             tally_drop[1] += n
