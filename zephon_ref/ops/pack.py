@@ -122,7 +122,6 @@ from zephon_ref.ops.knobs import (
 from zephon_ref.ops.shuffle import batch_seed
 from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_tensors, pad_tensor
 from zephon_ref.types import (
-    TAG_CONTRIBUTORS,
     TAG_PACKING_METADATA,
     ContributorRef,
     SampleCursorKey,
@@ -652,8 +651,9 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         name = resolve_token_field(rec.payload, c.tokens_field)
         return value_length(rec.payload[name], name)
 
-    def _slice_field(self, st: _PackLane, rec: SampleRecord) -> str:
-        """The token field a slicing algorithm cuts; "auto" must resolve alike for a whole lane."""
+    def _slice_field(self, st: _PackLane, rec: SampleRecord) -> tuple[str, int]:
+        """The token field a slicing algorithm cuts, and its length; "auto" must resolve alike for a
+        whole lane."""
         name = resolve_token_field(rec.payload, self.config.tokens_field)
         if self.config.tokens_field == "auto":
             if st.auto_field is None:
@@ -666,7 +666,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                         name,
                     )
                 )
-        return name
+        return name, value_length(rec.payload[name], name)
 
     # -- push -----------------------------------------------------------------
 
@@ -685,7 +685,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
             # the same push, and the closer must still wait for it (upstream delivers the closer
             # last, so once it is seen every sibling has been pushed)
             for rec in order:
-                self._track(self._lanes.setdefault(rec.meta.lane_id, _PackLane()), rec)
+                self._lanes.setdefault(rec.meta.lane_id, _PackLane()).tally.add(rec.meta.contributors)
         out: list[SampleRecord] = []
         for rec in order:
             domain = None if self.domain_of is None else self.domain_of(rec)
@@ -724,15 +724,9 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
             out.extend(recs)
         return out
 
-    # closers of explicit contributors, for the algorithms that reorder records
-    @staticmethod
-    def _track(st: _PackLane, rec: SampleRecord) -> None:
-        """A record is pushed: count its refs per offset until they leave, note a closer."""
-        st.tally.add(rec.meta.tags.get(TAG_CONTRIBUTORS) or ())
-
     @staticmethod
     def _drop_tombstones(st: _PackLane, rec: SampleRecord) -> list[SampleRecord]:
-        """Tombstones for a record that packs nothing (tracked by :meth:`_track`): an offset whose
+        """Tombstones for a record that packs nothing (counted in by :meth:`push_many`): an offset whose
         last buffered fragment this was closes here, if its closer was seen; a sibling still
         buffered carries the closer otherwise."""
         if not rec.meta.contributors:
@@ -793,8 +787,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         return out
 
     def _push_wrap(self, st: _PackLane, g: _Group, rec: SampleRecord) -> list[SampleRecord]:
-        name = self._slice_field(st, rec)
-        n = value_length(rec.payload[name], name)
+        name, n = self._slice_field(st, rec)
         if n <= 0:
             return self._close_empty(g, rec)
         g.wrap.append(_Segment(rec, 0, n, n, token_field=name, is_slice=True))
@@ -851,8 +844,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     # -- best_fit_wrap ----------------------------------------------------------
 
     def _push_best_fit_wrap(self, st: _PackLane, g: _Group, rec: SampleRecord) -> list[SampleRecord]:
-        name = self._slice_field(st, rec)
-        n = value_length(rec.payload[name], name)
+        name, n = self._slice_field(st, rec)
         if n <= 0:
             return self._drop_tombstones(st, rec)
         lane, m = rec.meta.lane_id, self.max_length
@@ -938,17 +930,10 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                 if g.pool:
                     while g.pool_total >= m or (self.cap is not None and len(g.pool) > self.cap):
                         packs.append(self._emit(st, self._build_bin(g), lane))
-                    rest = [c.segment for c in g.pool]
-                    for s in rest:
-                        s.is_last = True
-                    if rest:
-                        packs.append(self._emit(st, rest, lane))
+                    packs.extend(self._last_bin(st, [c.segment for c in g.pool], lane))
                 if g.wrap:
                     if self.cap is not None:
-                        tail = list(g.wrap)
-                        for s in tail:
-                            s.is_last = True
-                        packs.append(self._emit(st, tail, lane))
+                        packs.extend(self._last_bin(st, list(g.wrap), lane))
                     else:
                         t = tails.setdefault(lane, [0, 0])
                         t[0] += len(g.wrap)
@@ -957,6 +942,13 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                             tombs.extend(tombstones_for_record(s.record))
         self._warn_drops(lane_id, lanes, tails)
         return [([r], 0) for r in packs] + [([t], 0) for t in tombs]
+
+    def _last_bin(self, st: _PackLane, segments: list[_Segment], lane: int) -> list[SampleRecord]:
+        """What a flush emits of a group's buffered rest: one bin in arrival order (if any), each
+        segment the last of its record."""
+        for s in segments:
+            s.is_last = True
+        return [self._emit(st, segments, lane)] if segments else []
 
     def _warn_drops(self, lane_id: int | None, lanes: list[int], tails: dict[int, list[int]]) -> None:
         """Count each flushed lane's drops into the run's ledger (diagnostics; output and state unchanged)."""
@@ -993,8 +985,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         for seg in segments:
             rec = seg.record
             m = rec.meta
-            explicit = m.tags.get(TAG_CONTRIBUTORS)
-            if not explicit:  # 1:1 record: its own cursor, closing with its last slice
+            if not m.contributors:  # 1:1 record: its own cursor, closing with its last slice
                 refs.append(ContributorRef(m.cursor, seg.is_last))
             elif keeps_flags:
                 for ref in m.contribution_refs():
