@@ -204,6 +204,15 @@ def _as_list(seq: Any) -> list[int]:
     return [int(x) for x in seq]
 
 
+def _padded(ids: list[int], mask: list[int] | None, target: int,
+            pad_id: int) -> tuple[list[int], list[int] | None]:
+    """A row padded to ``target`` (step 4): ids with ``pad_id``, the mask (if any) with 0s."""
+    pad = target - len(ids)
+    if pad <= 0:
+        return ids, mask
+    return ids + [pad_id] * pad, None if mask is None else mask + [0] * pad
+
+
 def _tokenizer_refused(exc: Exception, return_tensors: Any) -> Exception:
     """The tokenizer's refusal to build ``return_tensors`` arrays, as zephon_ref's error of the same
     builtin (a Hugging Face tokenizer refuses a ragged batch without padding, ValueError)."""
@@ -279,7 +288,9 @@ class Tokenize(RecordMapOp):
         if padding == "max_length" and max_length is None:
             raise ConfigError(expected("max_length", "an int >= 1 when padding='max_length'", None))
         owns = special_tokens != "tokenizer_default"
-        n_specials = (special_tokens in ("bos_eos", "bos")) + (special_tokens in ("bos_eos", "eos"))
+        self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
+        self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
+        n_specials = self._n_bos + self._n_eos
         if owns and truncation and max_length is None:
             raise ConfigError(
                 expected(
@@ -310,8 +321,6 @@ class Tokenize(RecordMapOp):
             return_tensors=return_tensors)
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
         self._owns_specials = owns
-        self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
-        self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
         self._bos = self._resolve_special("bos", bos_token_id) if self._n_bos else None
         self._eos = self._resolve_special("eos", eos_token_id) if self._n_eos else None
 
@@ -436,10 +445,7 @@ class Tokenize(RecordMapOp):
         target = c.max_length if c.padding == "max_length" else longest
         assert target is not None
         pad_id = self._pad_id()
-        for k, (ids, mask) in enumerate(rows):
-            pad = target - len(ids)
-            if pad > 0:
-                rows[k] = (ids + [pad_id] * pad, None if mask is None else mask + [0] * pad)
+        rows[:] = [_padded(ids, mask, target, pad_id) for ids, mask in rows]
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)
@@ -466,16 +472,7 @@ class Tokenize(RecordMapOp):
             windows.append((ids[start : start + n], None if mask is None else mask[start : start + n]))
         if c.padding:  # a window is padded to max_length under either padding mode
             pad_id = self._pad_id()
-            padded: list[tuple[list[int], list[int] | None]] = []
-            for w_ids, w_mask in windows:
-                pad = n - len(w_ids)
-                padded.append(
-                    (
-                        w_ids + [pad_id] * pad,
-                        None if w_mask is None else w_mask + [0] * pad,
-                    )
-                )
-            windows = padded
+            windows = [_padded(w_ids, w_mask, n, pad_id) for w_ids, w_mask in windows]
         if len(windows) == 1:
             return [SampleRecord(rec.meta, self._payload(base, *windows[0]))]
         last = len(windows) - 1
