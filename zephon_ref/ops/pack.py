@@ -177,8 +177,8 @@ def checked_length(value: Any, rec: SampleRecord) -> int:
 
     A user callback can only be checked when it runs, so this is the one argument of
     ``pack_sequences`` refused at iteration; the error names it and the record.  Floats
-    and bools are refused (zephon 0.2.0 packs 2.5 or True as a length; a negative length
-    would let a bin take more than ``max_length`` tokens).  numpy integers are ints.
+    and bools are refused, numpy integers are ints (a negative length would let a bin take
+    more than ``max_length`` tokens).  divergence D-59
     """
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigTypeError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
@@ -457,9 +457,9 @@ def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
 
     A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
     of a sibling of the same push; packed in that order, the closer would close the offset before
-    the sibling's fragment is placed (found by the operator row of the property suite, issue 32).
-    Records without closing refs keep their places.  Used by wrap, which keeps the incoming flags
-    (first/best fit and best_fit_wrap count each offset's fragments instead, so they need no move).
+    the sibling's fragment is placed.  Records without closing refs keep their places.  Used by
+    wrap, which keeps the incoming flags (first/best fit and best_fit_wrap count each offset's
+    fragments instead, so they need no move).  divergence D-3
     """
     last: dict[tuple[int, tuple[int, int]], int] = {}
     for i, rec in enumerate(order):
@@ -707,12 +707,8 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         Each lane's sub-sequence is shuffled with ``Random(batch_seed(shuffle_seed,
         lane_records))``, so a lane's order depends only on its own records in the
         micro-batch, never on which other lanes share it (seed 002: per-record state
-        must be lane-aware).  A lane-pure micro-batch (every batch but the end-of-stream
-        one, where upstream flushes all lanes into one push) is shuffled exactly as
-        zephon 0.2.0 does; zephon seeds one shuffle from the whole mixed batch, so there a
-        lane's packs depend on the topology (docs/divergences.md, "Operators (session 7)").
-        Lanes are taken in ascending id; bins are per lane, so that order only decides
-        how lanes interleave in this push's output.
+        must be lane-aware; divergence D-55).  Lanes are taken in ascending id; bins are
+        per lane, so that order only decides how lanes interleave in this push's output.
         """
         by_lane: dict[int, list[SampleRecord]] = {}
         for rec in elems:
@@ -1037,12 +1033,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     @staticmethod
     def _close_refs(st: _PackLane, rec: SampleRecord, is_last: bool) -> list[ContributorRef]:
         """A ref closes iff this is the record's last segment, its offset's closer was seen and no
-        sibling stays buffered.
-
-        zephon 0.2.0 keeps the incoming flag, so a closing child packed into an
-        earlier-emitted bin than its sibling closes the offset too early (see
-        docs/divergences.md).
-        """
+        sibling stays buffered.  divergence D-1"""
         if not is_last:
             return [ContributorRef(ref.cursor, False) for ref in rec.meta.contributors]
         return [ContributorRef(ref.cursor, st.tally.leave(ref)) for ref in rec.meta.contributors]

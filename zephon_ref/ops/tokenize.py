@@ -150,9 +150,8 @@ class HashTokenizer:
                     mask.extend([0] * pad)
         if return_tensors is None:
             return {"input_ids": ids_out, "attention_mask": masks}
-        # as zephon's built-in tokenizer: the batch as one array of rows of one length; a ragged batch is
-        # refused here (Tokenize reports it typed), not left to the library: torch.tensor([[], [699]]) is
-        # an empty (2, 0) tensor, the second row's tokens lost without an error: divergence D-103
+        # the batch as one array of rows of one length; a ragged batch is refused here (Tokenize
+        # reports it typed), never left to the library to lose rows: divergence D-103
         if len({len(ids) for ids in ids_out}) > 1:
             _library(return_tensors)  # a library that is not installed is refused first, as zephon does
             raise ValueError(expected(f"return_tensors={return_tensors!r} rows of one call",
