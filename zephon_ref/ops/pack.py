@@ -316,8 +316,6 @@ def concat(parts: list[Any], name: str) -> Any:
 
 def pad(value: Any, count: int, fill: int, name: str) -> Any:
     """``value`` with ``count`` copies of ``fill`` appended along the first axis (same kind)."""
-    if count <= 0:
-        return value
     if isinstance(value, list):
         return value + [fill] * count
     if isinstance(value, tuple):
@@ -599,15 +597,9 @@ class _KnobViews:
 class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     """Per-lane, per-group bins / wrap buffers / candidate pools; see the module docstring."""
 
-    def __init__(self, config: PackConfig | None = None, *,
-                 domain_of: Callable[[SampleRecord], Any] | None = None, **knobs: Any) -> None:
-        """``config`` (or its fields as keywords); ``domain_of(record)`` names a record's packing
-        group (None: one group per lane; :meth:`PackSequences.accumulator` builds it)."""
-        if config is None:
-            config = PackConfig(**knobs)
-        elif knobs:
-            raise ConfigTypeError(expected("PackingAccumulator", "a config or keywords, not both",
-                                           sorted(knobs)))
+    def __init__(self, config: PackConfig, *, domain_of: Callable[[SampleRecord], Any] | None = None) -> None:
+        """``domain_of(record)`` names a record's packing group (None: one group per lane;
+        :meth:`PackSequences.accumulator` builds it)."""
         self.config = config
         pp = config.pack_payloads
         joiners: dict[str, Callable[[list[Any]], Any]] = {"numpy_array": join_numpy,
@@ -1052,9 +1044,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         names: list[str] | None = None
         for seg in segments:
             payload = seg.record.payload
-            if not isinstance(payload, Mapping):
-                raise ConfigTypeError(expected("payload", "a dict (pack_flat concatenates fields)",
-                                               type(payload).__name__))
+            assert isinstance(payload, Mapping)  # measured by resolve_token_field when pushed
             these = aligned_fields(payload, token_field, seg.seq_len)
             if names is None:
                 names = these
@@ -1073,8 +1063,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         missing = self.max_length - sum(lengths)
         if missing > 0:
             pad_id = self.config.pad_token_id
-            if pad_id is None:  # uncapped wrap never pads; every other mode requires pad_token_id
-                raise ConfigError(expected("pad_token_id", "an int to pad a partial bin", None))
+            assert pad_id is not None  # uncapped wrap never pads; every other mode requires pad_token_id
             for k in names:
                 out[k] = pad(out[k], missing, pad_id if k == token_field else 0, k)
             lengths.append(missing)
