@@ -810,8 +810,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         """An empty record in wrap's window packs nothing.  Each offset it closes closes now, by
         tombstone, unless a fragment of that offset is still buffered: then the last such fragment
         carries the closer and the offset closes when it leaves (wrap emits in arrival order, so after
-        every other fragment).  divergence D-2: zephon 0.2.0 tombstones at once, ahead of the
-        buffered fragment."""
+        every other fragment).  divergence D-2"""
         tombs: list[SampleRecord] = []
         for ref in rec.meta.contribution_refs():
             if not ref.is_last_child:

@@ -97,11 +97,8 @@ def library_array(return_tensors: Any, values: list[Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
-    """Deterministic, download-free tokenizer with the HF call convention (``return_tensors`` too: the
-    batch as one array of the library it names, see :func:`library_array`): a word's id is
-    ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).  It adds no
-    special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
-    a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
+    """The built-in tokenizer of the module docstring, with the HF call convention (``return_tensors``
+    too: the batch as one array of the library it names, see :func:`library_array`);
     ``bos_token_id`` / ``eos_token_id`` are the ids the operator's bracket modes use.
     """
 
@@ -135,7 +132,7 @@ class HashTokenizer:
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids_out: list[list[int]] = []
         for text in batch:
-            ids = self.encode(text)  # no specials, with or without add_special_tokens (see above)
+            ids = self.encode(text)  # no specials, whatever add_special_tokens says
             if truncation and max_length is not None:
                 ids = ids[:max_length]
             ids_out.append(ids)
