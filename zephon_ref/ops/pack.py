@@ -120,7 +120,7 @@ from zephon_ref.ops.knobs import (
     knob,
 )
 from zephon_ref.ops.shuffle import batch_seed
-from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_tensors, pad_tensor
+from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_entries, join_tensors, pad_tensor
 from zephon_ref.types import (
     TAG_PACKING_METADATA,
     ContributorRef,
@@ -351,22 +351,7 @@ def join_numpy(entries: list[Any]) -> Any:
             raise ConfigError(expected(f"pack_payloads='numpy_array' {what}",
                                        "arrays that agree beyond their first axis", str(exc))) from exc
 
-    first = entries[0]
-    if not isinstance(first, Mapping):
-        return joined(entries, "payloads")
-    out: dict[str, Any] = {}
-    for key in first:
-        parts = []
-        for e in entries:
-            if not isinstance(e, Mapping):
-                raise ConfigTypeError(expected("pack_payloads='numpy_array' payloads", "dicts like the first",
-                                               type(e).__name__))
-            if key not in e:
-                raise ConfigError(expected("pack_payloads='numpy_array' payload keys",
-                                           f"every key of the first payload {list(first)}", sorted(e)))
-            parts.append(e[key])
-        out[key] = joined(parts, f"values of {key!r}")
-    return out
+    return join_entries(entries, "numpy_array", joined)
 
 
 def positions(lengths: Sequence[int]) -> np.ndarray:
