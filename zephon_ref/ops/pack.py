@@ -121,6 +121,7 @@ from zephon_ref.ops.knobs import (
 )
 from zephon_ref.ops.shuffle import batch_seed
 from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_entries, join_tensors, pad_tensor
+from zephon_ref.training import TOKEN_FIELD_CANDIDATES  # the one list: to_training reads it too
 from zephon_ref.types import (
     TAG_PACKING_METADATA,
     ContributorRef,
@@ -143,7 +144,6 @@ __all__ = [
     "value_length",
 ]
 
-TOKEN_FIELD_CANDIDATES = ("input_ids", "tokens", "token_ids", "ids")
 ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
 SLICING = ("wrap", "best_fit_wrap")
 DEFAULT_CANDIDATE_POOL_SIZE = 1024
