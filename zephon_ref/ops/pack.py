@@ -726,17 +726,10 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
             return self._drop_tombstones(st, rec)
         lane = rec.meta.lane_id
         seg = _Segment(rec, 0, n, n, is_last=True)
-        chosen: _Bin | None = None
-        if self.algorithm == "first_fit":
-            for b in g.bins:
-                if b.remaining >= n:
-                    chosen = b
-                    break
-        else:
-            for b in g.bins:
-                if b.remaining >= n and (chosen is None or b.remaining < chosen.remaining):
-                    chosen = b
-        if chosen is not None:
+        # first_fit: the first bin (creation order) that fits; best_fit: the tightest (ties: the first)
+        fits = [b for b in g.bins if b.remaining >= n]
+        if fits:
+            chosen = fits[0] if self.algorithm == "first_fit" else min(fits, key=lambda b: b.remaining)
             chosen.segments.append(seg)
             chosen.remaining -= n
             if self._full(chosen):
