@@ -17,9 +17,8 @@ operator uses one of the two:
 
 The two differ only for a record that carries two refs of one offset (a pack of two children
 of one record, shuffled afterwards): the block rule closes both, the incremental rule the
-later one.  zephon 0.2.0 does exactly this in its two shuffles, so zephon_ref keeps both
-(divergence D-97, where the case is; tests/conformance/test_ops_conformance.py runs it on
-both).  Either way one record closes each offset, after every other fragment of it.
+later one (as zephon 0.2.0's two shuffles do: divergence D-97).  Either way one record closes
+each offset, after every other fragment of it.
 
 What may not live here: any operator's buffering or order; this module only rewrites flags.
 """
@@ -66,8 +65,7 @@ class CloserTally:
 
     Invariants: ``buffered[key]`` is the number of refs of offset ``key`` counted in and not yet
     out (> 0; a key leaves at 0); ``closers`` holds the buffered offsets of which some counted ref
-    carried ``is_last_child`` (a subset of ``buffered``'s keys).  Plain ints and int pairs, so many
-    lanes' tallies add no object per offset for the collector to walk.
+    carried ``is_last_child`` (a subset of ``buffered``'s keys).
     """
 
     __slots__ = ("buffered", "closers")

@@ -14,15 +14,9 @@ The replay filter cuts before ``batch`` (seed 000), so a resume re-batches the r
 and ``fn`` sees the same batches again: ``fn`` must be a function of the batch alone.
 
 The accumulator (:class:`MapBatchAccumulator`) holds nothing across pushes: every push's
-batches leave at once, in calls of at most ``max_batch`` per lane.  zephon 0.2.0 counts them
-into a buffer of ``max_batch`` (64) per lane, emitted when full or at a flush (divergence D-102);
-the delivered stream is the same, since ``fn`` sees one batch at a time.  A buffer here would
-hold micro-batches that ``batch`` has already emitted: behind a flush sentinel that
-``batch(drop_last=True)`` stalls, a whole epoch's batches then wait until the chunks that
-complete the stalled micro-batch are admitted (how many depends on the data: a run of chunks a
-filter empties keeps them all inflight), and in a monotone plan up to 64 micro-batches wait.
-Either breaks the inflight bound that demand feeding keeps (:func:`sim.invariants.inflight_bound`,
-whose derivation counts on every stage after ``batch`` holding nothing).
+batches leave at once, in calls of at most ``max_batch`` per lane, so no stage after ``batch``
+holds a micro-batch (the inflight bound of demand feeding, :func:`sim.invariants.inflight_bound`,
+counts on it).  divergence D-102
 
 What may not live here: per-batch state, randomness, anything that reads a clock.
 """

@@ -88,7 +88,6 @@ not live here: clocks, importing torch, unsorted iteration.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,9 +120,9 @@ from zephon_ref.ops.knobs import (
     knob,
 )
 from zephon_ref.ops.shuffle import batch_seed
-from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_tensors, pad_tensor
+from zephon_ref.ops.tensors import concat_tensors, is_tensor, join_entries, join_tensors, pad_tensor
+from zephon_ref.training import TOKEN_FIELD_CANDIDATES  # the one list: to_training reads it too
 from zephon_ref.types import (
-    TAG_CONTRIBUTORS,
     TAG_PACKING_METADATA,
     ContributorRef,
     SampleCursorKey,
@@ -145,7 +144,6 @@ __all__ = [
     "value_length",
 ]
 
-TOKEN_FIELD_CANDIDATES = ("input_ids", "tokens", "token_ids", "ids")
 ALGORITHMS = ("first_fit", "best_fit", "wrap", "best_fit_wrap")
 SLICING = ("wrap", "best_fit_wrap")
 DEFAULT_CANDIDATE_POOL_SIZE = 1024
@@ -179,8 +177,8 @@ def checked_length(value: Any, rec: SampleRecord) -> int:
 
     A user callback can only be checked when it runs, so this is the one argument of
     ``pack_sequences`` refused at iteration; the error names it and the record.  Floats
-    and bools are refused (zephon 0.2.0 packs 2.5 or True as a length; a negative length
-    would let a bin take more than ``max_length`` tokens).  numpy integers are ints.
+    and bools are refused, numpy integers are ints (a negative length would let a bin take
+    more than ``max_length`` tokens).  divergence D-59
     """
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigTypeError(expected(f"length_fn(record {rec.meta.cursor.as_key()})", "an int >= 0", value))
@@ -318,8 +316,6 @@ def concat(parts: list[Any], name: str) -> Any:
 
 def pad(value: Any, count: int, fill: int, name: str) -> Any:
     """``value`` with ``count`` copies of ``fill`` appended along the first axis (same kind)."""
-    if count <= 0:
-        return value
     if isinstance(value, list):
         return value + [fill] * count
     if isinstance(value, tuple):
@@ -355,22 +351,7 @@ def join_numpy(entries: list[Any]) -> Any:
             raise ConfigError(expected(f"pack_payloads='numpy_array' {what}",
                                        "arrays that agree beyond their first axis", str(exc))) from exc
 
-    first = entries[0]
-    if not isinstance(first, Mapping):
-        return joined(entries, "payloads")
-    out: dict[str, Any] = {}
-    for key in first:
-        parts = []
-        for e in entries:
-            if not isinstance(e, Mapping):
-                raise ConfigTypeError(expected("pack_payloads='numpy_array' payloads", "dicts like the first",
-                                               type(e).__name__))
-            if key not in e:
-                raise ConfigError(expected("pack_payloads='numpy_array' payload keys",
-                                           f"every key of the first payload {list(first)}", sorted(e)))
-            parts.append(e[key])
-        out[key] = joined(parts, f"values of {key!r}")
-    return out
+    return join_entries(entries, "numpy_array", joined)
 
 
 def positions(lengths: Sequence[int]) -> np.ndarray:
@@ -459,9 +440,9 @@ def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
 
     A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
     of a sibling of the same push; packed in that order, the closer would close the offset before
-    the sibling's fragment is placed (found by the operator row of the property suite, issue 32).
-    Records without closing refs keep their places.  Used by wrap, which keeps the incoming flags
-    (first/best fit and best_fit_wrap count each offset's fragments instead, so they need no move).
+    the sibling's fragment is placed.  Records without closing refs keep their places.  Used by
+    wrap, which keeps the incoming flags (first/best fit and best_fit_wrap count each offset's
+    fragments instead, so they need no move).  divergence D-3
     """
     last: dict[tuple[int, tuple[int, int]], int] = {}
     for i, rec in enumerate(order):
@@ -577,9 +558,6 @@ class PackConfig:
         age = self.max_candidate_age
         return AGE_PER_CANDIDATE * self.pool_size if age is None else age
 
-    def replace(self, **changes: Any) -> PackConfig:
-        return dataclasses.replace(self, **changes)
-
 
 # ----------------------------------------------------------------------------
 # the accumulator
@@ -604,15 +582,9 @@ class _KnobViews:
 class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     """Per-lane, per-group bins / wrap buffers / candidate pools; see the module docstring."""
 
-    def __init__(self, config: PackConfig | None = None, *,
-                 domain_of: Callable[[SampleRecord], Any] | None = None, **knobs: Any) -> None:
-        """``config`` (or its fields as keywords); ``domain_of(record)`` names a record's packing
-        group (None: one group per lane; :meth:`PackSequences.accumulator` builds it)."""
-        if config is None:
-            config = PackConfig(**knobs)
-        elif knobs:
-            raise ConfigTypeError(expected("PackingAccumulator", "a config or keywords, not both",
-                                           sorted(knobs)))
+    def __init__(self, config: PackConfig, *, domain_of: Callable[[SampleRecord], Any] | None = None) -> None:
+        """``domain_of(record)`` names a record's packing group (None: one group per lane;
+        :meth:`PackSequences.accumulator` builds it)."""
         self.config = config
         pp = config.pack_payloads
         joiners: dict[str, Callable[[list[Any]], Any]] = {"numpy_array": join_numpy,
@@ -620,7 +592,6 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         self.pack_payloads: Callable[[list[Any]], Any] | None = (
             None if isinstance(pp, str) and pp == "keep_list" else joiners[pp] if isinstance(pp, str) else pp)
         self.domain_of = domain_of
-        self.dropped_oversized = 0  # diagnostics only, never decides output
         # diagnostics only: lane -> [records, tokens] oversized since the lane's last flush (warned there)
         self._oversized: dict[int, list[int]] = {}
         #: the run's dropped-data counts (the engine's, through ``ctx["drops"]``); never state
@@ -657,8 +628,9 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         name = resolve_token_field(rec.payload, c.tokens_field)
         return value_length(rec.payload[name], name)
 
-    def _slice_field(self, st: _PackLane, rec: SampleRecord) -> str:
-        """The token field a slicing algorithm cuts; "auto" must resolve alike for a whole lane."""
+    def _slice_field(self, st: _PackLane, rec: SampleRecord) -> tuple[str, int]:
+        """The token field a slicing algorithm cuts, and its length; "auto" must resolve alike for a
+        whole lane."""
         name = resolve_token_field(rec.payload, self.config.tokens_field)
         if self.config.tokens_field == "auto":
             if st.auto_field is None:
@@ -671,7 +643,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                         name,
                     )
                 )
-        return name
+        return name, value_length(rec.payload[name], name)
 
     # -- push -----------------------------------------------------------------
 
@@ -690,7 +662,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
             # the same push, and the closer must still wait for it (upstream delivers the closer
             # last, so once it is seen every sibling has been pushed)
             for rec in order:
-                self._track(self._lanes.setdefault(rec.meta.lane_id, _PackLane()), rec)
+                self._lanes.setdefault(rec.meta.lane_id, _PackLane()).tally.add(rec.meta.contributors)
         out: list[SampleRecord] = []
         for rec in order:
             domain = None if self.domain_of is None else self.domain_of(rec)
@@ -712,12 +684,8 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         Each lane's sub-sequence is shuffled with ``Random(batch_seed(shuffle_seed,
         lane_records))``, so a lane's order depends only on its own records in the
         micro-batch, never on which other lanes share it (seed 002: per-record state
-        must be lane-aware).  A lane-pure micro-batch (every batch but the end-of-stream
-        one, where upstream flushes all lanes into one push) is shuffled exactly as
-        zephon 0.2.0 does; zephon seeds one shuffle from the whole mixed batch, so there a
-        lane's packs depend on the topology (docs/divergences.md, "Operators (session 7)").
-        Lanes are taken in ascending id; bins are per lane, so that order only decides
-        how lanes interleave in this push's output.
+        must be lane-aware; divergence D-55).  Lanes are taken in ascending id; bins are
+        per lane, so that order only decides how lanes interleave in this push's output.
         """
         by_lane: dict[int, list[SampleRecord]] = {}
         for rec in elems:
@@ -729,15 +697,9 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
             out.extend(recs)
         return out
 
-    # closers of explicit contributors, for the algorithms that reorder records
-    @staticmethod
-    def _track(st: _PackLane, rec: SampleRecord) -> None:
-        """A record is pushed: count its refs per offset until they leave, note a closer."""
-        st.tally.add(rec.meta.tags.get(TAG_CONTRIBUTORS) or ())
-
     @staticmethod
     def _drop_tombstones(st: _PackLane, rec: SampleRecord) -> list[SampleRecord]:
-        """Tombstones for a record that packs nothing (tracked by :meth:`_track`): an offset whose
+        """Tombstones for a record that packs nothing (counted in by :meth:`push_many`): an offset whose
         last buffered fragment this was closes here, if its closer was seen; a sibling still
         buffered carries the closer otherwise."""
         if not rec.meta.contributors:
@@ -758,24 +720,16 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                 raise ConfigError(
                     expected("record length", f"<= max_length={self.max_length} (drop_oversized=False)", n)
                 )
-            self.dropped_oversized += 1
             tally_drop = self._oversized.setdefault(rec.meta.lane_id, [0, 0])
             tally_drop[0] += 1
             tally_drop[1] += n
             return self._drop_tombstones(st, rec)
         lane = rec.meta.lane_id
         seg = _Segment(rec, 0, n, n, is_last=True)
-        chosen: _Bin | None = None
-        if self.algorithm == "first_fit":
-            for b in g.bins:
-                if b.remaining >= n:
-                    chosen = b
-                    break
-        else:
-            for b in g.bins:
-                if b.remaining >= n and (chosen is None or b.remaining < chosen.remaining):
-                    chosen = b
-        if chosen is not None:
+        # first_fit: the first bin (creation order) that fits; best_fit: the tightest (ties: the first)
+        fits = [b for b in g.bins if b.remaining >= n]
+        if fits:
+            chosen = fits[0] if self.algorithm == "first_fit" else min(fits, key=lambda b: b.remaining)
             chosen.segments.append(seg)
             chosen.remaining -= n
             if self._full(chosen):
@@ -799,8 +753,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         return out
 
     def _push_wrap(self, st: _PackLane, g: _Group, rec: SampleRecord) -> list[SampleRecord]:
-        name = self._slice_field(st, rec)
-        n = value_length(rec.payload[name], name)
+        name, n = self._slice_field(st, rec)
         if n <= 0:
             return self._close_empty(g, rec)
         g.wrap.append(_Segment(rec, 0, n, n, token_field=name, is_slice=True))
@@ -835,8 +788,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         """An empty record in wrap's window packs nothing.  Each offset it closes closes now, by
         tombstone, unless a fragment of that offset is still buffered: then the last such fragment
         carries the closer and the offset closes when it leaves (wrap emits in arrival order, so after
-        every other fragment).  divergence D-2: zephon 0.2.0 tombstones at once, ahead of the
-        buffered fragment."""
+        every other fragment).  divergence D-2"""
         tombs: list[SampleRecord] = []
         for ref in rec.meta.contribution_refs():
             if not ref.is_last_child:
@@ -857,8 +809,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     # -- best_fit_wrap ----------------------------------------------------------
 
     def _push_best_fit_wrap(self, st: _PackLane, g: _Group, rec: SampleRecord) -> list[SampleRecord]:
-        name = self._slice_field(st, rec)
-        n = value_length(rec.payload[name], name)
+        name, n = self._slice_field(st, rec)
         if n <= 0:
             return self._drop_tombstones(st, rec)
         lane, m = rec.meta.lane_id, self.max_length
@@ -944,17 +895,10 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                 if g.pool:
                     while g.pool_total >= m or (self.cap is not None and len(g.pool) > self.cap):
                         packs.append(self._emit(st, self._build_bin(g), lane))
-                    rest = [c.segment for c in g.pool]
-                    for s in rest:
-                        s.is_last = True
-                    if rest:
-                        packs.append(self._emit(st, rest, lane))
+                    packs.extend(self._last_bin(st, [c.segment for c in g.pool], lane))
                 if g.wrap:
                     if self.cap is not None:
-                        tail = list(g.wrap)
-                        for s in tail:
-                            s.is_last = True
-                        packs.append(self._emit(st, tail, lane))
+                        packs.extend(self._last_bin(st, list(g.wrap), lane))
                     else:
                         t = tails.setdefault(lane, [0, 0])
                         t[0] += len(g.wrap)
@@ -963,6 +907,13 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                             tombs.extend(tombstones_for_record(s.record))
         self._warn_drops(lane_id, lanes, tails)
         return [([r], 0) for r in packs] + [([t], 0) for t in tombs]
+
+    def _last_bin(self, st: _PackLane, segments: list[_Segment], lane: int) -> list[SampleRecord]:
+        """What a flush emits of a group's buffered rest: one bin in arrival order (if any), each
+        segment the last of its record."""
+        for s in segments:
+            s.is_last = True
+        return [self._emit(st, segments, lane)] if segments else []
 
     def _warn_drops(self, lane_id: int | None, lanes: list[int], tails: dict[int, list[int]]) -> None:
         """Count each flushed lane's drops into the run's ledger (diagnostics; output and state unchanged)."""
@@ -999,8 +950,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         for seg in segments:
             rec = seg.record
             m = rec.meta
-            explicit = m.tags.get(TAG_CONTRIBUTORS)
-            if not explicit:  # 1:1 record: its own cursor, closing with its last slice
+            if not m.contributors:  # 1:1 record: its own cursor, closing with its last slice
                 refs.append(ContributorRef(m.cursor, seg.is_last))
             elif keeps_flags:
                 for ref in m.contribution_refs():
@@ -1012,19 +962,14 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
                     samples[cid] = samples.get(cid, 0) + cnt
             targets = m.component_token_counts
             if targets is None:
-                counts = m.component_sample_counts
-                if len(counts) == 1:  # the common case: apportion_tokens gives it everything
-                    ((only, w),) = counts.items()
-                    targets = {only: seg.seq_len} if w > 0 and seg.seq_len > 0 else {}
-                else:
-                    targets = apportion_tokens(seg.seq_len, counts)
+                targets = apportion_tokens(seg.seq_len, m.component_sample_counts)
             if not targets or seg.seq_len <= 0:
                 continue
             if seg.is_last:
                 # only a record split across earlier bins has charges to subtract
-                done = st.charged.pop(rec.meta.cursor.as_key(), None) if st.charged else None
+                done = st.charged.pop(rec.meta.cursor.as_key(), {})
                 for cid, t in targets.items():
-                    tokens[cid] = tokens.get(cid, 0) + t - (done.get(cid, 0) if done else 0)
+                    tokens[cid] = tokens.get(cid, 0) + t - done.get(cid, 0)
             else:
                 done = st.charged.setdefault(rec.meta.cursor.as_key(), {})
                 for cid, t in targets.items():
@@ -1057,12 +1002,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
     @staticmethod
     def _close_refs(st: _PackLane, rec: SampleRecord, is_last: bool) -> list[ContributorRef]:
         """A ref closes iff this is the record's last segment, its offset's closer was seen and no
-        sibling stays buffered.
-
-        zephon 0.2.0 keeps the incoming flag, so a closing child packed into an
-        earlier-emitted bin than its sibling closes the offset too early (see
-        docs/divergences.md).
-        """
+        sibling stays buffered.  divergence D-1"""
         if not is_last:
             return [ContributorRef(ref.cursor, False) for ref in rec.meta.contributors]
         return [ContributorRef(ref.cursor, st.tally.leave(ref)) for ref in rec.meta.contributors]
@@ -1081,9 +1021,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         names: list[str] | None = None
         for seg in segments:
             payload = seg.record.payload
-            if not isinstance(payload, Mapping):
-                raise ConfigTypeError(expected("payload", "a dict (pack_flat concatenates fields)",
-                                               type(payload).__name__))
+            assert isinstance(payload, Mapping)  # measured by resolve_token_field when pushed
             these = aligned_fields(payload, token_field, seg.seq_len)
             if names is None:
                 names = these
@@ -1102,8 +1040,7 @@ class PackingAccumulator(_KnobViews, Accumulator[SampleRecord]):
         missing = self.max_length - sum(lengths)
         if missing > 0:
             pad_id = self.config.pad_token_id
-            if pad_id is None:  # uncapped wrap never pads; every other mode requires pad_token_id
-                raise ConfigError(expected("pad_token_id", "an int to pad a partial bin", None))
+            assert pad_id is not None  # uncapped wrap never pads; every other mode requires pad_token_id
             for k in names:
                 out[k] = pad(out[k], missing, pad_id if k == token_field else 0, k)
             lengths.append(missing)

@@ -56,7 +56,7 @@ from zephon_ref.ops.base import (
 )
 from zephon_ref.ops.closers import CloserTally, move_closers_to_last
 from zephon_ref.ops.knobs import Choice, Float, Int, check_execution, check_fields, knob
-from zephon_ref.types import TAG_CONTRIBUTORS, SampleMeta, SampleRecord
+from zephon_ref.types import SampleMeta, SampleRecord
 
 __all__ = [
     "DEFAULT_BUFFER_SIZE",
@@ -209,7 +209,7 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
             st = lanes.get(lane)
             if st is None:
                 st = lanes[lane] = _StreamingLane()
-            self._register(st, rec)
+            st.tally.add(rec.meta.contributors)
             st.reservoir.append(rec)
             size = len(st.reservoir)
             if size > self._target(st.counter):
@@ -234,12 +234,6 @@ class StreamingShuffleAccumulator(Accumulator[SampleRecord]):
             assert not st.tally, "every tracked offset drains with the reservoir"
             ready.append((out, 0))
         return ready
-
-    @staticmethod
-    def _register(st: _StreamingLane, rec: SampleRecord) -> None:
-        refs = rec.meta.tags.get(TAG_CONTRIBUTORS)
-        if refs:
-            st.tally.add(refs)
 
     @staticmethod
     def _release(st: _StreamingLane, rec: SampleRecord) -> SampleRecord:

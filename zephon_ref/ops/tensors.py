@@ -36,12 +36,12 @@ torch path fills, because torch need not be loaded there).
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zephon_ref.errors import ConfigError, ConfigTypeError, ContractError, expected
 
-__all__ = ["concat_tensors", "is_tensor", "join_tensors", "pad_tensor", "torch_of"]
+__all__ = ["concat_tensors", "is_tensor", "join_entries", "join_tensors", "pad_tensor", "torch_of"]
 
 
 def is_tensor(value: Any) -> bool:
@@ -91,14 +91,9 @@ def pad_tensor(value: Any, count: int, fill: int, name: str) -> Any:
     return _cat([value, value.new_full((count,), fill)], f"field {name!r} to pad with {fill}")
 
 
-def join_tensors(entries: list[Any]) -> Any:
-    """``pack_payloads="torch_tensor"``: a bin's entries joined (see the module docstring)."""
-    def joined(parts: list[Any], what: str) -> Any:
-        kinds = sorted({type(x).__name__ for x in parts if not is_tensor(x)})
-        if kinds:
-            raise ConfigTypeError(expected(f"pack_payloads='torch_tensor' {what}", "torch tensors", kinds))
-        return _cat(parts, f"pack_payloads='torch_tensor' {what}")
-
+def join_entries(entries: list[Any], kind: str, joined: Callable[[list[Any], str], Any]) -> Any:
+    """``pack_payloads=kind`` (``"torch_tensor"``, ``"numpy_array"``): a bin's entries joined by
+    ``joined(parts, what)`` under the per-key rule of the module docstring, the same for both kinds."""
     first = entries[0]
     if not isinstance(first, Mapping):
         return joined(entries, "payloads")
@@ -107,11 +102,22 @@ def join_tensors(entries: list[Any]) -> Any:
         parts = []
         for e in entries:
             if not isinstance(e, Mapping):
-                raise ConfigTypeError(expected("pack_payloads='torch_tensor' payloads",
+                raise ConfigTypeError(expected(f"pack_payloads={kind!r} payloads",
                                                "dicts like the first", type(e).__name__))
             if key not in e:
-                raise ConfigError(expected("pack_payloads='torch_tensor' payload keys",
+                raise ConfigError(expected(f"pack_payloads={kind!r} payload keys",
                                            f"every key of the first payload {list(first)}", sorted(e)))
             parts.append(e[key])
         out[key] = joined(parts, f"values of {key!r}")
     return out
+
+
+def join_tensors(entries: list[Any]) -> Any:
+    """``pack_payloads="torch_tensor"``: a bin's entries joined (see the module docstring)."""
+    def joined(parts: list[Any], what: str) -> Any:
+        kinds = sorted({type(x).__name__ for x in parts if not is_tensor(x)})
+        if kinds:
+            raise ConfigTypeError(expected(f"pack_payloads='torch_tensor' {what}", "torch tensors", kinds))
+        return _cat(parts, f"pack_payloads='torch_tensor' {what}")
+
+    return join_entries(entries, "torch_tensor", joined)

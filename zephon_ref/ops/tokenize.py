@@ -97,11 +97,8 @@ def library_array(return_tensors: Any, values: list[Any]) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class HashTokenizer:
-    """Deterministic, download-free tokenizer with the HF call convention (``return_tensors`` too: the
-    batch as one array of the library it names, see :func:`library_array`): a word's id is
-    ``crc32(utf-8 bytes) mod vocab_size + offset`` (words split on whitespace).  It adds no
-    special tokens, whatever ``add_special_tokens`` says (zephon's built-in tokenizer adds none:
-    a 10-word text is 10 ids under ``tokenize(special_tokens="tokenizer_default")`` on both);
+    """The built-in tokenizer of the module docstring, with the HF call convention (``return_tensors``
+    too: the batch as one array of the library it names, see :func:`library_array`);
     ``bos_token_id`` / ``eos_token_id`` are the ids the operator's bracket modes use.
     """
 
@@ -135,7 +132,7 @@ class HashTokenizer:
         batch = [texts] if isinstance(texts, str) else list(texts)
         ids_out: list[list[int]] = []
         for text in batch:
-            ids = self.encode(text)  # no specials, with or without add_special_tokens (see above)
+            ids = self.encode(text)  # no specials, whatever add_special_tokens says
             if truncation and max_length is not None:
                 ids = ids[:max_length]
             ids_out.append(ids)
@@ -150,9 +147,8 @@ class HashTokenizer:
                     mask.extend([0] * pad)
         if return_tensors is None:
             return {"input_ids": ids_out, "attention_mask": masks}
-        # as zephon's built-in tokenizer: the batch as one array of rows of one length; a ragged batch is
-        # refused here (Tokenize reports it typed), not left to the library: torch.tensor([[], [699]]) is
-        # an empty (2, 0) tensor, the second row's tokens lost without an error: divergence D-103
+        # the batch as one array of rows of one length; a ragged batch is refused here (Tokenize
+        # reports it typed), never left to the library to lose rows: divergence D-103
         if len({len(ids) for ids in ids_out}) > 1:
             _library(return_tensors)  # a library that is not installed is refused first, as zephon does
             raise ValueError(expected(f"return_tensors={return_tensors!r} rows of one call",
@@ -202,6 +198,15 @@ def _as_list(seq: Any) -> list[int]:
     if hasattr(seq, "tolist"):
         return [int(x) for x in seq.tolist()]
     return [int(x) for x in seq]
+
+
+def _padded(ids: list[int], mask: list[int] | None, target: int,
+            pad_id: int) -> tuple[list[int], list[int] | None]:
+    """A row padded to ``target`` (step 4): ids with ``pad_id``, the mask (if any) with 0s."""
+    pad = target - len(ids)
+    if pad <= 0:
+        return ids, mask
+    return ids + [pad_id] * pad, None if mask is None else mask + [0] * pad
 
 
 def _tokenizer_refused(exc: Exception, return_tensors: Any) -> Exception:
@@ -279,7 +284,9 @@ class Tokenize(RecordMapOp):
         if padding == "max_length" and max_length is None:
             raise ConfigError(expected("max_length", "an int >= 1 when padding='max_length'", None))
         owns = special_tokens != "tokenizer_default"
-        n_specials = (special_tokens in ("bos_eos", "bos")) + (special_tokens in ("bos_eos", "eos"))
+        self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
+        self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
+        n_specials = self._n_bos + self._n_eos
         if owns and truncation and max_length is None:
             raise ConfigError(
                 expected(
@@ -310,8 +317,6 @@ class Tokenize(RecordMapOp):
             return_tensors=return_tensors)
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
         self._owns_specials = owns
-        self._n_bos = 1 if special_tokens in ("bos_eos", "bos") else 0
-        self._n_eos = 1 if special_tokens in ("bos_eos", "eos") else 0
         self._bos = self._resolve_special("bos", bos_token_id) if self._n_bos else None
         self._eos = self._resolve_special("eos", eos_token_id) if self._n_eos else None
 
@@ -436,10 +441,7 @@ class Tokenize(RecordMapOp):
         target = c.max_length if c.padding == "max_length" else longest
         assert target is not None
         pad_id = self._pad_id()
-        for k, (ids, mask) in enumerate(rows):
-            pad = target - len(ids)
-            if pad > 0:
-                rows[k] = (ids + [pad_id] * pad, None if mask is None else mask + [0] * pad)
+        rows[:] = [_padded(ids, mask, target, pad_id) for ids, mask in rows]
 
     def _payload(self, base: dict[str, Any], ids: list[int], mask: list[int] | None) -> dict[str, Any]:
         p = dict(base)
@@ -466,16 +468,7 @@ class Tokenize(RecordMapOp):
             windows.append((ids[start : start + n], None if mask is None else mask[start : start + n]))
         if c.padding:  # a window is padded to max_length under either padding mode
             pad_id = self._pad_id()
-            padded: list[tuple[list[int], list[int] | None]] = []
-            for w_ids, w_mask in windows:
-                pad = n - len(w_ids)
-                padded.append(
-                    (
-                        w_ids + [pad_id] * pad,
-                        None if w_mask is None else w_mask + [0] * pad,
-                    )
-                )
-            windows = padded
+            windows = [_padded(w_ids, w_mask, n, pad_id) for w_ids, w_mask in windows]
         if len(windows) == 1:
             return [SampleRecord(rec.meta, self._payload(base, *windows[0]))]
         last = len(windows) - 1
