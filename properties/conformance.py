@@ -935,6 +935,14 @@ def _resolve(spec: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def inline_case_row(name: str, examples: int) -> Row:
+    """The case row ``name`` against the inline adapter, derandomized, without progress output
+    (the tests that plant a bug run a row before and after planting it)."""
+    from properties.adapters import ADAPTERS
+
+    return _run_cases(ADAPTERS["inline"], name, examples, True, lambda: None)
+
+
 def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:
     """A row of :data:`CASE_ROWS`: its own drawn cases, each checked against ``adapter``."""
     _, strategy, check_spec = CASE_ROWS[name]

@@ -238,11 +238,10 @@ def test_engine_refuses_a_faster_that_is_not_one() -> None:
 @pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_tokenize_split_on_spaces])
 def test_the_conformance_fast_ops_row_fails_on_a_planted_difference(plant: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from properties import conformance
-    from properties.adapters import ADAPTERS
+    from properties.conformance import inline_case_row
 
-    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 100, True, lambda: None)
+    row = inline_case_row("fast ops", 100)
     assert row.failure is None and row.passed == 100
     plant(monkeypatch)
-    row = conformance._run_cases(ADAPTERS["inline"], "fast ops", 300, True, lambda: None)
+    row = inline_case_row("fast ops", 300)
     assert row.failure is not None and "plain" in row.failure, row
