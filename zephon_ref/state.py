@@ -7,10 +7,9 @@ An engine state is the plain dict that ``Pipeline.checkpoint()`` returns (sectio
 only place that spells out its keys.  The engine writes states through
 :func:`new_state`; ``Pipeline.restore``, the merge of the aggregation round and
 the durable store read them through :data:`FIELDS`, :data:`LANE_FIELDS`,
-:data:`UNIVERSAL_FIELDS`, :func:`lane_key` and :func:`validate`.  The pieces of
-:func:`validate` that a merge applies to each participant's state (:func:`lane_table`,
-:func:`check_lane`, :func:`check_rr`, :func:`check_int`) are public, so a field's rule
-is written here once.
+:data:`UNIVERSAL_FIELDS`, :func:`lane_key` and :func:`validate` (whose pieces a merge applies
+to each participant's state: :func:`lane_table`, :func:`check_lane`, :func:`check_rr`).
+:func:`warn_if_mid_window` is the one mid-window rule for a whole state.
 
 Two kinds of field:
 
@@ -49,6 +48,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +77,7 @@ __all__ = [
     "seal",
     "validate",
     "verify_integrity",
+    "warn_if_mid_window",
 ]
 
 SCHEMA = "zephon_ref.engine/1"
@@ -232,9 +233,8 @@ def new_state(
 
 
 def lane_table(state: Mapping[str, Any], name: str, c: int, *, who: str = "checkpoint") -> dict[int, Any]:
-    """The lane field ``name`` of ``state`` keyed by int lanes: a mapping whose keys are lane ids in
-    ``[0, c)``, each once (``1`` and ``"1"`` are the same lane); an absent optional field is empty.
-    ``who`` names the state in messages (a restore's checkpoint, a merge's ``states[i]``)."""
+    """Lane field ``name`` by int lane: a mapping keyed by lane ids in ``[0, c)``, each once (1 and "1"
+    are one lane); an absent optional field is empty.  ``who`` names the state in messages."""
     raw = state.get(name)
     if raw is None and not next(f for f in FIELDS if f.name == name).required:
         return {}
@@ -377,3 +377,16 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
         check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]},
                    strict_cursors=strict_cursors)
     return c
+
+
+def warn_if_mid_window(lane_emitted: Mapping[int, int], canonical_replicas: int, *, stacklevel: int) -> None:
+    """Warn when a whole state (one participant's or a merge's; keys distinct lanes of [0, C)) is cut
+    inside a global window: all C delivered counts known (zephon 0.2.0's rule) and unequal.  A resume
+    onto another topology permutes the window's rest (seed 002).  ``stacklevel``: from the caller."""
+    lo, hi = min(lane_emitted.values(), default=0), max(lane_emitted.values(), default=0)
+    if len(lane_emitted) == canonical_replicas and lo != hi:
+        warnings.warn(f"checkpoint taken mid-window: expected equal per-lane delivered counts "
+                      f"(lane_emitted) at a global-step boundary, received counts in [{lo}..{hi}] across "
+                      f"{canonical_replicas} lanes; resuming on another topology permutes the rest of the "
+                      "current window (nothing is lost or repeated)", RuntimeWarning,
+                      stacklevel=stacklevel + 1)

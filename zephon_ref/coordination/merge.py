@@ -41,7 +41,6 @@ What may not live here: I/O, clocks, the round protocol, coverage *waiting*
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -300,19 +299,6 @@ def _dedupe(shards: Sequence[_Shard]) -> tuple[list[_Shard], dict[str, int]]:
     return kept, rr
 
 
-def _mid_window_warning(emitted: Mapping[int, int], c: int) -> None:
-    if len(emitted) != c or not emitted:
-        return
-    lo, hi = min(emitted.values()), max(emitted.values())
-    if lo != hi:
-        warnings.warn(
-            f"checkpoint taken mid-window: lane_emitted ranges over [{lo}..{hi}] across {c} lanes; "
-            "restoring onto another topology permutes the rest of the current global window",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 def merge(
     states: Sequence[Mapping[str, Any]],
     *,
@@ -409,5 +395,5 @@ def merge(
     intact = all(_intact(s.state) for s in shards)
     out = state_schema.seal(out) if intact else {**out, "integrity": None}
     if warn_mid_window:
-        _mid_window_warning(out["lane_emitted"], c)
+        state_schema.warn_if_mid_window(out["lane_emitted"], c, stacklevel=2)
     return dict(sorted(out.items()))
