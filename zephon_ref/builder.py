@@ -750,7 +750,7 @@ class Builder:
         w = engine.world
         if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
             if w.owned_lanes:  # the whole state (several participants: the round's merge warns)
-                _warn_if_mid_window(local, stacklevel=3)
+                schema.warn_if_mid_window(local["lane_emitted"], w.canonical_replicas, stacklevel=2)
             return local  # the only participant, or an idle DataLoader worker
         if aggregate is None:
             aggregate = self._default_aggregate()
@@ -817,23 +817,6 @@ class Builder:
                 )
                 + "; the checkpoint belongs to a pipeline with other data settings"
             )
-
-
-def _warn_if_mid_window(state: Mapping[str, Any], *, stacklevel: int) -> None:
-    """A RuntimeWarning when the lanes of a whole state have delivered unequal counts: the
-    checkpoint falls inside a global window, so a resume onto another topology permutes the rest
-    of that window (seed 002: "checkpoint at global step boundaries").  zephon 0.2.0 warns at
-    every such checkpoint() on one rank too; a multi-participant state warns in its merge."""
-    counts = dict(state.get("lane_emitted") or {})
-    if len(set(counts.values())) > 1:
-        lo, hi = min(counts.values()), max(counts.values())
-        warnings.warn(
-            f"checkpoint taken mid-window: per-lane delivered counts range over [{lo}..{hi}] across "
-            f"{len(counts)} lanes; resuming on another topology permutes the rest of the current "
-            "window (nothing is lost or repeated); checkpoint at global-step boundaries to avoid it",
-            RuntimeWarning,
-            stacklevel=stacklevel + 1,
-        )
 
 
 def _calibration_replay(ops: list[BaseOp]) -> Callable[[Any, SampleId], list[Any]]:

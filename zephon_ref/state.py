@@ -7,7 +7,9 @@ An engine state is the plain dict that ``Pipeline.checkpoint()`` returns (sectio
 only place that spells out its keys.  The engine writes states through
 :func:`new_state`; ``Pipeline.restore``, the merge of the aggregation round and
 the durable store read them through :data:`FIELDS`, :data:`LANE_FIELDS`,
-:data:`UNIVERSAL_FIELDS`, :func:`lane_key` and :func:`validate`.
+:data:`UNIVERSAL_FIELDS`, :func:`lane_key` and :func:`validate` (whose pieces a merge applies
+to each participant's state: :func:`lane_table`, :func:`check_lane`, :func:`check_rr`).
+:func:`warn_if_mid_window` is the one mid-window rule for a whole state.
 
 Two kinds of field:
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,13 +65,19 @@ __all__ = [
     "UNIVERSAL_FIELDS",
     "VERSION",
     "Field",
+    "check_int",
+    "check_lane",
+    "check_rr",
     "content_digest",
+    "int_key",
     "lane_key",
+    "lane_table",
     "new_state",
     "owned_copy",
     "seal",
     "validate",
     "verify_integrity",
+    "warn_if_mid_window",
 ]
 
 SCHEMA = "zephon_ref.engine/1"
@@ -113,20 +122,25 @@ REQUIRED_LANE_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.per_la
 _KNOWN = frozenset(f.name for f in FIELDS)
 
 
+def int_key(raw: Any) -> int | None:
+    """A dict key as an int: an int, or a digit string as JSON leaves it; None for anything else."""
+    if type(raw) is int:
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
+        return int(raw)
+    return None
+
+
 def lane_key(raw: Any, what: str, canonical_replicas: int) -> int:
     """A lane key as an int in ``[0, canonical_replicas)`` (digit strings, as JSON leaves them)."""
-    if type(raw) is int:
-        lane = raw
-    elif isinstance(raw, str) and raw.isascii() and raw.isdigit():
-        lane = int(raw)
-    else:
-        raise StateFormatError(expected(what, f"a lane id in [0, {canonical_replicas})", raw))
-    if not 0 <= lane < canonical_replicas:
+    lane = int_key(raw)
+    if lane is None or not 0 <= lane < canonical_replicas:
         raise StateFormatError(expected(what, f"a lane id in [0, {canonical_replicas})", raw))
     return lane
 
 
-def _int(value: Any, what: str, *, lo: int) -> int:
+def check_int(value: Any, what: str, *, lo: int) -> int:
+    """An int (not a bool, not an int subclass) ``>= lo``: every integer field of a state."""
     if type(value) is not int or value < lo:
         raise StateFormatError(expected(what, f"an int >= {lo}", value))
     return value
@@ -134,11 +148,10 @@ def _int(value: Any, what: str, *, lo: int) -> int:
 
 def _cid(raw: Any, what: str, next_cid: int) -> int:
     """A chunk id below ``next_cid`` (digit strings accepted, as JSON leaves them)."""
-    if type(raw) is int or (isinstance(raw, str) and raw.isascii() and raw.isdigit()):
-        cid = int(raw)
-        if 0 <= cid < next_cid:
-            return cid
-    raise StateFormatError(expected(what, f"a chunk id in [0, {next_cid})", raw))
+    cid = int_key(raw)
+    if cid is None or not 0 <= cid < next_cid:
+        raise StateFormatError(expected(what, f"a chunk id in [0, {next_cid})", raw))
+    return cid
 
 
 def _canonical(obj: Any) -> Any:
@@ -219,26 +232,37 @@ def new_state(
     return seal(state) if sealed else {**state, "integrity": None}
 
 
-def _lane_table(state: Mapping[str, Any], name: str, c: int) -> dict[int, Any]:
+def lane_table(state: Mapping[str, Any], name: str, c: int, *, who: str = "checkpoint") -> dict[int, Any]:
+    """Lane field ``name`` by int lane: a mapping keyed by lane ids in ``[0, c)``, each once (1 and "1"
+    are one lane); an absent optional field is empty.  ``who`` names the state in messages."""
     raw = state.get(name)
     if raw is None and not next(f for f in FIELDS if f.name == name).required:
         return {}
     if not isinstance(raw, Mapping):
-        raise StateFormatError(expected(f"checkpoint field {name!r}", "a mapping keyed by lane",
+        raise StateFormatError(expected(f"{who} field {name!r}", "a mapping keyed by lane",
                                         type(raw).__name__))
     out: dict[int, Any] = {}
     for k, v in raw.items():
-        lane = lane_key(k, f"lane key of {name!r}", c)
+        lane = lane_key(k, f"{who} lane key of {name!r}", c)
         if lane in out:
-            raise StateFormatError(expected(f"lane keys of {name!r}", "unique lanes", k))
+            raise StateFormatError(expected(f"{who} lane keys of {name!r}", "unique lanes", k))
         out[lane] = v
     return out
 
 
-def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors: bool = True) -> None:
-    """The consistency rules of one lane's slice (see the module docstring)."""
-    where = f"lane {lane}"
-    nxt = _int(slices["lane_next_cid"], f"{where} lane_next_cid", lo=0)
+def check_rr(rr: Any, *, who: str = "checkpoint") -> dict[str, int]:
+    """The round-robin pointers: a mapping ``str -> int >= 0`` (zephon's key is 'worker/active:lanes')."""
+    if not isinstance(rr, Mapping) or any(not isinstance(k, str) or type(v) is not int or v < 0
+                                          for k, v in rr.items()):
+        raise StateFormatError(expected(f"{who} rr_next_idx", "a mapping str -> int >= 0", rr))
+    return dict(rr)
+
+
+def check_lane(lane: int, slices: Mapping[str, Any], *, who: str = "", strict_cursors: bool = True) -> None:
+    """The consistency rules of one lane's slice (see the module docstring): its value types and
+    ranges, and how its fields agree.  ``who`` prefixes messages (a merge's ``states[i]``)."""
+    where = f"{who} lane {lane}" if who else f"lane {lane}"
+    nxt = check_int(slices["lane_next_cid"], f"{where} lane_next_cid", lo=0)
     inflight = slices["inflight"]
     if not isinstance(inflight, Mapping):
         raise StateFormatError(expected(f"{where} inflight", "a mapping chunk id -> chunk state",
@@ -252,7 +276,7 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors:
         if not isinstance(inflight.get(cid, inflight.get(str(cid))), Mapping):
             raise StateFormatError(expected(f"{where} inflight chunk {cid}", "a chunk state mapping",
                                             type(inflight.get(cid, inflight.get(str(cid)))).__name__))
-    bounds = slices.get("epoch_boundaries") or []
+    bounds = slices.get("epoch_boundaries", [])  # absent: none (None or 0 is not a list)
     if not isinstance(bounds, (list, tuple)) or any(type(b) is not int for b in bounds):
         raise StateFormatError(expected(f"{where} epoch_boundaries", "a list of ints", bounds))
     if list(bounds) != sorted(set(bounds)) or any(not 0 < b <= nxt for b in bounds):
@@ -262,9 +286,9 @@ def _check_lane(lane: int, slices: Mapping[str, Any], c: int, *, strict_cursors:
     prog = slices["progress"]
     if not isinstance(prog, Mapping) or set(prog) != {"chunk_id", "offset"}:
         raise StateFormatError(expected(f"{where} progress", "{'chunk_id': int, 'offset': int}", prog))
-    _int(prog["chunk_id"], f"{where} progress chunk_id", lo=-1)
-    _int(prog["offset"], f"{where} progress offset", lo=0)
-    emitted = _int(slices.get("lane_emitted", 0), f"{where} lane_emitted", lo=0)
+    check_int(prog["chunk_id"], f"{where} progress chunk_id", lo=-1)
+    check_int(prog["offset"], f"{where} progress offset", lo=0)
+    emitted = check_int(slices.get("lane_emitted", 0), f"{where} lane_emitted", lo=0)
     raw_cursor = slices["replay_cursors"]
     if raw_cursor is None:
         if emitted and strict_cursors:
@@ -325,18 +349,15 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
     world = state["world"]
     if not isinstance(world, Mapping):
         raise StateFormatError(expected("checkpoint world", "a mapping", type(world).__name__))
-    c = _int(world.get("canonical_replicas"), "world canonical_replicas", lo=1)
+    c = check_int(world.get("canonical_replicas"), "world canonical_replicas", lo=1)
     rid = state.get("last_round_id")
     if rid is not None and not isinstance(rid, (str, int)):
         raise StateFormatError(
             expected("checkpoint last_round_id", "a str, an int or None", type(rid).__name__)
         )
-    _int(state.get("checkpoint_reload_count", 0), "checkpoint_reload_count", lo=0)
-    rr = state.get("rr_next_idx", {})
-    if not isinstance(rr, Mapping) or any(not isinstance(k, str) or type(v) is not int or v < 0
-                                          for k, v in rr.items()):
-        raise StateFormatError(expected("checkpoint rr_next_idx", "a mapping str -> int >= 0", rr))
-    tables = {name: _lane_table(state, name, c) for name in LANE_FIELDS}
+    check_int(state.get("checkpoint_reload_count", 0), "checkpoint_reload_count", lo=0)
+    check_rr(state.get("rr_next_idx", {}))
+    tables = {name: lane_table(state, name, c) for name in LANE_FIELDS}
     lanes = sorted(tables["progress"])
     for name in REQUIRED_LANE_FIELDS:
         missing_lanes = sorted(set(lanes) - set(tables[name]))
@@ -353,6 +374,19 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
     if require_all_lanes and lanes != list(range(c)):
         raise StateFormatError(expected("lanes of a merged checkpoint", f"every lane in [0, {c})", lanes))
     for lane in lanes:
-        _check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]}, c,
-                    strict_cursors=strict_cursors)
+        check_lane(lane, {name: tables[name][lane] for name in LANE_FIELDS if lane in tables[name]},
+                   strict_cursors=strict_cursors)
     return c
+
+
+def warn_if_mid_window(lane_emitted: Mapping[int, int], canonical_replicas: int, *, stacklevel: int) -> None:
+    """Warn when a whole state (one participant's or a merge's; keys distinct lanes of [0, C)) is cut
+    inside a global window: all C delivered counts known (zephon 0.2.0's rule) and unequal.  A resume
+    onto another topology permutes the window's rest (seed 002).  ``stacklevel``: from the caller."""
+    lo, hi = min(lane_emitted.values(), default=0), max(lane_emitted.values(), default=0)
+    if len(lane_emitted) == canonical_replicas and lo != hi:
+        warnings.warn(f"checkpoint taken mid-window: expected equal per-lane delivered counts "
+                      f"(lane_emitted) at a global-step boundary, received counts in [{lo}..{hi}] across "
+                      f"{canonical_replicas} lanes; resuming on another topology permutes the rest of the "
+                      "current window (nothing is lost or repeated)", RuntimeWarning,
+                      stacklevel=stacklevel + 1)

@@ -86,18 +86,21 @@ def test_dp_peers_are_deduped_lowest_rank_represents() -> None:
 def test_dp_peers_may_differ_on_non_synced_fields_and_representative_wins() -> None:
     shards = states(6, world_size=2, dp_degree=1)
     peer = next(s for s in shards if s["world"]["global_rank"] == 1)
-    peer["lane_next_cid"] = {lane: 10**6 for lane in peer["lane_next_cid"]}
+    # a field DP peers need not agree on (a valid value: merge checks each shard by state.py's rules)
+    peer["lane_ws_state"] = {lane: {"peer": 1} for lane in peer["lane_ws_state"]}
     merged = merge(shards)
-    assert all(v != 10**6 for v in merged["lane_next_cid"].values())
+    assert all(v != {"peer": 1} for v in merged["lane_ws_state"].values())
 
 
 @pytest.mark.parametrize("field", ["progress", "replay_cursors"])
 def test_dp_peer_divergence_names_lane_and_suggests_barrier(field: str) -> None:
     shards = states(7, world_size=4, dp_degree=2)
     peer = next(s for s in shards if s["world"]["global_rank"] == 3)
-    lane = sorted(peer["progress"])[0]
+    lane = min(lane for lane, cur in peer["replay_cursors"].items() if cur is not None)
+    cid, offset, *rest = peer["replay_cursors"][lane]
+    # a diverged but well-formed value (merge checks each shard by state.py's rules first)
     peer[field][lane] = (
-        {"chunk_id": 999, "offset": 1} if field == "progress" else (1, 2, (), (0, 0, 0))
+        {"chunk_id": 999, "offset": 1} if field == "progress" else (cid, offset + 1, *rest)
     )
     with pytest.raises(ContractError) as ei:
         merge(shards)

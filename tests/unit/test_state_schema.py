@@ -217,3 +217,44 @@ def test_a_token_aware_pipeline_resumes_exactly_at_every_cut() -> None:
         ck = p.checkpoint()
         it.close()
         assert [item_view(x) for x in build_pipeline("zephon_ref", cfg).restore(ck)] == items[cut:], cut
+
+
+def test_the_mid_window_rule_is_one_function_warning_at_the_callers_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole state warns when all C delivered counts are known and unequal (zephon 0.2.0's rule);
+    a single participant's checkpoint() and a merge both ask schema.warn_if_mid_window, and the
+    warning points at the line that called them."""
+    import sys
+    import warnings
+
+    def warned(call: Callable[[], Any]) -> list[warnings.WarningMessage]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        return [w for w in caught if "checkpoint taken mid-window" in str(w.message)]
+
+    assert not warned(lambda: schema.warn_if_mid_window({0: 2, 1: 2}, 2, stacklevel=1))
+    assert not warned(lambda: schema.warn_if_mid_window({0: 1}, 2, stacklevel=1))  # a count unknown
+    (w,) = warned(lambda: schema.warn_if_mid_window({0: 3, 1: 2}, 2, stacklevel=1))
+    assert "expected equal" in str(w.message) and "received counts in [2..3] across 2 lanes" in str(w.message)
+    assert issubclass(w.category, RuntimeWarning)
+
+    q = build_pipeline("zephon_ref", CFG)
+    it = iter(q)
+    for _ in range(CUT):  # 5 items over 2 lanes: 3 and 2 delivered
+        next(it)
+    state = q.local_state()  # the state checkpoint() returns, asked without a warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        here = sys._getframe().f_lineno
+        q.checkpoint()
+        merge_module.merge([state])
+    got = [(w.filename, w.lineno) for w in caught if "checkpoint taken mid-window" in str(w.message)]
+    assert got == [(__file__, here + 1), (__file__, here + 2)]
+
+    calls: list[tuple[dict[int, int], int]] = []
+    monkeypatch.setattr(schema, "warn_if_mid_window",
+                        lambda counts, c, *, stacklevel: calls.append((dict(counts), c)))
+    q.checkpoint()
+    merge_module.merge([state])
+    assert calls == [(state["lane_emitted"], 2)] * 2

@@ -8,9 +8,12 @@ state out.  It owns the rules that decide whether a set of shards *is* one
 consistent checkpoint:
 
 1. **Shape.**  Every shard is a version-2 engine state with a full ``world``
-   (canonical_replicas, world_size, global_rank, dp_group_id, mapping).  Lane
-   and cid keys may be ints or digit strings (json round trips); the output
-   always uses ints.
+   (canonical_replicas, world_size, global_rank, dp_group_id, mapping).  Its lane
+   tables, each lane's values and its round-robin pointers follow the rules a
+   restore applies, checked by :mod:`zephon_ref.state` (``lane_table``,
+   ``check_lane``, ``check_rr``); a participant's world and the lanes it reports
+   are merge's own.  Lane and cid keys may be ints or digit strings (json round
+   trips); the output always uses ints.
 2. **Universal fields agree**: canonical_replicas, world_size, last_round_id,
    checkpoint_reload_count, the DP-group lane mapping and any extra top-level
    key (a fingerprint, say).  These are checked *before* DP-peer dedupe so a
@@ -38,7 +41,6 @@ What may not live here: I/O, clocks, the round protocol, coverage *waiting*
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -79,46 +81,6 @@ class ShardWorld:
     lanes: tuple[int, ...]  # sorted lanes this shard reports (progress keys)
 
 
-def _int(value: Any, what: str, *, lo: int | None = None) -> int:
-    if type(value) is bool or not isinstance(value, int):
-        raise StateFormatError(expected(what, "an int", value))
-    if lo is not None and value < lo:
-        raise StateFormatError(expected(what, f"an int >= {lo}", value))
-    return int(value)
-
-
-def _key(raw: Any, what: str) -> int:
-    """A lane or cid key: an int, or a digit string as json leaves it."""
-    if type(raw) is int:
-        return raw
-    if isinstance(raw, str) and raw.isascii() and raw.isdigit():
-        return int(raw)
-    raise StateFormatError(expected(what, "an int (or a digit string)", raw))
-
-
-def _lane_map(state: Mapping[str, Any], field: str, who: str, c: int) -> dict[int, Any]:
-    raw = state.get(field)
-    if raw is None:
-        if field in _REQUIRED_TOP:
-            raise StateFormatError(expected(f"{who} field {field!r}", "a dict keyed by lane", None))
-        return {}
-    if not isinstance(raw, Mapping):
-        raise StateFormatError(
-            expected(f"{who} field {field!r}", "a dict keyed by lane", type(raw).__name__)
-        )
-    out: dict[int, Any] = {}
-    for k, v in raw.items():
-        lane = k if type(k) is int else _key(k, f"{who} lane key of {field!r}")
-        if not 0 <= lane < c:
-            raise StateFormatError(
-                expected(f"{who} lane key of {field!r}", f"a lane in [0, {c})", k)
-            )
-        if lane in out:
-            raise StateFormatError(expected(f"{who} lane keys of {field!r}", "unique lanes", k))
-        out[lane] = v
-    return out
-
-
 def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
     """Validate the parts of one shard the round protocol and merge rely on."""
     if not isinstance(state, Mapping):
@@ -141,20 +103,12 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
                     f"{who} world", f"a {name!r} entry (a per-rank state)", sorted(map(str, world))
                 )
             )
-    c, ws, rank, group = (
-        world[k] for k in ("canonical_replicas", "world_size", "global_rank", "dp_group_id")
-    )
-    # The common valid case in one test; otherwise _int refuses (or normalises) each in turn.
-    if not (type(c) is int and type(ws) is int and type(rank) is int and type(group) is int
-            and c >= 1 and ws >= 1 and rank >= 0 and group >= 0):
-        c = _int(c, f"{who} world.canonical_replicas", lo=1)
-        ws = _int(ws, f"{who} world.world_size", lo=1)
-        rank = _int(rank, f"{who} world.global_rank", lo=0)
-        if rank >= ws:
-            raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
-        group = _int(group, f"{who} world.dp_group_id", lo=0)
+    c = state_schema.check_int(world["canonical_replicas"], f"{who} world.canonical_replicas", lo=1)
+    ws = state_schema.check_int(world["world_size"], f"{who} world.world_size", lo=1)
+    rank = state_schema.check_int(world["global_rank"], f"{who} world.global_rank", lo=0)
     if rank >= ws:
         raise StateFormatError(expected(f"{who} world.global_rank", f"an int in [0, {ws})", rank))
+    group = state_schema.check_int(world["dp_group_id"], f"{who} world.dp_group_id", lo=0)
     raw_mapping = world["mapping"]
     if not isinstance(raw_mapping, Mapping) or not raw_mapping:
         raise StateFormatError(
@@ -163,21 +117,20 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
     mapping: dict[int, tuple[int, ...]] = {}
     owner: dict[int, int] = {}
     for g_raw, lanes_raw in raw_mapping.items():
-        g = g_raw if type(g_raw) is int else _key(g_raw, f"{who} world.mapping key")
+        g = state_schema.int_key(g_raw)
+        if g is None:
+            raise StateFormatError(expected(f"{who} world.mapping key", "a DP group id (an int or a digit "
+                                            "string)", g_raw))
         if g in mapping:
             raise StateFormatError(expected(f"{who} world.mapping keys", "unique DP groups", g_raw))
         if not isinstance(lanes_raw, (list, tuple)):
             raise StateFormatError(
                 expected(f"{who} world.mapping[{g}]", "a list of lanes", lanes_raw)
             )
-        lanes = []
-        for x in lanes_raw:
-            # The common case first (an int lane in range: what _int and the check below
-            # accept), so a valid shard costs no message string per lane.
-            lane = x if type(x) is int and 0 <= x < c else _int(x, f"{who} world.mapping[{g}] lane", lo=0)
-            if lane >= c:
+        for lane in lanes_raw:
+            if type(lane) is not int or not 0 <= lane < c:
                 raise StateFormatError(
-                    expected(f"{who} world.mapping[{g}] lane", f"a lane in [0, {c})", lane)
+                    expected(f"{who} world.mapping[{g}] lane", f"a lane id (an int) in [0, {c})", lane)
                 )
             if lane in owner:
                 raise StateFormatError(
@@ -188,15 +141,14 @@ def shard_world(state: Any, *, who: str = "state") -> ShardWorld:
                     )
                 )
             owner[lane] = g
-            lanes.append(lane)
-        mapping[g] = tuple(sorted(lanes))
+        mapping[g] = tuple(sorted(lanes_raw))
     if group not in mapping:
         raise StateFormatError(
             expected(
                 f"{who} world.dp_group_id", f"one of the mapped groups {sorted(mapping)}", group
             )
         )
-    progress = _lane_map(state, "progress", who, c)
+    progress = state_schema.lane_table(state, "progress", c, who=who)
     own = set(mapping[group])
     stray = sorted(set(progress) - own)
     if stray:
@@ -235,7 +187,7 @@ def _load(index: int, state: Any, world: ShardWorld | None = None) -> _Shard:
     if world is None:
         world = shard_world(state, who=who)
     c = world.canonical_replicas
-    lanes = {f: _lane_map(state, f, who, c) for f in LANE_FIELDS}
+    lanes = {f: state_schema.lane_table(state, f, c, who=who) for f in LANE_FIELDS}
     reported = set(world.lanes)
     for field in LANE_FIELDS:
         extra = sorted(set(lanes[field]) - reported)
@@ -257,52 +209,10 @@ def _load(index: int, state: Any, world: ShardWorld | None = None) -> _Shard:
                     f"missing lanes {missing}",
                 )
             )
-    # Each check below tests the common valid case first and builds its message (via
-    # _int) only when that test fails; _int then refuses exactly what the test did not pass.
-    for lane, p in lanes["progress"].items():
-        if not isinstance(p, Mapping) or "chunk_id" not in p or "offset" not in p:
-            raise StateFormatError(
-                expected(f"{who} progress[{lane}]", "a dict with chunk_id and offset", p)
-            )
-        cid, off = p["chunk_id"], p["offset"]
-        if not (type(cid) is int and cid >= -1):
-            _int(cid, f"{who} progress[{lane}].chunk_id", lo=-1)
-        if not (type(off) is int and off >= 0):
-            _int(off, f"{who} progress[{lane}].offset", lo=0)
-    for field in ("lane_next_cid", "lane_emitted"):
-        for lane, n in lanes[field].items():
-            if not (type(n) is int and n >= 0):
-                _int(n, f"{who} {field}[{lane}]", lo=0)
-    for lane, chunks in lanes["inflight"].items():
-        if not isinstance(chunks, Mapping):
-            raise StateFormatError(
-                expected(
-                    f"{who} inflight[{lane}]", "a dict cid -> chunk state", type(chunks).__name__
-                )
-            )
-        for cid in chunks:
-            if type(cid) is not int:
-                _key(cid, f"{who} inflight[{lane}] cid")
-    for lane, bounds in lanes["epoch_boundaries"].items():
-        if not isinstance(bounds, (list, tuple)):
-            raise StateFormatError(
-                expected(f"{who} epoch_boundaries[{lane}]", "a list of cids", bounds)
-            )
-        for b in bounds:
-            if not (type(b) is int and b >= 0):
-                _int(b, f"{who} epoch_boundaries[{lane}] cid", lo=0)
-    raw_rr = state.get("rr_next_idx") or {}
-    if not isinstance(raw_rr, Mapping):
-        raise StateFormatError(
-            expected(f"{who} rr_next_idx", "a dict key -> index", type(raw_rr).__name__)
-        )
-    rr: dict[str, int] = {}
-    for k, v in raw_rr.items():
-        if not isinstance(k, str):
-            raise StateFormatError(
-                expected(f"{who} rr_next_idx key", "a str 'worker/active:lanes'", k)
-            )
-        rr[k] = v if type(v) is int and v >= 0 else _int(v, f"{who} rr_next_idx[{k!r}]", lo=0)
+    # each reported lane's values, by the one definition a restore applies
+    for lane in world.lanes:
+        state_schema.check_lane(lane, {f: lanes[f][lane] for f in LANE_FIELDS if lane in lanes[f]}, who=who)
+    rr = state_schema.check_rr(state.get("rr_next_idx", {}), who=who)
     return _Shard(index=index, world=world, lanes=lanes, rr=rr, state=state)
 
 
@@ -389,19 +299,6 @@ def _dedupe(shards: Sequence[_Shard]) -> tuple[list[_Shard], dict[str, int]]:
     return kept, rr
 
 
-def _mid_window_warning(emitted: Mapping[int, int], c: int) -> None:
-    if len(emitted) != c or not emitted:
-        return
-    lo, hi = min(emitted.values()), max(emitted.values())
-    if lo != hi:
-        warnings.warn(
-            f"checkpoint taken mid-window: lane_emitted ranges over [{lo}..{hi}] across {c} lanes; "
-            "restoring onto another topology permutes the rest of the current global window",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 def merge(
     states: Sequence[Mapping[str, Any]],
     *,
@@ -469,8 +366,7 @@ def merge(
     slices: dict[int, dict[str, Any]] = {lane: {} for lane in sorted(lanes["progress"])}
     # the nested values (inflight chunks, lane_ws_state, replay_cursors) are copied below, all at once
     for lane, chunks in lanes["inflight"].items():
-        slices[lane]["inflight"] = {_key(cid, "cid"): ch
-                                    for cid, ch in sorted(chunks.items(), key=lambda kv: _key(kv[0], "cid"))}
+        slices[lane]["inflight"] = {int(cid): chunks[cid] for cid in sorted(chunks, key=int)}
     for lane, p in lanes["progress"].items():
         slices[lane]["progress"] = {"chunk_id": int(p["chunk_id"]), "offset": int(p["offset"])}
     for field in ("lane_ws_state", "replay_cursors"):
@@ -499,5 +395,5 @@ def merge(
     intact = all(_intact(s.state) for s in shards)
     out = state_schema.seal(out) if intact else {**out, "integrity": None}
     if warn_mid_window:
-        _mid_window_warning(out["lane_emitted"], c)
+        state_schema.warn_if_mid_window(out["lane_emitted"], c, stacklevel=2)
     return dict(sorted(out.items()))
