@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from zephon_ref import state as schema
+from zephon_ref import windows
 from zephon_ref.engine.core import FEEDING, Engine
 from zephon_ref.engine.plan import k_ignored, resolve_k
 from zephon_ref.engine.world import World
@@ -750,7 +751,7 @@ class Builder:
         w = engine.world
         if (w.world_size == 1 and w.active_workers == 1) or not w.owned_lanes:
             if w.owned_lanes:  # the whole state (several participants: the round's merge warns)
-                schema.warn_if_mid_window(local["lane_emitted"], w.canonical_replicas, stacklevel=2)
+                windows.warn_if_mid_window(local["lane_emitted"], w.canonical_replicas, stacklevel=2)
             return local  # the only participant, or an idle DataLoader worker
         if aggregate is None:
             aggregate = self._default_aggregate()

@@ -48,7 +48,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,7 +76,6 @@ __all__ = [
     "seal",
     "validate",
     "verify_integrity",
-    "warn_if_mid_window",
 ]
 
 SCHEMA = "zephon_ref.engine/1"
@@ -378,15 +376,3 @@ def validate(state: Any, *, require_all_lanes: bool = False, strict_cursors: boo
                    strict_cursors=strict_cursors)
     return c
 
-
-def warn_if_mid_window(lane_emitted: Mapping[int, int], canonical_replicas: int, *, stacklevel: int) -> None:
-    """Warn when a whole state (one participant's or a merge's; keys distinct lanes of [0, C)) is cut
-    inside a global window: all C delivered counts known (zephon 0.2.0's rule) and unequal.  A resume
-    onto another topology permutes the window's rest (seed 002).  ``stacklevel``: from the caller."""
-    lo, hi = min(lane_emitted.values(), default=0), max(lane_emitted.values(), default=0)
-    if len(lane_emitted) == canonical_replicas and lo != hi:
-        warnings.warn(f"checkpoint taken mid-window: expected equal per-lane delivered counts "
-                      f"(lane_emitted) at a global-step boundary, received counts in [{lo}..{hi}] across "
-                      f"{canonical_replicas} lanes; resuming on another topology permutes the rest of the "
-                      "current window (nothing is lost or repeated)", RuntimeWarning,
-                      stacklevel=stacklevel + 1)

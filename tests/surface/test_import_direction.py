@@ -48,6 +48,7 @@ CLASSES: tuple[tuple[str, str], ...] = (
     ("zephon_ref.errors", "semantics"),
     ("zephon_ref.seeding", "semantics"),
     ("zephon_ref.swrr", "semantics"),
+    ("zephon_ref.windows", "semantics"),
     ("zephon_ref.settings", "semantics"),  # the execution settings' table and checks (no machinery)
     # machinery
     ("zephon_ref.pipeline", "machinery"),  # the facade: the builder wired to runners, store, torch

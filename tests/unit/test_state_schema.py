@@ -15,6 +15,7 @@ import pytest
 
 from properties.pipelines import PipelineConfig, build_pipeline, item_view
 from zephon_ref import state as schema
+from zephon_ref import windows
 from zephon_ref.checkpoint import schema as store_schema
 from zephon_ref.errors import StateFormatError, StateMismatchError, ZephonRefError
 
@@ -222,7 +223,7 @@ def test_a_token_aware_pipeline_resumes_exactly_at_every_cut() -> None:
 def test_the_mid_window_rule_is_one_function_warning_at_the_callers_line(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole state warns when all C delivered counts are known and unequal (zephon 0.2.0's rule);
-    a single participant's checkpoint() and a merge both ask schema.warn_if_mid_window, and the
+    a single participant's checkpoint() and a merge both ask windows.warn_if_mid_window, and the
     warning points at the line that called them."""
     import sys
     import warnings
@@ -233,9 +234,9 @@ def test_the_mid_window_rule_is_one_function_warning_at_the_callers_line(
             call()
         return [w for w in caught if "checkpoint taken mid-window" in str(w.message)]
 
-    assert not warned(lambda: schema.warn_if_mid_window({0: 2, 1: 2}, 2, stacklevel=1))
-    assert not warned(lambda: schema.warn_if_mid_window({0: 1}, 2, stacklevel=1))  # a count unknown
-    (w,) = warned(lambda: schema.warn_if_mid_window({0: 3, 1: 2}, 2, stacklevel=1))
+    assert not warned(lambda: windows.warn_if_mid_window({0: 2, 1: 2}, 2, stacklevel=1))
+    assert not warned(lambda: windows.warn_if_mid_window({0: 1}, 2, stacklevel=1))  # a count unknown
+    (w,) = warned(lambda: windows.warn_if_mid_window({0: 3, 1: 2}, 2, stacklevel=1))
     assert "expected equal" in str(w.message) and "received counts in [2..3] across 2 lanes" in str(w.message)
     assert issubclass(w.category, RuntimeWarning)
 
@@ -253,7 +254,7 @@ def test_the_mid_window_rule_is_one_function_warning_at_the_callers_line(
     assert got == [(__file__, here + 1), (__file__, here + 2)]
 
     calls: list[tuple[dict[int, int], int]] = []
-    monkeypatch.setattr(schema, "warn_if_mid_window",
+    monkeypatch.setattr(windows, "warn_if_mid_window",
                         lambda counts, c, *, stacklevel: calls.append((dict(counts), c)))
     q.checkpoint()
     merge_module.merge([state])

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zephon_ref import state as state_schema
+from zephon_ref import windows
 from zephon_ref.errors import ContractError, StateFormatError, StateMismatchError, expected
 
 __all__ = [
@@ -395,5 +396,5 @@ def merge(
     intact = all(_intact(s.state) for s in shards)
     out = state_schema.seal(out) if intact else {**out, "integrity": None}
     if warn_mid_window:
-        state_schema.warn_if_mid_window(out["lane_emitted"], c, stacklevel=2)
+        windows.warn_if_mid_window(out["lane_emitted"], c, stacklevel=2)
     return dict(sorted(out.items()))
