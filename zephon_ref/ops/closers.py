@@ -7,13 +7,16 @@ carries the offset's closing contributor (:mod:`zephon_ref.lineage`).  An operat
 reorders records (shuffle, the packers that reorder) must therefore let an offset close only
 with its last emitted fragment, and only if some fragment carried a closer at all.  The rule
 is written here once per form in which an operator sees its records, and every reordering
-operator uses one of the two:
+operator uses one of the three:
 
 * :func:`move_closers_to_last`, for a whole reordered block at once (block shuffles): the
   last *record* holding a ref of an offset closes it, every ref of that offset in that record;
 * :class:`CloserTally`, for records released one at a time from a buffer (the streaming
   shuffle; first/best fit and best_fit_wrap packing): each ref is counted in when its record
-  is buffered and out when it leaves, and the last *ref* out closes.
+  is buffered and out when it leaves, and the last *ref* out closes;
+* :func:`closers_after_siblings`, for a packer that keeps the incoming flags (wrap) and is
+  handed a reordered push: the closing *record* moves after the last record of its offset, so
+  the flag it carries is again the offset's last (divergence D-3).
 
 The two differ only for a record that carries two refs of one offset (a pack of two children
 of one record, shuffled afterwards): the block rule closes both, the incremental rule the
@@ -29,7 +32,7 @@ from collections.abc import Iterable, Sequence
 
 from zephon_ref.types import ContributorRef, SampleRecord
 
-__all__ = ["CloserTally", "move_closers_to_last"]
+__all__ = ["CloserTally", "closers_after_siblings", "move_closers_to_last"]
 
 
 def move_closers_to_last(records: Sequence[SampleRecord]) -> list[SampleRecord]:
@@ -115,3 +118,32 @@ class CloserTally:
             else:
                 new.append(ref)
         return tuple(new) if changed else None
+
+
+def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
+    """``order`` with each record that closes an offset moved just after the last record of that
+    offset (stable otherwise).
+
+    A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
+    of a sibling of the same push; packed in that order, the closer would close the offset before
+    the sibling's fragment is placed.  Records without closing refs keep their places.  Used by
+    wrap, which keeps the incoming flags (first/best fit and best_fit_wrap count each offset's
+    fragments instead, so they need no move).  divergence D-3
+    """
+    last: dict[tuple[int, tuple[int, int]], int] = {}
+    for i, rec in enumerate(order):
+        for ref in rec.meta.contribution_refs():
+            last[(rec.meta.lane_id, ref.cursor.base_offset)] = i
+    held: dict[int, list[SampleRecord]] = {}
+    out: list[SampleRecord] = []
+    for i, rec in enumerate(order):
+        closing = [last[(rec.meta.lane_id, ref.cursor.base_offset)]
+                   for ref in rec.meta.contribution_refs() if ref.is_last_child]
+        target = max(closing, default=i)
+        if target > i:
+            held.setdefault(target, []).append(rec)
+        else:
+            out.append(rec)
+        out.extend(held.pop(i, ()))
+    assert not held
+    return out

@@ -105,7 +105,7 @@ from zephon_ref.ops.base import (
     OpTraits,
     ReadyBatch,
 )
-from zephon_ref.ops.closers import CloserTally
+from zephon_ref.ops.closers import CloserTally, closers_after_siblings
 from zephon_ref.ops.grouping import DomainGroups
 from zephon_ref.ops.knobs import (
     Bool,
@@ -433,34 +433,6 @@ def _group_sort_key(domain: Any) -> tuple[int, Any]:
 # the knobs
 # ----------------------------------------------------------------------------
 
-
-def closers_after_siblings(order: Sequence[SampleRecord]) -> list[SampleRecord]:
-    """``order`` with each record that closes an offset moved just after the last record of that
-    offset (stable otherwise).
-
-    A reordered push (``shuffle_strategy="random"`` / ``"length"``) may put a closing child ahead
-    of a sibling of the same push; packed in that order, the closer would close the offset before
-    the sibling's fragment is placed.  Records without closing refs keep their places.  Used by
-    wrap, which keeps the incoming flags (first/best fit and best_fit_wrap count each offset's
-    fragments instead, so they need no move).  divergence D-3
-    """
-    last: dict[tuple[int, tuple[int, int]], int] = {}
-    for i, rec in enumerate(order):
-        for ref in rec.meta.contribution_refs():
-            last[(rec.meta.lane_id, ref.cursor.base_offset)] = i
-    held: dict[int, list[SampleRecord]] = {}
-    out: list[SampleRecord] = []
-    for i, rec in enumerate(order):
-        closing = [last[(rec.meta.lane_id, ref.cursor.base_offset)]
-                   for ref in rec.meta.contribution_refs() if ref.is_last_child]
-        target = max(closing, default=i)
-        if target > i:
-            held.setdefault(target, []).append(rec)
-        else:
-            out.append(rec)
-        out.extend(held.pop(i, ()))
-    assert not held
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
