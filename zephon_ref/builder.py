@@ -74,13 +74,14 @@ from zephon_ref.errors import (
 )
 from zephon_ref.fingerprint import pipeline_fingerprint
 from zephon_ref.indexable import IndexedView, not_indexable_reason
-from zephon_ref.ops.base import BaseOp, FasterOps, check_parallelism, check_placement
+from zephon_ref.ops.base import BaseOp, FasterOps
 from zephon_ref.ops.batch import Batch
 from zephon_ref.ops.decode_text import DecodeText
 from zephon_ref.ops.ensure_mixture import EnsureMixture
 from zephon_ref.ops.expand_chat import ExpandChat
 from zephon_ref.ops.functional import resolve_add_op
 from zephon_ref.ops.grouping import DomainGroups
+from zephon_ref.ops.knobs import check_execution
 from zephon_ref.ops.map_batch import MapBatch
 from zephon_ref.ops.map_transform import MapTransform
 from zephon_ref.ops.pack import PackSequences
@@ -401,8 +402,7 @@ class Builder:
     def ensure_mixture(
         self, *, placement: str = "auto", parallelism: int | None = None, **kwargs: Any
     ) -> Self:
-        check_placement(placement)
-        check_parallelism(parallelism)
+        check_execution(placement=placement, parallelism=parallelism)
         op = EnsureMixture(parallelism=parallelism, **kwargs)  # validates its own arguments
         try:
             names = dict(self._source.component_ids())
@@ -426,7 +426,7 @@ class Builder:
         return self._add("ensure_mixture", op)
 
     def batch(self, microbatch_size: int, *, drop_last: bool = True, placement: str = "auto") -> Self:
-        check_placement(placement)
+        check_execution(placement=placement)
         if any(isinstance(o, Batch) for _, o in self._ops):
             raise ConfigError(expected("batch()", "at most one batch per pipeline", "a second batch()"))
         op = Batch(microbatch_size, drop_last=drop_last)
@@ -516,8 +516,7 @@ class Builder:
         iterables, so it is held as an execution setting: the stream and the fingerprint are
         unchanged; ``is_indexable`` turns False, as in zephon."""
         self._refuse_while_running("materialize()")
-        check_placement(placement)
-        check_parallelism(parallelism)
+        check_execution(placement=placement, parallelism=parallelism)
         self._materialize = (*self._materialize, (placement, parallelism))
         return self
 

@@ -48,8 +48,6 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_int",
-    "check_parallelism",
-    "check_placement",
     "lane_of",
 ]
 
@@ -81,18 +79,6 @@ def check_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigTypeError(expected(name, "a bool", value))
 
-
-def check_parallelism(value: Any) -> None:
-    """``parallelism``: None (the operator's default) or an int >= 1; 0 is not "default"."""
-    check_int("parallelism", value, minimum=1, allow_none=True)
-
-
-def check_placement(value: Any) -> None:
-    """``placement``: a planner hint ("auto", "local" or a runner tag), so any non-empty str."""
-    if not isinstance(value, str) or not value:
-        raise ConfigTypeError(
-            expected("placement", "a non-empty str ('auto', 'local' or a runner tag)", value)
-        )
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -24,10 +24,8 @@ from zephon_ref.errors import ConfigTypeError, expected
 from zephon_ref.lineage import tombstones_for_record
 from zephon_ref.ops.base import (
     RecordMapOp,
-    check_parallelism,
-    check_placement,
 )
-from zephon_ref.ops.knobs import Bool, Func, Int, check_fields, knob
+from zephon_ref.ops.knobs import Bool, Func, Int, check_execution, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["DEFAULT_PARALLELISM", "MapTransform"]
@@ -72,8 +70,7 @@ class MapTransform(RecordMapOp):
             raise ConfigTypeError(expected("fn", "a callable payload -> payload | None", fn))
         #: the knobs, checked against their domains; the operator keeps no copy of them
         self.config = MapConfig(transform_fn=fn, drop_none=drop_none, max_batch=max_batch)
-        check_placement(placement)
-        check_parallelism(parallelism)  # None: the default; 0 is refused, not read as "default"
+        check_execution(placement=placement, parallelism=parallelism)  # None: the default; 0 is refused
         self.parallelism = DEFAULT_PARALLELISM if parallelism is None else parallelism
 
     def process_many(self, elems: list[Any]) -> list[Any]:

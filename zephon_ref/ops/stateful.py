@@ -26,10 +26,9 @@ from zephon_ref.ops.base import (
     OpTraits,
     ReadyBatch,
     check_int,
-    check_placement,
     lane_of,
 )
-from zephon_ref.ops.knobs import Bool, Domain, Func, Int, Text, check_fields, knob
+from zephon_ref.ops.knobs import Bool, Domain, Func, Int, Text, check_execution, check_fields, knob
 from zephon_ref.types import SampleRecord
 
 __all__ = ["StatefulTransform", "StatefulTransformAccumulator", "checked_records"]
@@ -144,7 +143,7 @@ class StatefulTransform(BaseOp):
         super().__init__()
         if not isinstance(name, str) or not name:
             raise ConfigTypeError(expected("name", "a non-empty str", name))
-        check_placement(placement)
+        check_execution(placement=placement)
         check_int("parallelism", parallelism, minimum=1)
         #: the knobs, checked against their domains; the operator keeps no copy of them
         self.config = StatefulConfig(name=name, init_state=init_state, push=push, flush=flush,

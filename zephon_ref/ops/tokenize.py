@@ -57,10 +57,8 @@ from zephon_ref.ops.base import (
     check_bool,
     check_choice,
     check_int,
-    check_parallelism,
-    check_placement,
 )
-from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_fields, knob
+from zephon_ref.ops.knobs import Bool, Choice, Domain, Func, Int, Text, check_execution, check_fields, knob
 from zephon_ref.training import tensor_library
 from zephon_ref.types import SampleRecord
 from zephon_ref.work.token_estimation import TextCounting
@@ -264,8 +262,7 @@ class Tokenize(RecordMapOp):
         check_int("bos_token_id", bos_token_id, minimum=0, allow_none=True)
         check_int("eos_token_id", eos_token_id, minimum=0, allow_none=True)
         check_int("max_batch", max_batch, minimum=1)
-        check_placement(placement)
-        check_parallelism(parallelism)
+        check_execution(placement=placement, parallelism=parallelism)
         check_bool("use_fast", use_fast)  # an HF loading hint; the built-in tokenizer has one form
         # str checks before ==: an array or an odd object must not reach its own __eq__
         if isinstance(padding, str) and padding == "do_not_pad":
