@@ -935,12 +935,16 @@ def _resolve(spec: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def inline_case_row(name: str, examples: int) -> Row:
-    """The case row ``name`` against the inline adapter, derandomized, without progress output
-    (the tests that plant a bug run a row before and after planting it)."""
+def rows_around_a_plant(name: str, clean: int, plant: Callable[[], None],
+                        planted: int = 300) -> tuple[Row, Row]:
+    """The case row ``name`` against the inline adapter (derandomized, no progress output) on
+    ``clean`` examples, then ``plant()`` (a test's planted bug), then the row again on ``planted``
+    examples: the tests that show a row can fail assert the first passes and the second fails."""
     from properties.adapters import ADAPTERS
 
-    return _run_cases(ADAPTERS["inline"], name, examples, True, lambda: None)
+    before = _run_cases(ADAPTERS["inline"], name, clean, True, lambda: None)
+    plant()
+    return before, _run_cases(ADAPTERS["inline"], name, planted, True, lambda: None)
 
 
 def _run_cases(adapter: Any, name: str, examples: int, derandomize: bool, tick: Callable[[], None]) -> Row:

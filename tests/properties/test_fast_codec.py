@@ -109,13 +109,11 @@ def test_a_sharing_decode_that_changes_a_value_is_found(monkeypatch: pytest.Monk
 
 def test_the_conformance_fast_codec_row_fails_on_a_planted_difference(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from properties.conformance import inline_case_row
+    from properties.conformance import rows_around_a_plant
 
-    row = inline_case_row("fast codec", 60)
-    assert row.failure is None and row.passed == 60
-    _plant_unsorted_keys(monkeypatch)
-    row = inline_case_row("fast codec", 300)
-    assert row.failure is not None and "plain" in row.failure, row
+    clean, planted = rows_around_a_plant("fast codec", 60, lambda: _plant_unsorted_keys(monkeypatch))
+    assert clean.failure is None and clean.passed == 60
+    assert planted.failure is not None and "plain" in planted.failure, planted
 
 
 # -- the seams: the same published bytes with the fast codec plugged in --------------------------------

@@ -238,10 +238,8 @@ def test_engine_refuses_a_faster_that_is_not_one() -> None:
 @pytest.mark.parametrize("plant", [_plant_tokenize_truncation, _plant_tokenize_split_on_spaces])
 def test_the_conformance_fast_ops_row_fails_on_a_planted_difference(plant: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from properties.conformance import inline_case_row
+    from properties.conformance import rows_around_a_plant
 
-    row = inline_case_row("fast ops", 100)
-    assert row.failure is None and row.passed == 100
-    plant(monkeypatch)
-    row = inline_case_row("fast ops", 300)
-    assert row.failure is not None and "plain" in row.failure, row
+    clean, planted = rows_around_a_plant("fast ops", 100, lambda: plant(monkeypatch))
+    assert clean.failure is None and clean.passed == 100
+    assert planted.failure is not None and "plain" in planted.failure, planted
