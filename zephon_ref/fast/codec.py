@@ -187,7 +187,8 @@ class SharingLeaderCodec(FastCodec):
     def decode(self, data: bytes) -> Any:
         """``codec.decode(data)``, an envelope's world mapping swapped for the shared equal one."""
         out = super().decode(data)
-        world = out.get("state", {}).get("world") if type(out) is dict else None
+        state = out.get("state") if type(out) is dict else None
+        world = state.get("world") if type(state) is dict else None
         raw = world.get("mapping") if type(world) is dict else None
         if type(raw) is not dict:
             return out
